@@ -1,0 +1,27 @@
+"""The paper's model: configuration, presets (Table 3) and the builder."""
+
+from keras_transformer.models.config import TransformerConfig
+from keras_transformer.models.presets import (
+    PAPER_PARAMETER_COUNTS_M,
+    get_preset,
+    presets,
+)
+from keras_transformer.models.transformer import (
+    IncrementalDecoder,
+    TransformerLayers,
+    build_transformer,
+    decoder_model,
+    encoder_model,
+)
+
+__all__ = [
+    "PAPER_PARAMETER_COUNTS_M",
+    "IncrementalDecoder",
+    "TransformerConfig",
+    "TransformerLayers",
+    "build_transformer",
+    "decoder_model",
+    "encoder_model",
+    "get_preset",
+    "presets",
+]

@@ -1,0 +1,164 @@
+"""`TransformerConfig`: every hyperparameter of the model in one frozen dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from keras_transformer.schedules import OptimizerConfig
+
+POSITION_ENCODINGS = ("sinusoidal", "learned")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of the encoder-decoder Transformer (paper Table 3).
+
+    Only `build_transformer` reads this class; the layers take explicit
+    arguments. Token id 0 is padding in both vocabularies.
+
+    Attributes:
+        vocabulary_size: size of the (shared) vocabulary; the source
+            vocabulary when `target_vocabulary_size` is set.
+        target_vocabulary_size: a separate target vocabulary, or `None` for
+            one shared vocabulary (§5.1: "a shared source-target vocabulary").
+        num_encoder_layers, num_decoder_layers: `N` (6).
+        d_model: model size (512).
+        d_ff: inner size of the feed-forward networks (2048).
+        num_heads: `h` (8).
+        key_dim: `d_k`; `None` means `d_model / h` (64).
+        value_dim: `d_v`; `None` means `key_dim`.
+        dropout: `P_drop`, the residual and embedding dropout (0.1).
+        attention_dropout: dropout on attention weights (0 in the paper).
+        ffn_dropout: dropout inside the feed-forward networks (0).
+        label_smoothing: `epsilon_ls` (0.1).
+        position_encoding: `"sinusoidal"` (Eqs. 5-6) or `"learned"` (row E).
+        max_length: the longest sequence the model supports (the size of the
+            learned position table, and the bound that decoding enforces).
+        norm_first: pre-LN blocks plus a final LayerNorm per stack, instead
+            of the paper's post-LN.
+        layer_norm_epsilon: epsilon of every LayerNorm.
+        share_embeddings: one matrix for source embedding, target embedding
+            and pre-softmax projection (§3.4); needs one shared vocabulary.
+            The target embedding and the output projection are always tied.
+        activation: activation of the feed-forward networks.
+        optimizer: Adam and learning-rate constants of §5.3.
+    """
+
+    vocabulary_size: int = 37000
+    target_vocabulary_size: int | None = None
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    key_dim: int | None = None
+    value_dim: int | None = None
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    ffn_dropout: float = 0.0
+    label_smoothing: float = 0.1
+    position_encoding: str = "sinusoidal"
+    max_length: int = 256
+    norm_first: bool = False
+    layer_norm_epsilon: float = 1e-6
+    share_embeddings: bool = True
+    activation: str = "relu"
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.optimizer, dict):
+            object.__setattr__(self, "optimizer", OptimizerConfig(**self.optimizer))
+        for name in (
+            "vocabulary_size",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "d_model",
+            "d_ff",
+            "num_heads",
+            "max_length",
+        ):
+            _check_positive_int(name, getattr(self, name))
+        for name in ("target_vocabulary_size", "key_dim", "value_dim"):
+            if getattr(self, name) is not None:
+                _check_positive_int(name, getattr(self, name))
+        for name in ("dropout", "attention_dropout", "ffn_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(
+                    f"`{name}` must be in [0, 1). Received: {name}={value!r}"
+                )
+        if self.position_encoding not in POSITION_ENCODINGS:
+            raise ValueError(
+                f"`position_encoding` must be one of {POSITION_ENCODINGS}. "
+                f"Received: position_encoding={self.position_encoding!r}"
+            )
+        if self.key_dim is None and self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads="
+                f"{self.num_heads}: set key_dim explicitly or change one of them."
+            )
+        if self.position_encoding == "sinusoidal" and self.d_model % 2:
+            raise ValueError(
+                "Sinusoidal position encodings (Eqs. 5-6) need an even d_model. "
+                f"Received: d_model={self.d_model}. Use an even d_model or "
+                "position_encoding='learned'."
+            )
+        if (
+            self.share_embeddings
+            and self.target_vocabulary_size is not None
+            and self.target_vocabulary_size != self.vocabulary_size
+        ):
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary for source and "
+                f"target. Received: vocabulary_size={self.vocabulary_size}, "
+                f"target_vocabulary_size={self.target_vocabulary_size}. Set "
+                "share_embeddings=False or use a shared vocabulary."
+            )
+
+    @property
+    def head_key_dim(self) -> int:
+        """`d_k`, resolved."""
+        return self.key_dim or self.d_model // self.num_heads
+
+    @property
+    def head_value_dim(self) -> int:
+        """`d_v`, resolved."""
+        return self.value_dim or self.head_key_dim
+
+    @property
+    def target_vocabulary(self) -> int:
+        """The target vocabulary size, resolved."""
+        return self.target_vocabulary_size or self.vocabulary_size
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown TransformerConfig fields: {unknown}. Known: {sorted(known)}"
+            )
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        return cls.from_dict(json.loads(text))
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f"`{name}` must be a positive integer. Received: {name}={value!r}"
+        )

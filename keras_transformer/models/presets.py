@@ -1,0 +1,89 @@
+"""Named configurations: the paper's Table 3 and small CPU-friendly models.
+
+`base` and `big` are the paper's two models. The `table3_*` entries are the
+rows of Table 3 (each changes `base` as the row says); their parameter counts
+match the table within the rounding of the paper's count (see
+`docs/architecture.md`). `tiny` and `small` train on a CPU.
+"""
+
+from __future__ import annotations
+
+from keras_transformer.models.config import TransformerConfig
+
+BASE = TransformerConfig()
+
+_TABLE3_ROWS: dict[str, dict] = {
+    # (A) number of heads and head size, computation kept constant.
+    "table3_A_h1": {"num_heads": 1, "key_dim": 512, "value_dim": 512},
+    "table3_A_h4": {"num_heads": 4, "key_dim": 128, "value_dim": 128},
+    "table3_A_h16": {"num_heads": 16, "key_dim": 32, "value_dim": 32},
+    "table3_A_h32": {"num_heads": 32, "key_dim": 16, "value_dim": 16},
+    # (B) smaller attention keys.
+    "table3_B_dk16": {"key_dim": 16, "value_dim": 64},
+    "table3_B_dk32": {"key_dim": 32, "value_dim": 64},
+    # (C) model size.
+    "table3_C_n2": {"num_encoder_layers": 2, "num_decoder_layers": 2},
+    "table3_C_n4": {"num_encoder_layers": 4, "num_decoder_layers": 4},
+    "table3_C_n8": {"num_encoder_layers": 8, "num_decoder_layers": 8},
+    "table3_C_d256": {"d_model": 256, "key_dim": 32, "value_dim": 32},
+    "table3_C_d1024": {"d_model": 1024, "key_dim": 128, "value_dim": 128},
+    "table3_C_ff1024": {"d_ff": 1024},
+    "table3_C_ff4096": {"d_ff": 4096},
+    # (D) regularization.
+    "table3_D_drop0.0": {"dropout": 0.0},
+    "table3_D_drop0.2": {"dropout": 0.2},
+    "table3_D_ls0.0": {"label_smoothing": 0.0},
+    "table3_D_ls0.2": {"label_smoothing": 0.2},
+    # (E) learned positional embedding instead of sinusoids.
+    "table3_E_learned": {"position_encoding": "learned"},
+}
+
+presets: dict[str, TransformerConfig] = {
+    "base": BASE,
+    "big": BASE.replace(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3),
+    **{name: BASE.replace(**row) for name, row in _TABLE3_ROWS.items()},
+    # CPU-friendly models; the vocabulary size is replaced by the tokenizer's.
+    "small": BASE.replace(
+        vocabulary_size=8000,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        d_model=256,
+        d_ff=1024,
+        num_heads=8,
+        max_length=128,
+    ),
+    "tiny": BASE.replace(
+        vocabulary_size=1000,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=64,
+        d_ff=256,
+        num_heads=4,
+        max_length=64,
+    ),
+}
+
+# Parameter counts reported in Table 3 (millions), for the tests and docs.
+PAPER_PARAMETER_COUNTS_M: dict[str, float] = {
+    "base": 65,
+    "big": 213,
+    "table3_B_dk16": 58,
+    "table3_B_dk32": 60,
+    "table3_C_n2": 36,
+    "table3_C_n4": 50,
+    "table3_C_n8": 80,
+    "table3_C_d256": 28,
+    "table3_C_d1024": 168,
+    "table3_C_ff1024": 53,
+    "table3_C_ff4096": 90,
+}
+
+
+def get_preset(name: str) -> TransformerConfig:
+    """The preset called `name`, with a helpful error for unknown names."""
+    try:
+        return presets[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown preset {name!r}. Available: {', '.join(sorted(presets))}"
+        ) from None

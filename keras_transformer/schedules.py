@@ -1,0 +1,113 @@
+"""The learning-rate schedule of Eq. 7 and the paper's Adam settings (§5.3)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), Eq. 7.
+
+    The rate rises linearly for `warmup_steps` steps and then decays with the
+    inverse square root of the step number. Keras counts optimizer steps
+    from 0, and Eq. 7 is zero (and its first factor infinite) at step 0, so
+    the schedule evaluates Eq. 7 at `step + 1`: the first update uses the
+    rate of step 1, and the peak, `d_model^-0.5 * warmup_steps^-0.5`, is
+    reached by the update with index `warmup_steps - 1`.
+
+    Args:
+        d_model: the model size that scales the rate.
+        warmup_steps: the length of the linear warm-up (paper: 4000).
+        scale: an extra factor on the whole rate (1.0 in the paper).
+
+    Example:
+    >>> schedule = NoamSchedule(d_model=512, warmup_steps=4000)
+    >>> round(float(schedule(3999)), 6)
+    0.000699
+
+    Reference: Vaswani et al. (2017), §5.3, Eq. 7.
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:
+            raise ValueError(
+                f"`d_model` must be a positive integer. Received: d_model={d_model!r}"
+            )
+        if (
+            isinstance(warmup_steps, bool)
+            or not isinstance(warmup_steps, int)
+            or warmup_steps <= 0
+        ):
+            raise ValueError(
+                "`warmup_steps` must be a positive integer. "
+                f"Received: warmup_steps={warmup_steps!r}"
+            )
+        if not scale > 0:
+            raise ValueError(f"`scale` must be positive. Received: scale={scale!r}")
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = float(scale)
+
+    def __call__(self, step: Any) -> Any:
+        step = ops.cast(step, "float32") + 1.0
+        warmup = float(self.warmup_steps)
+        rate = ops.minimum(ops.rsqrt(step), step * warmup**-1.5)
+        return self.scale * float(self.d_model) ** -0.5 * rate
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "d_model": self.d_model,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """Every optimizer constant of §5.3 in one place.
+
+    Attributes:
+        warmup_steps: warm-up of Eq. 7 (4000).
+        beta_1, beta_2, epsilon: Adam's constants (0.9, 0.98, 1e-9).
+        learning_rate_scale: factor on Eq. 7 (1.0).
+        clipnorm: optional gradient clipping by global norm (none in the paper).
+    """
+
+    warmup_steps: int = 4000
+    beta_1: float = 0.9
+    beta_2: float = 0.98
+    epsilon: float = 1e-9
+    learning_rate_scale: float = 1.0
+    clipnorm: float | None = None
+
+
+def paper_adam(
+    d_model: int, config: OptimizerConfig | None = None, **kwargs: Any
+) -> keras.optimizers.Adam:
+    """Adam with beta_1=0.9, beta_2=0.98, epsilon=1e-9 and the Eq. 7 schedule.
+
+    Args:
+        d_model: the model size of Eq. 7.
+        config: the constants; `OptimizerConfig()` (the paper's) by default.
+        **kwargs: further `keras.optimizers.Adam` arguments.
+
+    Reference: Vaswani et al. (2017), §5.3.
+    """
+    config = config or OptimizerConfig()
+    schedule = NoamSchedule(
+        d_model, warmup_steps=config.warmup_steps, scale=config.learning_rate_scale
+    )
+    if config.clipnorm is not None:
+        kwargs.setdefault("global_clipnorm", config.clipnorm)
+    return keras.optimizers.Adam(
+        learning_rate=schedule,
+        beta_1=config.beta_1,
+        beta_2=config.beta_2,
+        epsilon=config.epsilon,
+        **kwargs,
+    )

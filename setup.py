@@ -1,0 +1,47 @@
+"""Packaging for keras-transformer."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+setup(
+    name="keras-transformer",
+    version="0.1.0",
+    description=(
+        "The Transformer of 'Attention Is All You Need' as Keras 3 layers, "
+        "with training, decoding and export on TensorFlow."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["keras_transformer", "keras_transformer.*"]),
+    install_requires=[
+        "tensorflow>=2.18,<2.22",
+        "tensorflow-text>=2.18,<2.22",
+        "keras>=3.8,<4",
+        "keras-hub>=0.21,<0.33",
+        "tensorboard>=2.18,<2.22",
+        "sacrebleu>=2.4,<3",
+        "sentencepiece>=0.2,<0.3",
+        "babel>=2.12,<3",
+        "numpy>=1.26,<3",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8,<10",
+            "ruff>=0.6,<1",
+            "matplotlib>=3.8,<4",
+        ],
+    },
+    entry_points={
+        "console_scripts": ["keras-transformer=keras_transformer.cli:main"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Framework :: Keras",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
