@@ -1,0 +1,196 @@
+"""MultiHeadAttention and Eq. 1, against NumPy and the mask contract."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_transformer.layers import MultiHeadAttention, ScaledEmbedding
+from keras_transformer.layers.attention import scaled_dot_product_attention
+from tests.layer_testing import run_layer_test
+
+
+def numpy_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(-1, keepdims=True)
+
+
+def numpy_attention(q, k, v, mask=None):
+    """Eq. 1 in NumPy, float64."""
+    logits = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        logits = np.where(mask, logits, -np.inf)
+    weights = numpy_softmax(logits)
+    return weights @ v, weights
+
+
+def test_layer_contract(tmp_path):
+    x = np.random.rand(2, 5, 8).astype("float32")
+    y = np.random.rand(2, 7, 6).astype("float32")
+    run_layer_test(
+        MultiHeadAttention,
+        {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1},
+        [x, y],
+        (2, 5, 8),
+        tmp_path,
+        expected_num_weights=8,
+    )
+
+
+def test_equation_1_matches_numpy():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(2, 3, 4, 8)).astype("float32")
+    k = rng.normal(size=(2, 3, 6, 8)).astype("float32")
+    v = rng.normal(size=(2, 3, 6, 5)).astype("float32")
+    mask = rng.random((2, 1, 4, 6)) > 0.3
+    mask[..., 0] = True  # every row keeps at least one key
+    output, weights = scaled_dot_product_attention(q, k, v, mask)
+    expected_output, expected_weights = numpy_attention(
+        q.astype("float64"), k.astype("float64"), v.astype("float64"), mask
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(weights), expected_weights, atol=1e-6
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected_output, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fully_masked_row_gives_zeros_not_nan(dtype):
+    q = np.full((1, 2, 4), 300.0, dtype)  # large logits in float16 too
+    k = np.full((1, 3, 4), 300.0, dtype)
+    v = np.ones((1, 3, 4), dtype)
+    mask = np.array([[[True, False, True], [False, False, False]]])
+    output, weights = scaled_dot_product_attention(q, k, v, mask)
+    output, weights = ops.convert_to_numpy(output), ops.convert_to_numpy(weights)
+    assert np.all(np.isfinite(output))
+    np.testing.assert_array_equal(weights[0, 1], 0.0)
+    np.testing.assert_array_equal(output[0, 1], 0.0)
+    np.testing.assert_allclose(weights[0, 0], [0.5, 0.0, 0.5], atol=1e-3)
+
+
+def test_equations_2_and_3_with_known_weights():
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O against a NumPy loop."""
+    rng = np.random.default_rng(1)
+    heads, d_k, d_v, d_model = 3, 4, 5, 6
+    layer = MultiHeadAttention(num_heads=heads, key_dim=d_k, value_dim=d_v)
+    query = rng.normal(size=(2, 4, d_model)).astype("float32")
+    value = rng.normal(size=(2, 7, d_model)).astype("float32")
+    layer(query, value)
+    weights = [rng.normal(size=w.shape).astype("float32") for w in layer.weights]
+    layer.set_weights(weights)
+    w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o = weights
+    output = ops.convert_to_numpy(layer(query, value))
+
+    q = query @ w_q + b_q
+    k = value @ w_k + b_k
+    v = value @ w_v + b_v
+    head_outputs = []
+    for i in range(heads):
+        head, _ = numpy_attention(
+            q[..., i * d_k : (i + 1) * d_k],
+            k[..., i * d_k : (i + 1) * d_k],
+            v[..., i * d_v : (i + 1) * d_v],
+        )
+        head_outputs.append(head)
+    expected = np.concatenate(head_outputs, -1) @ w_o + b_o
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_cross_attention_scores_have_correct_symbolic_shape():
+    query = keras.Input((5, 8))
+    value = keras.Input((9, 8))
+    output, scores = MultiHeadAttention(num_heads=2, key_dim=4)(
+        query, value, return_attention_scores=True
+    )
+    assert tuple(scores.shape) == (None, 2, 5, 9)
+    model = keras.Model([query, value], [output, scores])
+    real_output, real_scores = model([np.ones((3, 5, 8)), np.ones((3, 9, 8))])
+    assert tuple(real_scores.shape) == (3, 2, 5, 9)
+    assert tuple(real_output.shape) == (3, 5, 8)
+
+
+def test_implicit_mask_equals_explicit_mask():
+    ids = np.array([[4, 5, 6, 0, 0], [7, 8, 0, 0, 0]])
+    embedding = ScaledEmbedding(20, 8, mask_zero=True)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    hidden = embedding(ids)
+    implicit = ops.convert_to_numpy(attention(hidden, hidden))
+    real = ids != 0
+    explicit_mask = real[:, :, None] & real[:, None, :]
+    explicit = ops.convert_to_numpy(
+        attention(ops.convert_to_numpy(hidden), hidden, attention_mask=explicit_mask)
+    )
+    np.testing.assert_allclose(implicit, explicit, atol=1e-6)
+
+
+def test_padded_keys_do_not_change_real_outputs():
+    rng = np.random.default_rng(2)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    padding = np.array([[True, True, True, True, False, False]])
+    first = ops.convert_to_numpy(attention(x, x, value_mask=padding))
+    x_changed = x.copy()
+    x_changed[:, 4:] = rng.normal(size=(1, 2, 8)) * 100
+    second = ops.convert_to_numpy(attention(x_changed, x_changed, value_mask=padding))
+    np.testing.assert_allclose(first[:, :4], second[:, :4], atol=1e-5)
+
+
+def test_causal_mask_hides_the_future():
+    rng = np.random.default_rng(3)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    first = ops.convert_to_numpy(attention(x, x, use_causal_mask=True))
+    x_changed = x.copy()
+    x_changed[:, 3] += 5.0
+    second = ops.convert_to_numpy(attention(x_changed, x_changed, use_causal_mask=True))
+    np.testing.assert_allclose(first[:, :3], second[:, :3], atol=1e-6)
+    assert not np.allclose(first[:, 3:], second[:, 3:])
+
+
+def test_attention_dropout_only_in_training():
+    attention = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
+    x = np.random.rand(2, 6, 8).astype("float32")
+    inference = [
+        ops.convert_to_numpy(attention(x, x, training=False)) for _ in range(2)
+    ]
+    np.testing.assert_array_equal(inference[0], inference[1])
+    training = ops.convert_to_numpy(attention(x, x, training=True))
+    assert not np.allclose(training, inference[0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_heads": 0, "key_dim": 4}, "num_heads=0"),
+        ({"num_heads": 2, "key_dim": -1}, "key_dim=-1"),
+        ({"num_heads": 2, "key_dim": 4, "dropout": 1.5}, "dropout=1.5"),
+        ({"num_heads": 2.0, "key_dim": 4}, "num_heads=2.0"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+def test_masks_of_the_wrong_rank_are_refused():
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.ones((2, 3, 8), "float32")
+    with pytest.raises(ValueError, match="attention_mask"):
+        attention(x, x, attention_mask=np.ones((2, 1, 3, 3), bool))
+    with pytest.raises(ValueError, match="rank 2"):
+        attention(x, x, value_mask=np.ones((2, 3, 1), bool))
+    with pytest.raises(ValueError, match="rank 3"):
+        MultiHeadAttention(num_heads=2, key_dim=4)(np.ones((3, 8)), np.ones((3, 8)))
+
+
+def test_float16_padding_stays_finite():
+    attention = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_float16")
+    x = np.random.rand(2, 5, 8).astype("float32") * 50
+    padding = np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], bool)
+    output, scores = attention(
+        x, x, query_mask=padding, value_mask=padding, return_attention_scores=True
+    )
+    assert output.dtype == "float16"
+    assert scores.dtype == "float32"
+    assert np.all(np.isfinite(ops.convert_to_numpy(output)))

@@ -1,0 +1,209 @@
+"""EncoderBlock and DecoderBlock: wiring, masks, causality, caching."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_transformer.layers import DecoderBlock, EncoderBlock, ScaledEmbedding
+from tests.layer_testing import run_layer_test
+
+BLOCK_ARGS = {"num_heads": 2, "d_ff": 16, "dropout": 0.1}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_contract(tmp_path, norm_first):
+    x = np.random.rand(2, 5, 8).astype("float32")
+    run_layer_test(
+        EncoderBlock,
+        {**BLOCK_ARGS, "norm_first": norm_first},
+        [x],
+        (2, 5, 8),
+        tmp_path,
+        expected_num_weights=16,
+    )
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_block_contract(tmp_path, norm_first):
+    y = np.random.rand(2, 4, 8).astype("float32")
+    x = np.random.rand(2, 6, 8).astype("float32")
+    run_layer_test(
+        DecoderBlock,
+        {**BLOCK_ARGS, "norm_first": norm_first},
+        [y, x],
+        (2, 4, 8),
+        tmp_path,
+        expected_num_weights=26,
+    )
+
+
+def numpy_layer_norm(x, eps=1e-6):
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def test_post_ln_and_pre_ln_wiring():
+    """Post-LN: LayerNorm(x + Sublayer(x)); pre-LN: x + Sublayer(LayerNorm(x))."""
+    x = np.random.rand(1, 4, 8).astype("float32")
+    for norm_first in (False, True):
+        block = EncoderBlock(num_heads=2, d_ff=16, dropout=0.0, norm_first=norm_first)
+        block(x)
+        attention, ffn = block.self_attention, block.feed_forward
+        if norm_first:
+            h = x + ops.convert_to_numpy(
+                attention(numpy_layer_norm(x), numpy_layer_norm(x))
+            )
+            expected = h + ops.convert_to_numpy(ffn(numpy_layer_norm(h)))
+        else:
+            h = numpy_layer_norm(x + ops.convert_to_numpy(attention(x, x)))
+            expected = numpy_layer_norm(h + ops.convert_to_numpy(ffn(h)))
+        np.testing.assert_allclose(ops.convert_to_numpy(block(x)), expected, atol=1e-4)
+
+
+def test_decoder_is_causal():
+    rng = np.random.default_rng(0)
+    block = DecoderBlock(**BLOCK_ARGS)
+    y = rng.normal(size=(1, 6, 8)).astype("float32")
+    x = rng.normal(size=(1, 5, 8)).astype("float32")
+    first = ops.convert_to_numpy(block(y, x))
+    y_changed = y.copy()
+    y_changed[:, 4] += 3.0
+    second = ops.convert_to_numpy(block(y_changed, x))
+    np.testing.assert_allclose(first[:, :4], second[:, :4], atol=1e-5)
+    assert not np.allclose(first[:, 4:], second[:, 4:])
+
+
+def test_encoder_implicit_mask_equals_explicit_mask():
+    ids = np.array([[4, 5, 6, 0, 0], [7, 8, 0, 0, 0]])
+    hidden = ScaledEmbedding(20, 8, mask_zero=True)(ids)
+    block = EncoderBlock(**BLOCK_ARGS)
+    implicit = ops.convert_to_numpy(block(hidden))
+    explicit = ops.convert_to_numpy(
+        block(ops.convert_to_numpy(hidden), padding_mask=ids != 0)
+    )
+    np.testing.assert_allclose(implicit, explicit, atol=1e-6)
+    unmasked = ops.convert_to_numpy(block(ops.convert_to_numpy(hidden)))
+    assert not np.allclose(implicit[0, :3], unmasked[0, :3])
+
+
+def test_decoder_implicit_masks_equal_explicit_masks():
+    embedding = ScaledEmbedding(20, 8, mask_zero=True)
+    source = np.array([[4, 5, 6, 0], [7, 8, 0, 0]])
+    target = np.array([[2, 9, 9, 0, 0], [2, 9, 0, 0, 0]])
+    block = DecoderBlock(**BLOCK_ARGS)
+    x, y = embedding(source), embedding(target)
+    implicit = ops.convert_to_numpy(block(y, x))
+    explicit = ops.convert_to_numpy(
+        block(
+            ops.convert_to_numpy(y),
+            ops.convert_to_numpy(x),
+            decoder_padding_mask=target != 0,
+            encoder_padding_mask=source != 0,
+        )
+    )
+    np.testing.assert_allclose(implicit, explicit, atol=1e-6)
+
+
+def test_padding_does_not_change_real_positions():
+    rng = np.random.default_rng(1)
+    encoder, decoder = EncoderBlock(**BLOCK_ARGS), DecoderBlock(**BLOCK_ARGS)
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    y = rng.normal(size=(1, 5, 8)).astype("float32")
+    source_mask = np.array([[1, 1, 1, 1, 0, 0]], bool)
+    target_mask = np.array([[1, 1, 1, 0, 0]], bool)
+
+    def run(x, y):
+        encoded = encoder(x, padding_mask=source_mask)
+        return ops.convert_to_numpy(encoded), ops.convert_to_numpy(
+            decoder(
+                y,
+                encoded,
+                decoder_padding_mask=target_mask,
+                encoder_padding_mask=source_mask,
+            )
+        )
+
+    first = run(x, y)
+    x2, y2 = x.copy(), y.copy()
+    x2[:, 4:] = 50.0
+    y2[:, 3:] = -50.0
+    second = run(x2, y2)
+    np.testing.assert_allclose(first[0][:, :4], second[0][:, :4], atol=1e-5)
+    np.testing.assert_allclose(first[1][:, :3], second[1][:, :3], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_equals_full_pass(norm_first):
+    rng = np.random.default_rng(2)
+    block = DecoderBlock(**BLOCK_ARGS, norm_first=norm_first)
+    y = rng.normal(size=(2, 6, 8)).astype("float32")
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    source_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    full = ops.convert_to_numpy(block(y, x, encoder_padding_mask=source_mask))
+    cache = block.init_cache(x, max_length=8)
+    assert tuple(cache["self_keys"].shape) == (2, 2, 8, 4)
+    steps = []
+    for index in range(6):
+        output, cache = block.call_cached(
+            y[:, index : index + 1], cache, index, encoder_padding_mask=source_mask
+        )
+        steps.append(ops.convert_to_numpy(output))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    # Two tokens at once, starting at position 2, after a fresh prefix.
+    cache = block.init_cache(x, max_length=8)
+    _, cache = block.call_cached(y[:, :2], cache, 0, encoder_padding_mask=source_mask)
+    two, _ = block.call_cached(y[:, 2:4], cache, 2, encoder_padding_mask=source_mask)
+    np.testing.assert_allclose(ops.convert_to_numpy(two), full[:, 2:4], atol=1e-5)
+
+
+def test_blocks_return_attention_maps():
+    x = np.random.rand(2, 5, 8).astype("float32")
+    y = np.random.rand(2, 3, 8).astype("float32")
+    encoded, scores = EncoderBlock(**BLOCK_ARGS)(x, return_attention_scores=True)
+    assert tuple(scores.shape) == (2, 2, 5, 5)
+    decoder = DecoderBlock(**BLOCK_ARGS)
+    _, self_scores, cross_scores = decoder(y, encoded, return_attention_scores=True)
+    assert tuple(self_scores.shape) == (2, 2, 3, 3)
+    assert tuple(cross_scores.shape) == (2, 2, 3, 5)
+    # Causal: nothing above the diagonal.
+    np.testing.assert_array_equal(np.triu(ops.convert_to_numpy(self_scores), 1), 0.0)
+    symbolic = decoder(
+        keras.Input((3, 8)), keras.Input((7, 8)), return_attention_scores=True
+    )
+    assert tuple(symbolic[2].shape) == (None, 2, 3, 7)
+
+
+def test_residual_dropout_only_in_training():
+    block = EncoderBlock(num_heads=2, d_ff=16, dropout=0.5)
+    x = np.random.rand(2, 5, 8).astype("float32")
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(block(x)), ops.convert_to_numpy(block(x, training=False))
+    )
+    assert not np.allclose(
+        ops.convert_to_numpy(block(x, training=True)), ops.convert_to_numpy(block(x))
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_heads": 0, "d_ff": 8}, "num_heads=0"),
+        ({"num_heads": 2, "d_ff": 8, "dropout": 1.0}, "dropout=1.0"),
+        ({"num_heads": 2, "d_ff": 8, "layer_norm_epsilon": 0}, "layer_norm_epsilon=0"),
+    ],
+)
+def test_bad_block_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EncoderBlock(**kwargs)
+
+
+def test_indivisible_d_model_is_refused():
+    with pytest.raises(ValueError, match="not divisible by num_heads=3"):
+        EncoderBlock(num_heads=3, d_ff=8)(np.zeros((1, 2, 8), "float32"))
+
+
+def test_decoder_block_cache_needs_built_block():
+    with pytest.raises(ValueError, match="built"):
+        DecoderBlock(**BLOCK_ARGS).init_cache(np.zeros((1, 2, 8), "float32"), 4)

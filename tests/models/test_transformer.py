@@ -1,0 +1,199 @@
+"""build_transformer: parameter counts (Table 3), sharing, caching, saving."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_transformer as kt
+from keras_transformer.models import (
+    PAPER_PARAMETER_COUNTS_M,
+    IncrementalDecoder,
+    TransformerConfig,
+    build_transformer,
+    decoder_model,
+    encoder_model,
+    presets,
+)
+
+SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0]], "int32")
+TARGET = np.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], "int32")
+LABELS = np.array([[11, 12, 13, 14, 3], [15, 16, 3, 0, 0]], "int32")
+
+VARIANTS = {
+    "post_ln_shared": presets["tiny"],
+    "pre_ln_learned_separate": presets["tiny"].replace(
+        norm_first=True,
+        position_encoding="learned",
+        share_embeddings=False,
+        target_vocabulary_size=700,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ["base", "big", "table3_C_d256", "table3_C_d1024"])
+def test_parameter_counts_match_table_3(name):
+    """Absolute counts with a 37,000-token shared vocabulary agree with the
+    paper within 5%: the paper rounds to millions and its rows imply an
+    embedding of 36k-42k rows (see docs/architecture.md)."""
+    millions = build_transformer(presets[name]).count_params() / 1e6
+    assert millions == pytest.approx(PAPER_PARAMETER_COUNTS_M[name], rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        name
+        for name in PAPER_PARAMETER_COUNTS_M
+        if name not in ("base", "big") and presets[name].d_model == 512
+    ),
+)
+def test_parameter_differences_to_base_match_table_3(name):
+    """Rows that keep d_model share the embedding with `base`: their difference
+    to base must match the paper's to within its rounding (two numbers each
+    rounded to 1M)."""
+    base = build_transformer(presets["base"]).count_params() / 1e6
+    row = build_transformer(presets[name]).count_params() / 1e6
+    paper = PAPER_PARAMETER_COUNTS_M[name] - PAPER_PARAMETER_COUNTS_M["base"]
+    assert row - base == pytest.approx(paper, abs=1.0)
+
+
+def test_base_model_shapes_and_exact_count():
+    config = presets["base"]
+    model = build_transformer(config)
+    d, ff, v = 512, 2048, 37000
+    attention = 4 * d * d + 4 * d
+    ffn = 2 * d * ff + ff + d
+    encoder_layer = attention + ffn + 2 * 2 * d
+    decoder_layer = 2 * attention + ffn + 3 * 2 * d
+    assert model.count_params() == v * d + 6 * encoder_layer + 6 * decoder_layer
+
+
+def test_shared_vocabulary_uses_one_matrix():
+    model = build_transformer(presets["tiny"])
+    embeddings = [w for w in model.weights if "embeddings" in w.path]
+    assert len(embeddings) == 1
+    assert tuple(embeddings[0].shape) == (1000, 64)
+
+
+def test_separate_vocabularies_tie_target_embedding_and_projection():
+    model = build_transformer(VARIANTS["pre_ln_learned_separate"])
+    embeddings = sorted(
+        tuple(w.shape) for w in model.weights if w.path.endswith("/embeddings")
+    )
+    assert embeddings == [(700, 64), (1000, 64)]
+    logits = model([SOURCE, TARGET])
+    assert tuple(logits.shape) == (2, 5, 700)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_cached_decoding_equals_full_forward_pass(variant):
+    model = build_transformer(VARIANTS[variant])
+    full = ops.convert_to_numpy(model([SOURCE, TARGET], training=False))
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
+    steps = []
+    for index in range(TARGET.shape[1]):
+        logits, state = decoder.step(TARGET[:, index : index + 1], state, index)
+        steps.append(ops.convert_to_numpy(logits))
+    # Only real target positions matter (the cached path has no target padding).
+    real = TARGET != 0
+    np.testing.assert_allclose(np.concatenate(steps, 1)[real], full[real], atol=1e-4)
+
+
+def test_decoder_is_causal_and_padding_is_invisible():
+    model = build_transformer(presets["tiny"].replace(dropout=0.0))
+    first = ops.convert_to_numpy(model([SOURCE, TARGET]))
+    target = TARGET.copy()
+    target[0, 3] = 40
+    second = ops.convert_to_numpy(model([SOURCE, target]))
+    np.testing.assert_allclose(first[0, :3], second[0, :3], atol=1e-5)
+    assert not np.allclose(first[0, 3:], second[0, 3:])
+    # Extra padding on the source changes nothing.
+    padded = np.pad(SOURCE, ((0, 0), (0, 3)))
+    third = ops.convert_to_numpy(model([padded, TARGET]))
+    np.testing.assert_allclose(first, third, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_save_load_and_split_models(tmp_path, variant):
+    model = build_transformer(VARIANTS[variant])
+    expected = ops.convert_to_numpy(model([SOURCE, TARGET]))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(restored([SOURCE, TARGET])), expected
+    )
+    encoder, decoder = encoder_model(restored), decoder_model(restored)
+    encoded = encoder(SOURCE)
+    split = decoder(
+        [ops.convert_to_tensor(TARGET), encoded, ops.convert_to_tensor(SOURCE)]
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(split), expected, atol=1e-6)
+
+
+def test_training_reduces_the_loss():
+    config = presets["tiny"]
+    model = build_transformer(config)
+    model.compile(
+        optimizer=kt.schedules.paper_adam(
+            config.d_model, kt.schedules.OptimizerConfig(warmup_steps=20)
+        ),
+        loss=kt.losses.MaskedSparseCrossEntropy(),
+        metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity()],
+    )
+    history = model.fit([SOURCE, TARGET], LABELS, epochs=15, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < 0.6 * losses[0]
+    assert set(history.history) == {"loss", "token_accuracy", "perplexity"}
+
+
+def test_mixed_float16_model_with_padding_is_finite():
+    model = build_transformer(presets["tiny"], dtype="mixed_float16")
+    logits = model([SOURCE, TARGET])
+    assert logits.dtype == "float32"
+    assert np.all(np.isfinite(ops.convert_to_numpy(logits)))
+    block = model.get_layer("encoder_block_0")
+    assert block.compute_dtype == "float16"
+    assert block.self_attention_norm.variable_dtype == "float32"
+
+
+def test_learned_positions_refuse_too_long_decoding():
+    model = build_transformer(VARIANTS["pre_ln_learned_separate"])
+    with pytest.raises(ValueError, match="longer than the model supports"):
+        IncrementalDecoder(model).start(SOURCE, max_length=1000)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"d_model": 65, "num_heads": 5}, "even d_model"),
+        ({"d_model": 64, "num_heads": 3}, "not divisible by num_heads=3"),
+        ({"dropout": 1.2}, "dropout=1.2"),
+        ({"position_encoding": "rotary"}, "position_encoding='rotary'"),
+        ({"target_vocabulary_size": 50}, "share_embeddings=True"),
+        ({"num_encoder_layers": 0}, "num_encoder_layers=0"),
+    ],
+)
+def test_config_validation(changes, message):
+    with pytest.raises(ValueError, match=message):
+        presets["tiny"].replace(**changes)
+
+
+def test_config_json_round_trip_and_unknown_fields():
+    config = presets["small"]
+    assert TransformerConfig.from_json(config.to_json()) == config
+    with pytest.raises(ValueError, match="d_modle"):
+        TransformerConfig.from_dict({"d_modle": 4})
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ValueError, match="base"):
+        kt.models.get_preset("huge")
+
+
+def test_model_from_other_builder_is_refused():
+    plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="not built by build_transformer"):
+        IncrementalDecoder(plain)
