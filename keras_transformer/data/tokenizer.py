@@ -1,0 +1,558 @@
+"""Subword vocabulary learned with SentencePiece, applied in-graph.
+
+The Transformer paper encodes sentences with a shared source-target
+vocabulary of subword units (byte-pair encoding for English-German, a
+word-piece vocabulary for English-French). :class:`SubwordTokenizer` learns
+such a vocabulary with SentencePiece (Kudo & Richardson, 2018), unigram
+language model by default or BPE, and tokenizes with
+``tensorflow_text.SentencepieceTokenizer``, a TensorFlow op, so that
+tokenization can run inside ``tf.data`` pipelines and be exported inside a
+SavedModel. The tokenizer is a ``tf.Module``: assigning it to an attribute of
+an exported module tracks its resources.
+
+Special ids are fixed for every tokenizer this class trains or loads:
+``PAD_ID = 0``, ``UNK_ID = 1``, ``START_ID = 2`` (``<s>``) and
+``END_ID = 3`` (``</s>``).
+
+Text normalisation (SentencePiece's default ``nmt_nfkc`` rule), applied before
+tokenization, is the only thing a round trip ``decode(encode(s))`` loses:
+
+* Unicode NFKC normalisation (e.g. ``"ﬁ"`` becomes ``"fi"``, full-width
+  letters become ASCII), plus removal of control characters;
+* leading and trailing whitespace is removed and runs of whitespace (TABs and
+  newlines included) become one space.
+
+Characters never seen in training become ``UNK_ID`` and are decoded as
+``" ⁇ "`` (unless the tokenizer was trained with ``byte_fallback=True``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+from sentencepiece import sentencepiece_model_pb2
+from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sp
+
+__all__ = ["SubwordTokenizer"]
+
+_MODEL_FILE = "tokenizer.model"
+_CONFIG_FILE = "tokenizer.json"
+_FORMAT_VERSION = 1
+_MODEL_TYPES = ("unigram", "bpe")
+
+
+def _fingerprint(proto: bytes) -> str:
+    return hashlib.sha256(proto).hexdigest()
+
+
+def _model_type_name(proto: bytes) -> str:
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    type_enum = sentencepiece_model_pb2.TrainerSpec.ModelType
+    return type_enum.Name(model.trainer_spec.model_type).lower()
+
+
+class _SharedSentencepieceResource(_tf_text_sp._SentencepieceModelResource):
+    """The SentencePiece model resource of ``tf_text``, under a shared name.
+
+    ``tf_text`` creates the model resource as owned by the op kernel that
+    built it, so clearing TensorFlow's eager kernel cache deletes it, and
+    ``tf.random.set_seed`` / ``keras.utils.set_random_seed`` clear that cache:
+    afterwards every tokenization fails with "Resource ... does not exist".
+    A ``shared_name`` (derived from the model's fingerprint) makes the
+    resource live in the resource manager for the life of the process, where
+    a re-created kernel finds it again. Tokenizers of the same model share
+    it.
+    """
+
+    def __init__(self, model: bytes, shared_name: str) -> None:
+        self._shared_name = shared_name
+        super().__init__(model, None)
+
+    def _create_resource(self) -> tf.Tensor:
+        return _tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
+            model=self._model, shared_name=self._shared_name
+        )
+
+
+def _make_tf_text_tokenizer(
+    model_proto: bytes, fingerprint: str
+) -> tf_text.SentencepieceTokenizer:
+    tokenizer = tf_text.SentencepieceTokenizer(
+        model=model_proto, out_type=tf.int32, add_bos=False, add_eos=False
+    )
+    # Replace the kernel-owned resource by a shared one (see above).
+    tokenizer._model_resource = _SharedSentencepieceResource(
+        model_proto, f"keras_transformer_sentencepiece_{fingerprint[:32]}"
+    )
+    return tokenizer
+
+
+class SubwordTokenizer(tf.Module):
+    """A SentencePiece subword vocabulary with in-graph tokenization.
+
+    Build one with :meth:`train`, :meth:`load` or :meth:`from_proto`; the
+    constructor takes the serialized SentencePiece model.
+
+    Example:
+        >>> tokenizer = SubwordTokenizer.train(sentences, vocabulary_size=8000)
+        >>> ids = tokenizer.tokenize(["Ein Hund rennt."])  # RaggedTensor
+        >>> tokenizer.detokenize(ids)  # [b"Ein Hund rennt."]
+        >>> tokenizer.save("runs/de_en/tokenizer")
+
+    Args:
+        model_proto: A serialized SentencePiece ``ModelProto`` whose special
+            ids are pad=0, unk=1, bos=2, eos=3.
+    """
+
+    PAD_ID = 0
+    UNK_ID = 1
+    START_ID = 2
+    END_ID = 3
+
+    def __init__(self, model_proto: bytes) -> None:
+        super().__init__(name="subword_tokenizer")
+        if not isinstance(model_proto, bytes | bytearray) or not model_proto:
+            raise TypeError(
+                "SubwordTokenizer needs the serialized SentencePiece model as "
+                f"non-empty bytes, got {type(model_proto).__name__}. Use "
+                "SubwordTokenizer.load(directory) to read a saved tokenizer."
+            )
+        model_proto = bytes(model_proto)
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError) as e:
+            raise ValueError(
+                f"The bytes are not a valid SentencePiece model ({e}). Pass the "
+                "content of a tokenizer.model file written by "
+                "SubwordTokenizer.save or by the sentencepiece trainer."
+            ) from e
+        found = (
+            processor.pad_id(),
+            processor.unk_id(),
+            processor.bos_id(),
+            processor.eos_id(),
+        )
+        wanted = (self.PAD_ID, self.UNK_ID, self.START_ID, self.END_ID)
+        if found != wanted:
+            raise ValueError(
+                f"This SentencePiece model has special ids (pad, unk, bos, eos) = "
+                f"{found}, but SubwordTokenizer needs {wanted}. Train the "
+                "vocabulary with SubwordTokenizer.train, or pass pad_id=0, "
+                "unk_id=1, bos_id=2, eos_id=3 to the sentencepiece trainer."
+            )
+        self._proto = model_proto
+        self._processor = processor
+        self._fingerprint = _fingerprint(model_proto)
+        self._model_type = _model_type_name(model_proto)
+        self._tokenizer = _make_tf_text_tokenizer(model_proto, self._fingerprint)
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocabulary_size: int,
+        *,
+        model_type: Literal["unigram", "bpe"] = "unigram",
+        character_coverage: float = 1.0,
+        seed: int = 0,
+        max_sentences: int | None = None,
+        byte_fallback: bool = False,
+        num_threads: int = 1,
+    ) -> SubwordTokenizer:
+        """Learns a subword vocabulary from sentences held in memory.
+
+        For a shared source-target vocabulary (the paper's setup, and what
+        :func:`~keras_transformer.data.make_translation_dataset` expects when
+        one tokenizer serves both sides), pass the sentences of both
+        languages, e.g. ``itertools.chain(pairs.sources, pairs.targets)``.
+
+        Args:
+            texts: Training sentences; empty strings are ignored.
+            vocabulary_size: Number of ids, the four special ids included.
+            model_type: ``"unigram"`` (SentencePiece's unigram language model)
+                or ``"bpe"`` (byte-pair encoding).
+            character_coverage: Share of characters the vocabulary must cover;
+                rarer characters become ``UNK_ID``. 1.0 suits alphabetic
+                languages, 0.9995 is usual for Chinese or Japanese.
+            seed: Seed of SentencePiece's random generator (used when
+                ``max_sentences`` samples the input).
+            max_sentences: If set, train on a random sample of this many
+                sentences; ``None`` uses them all.
+            byte_fallback: Decompose unknown characters into UTF-8 byte pieces
+                instead of ``UNK_ID``; uses 256 ids of the vocabulary.
+            num_threads: Training threads. The learned vocabulary depends on
+                the thread count, so keep it fixed for reproducible results.
+
+        Returns:
+            The trained tokenizer.
+
+        Raises:
+            ValueError: If an argument is invalid or the corpus is too small
+                for ``vocabulary_size``.
+        """
+        if model_type not in _MODEL_TYPES:
+            raise ValueError(
+                f"model_type={model_type!r} is not supported; use one of "
+                f"{_MODEL_TYPES}."
+            )
+        minimum = 5 + (256 if byte_fallback else 0)
+        if vocabulary_size < minimum:
+            raise ValueError(
+                f"vocabulary_size={vocabulary_size} is too small; it must be at "
+                f"least {minimum} (four special ids plus pieces)."
+            )
+        if not 0.0 < character_coverage <= 1.0:
+            raise ValueError(
+                f"character_coverage must be in (0, 1], got {character_coverage}."
+            )
+        if max_sentences is not None and max_sentences < 1:
+            raise ValueError(
+                f"max_sentences must be positive or None, got {max_sentences}."
+            )
+        if isinstance(texts, str):
+            raise TypeError(
+                "texts must be an iterable of sentences, not a single str; wrap "
+                "it in a list."
+            )
+
+        counter = {"sentences": 0}
+
+        def sentences() -> Iterator[str]:
+            for text in texts:
+                if not isinstance(text, str):
+                    raise TypeError(
+                        f"texts must yield str, got {type(text).__name__}; "
+                        "decode bytes first."
+                    )
+                if text.strip():
+                    counter["sentences"] += 1
+                    yield text
+
+        options = {
+            "model_type": model_type,
+            "vocab_size": vocabulary_size,
+            "character_coverage": character_coverage,
+            "pad_id": cls.PAD_ID,
+            "unk_id": cls.UNK_ID,
+            "bos_id": cls.START_ID,
+            "eos_id": cls.END_ID,
+            "byte_fallback": byte_fallback,
+            "num_threads": num_threads,
+            "minloglevel": 2,
+        }
+        if max_sentences is not None:
+            options["input_sentence_size"] = max_sentences
+            options["shuffle_input_sentence"] = True
+        spm.set_random_generator_seed(seed)
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences(), model_writer=model, **options
+            )
+        except RuntimeError as e:
+            if counter["sentences"] == 0:
+                raise ValueError(
+                    "Cannot train a tokenizer on no text: texts held no "
+                    "non-empty sentence."
+                ) from e
+            message = str(e)
+            if "Vocabulary size too high" in message or "vocab_size" in message:
+                raise ValueError(
+                    f"vocabulary_size={vocabulary_size} is too large for "
+                    f"{counter['sentences']} training sentences ({message}). "
+                    "Lower vocabulary_size or train on more text."
+                ) from e
+            raise ValueError(f"SentencePiece training failed: {message}") from e
+        return cls(model.getvalue())
+
+    @classmethod
+    def from_proto(cls, model_proto: bytes) -> SubwordTokenizer:
+        """Builds a tokenizer from a serialized SentencePiece model.
+
+        Args:
+            model_proto: The bytes of a ``tokenizer.model`` file.
+
+        Returns:
+            The tokenizer.
+        """
+        return cls(model_proto)
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Writes ``tokenizer.model`` and ``tokenizer.json`` into a folder.
+
+        ``tokenizer.json`` records the vocabulary size, the special ids and
+        the SHA-256 fingerprint of the model, which :meth:`load` verifies.
+
+        Args:
+            directory: Folder to write to; created if missing. Existing
+                tokenizer files in it are replaced.
+
+        Returns:
+            The folder, as a ``Path``.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / _MODEL_FILE).write_bytes(self._proto)
+        config = {
+            "format_version": _FORMAT_VERSION,
+            "vocabulary_size": self.vocabulary_size,
+            "model_type": self.model_type,
+            "pad_id": self.PAD_ID,
+            "unk_id": self.UNK_ID,
+            "start_id": self.START_ID,
+            "end_id": self.END_ID,
+            "fingerprint": self.fingerprint,
+        }
+        (directory / _CONFIG_FILE).write_text(
+            json.dumps(config, indent=2) + "\n", encoding="utf-8"
+        )
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> SubwordTokenizer:
+        """Reads a tokenizer written by :meth:`save`.
+
+        Args:
+            directory: Folder holding ``tokenizer.model`` and
+                ``tokenizer.json``.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            FileNotFoundError: If a file is missing.
+            ValueError: If ``tokenizer.model`` does not match the fingerprint
+                or vocabulary size recorded in ``tokenizer.json``.
+        """
+        directory = Path(directory)
+        model_path, config_path = directory / _MODEL_FILE, directory / _CONFIG_FILE
+        for path in (model_path, config_path):
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{path} not found. Pass the folder that "
+                    "SubwordTokenizer.save(directory) wrote (it holds "
+                    f"{_MODEL_FILE} and {_CONFIG_FILE})."
+                )
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        tokenizer = cls(model_path.read_bytes())
+        if config.get("fingerprint") != tokenizer.fingerprint:
+            raise ValueError(
+                f"{model_path} does not match the fingerprint recorded in "
+                f"{config_path} ({config.get('fingerprint')!r} expected, "
+                f"{tokenizer.fingerprint!r} found): the files come from different "
+                "tokenizers. Save the tokenizer again, or restore both files "
+                "from the same run."
+            )
+        tokenizer.check_compatible(
+            expected_vocabulary_size=config.get("vocabulary_size", -1)
+        )
+        return tokenizer
+
+    # -- properties ---------------------------------------------------------
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of ids, special ids included."""
+        return self._processor.get_piece_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 hex digest of the serialized model; identifies the vocabulary."""
+        return self._fingerprint
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model."""
+        return self._proto
+
+    @property
+    def model_type(self) -> str:
+        """``"unigram"`` or ``"bpe"`` (or another SentencePiece model type)."""
+        return self._model_type
+
+    @property
+    def pad_id(self) -> int:
+        """Padding id, 0."""
+        return self.PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        """Unknown-piece id, 1."""
+        return self.UNK_ID
+
+    @property
+    def start_id(self) -> int:
+        """Start-of-sequence id (``<s>``), 2."""
+        return self.START_ID
+
+    @property
+    def end_id(self) -> int:
+        """End-of-sequence id (``</s>``), 3."""
+        return self.END_ID
+
+    def id_to_piece(self, token_id: int) -> str:
+        """Returns the subword piece of an id, e.g. ``"▁Hund"``."""
+        if not 0 <= token_id < self.vocabulary_size:
+            raise ValueError(
+                f"token id {token_id} is outside the vocabulary "
+                f"[0, {self.vocabulary_size})."
+            )
+        return self._processor.id_to_piece(token_id)
+
+    def check_compatible(
+        self,
+        expected_vocabulary_size: int,
+        expected_fingerprint: str | None = None,
+    ) -> None:
+        """Checks that this tokenizer is the one a model was trained with.
+
+        Args:
+            expected_vocabulary_size: Vocabulary size of the model's
+                embedding (from its checkpoint or config).
+            expected_fingerprint: The fingerprint recorded with the
+                checkpoint, if any.
+
+        Raises:
+            ValueError: If the size or the fingerprint differs.
+        """
+        problems = []
+        if expected_vocabulary_size != self.vocabulary_size:
+            problems.append(
+                f"the checkpoint expects vocabulary_size={expected_vocabulary_size} "
+                f"but this tokenizer has {self.vocabulary_size}"
+            )
+        if (
+            expected_fingerprint is not None
+            and expected_fingerprint != self.fingerprint
+        ):
+            problems.append(
+                f"the checkpoint expects tokenizer fingerprint "
+                f"{expected_fingerprint[:12]}… but this tokenizer's is "
+                f"{self.fingerprint[:12]}…"
+            )
+        if problems:
+            raise ValueError(
+                "The tokenizer vocabulary does not match the checkpoint: "
+                + "; ".join(problems)
+                + ". Token ids would mean different pieces. Load the tokenizer "
+                "saved with the checkpoint (SubwordTokenizer.load(<its "
+                "directory>)), or train a new model with this tokenizer."
+            )
+
+    # -- in-graph ------------------------------------------------------------
+
+    def tokenize(self, strings: tf.Tensor | Sequence[str] | str) -> tf.RaggedTensor:
+        """Splits strings into subword ids, without start or end ids.
+
+        Works eagerly and inside ``tf.function`` / ``tf.data``.
+
+        Args:
+            strings: A ``tf.string`` tensor of any rank, or Python strings.
+
+        Returns:
+            ``int32`` ids: a ``tf.RaggedTensor`` of shape ``[..., (tokens)]``
+            for an input of rank >= 1; a 1-D ``tf.Tensor`` for a scalar.
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        return self._tokenizer.tokenize(strings)
+
+    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+        """Turns ids back into strings.
+
+        Padding and start ids are ignored, and each sequence ends at its
+        first end id (what follows it, e.g. a decoder's output after it
+        finished, is dropped).
+
+        Args:
+            ids: Integer ids of shape ``[tokens]`` or ``[batch, tokens]``,
+                dense or ragged.
+
+        Returns:
+            A scalar ``tf.string`` for a 1-D input, else a ``[batch]`` tensor.
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            if ids.shape.rank != 2:
+                raise ValueError(
+                    f"detokenize needs ids of shape [batch, (tokens)], got rank "
+                    f"{ids.shape.rank}."
+                )
+            dense = ids.to_tensor(default_value=self.PAD_ID)
+            return self._detokenize_dense(tf.cast(dense, tf.int32))
+        ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise TypeError(f"detokenize needs integer ids, got {ids.dtype.name}.")
+        ids = tf.cast(ids, tf.int32)
+        if ids.shape.rank == 1:
+            return self._detokenize_dense(ids[tf.newaxis])[0]
+        if ids.shape.rank != 2:
+            raise ValueError(
+                f"detokenize needs ids of shape [tokens] or [batch, tokens], got "
+                f"shape {ids.shape}."
+            )
+        return self._detokenize_dense(ids)
+
+    def _detokenize_dense(self, ids: tf.Tensor) -> tf.Tensor:
+        before_end = tf.math.cumsum(tf.cast(ids == self.END_ID, tf.int32), axis=1) == 0
+        keep = before_end & (ids != self.PAD_ID) & (ids != self.START_ID)
+        return self._tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
+
+    # -- Python helpers -------------------------------------------------------
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Tokenizes Python strings into lists of ids (no start or end ids).
+
+        Gives the same ids as :meth:`tokenize`.
+
+        Args:
+            texts: Sentences.
+
+        Returns:
+            One list of ids per sentence.
+        """
+        if isinstance(texts, str):
+            raise TypeError(
+                "encode takes a list of strings; wrap one string in a list."
+            )
+        return self._processor.encode(list(texts), out_type=int)
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Turns lists of ids back into strings, like :meth:`detokenize`.
+
+        Args:
+            ids: One sequence of ids per sentence.
+
+        Returns:
+            One string per sequence.
+        """
+        cleaned: list[list[int]] = []
+        for sequence in ids:
+            kept = []
+            for token_id in sequence:
+                token_id = int(token_id)
+                if token_id == self.END_ID:
+                    break
+                if token_id not in (self.PAD_ID, self.START_ID):
+                    kept.append(token_id)
+            cleaned.append(kept)
+        if not cleaned:
+            return []
+        return self._processor.decode(cleaned)
+
+    def __repr__(self) -> str:
+        return (
+            f"SubwordTokenizer(vocabulary_size={self.vocabulary_size}, "
+            f"model_type={self.model_type!r}, fingerprint={self.fingerprint[:12]})"
+        )

@@ -1,0 +1,145 @@
+"""Tests of keras_transformer.data.text."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data import TextPairs, read_parallel_files, read_tsv_pairs
+
+
+def write(path: Path, data: bytes) -> Path:
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_reads_plain_and_gzip(tmp_path: Path, suffix: str) -> None:
+    src = write(
+        tmp_path / f"a.de{suffix}",
+        "Ein Hund.\nZwei  Katzen  \r\nÄpfel\tund Birnen".encode(),
+    )
+    tgt = write(tmp_path / f"a.en{suffix}", b"A dog.\nTwo cats.\nApples and pears \n")
+    pairs = read_parallel_files(src, tgt)
+    assert len(pairs) == 3
+    # Only trailing whitespace goes; inner runs of spaces and TABs stay.
+    assert pairs.sources == ("Ein Hund.", "Zwei  Katzen", "Äpfel\tund Birnen")
+    assert pairs.targets == ("A dog.", "Two cats.", "Apples and pears")
+    assert dict(pairs.skipped) == {}
+
+
+def test_mismatched_line_counts_always_raise(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", b"eins\nzwei\ndrei\n")
+    tgt = write(tmp_path / "a.en", b"one\ntwo\n")
+    for policy in ("raise", "skip"):
+        with pytest.raises(ValueError) as info:
+            read_parallel_files(src, tgt, on_bad_line=policy)
+        message = str(info.value)
+        assert str(src) in message and str(tgt) in message
+        assert "3 lines" in message and "has 2" in message
+
+
+def test_empty_line_raises_with_line_number_and_fix(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", b"eins\n  \ndrei\n")
+    tgt = write(tmp_path / "a.en", b"one\ntwo\nthree\n")
+    with pytest.raises(ValueError, match=r"a\.de, line 2: empty line") as info:
+        read_parallel_files(src, tgt)
+    assert "on_bad_line='skip'" in str(info.value)
+
+
+def test_empty_line_skipped_on_both_sides(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", b"eins\nzwei\ndrei\nvier\n")
+    tgt = write(tmp_path / "a.en", b"one\n\nthree\n\n")
+    pairs = read_parallel_files(src, tgt, on_bad_line="skip")
+    assert list(pairs) == [("eins", "one"), ("drei", "three")]
+    assert pairs.skipped == {"empty": 2}
+
+
+def test_invalid_utf8(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de.gz", b"eins\nzwei\n\xff\xfe kaputt\n")
+    tgt = write(tmp_path / "a.en.gz", b"one\ntwo\nthree\n")
+    with pytest.raises(ValueError) as info:
+        read_parallel_files(src, tgt)
+    message = str(info.value)
+    assert str(src) in message and "line 3" in message and "invalid UTF-8" in message
+    assert "on_bad_line='skip'" in message
+    pairs = read_parallel_files(src, tgt, on_bad_line="skip")
+    assert pairs.sources == ("eins", "zwei") and pairs.targets == ("one", "two")
+    assert pairs.skipped == {"invalid_utf8": 1}
+
+
+def test_too_long_line(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", b"kurz\n" + b"x" * 30 + b"\nauch kurz\n")
+    tgt = write(tmp_path / "a.en", b"short\nlong\nalso short\n")
+    with pytest.raises(
+        ValueError, match=r"line 2: line of 30 characters .* max_chars=20"
+    ):
+        read_parallel_files(src, tgt, max_chars=20)
+    pairs = read_parallel_files(src, tgt, max_chars=20, on_bad_line="skip")
+    assert pairs.targets == ("short", "also short")
+    assert pairs.skipped == {"too_long": 1}
+    assert len(read_parallel_files(src, tgt, max_chars=None)) == 3
+
+
+def test_invalid_arguments_and_missing_file(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", b"eins\n")
+    with pytest.raises(ValueError, match="on_bad_line='ignore'.*'raise', 'skip'"):
+        read_parallel_files(src, src, on_bad_line="ignore")  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError, match="missing.en"):
+        read_parallel_files(src, tmp_path / "missing.en")
+
+
+def test_tsv_pairs_and_bad_columns(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "pairs.tsv.gz",
+        "Hi.\tHola.\tCC-BY\nOnly one column\nNiño.\tChild.\tCC-BY\n".encode(),
+    )
+    with pytest.raises(
+        ValueError, match=r"line 2: 1 tab-separated columns instead of 3"
+    ):
+        read_tsv_pairs(path)
+    pairs = read_tsv_pairs(path, on_bad_line="skip")
+    assert list(pairs) == [("Hi.", "Hola."), ("Niño.", "Child.")]
+    assert pairs.skipped == {"wrong_columns": 1}
+    swapped = read_tsv_pairs(path, source_column=1, target_column=0, on_bad_line="skip")
+    assert swapped.sources == ("Hola.", "Child.")
+
+
+def test_tsv_header_and_empty_cell(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.tsv", b"label\ttext\n1\tgood\n0\t \n")
+    with pytest.raises(ValueError, match="line 3: empty target column"):
+        read_tsv_pairs(path, skip_header=True)
+    pairs = read_tsv_pairs(path, skip_header=True, on_bad_line="skip")
+    assert list(pairs) == [("1", "good")] and pairs.skipped == {"empty": 1}
+
+
+def test_text_pairs_api() -> None:
+    pairs = TextPairs(["a", "b", "c"], ["x", "y", "z"], {"empty": 1})
+    assert len(pairs) == 3 and pairs.sources == ("a", "b", "c")
+    assert pairs.take(2) == TextPairs(("a", "b"), ("x", "y"), {"empty": 1})
+    assert pairs.take(10) == pairs
+    assert pairs.reversed().sources == ("x", "y", "z")
+    assert pairs.reversed().reversed() == pairs
+    assert hash(pairs.reversed().reversed()) == hash(pairs)
+    dataset = pairs.to_dataset()
+    assert dataset.element_spec == (
+        tf.TensorSpec([], tf.string),
+        tf.TensorSpec([], tf.string),
+    )
+    assert [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()] == list(
+        pairs
+    )
+    assert len(list(TextPairs((), ()).to_dataset())) == 0
+    with pytest.raises(ValueError, match="2 sources and 1 targets"):
+        TextPairs(("a", "b"), ("x",))
+    with pytest.raises(TypeError, match="not a str"):
+        TextPairs((b"a",), ("x",))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        pairs.skipped["new"] = 1  # type: ignore[index]
