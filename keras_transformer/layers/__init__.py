@@ -8,6 +8,12 @@ from keras_transformer.layers.decoder_block import DecoderBlock
 from keras_transformer.layers.embedding import ScaledEmbedding
 from keras_transformer.layers.encoder_block import EncoderBlock
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.local_attention import (
+    LocalBlockAttention,
+    RestrictedMultiHeadAttention,
+    local_block_attention_mask,
+    restricted_attention_mask,
+)
 from keras_transformer.layers.masking import (
     causal_mask,
     merge_attention_masks,
@@ -23,13 +29,17 @@ __all__ = [
     "DecoderBlock",
     "EncoderBlock",
     "FeedForward",
+    "LocalBlockAttention",
     "MultiHeadAttention",
     "PositionEmbedding",
+    "RestrictedMultiHeadAttention",
     "ScaledEmbedding",
     "SinusoidalPositionEncoding",
     "causal_mask",
+    "local_block_attention_mask",
     "merge_attention_masks",
     "padding_mask",
+    "restricted_attention_mask",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

@@ -6,9 +6,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
+from keras import ops
 
+from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.local_attention import RestrictedMultiHeadAttention
 from keras_transformer.layers.validation import check_positive_int, check_rate
 
 
@@ -32,6 +35,7 @@ class TransformerBlockBase(keras.layers.Layer):
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        attention_window: int | None = None,
         use_bias: bool = True,
         kernel_initializer: str | keras.initializers.Initializer = "glorot_uniform",
         bias_initializer: str | keras.initializers.Initializer = "zeros",
@@ -47,6 +51,8 @@ class TransformerBlockBase(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
         check_rate("ffn_dropout", ffn_dropout)
+        if attention_window is not None:
+            check_positive_int("attention_window", attention_window)
         if not layer_norm_epsilon > 0:
             raise ValueError(
                 "`layer_norm_epsilon` must be positive. "
@@ -62,6 +68,7 @@ class TransformerBlockBase(keras.layers.Layer):
         self.activation = activation
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_window = attention_window
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -82,9 +89,18 @@ class TransformerBlockBase(keras.layers.Layer):
             )
         return d_model
 
-    def _attention(self, name: str, d_model: int) -> MultiHeadAttention:
+    def _attention(
+        self, name: str, d_model: int, restricted: bool = False
+    ) -> MultiHeadAttention:
+        """An attention sub-layer; `restricted` self-attention uses the window."""
         key_dim = self.key_dim or d_model // self.num_heads
-        return MultiHeadAttention(
+        extra = {}
+        attention_class = MultiHeadAttention
+        if restricted and self.attention_window is not None:
+            attention_class = RestrictedMultiHeadAttention
+            extra["window"] = self.attention_window
+        return attention_class(
+            **extra,
             num_heads=self.num_heads,
             key_dim=key_dim,
             value_dim=self.value_dim or key_dim,
@@ -96,6 +112,56 @@ class TransformerBlockBase(keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+
+    def _self_attend(
+        self,
+        inputs: Any,
+        padding_mask: Any | None,
+        attention_mask: Any | None,
+        use_causal_mask: bool,
+        training: bool | None,
+    ) -> tuple[Any, Any]:
+        """Self-attention of the whole sequence: `(output, scores)`.
+
+        Full attention (Eq. 1) under the merged mask, or with
+        `attention_window` r the blocked restricted attention of §4, whose
+        cost grows as O(r n) (its scores are expanded to the dense
+        `(batch, heads, n, n)` layout only when they are asked for).
+        """
+        attention = self.self_attention
+        queries = attention.project_query(inputs)
+        keys, values = attention.project_key_value(inputs)
+        if self.attention_window is not None:
+            output, scores = attention.attend_local(
+                queries,
+                keys,
+                values,
+                query_mask=padding_mask,
+                key_mask=padding_mask,
+                use_causal_mask=use_causal_mask,
+                attention_mask=attention_mask,
+                training=training,
+            )
+            length = ops.shape(inputs)[1]
+            return output, lambda: attention.local_to_dense_scores(
+                scores, length, use_causal_mask
+            )
+        length = ops.shape(inputs)[1]
+        mask = masking.merge_attention_masks(
+            length,
+            length,
+            query_mask=padding_mask,
+            key_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )
+        if mask is not None:
+            # (batch, 1, length, length): the same mask for every head.
+            mask = ops.expand_dims(mask, -3)
+        output, scores = attention.attend(
+            queries, keys, values, mask, training=training
+        )
+        return output, lambda: scores
 
     def _feed_forward(self) -> FeedForward:
         return FeedForward(
@@ -154,6 +220,7 @@ class TransformerBlockBase(keras.layers.Layer):
                 "activation": self.activation,
                 "norm_first": self.norm_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "attention_window": self.attention_window,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer

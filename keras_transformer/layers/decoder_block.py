@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -30,7 +30,8 @@ class DecoderBlock(TransformerBlockBase):
     Args:
         num_heads, d_ff, key_dim, value_dim, dropout, attention_dropout,
         ffn_dropout, activation, norm_first, layer_norm_epsilon, use_bias,
-        kernel_initializer, bias_initializer: as for `EncoderBlock`.
+        attention_window, kernel_initializer, bias_initializer: as for
+        `EncoderBlock`; the window restricts the masked self-attention.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -71,7 +72,9 @@ class DecoderBlock(TransformerBlockBase):
         if encoder_sequence_shape is None:
             encoder_sequence_shape = decoder_sequence_shape
         # Masked self-attention sub-layer.
-        self.self_attention = self._attention("self_attention", d_model)
+        self.self_attention = self._attention(
+            "self_attention", d_model, restricted=True
+        )
         self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
         self.self_attention_dropout = self._dropout("self_attention_dropout")
         self.self_attention_norm = self._norm(
@@ -111,57 +114,39 @@ class DecoderBlock(TransformerBlockBase):
             encoder_padding_mask = encoder_sequence_mask
         target_length = ops.shape(decoder_sequence)[1]
         source_length = ops.shape(encoder_sequence)[1]
-        self_mask = masking.merge_attention_masks(
-            target_length,
-            target_length,
-            query_mask=decoder_padding_mask,
-            key_mask=decoder_padding_mask,
-            attention_mask=self_attention_mask,
-            use_causal_mask=use_causal_mask,
-        )
         cross_mask = masking.merge_attention_masks(
             target_length,
             source_length,
             query_mask=decoder_padding_mask,
             key_mask=encoder_padding_mask,
         )
-        cross_keys, cross_values = self.cross_attention.project_key_value(
-            encoder_sequence
-        )
         outputs, self_scores, cross_scores = self._forward(
             decoder_sequence,
-            self_keys_values=None,
-            self_mask=_per_head(self_mask),
-            cross_keys_values=(cross_keys, cross_values),
+            lambda x: self._self_attend(
+                x, decoder_padding_mask, self_attention_mask, use_causal_mask, training
+            ),
+            cross_keys_values=self.cross_attention.project_key_value(encoder_sequence),
             cross_mask=_per_head(cross_mask),
             training=training,
         )
         if return_attention_scores:
-            return outputs, self_scores, cross_scores
+            return outputs, self_scores(), cross_scores
         return outputs
 
     def _forward(
         self,
         decoder_sequence: Any,
-        self_keys_values: Any,
-        self_mask: Any,
+        self_attend: Callable[[Any], tuple[Any, Callable[[], Any]]],
         cross_keys_values: tuple[Any, Any],
         cross_mask: Any,
         training: bool | None,
-    ) -> tuple[Any, Any, Any]:
-        """The three sub-layers; `self_keys_values(x)` supplies cached K, V."""
+    ) -> tuple[Any, Callable[[], Any], Any]:
+        """The three sub-layers; `self_attend(x)` returns `(output, scores_fn)`."""
         scores = {}
 
         # Masked self-attention block.
-        def self_attend(x: Any) -> Any:
-            attention = self.self_attention
-            if self_keys_values is None:
-                keys, values = attention.project_key_value(x)
-            else:
-                keys, values = self_keys_values(x)
-            output, scores["self"] = attention.attend(
-                attention.project_query(x), keys, values, self_mask, training=training
-            )
+        def masked_self_attend(x: Any) -> Any:
+            output, scores["self"] = self_attend(x)
             return output
 
         # Encoder-decoder attention block.
@@ -177,7 +162,7 @@ class DecoderBlock(TransformerBlockBase):
 
         outputs = self._sublayer(
             decoder_sequence,
-            self_attend,
+            masked_self_attend,
             self.self_attention_norm,
             self.self_attention_dropout,
             training,
@@ -258,26 +243,36 @@ class DecoderBlock(TransformerBlockBase):
         new_cache = dict(cache)
         index = ops.cast(cache_index, "int32")
 
-        def cached_keys_values(x: Any) -> tuple[Any, Any]:
-            keys, values = self.self_attention.project_key_value(x)
+        # Query i (at position index + i) sees cached positions 0 .. index + i
+        # (within the attention window, if any); the zeros beyond are masked.
+        self_mask = masking.causal_mask(
+            step_length, max_length, query_offset=index, window=self.attention_window
+        )
+
+        def cached_self_attend(x: Any) -> tuple[Any, Callable[[], Any]]:
+            attention = self.self_attention
+            keys, values = attention.project_key_value(x)
             start = (0, 0, index, 0)
             new_cache["self_keys"] = ops.slice_update(cache["self_keys"], start, keys)
             new_cache["self_values"] = ops.slice_update(
                 cache["self_values"], start, values
             )
-            return new_cache["self_keys"], new_cache["self_values"]
+            output, scores = attention.attend(
+                attention.project_query(x),
+                new_cache["self_keys"],
+                new_cache["self_values"],
+                self_mask[None, None],
+                training=False,
+            )
+            return output, lambda: scores
 
-        # Query i (at position index + i) sees cached positions 0 .. index + i;
-        # the zeros beyond them are masked out.
-        self_mask = masking.causal_mask(step_length, max_length, query_offset=index)
         cross_mask = None
         if encoder_padding_mask is not None:
             masking.check_padding_mask("encoder_padding_mask", encoder_padding_mask)
             cross_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), -2)
         outputs, _, _ = self._forward(
             ops.cast(decoder_step, self.compute_dtype),
-            self_keys_values=cached_keys_values,
-            self_mask=self_mask[None, None],
+            cached_self_attend,
             cross_keys_values=(cache["cross_keys"], cache["cross_values"]),
             cross_mask=_per_head(cross_mask),
             training=False,

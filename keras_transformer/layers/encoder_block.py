@@ -6,9 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-from keras import ops
 
-from keras_transformer.layers import masking
 from keras_transformer.layers._block import TransformerBlockBase
 
 
@@ -36,6 +34,9 @@ class EncoderBlock(TransformerBlockBase):
             post-LN `LayerNorm(x + Sublayer(x))` when false. A stack of pre-LN
             blocks should end with a final LayerNorm.
         layer_norm_epsilon: epsilon of the layer normalizations.
+        attention_window: restrict self-attention to keys within this
+            distance (§4, "restricted self-attention"), computed blockwise in
+            O(r n) time and memory; `None` (the default) attends everywhere.
         use_bias, kernel_initializer, bias_initializer: of the projections.
         **kwargs: base layer arguments.
 
@@ -65,7 +66,9 @@ class EncoderBlock(TransformerBlockBase):
     def build(self, input_shape: Sequence[int | None]) -> None:
         d_model = self._model_dim(input_shape)
         # Self-attention sub-layer.
-        self.self_attention = self._attention("self_attention", d_model)
+        self.self_attention = self._attention(
+            "self_attention", d_model, restricted=True
+        )
         self.self_attention.build(input_shape, input_shape)
         self.self_attention_dropout = self._dropout("self_attention_dropout")
         self.self_attention_norm = self._norm("self_attention_norm", input_shape)
@@ -88,30 +91,14 @@ class EncoderBlock(TransformerBlockBase):
     ) -> Any:
         if padding_mask is None:
             padding_mask = mask
-        length = ops.shape(inputs)[1]
-        self_mask = masking.merge_attention_masks(
-            length,
-            length,
-            query_mask=padding_mask,
-            key_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-        )
-        if self_mask is not None:
-            # (batch, 1, length, length): the same mask for every head.
-            self_mask = ops.expand_dims(self_mask, -3)
         scores = []
 
         # Self-attention block.
         def self_attend(x: Any) -> Any:
-            attention = self.self_attention
-            output, weights = attention.attend(
-                attention.project_query(x),
-                *attention.project_key_value(x),
-                self_mask,
-                training=training,
+            output, scores_fn = self._self_attend(
+                x, padding_mask, attention_mask, use_causal_mask, training
             )
-            scores.append(weights)
+            scores.append(scores_fn)
             return output
 
         outputs = self._sublayer(
@@ -130,7 +117,7 @@ class EncoderBlock(TransformerBlockBase):
             training,
         )
         if return_attention_scores:
-            return outputs, scores[0]
+            return outputs, scores[0]()
         return outputs
 
     def compute_output_spec(

@@ -24,21 +24,27 @@ def padding_mask(token_ids: Any, padding_id: int = 0) -> Any:
     return ops.not_equal(token_ids, padding_id)
 
 
-def causal_mask(query_length: Any, key_length: Any, query_offset: Any = 0) -> Any:
+def causal_mask(
+    query_length: Any, key_length: Any, query_offset: Any = 0, window: int | None = None
+) -> Any:
     """Boolean `(query_length, key_length)` mask of the decoder (§3.2.3).
 
     Query `i` sits at position `query_offset + i` and may attend to the keys at
     positions `0 .. query_offset + i`, so that "predictions for position i can
-    depend only on the known outputs at positions less than i".
+    depend only on the known outputs at positions less than i". With a
+    `window` r (restricted self-attention, §4) only the keys at positions
+    `query_offset + i - r .. query_offset + i` remain.
     """
     query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
         query_offset, "int32"
     )
     key_positions = ops.arange(key_length, dtype="int32")
-    # (query_length, key_length)
-    return ops.greater_equal(
-        ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0)
-    )
+    # (query_length, key_length): how far back each key lies.
+    distance = ops.expand_dims(query_positions, 1) - ops.expand_dims(key_positions, 0)
+    mask = ops.greater_equal(distance, 0)
+    if window is not None:
+        mask = ops.logical_and(mask, ops.less_equal(distance, window))
+    return mask
 
 
 def check_padding_mask(name: str, mask: Any) -> None:

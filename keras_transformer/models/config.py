@@ -38,6 +38,9 @@ class TransformerConfig:
             learned position table, and the bound that decoding enforces).
         norm_first: pre-LN blocks plus a final LayerNorm per stack, instead
             of the paper's post-LN.
+        attention_window: restricted self-attention (§4): each position
+            attends only to positions within this distance, in O(r n) time
+            and memory; `None` (the paper's models) attends everywhere.
         layer_norm_epsilon: epsilon of every LayerNorm.
         share_embeddings: one matrix for source embedding, target embedding
             and pre-softmax projection (§3.4); needs one shared vocabulary.
@@ -62,6 +65,7 @@ class TransformerConfig:
     position_encoding: str = "sinusoidal"
     max_length: int = 256
     norm_first: bool = False
+    attention_window: int | None = None
     layer_norm_epsilon: float = 1e-6
     share_embeddings: bool = True
     activation: str = "relu"
@@ -80,7 +84,12 @@ class TransformerConfig:
             "max_length",
         ):
             _check_positive_int(name, getattr(self, name))
-        for name in ("target_vocabulary_size", "key_dim", "value_dim"):
+        for name in (
+            "target_vocabulary_size",
+            "key_dim",
+            "value_dim",
+            "attention_window",
+        ):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
         for name in ("dropout", "attention_dropout", "ffn_dropout", "label_smoothing"):

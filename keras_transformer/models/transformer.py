@@ -84,6 +84,7 @@ class TransformerLayers:
             "activation": config.activation,
             "norm_first": config.norm_first,
             "layer_norm_epsilon": config.layer_norm_epsilon,
+            "attention_window": config.attention_window,
             "dtype": dtype,
         }
 

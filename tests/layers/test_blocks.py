@@ -207,3 +207,66 @@ def test_indivisible_d_model_is_refused():
 def test_decoder_block_cache_needs_built_block():
     with pytest.raises(ValueError, match="built"):
         DecoderBlock(**BLOCK_ARGS).init_cache(np.zeros((1, 2, 8), "float32"), 4)
+
+
+def _copy_weights(source, target):
+    target.set_weights(source.get_weights())
+
+
+def test_windowed_encoder_block_equals_band_masked_full_block():
+    """attention_window=r (§4) equals full attention under a band mask."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 11, 8)).astype("float32")
+    padding = np.ones((2, 11), bool)
+    padding[1, 8:] = False
+    windowed = EncoderBlock(**BLOCK_ARGS, attention_window=3)
+    full = EncoderBlock(**BLOCK_ARGS)
+    windowed(x)
+    full(x)
+    _copy_weights(windowed, full)
+    positions = np.arange(11)
+    band = np.abs(positions[:, None] - positions[None, :]) <= 3
+    expected, expected_scores = full(
+        x,
+        padding_mask=padding,
+        attention_mask=np.broadcast_to(band, (2, 11, 11)),
+        return_attention_scores=True,
+    )
+    output, scores = windowed(x, padding_mask=padding, return_attention_scores=True)
+    real = padding
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output)[real],
+        ops.convert_to_numpy(expected)[real],
+        atol=1e-5,
+    )
+    assert tuple(scores.shape) == (2, 2, 11, 11)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(scores)[0],
+        ops.convert_to_numpy(expected_scores)[0],
+        atol=1e-6,
+    )
+
+
+def test_windowed_decoder_block_caches_like_its_full_pass():
+    rng = np.random.default_rng(5)
+    block = DecoderBlock(**BLOCK_ARGS, attention_window=2)
+    y = rng.normal(size=(2, 7, 8)).astype("float32")
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    full = ops.convert_to_numpy(block(y, x))
+    cache = block.init_cache(x, max_length=7)
+    steps = []
+    for index in range(7):
+        output, cache = block.call_cached(y[:, index : index + 1], cache, index)
+        steps.append(ops.convert_to_numpy(output))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    # A token more than 2 positions back no longer matters.
+    y_changed = y.copy()
+    y_changed[:, 0] += 10.0
+    changed = ops.convert_to_numpy(block(y_changed, x))
+    np.testing.assert_allclose(changed[:, 3:], full[:, 3:], atol=1e-5)
+    assert not np.allclose(changed[:, :3], full[:, :3])
+
+
+def test_bad_attention_window():
+    with pytest.raises(ValueError, match="attention_window=0"):
+        EncoderBlock(num_heads=2, d_ff=8, attention_window=0)

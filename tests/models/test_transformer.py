@@ -197,3 +197,23 @@ def test_model_from_other_builder_is_refused():
     plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="not built by build_transformer"):
         IncrementalDecoder(plain)
+
+
+def test_restricted_attention_model_caches_like_its_full_pass(tmp_path):
+    model = build_transformer(presets["tiny"].replace(attention_window=2))
+    full = ops.convert_to_numpy(model([SOURCE, TARGET], training=False))
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
+    steps = []
+    for index in range(TARGET.shape[1]):
+        logits, state = decoder.step(TARGET[:, index : index + 1], state, index)
+        steps.append(ops.convert_to_numpy(logits))
+    real = TARGET != 0
+    np.testing.assert_allclose(np.concatenate(steps, 1)[real], full[real], atol=1e-4)
+    path = tmp_path / "restricted.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(restored([SOURCE, TARGET])), full, atol=1e-6
+    )
+    assert restored.get_layer("encoder_block_0").attention_window == 2

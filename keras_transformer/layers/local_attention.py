@@ -1,0 +1,744 @@
+"""Restricted (local) self-attention, computed block by block in linear memory.
+
+§4 and Table 1 of the paper note that self-attention "could be restricted to
+considering only a neighborhood of size r in the input sequence centered
+around the respective output position", lowering the cost per layer from
+`O(n^2 * d)` to `O(r * n * d)` and raising the maximum path length from `O(1)`
+to `O(n / r)`. The Image Transformer (Parmar et al., 2018) turns this into
+*local 1D block attention*: queries are split into blocks, and each block
+attends to a fixed memory around it.
+
+Both layers here split the (internally padded) sequence into blocks of `b`
+positions and, for each query block, gather the key/value blocks that can
+hold an allowed key. The scores live in a `(batch, heads, n_blocks, b, W)`
+tensor, `W` a small multiple of `b`, so time and memory grow linearly in the
+sequence length `n`; an `n x n` matrix is never built (unless you ask for one
+with `local_to_dense_scores` or pass a dense `attention_mask`).
+
+Both layers subclass `MultiHeadAttention` and create exactly the same weights,
+so `set_weights`/checkpoints move freely between full and local attention.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.layers import masking
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.validation import check_positive_int
+
+__all__ = [
+    "LocalBlockAttention",
+    "RestrictedMultiHeadAttention",
+    "local_block_attention_mask",
+    "restricted_attention_mask",
+]
+
+
+# ------------------------------------------------------------- dense masks
+def restricted_attention_mask(length: int, window: int, causal: bool = False) -> Any:
+    """The dense equivalent of `RestrictedMultiHeadAttention`'s band.
+
+    Query `i` may attend to key `j` when `|i - j| <= window`, and when
+    `causal`, only to `i - window <= j <= i`. Costs `O(length^2)`; meant for
+    tests, small inputs and the dense decoding cache of `DecoderBlock`.
+
+    Args:
+        length: the sequence length `n`.
+        window: the radius `r`.
+        causal: keep only the left half of the band (decoder self-attention).
+
+    Returns:
+        boolean `(length, length)`, `True` means "may attend".
+
+    Example:
+    >>> import numpy as np
+    >>> np.asarray(restricted_attention_mask(4, 1)).astype(int)[0].tolist()
+    [1, 1, 0, 0]
+    """
+    check_positive_int("window", window)
+    positions = ops.arange(length, dtype="int32")
+    # (length, length): query position minus key position.
+    distance = ops.expand_dims(positions, 1) - ops.expand_dims(positions, 0)
+    if causal:
+        return ops.logical_and(distance >= 0, distance <= window)
+    return ops.abs(distance) <= window
+
+
+def local_block_attention_mask(
+    length: int,
+    query_block_length: int,
+    memory_length: int,
+    causal: bool = False,
+) -> Any:
+    """The dense equivalent of `LocalBlockAttention`'s memory pattern.
+
+    Query `i` lies in the block starting at `s = (i // query_block_length) *
+    query_block_length` and may attend to keys `s - memory_length <= j < s +
+    query_block_length` (and only `j <= i` when `causal`). Costs
+    `O(length^2)`.
+
+    Args:
+        length: the sequence length `n`.
+        query_block_length: `l_q`.
+        memory_length: `l_m`, the positions preceding each block.
+        causal: mask the keys after each query.
+
+    Returns:
+        boolean `(length, length)`, `True` means "may attend".
+    """
+    check_positive_int("query_block_length", query_block_length)
+    _check_non_negative_int("memory_length", memory_length)
+    positions = ops.arange(length, dtype="int32")
+    # (length, 1): first position of each query's block.
+    starts = ops.expand_dims((positions // query_block_length) * query_block_length, 1)
+    keys = ops.expand_dims(positions, 0)
+    mask = ops.logical_and(
+        keys >= starts - memory_length, keys < starts + query_block_length
+    )
+    if causal:
+        mask = ops.logical_and(mask, keys <= ops.expand_dims(positions, 1))
+    return mask
+
+
+# ----------------------------------------------------------- shared engine
+class _BlockedSelfAttention(MultiHeadAttention):
+    """Self-attention restricted to a static window around each query block.
+
+    Subclasses define the geometry with `_window_geometry(causal)`, which
+    returns `(block, left, right)`: the query block `[k b, (k+1) b)` sees the
+    keys `[k b - left, (k+1) b + right)`, a window of `W = left + b + right`
+    keys; and `_relative_mask(causal)`, a static boolean `(b, W)` mask that
+    applies to every block alike (the distance between query `i` of a block
+    and key slot `m` of its window is `i - m + left`, whatever the block).
+    """
+
+    # --------------------------------------------------------- geometry
+    def _window_geometry(self, causal: bool) -> tuple[int, int, int]:
+        raise NotImplementedError
+
+    def _relative_mask(self, causal: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def _distances(self, causal: bool) -> np.ndarray:
+        """`(b, W)` int array: query position minus key position."""
+        block, left, right = self._window_geometry(causal)
+        width = left + block + right
+        query_slots = np.arange(block)[:, None]
+        key_slots = np.arange(width)[None, :]
+        return query_slots - key_slots + left
+
+    # ------------------------------------------------------------ core
+    def attend_local(
+        self,
+        query_heads: Any,
+        keys: Any,
+        values: Any,
+        query_mask: Any | None = None,
+        key_mask: Any | None = None,
+        use_causal_mask: bool = False,
+        attention_mask: Any | None = None,
+        training: bool | None = None,
+    ) -> tuple[Any, Any]:
+        """Blocked Eq. 1 on projected heads, then `W^O`.
+
+        The local counterpart of `MultiHeadAttention.attend`, for blocks that
+        project once and attend themselves (EncoderBlock, DecoderBlock).
+
+        Args:
+            query_heads: `(batch, heads, n, key_dim)` from `project_query`.
+            keys, values: `(batch, heads, n, dim)` from `project_key_value`,
+                the same length `n` as the queries.
+            query_mask, key_mask: padding masks `(batch, n)`, `True` on real
+                tokens.
+            use_causal_mask: use the causal (left-only) window.
+            attention_mask: optional dense boolean `(batch, n, n)` or
+                `(n, n)`, gathered into the blocked layout (its own size is
+                `O(n^2)`; prefer padding masks for long inputs).
+            training: whether attention dropout is active.
+
+        Returns:
+            `(output, scores)`: `(batch, n, output_dim)` and float32 local
+            weights `(batch, heads, n_blocks, block, W)`; see
+            `local_to_dense_scores`.
+        """
+        for name, padding in (("query_mask", query_mask), ("key_mask", key_mask)):
+            if padding is not None:
+                masking.check_padding_mask(name, padding)
+        block, left, right = self._window_geometry(use_causal_mask)
+        length = query_heads.shape[2]
+        if length is None:
+            length = ops.shape(query_heads)[2]
+        pad_end = (-length) % block
+        compute_dtype = query_heads.dtype
+
+        # (batch, heads, n_blocks, block, key_dim)
+        query_blocks = _split_blocks(ops.cast(query_heads, "float32"), block, pad_end)
+        # (batch, heads, n_blocks, W, key_dim)
+        key_windows = _gather_windows(
+            ops.cast(keys, "float32"), block, left, right, pad_end
+        )
+        # (batch, heads, n_blocks, W, value_dim)
+        value_windows = _gather_windows(values, block, left, right, pad_end)
+
+        # The static band; (1, 1, 1, block, W).
+        mask = ops.convert_to_tensor(self._relative_mask(use_causal_mask))[
+            None, None, None
+        ]
+        # Keys outside [0, n) and padded keys: (batch or 1, 1, n_blocks, 1, W).
+        if key_mask is None:
+            key_mask = ops.ones((1, length), "bool")
+        key_valid = _gather_windows(
+            ops.cast(key_mask, "float32")[:, None, :, None], block, left, right, pad_end
+        )
+        # (batch or 1, 1, n_blocks, W, 1) -> (batch or 1, 1, n_blocks, 1, W)
+        key_valid = ops.swapaxes(key_valid > 0.5, -1, -2)
+        mask = ops.logical_and(mask, key_valid)
+        if query_mask is not None:
+            # (batch, 1, n_blocks, block, 1)
+            query_valid = _split_blocks(
+                ops.cast(query_mask, "float32")[:, None, :, None], block, pad_end
+            )
+            mask = ops.logical_and(mask, query_valid > 0.5)
+        if attention_mask is not None:
+            mask = ops.logical_and(
+                mask,
+                _blocked_dense_mask(attention_mask, block, left, right, length),
+            )
+
+        scale = 1.0 / math.sqrt(self.key_dim)
+        # (batch, heads, n_blocks, block, W), accumulated in float32.
+        logits = ops.matmul(query_blocks, ops.swapaxes(key_windows, -1, -2)) * scale
+        weights = masking.masked_softmax(logits, mask)
+        if self.dropout > 0.0 and training:
+            weights = keras.random.dropout(
+                weights, self.dropout, seed=self.seed_generator
+            )
+        # (batch, heads, n_blocks, block, value_dim)
+        heads_output = ops.matmul(ops.cast(weights, compute_dtype), value_windows)
+        batch = ops.shape(heads_output)[0]
+        # (batch, heads, n_blocks * block, value_dim) -> (batch, heads, n, value_dim)
+        heads_output = ops.reshape(
+            heads_output, (batch, self.num_heads, -1, self.value_dim)
+        )[:, :, :length]
+        return self.combine_heads(heads_output), weights
+
+    def local_to_dense_scores(self, scores: Any, length: int, causal: bool) -> Any:
+        """Scatters blocked local weights into a dense `(batch, heads, n, n)`.
+
+        Costs `O(batch * heads * n^2)` time and memory, which is what the
+        blocked layout avoids: use it for plots and tests, not in training.
+
+        Args:
+            scores: `(batch, heads, n_blocks, block, W)` from the layer.
+            length: the sequence length `n`.
+            causal: whether `scores` came from a causal call (it sets `W`).
+
+        Returns:
+            float32 `(batch, heads, n, n)`: zero outside the window.
+        """
+        block, left, right = self._window_geometry(causal)
+        width = left + block + right
+        batch = ops.shape(scores)[0]
+        # (batch, heads, n_blocks * block, W) -> (batch, heads, n, W)
+        rows = ops.reshape(scores, (batch, self.num_heads, -1, width))[:, :, :length]
+        positions = np.arange(length)
+        starts = (positions // block) * block - left
+        # (n, n): slot of key j in the window of query i.
+        slots = positions[None, :] - starts[:, None]
+        inside = ops.convert_to_tensor((slots >= 0) & (slots < width))
+        slots = ops.convert_to_tensor(np.clip(slots, 0, width - 1).astype("int32"))
+        gathered = ops.take_along_axis(
+            rows,
+            ops.broadcast_to(
+                slots[None, None], (batch, self.num_heads, length, length)
+            ),
+            axis=-1,
+        )
+        return ops.where(inside[None, None], gathered, ops.zeros_like(gathered))
+
+    # ------------------------------------------------------------ call
+    def call(
+        self,
+        query: Any,
+        value: Any | None = None,
+        key: Any | None = None,
+        attention_mask: Any | None = None,
+        use_causal_mask: bool = False,
+        return_attention_scores: bool = False,
+        training: bool | None = None,
+        query_mask: Any | None = None,
+        value_mask: Any | None = None,
+        key_mask: Any | None = None,
+        padding_mask: Any | None = None,
+        mask: Any | None = None,
+    ) -> Any:
+        value = query if value is None else value
+        self._check_self_attention(query, value, key)
+        if query_mask is None:
+            query_mask = mask
+        if key_mask is None:
+            key_mask = value_mask if value_mask is not None else mask
+        if padding_mask is not None:
+            masking.check_padding_mask("padding_mask", padding_mask)
+            query_mask = _and_masks(query_mask, padding_mask)
+            key_mask = _and_masks(key_mask, padding_mask)
+        keys, values = self.project_key_value(value, key)
+        output, scores = self.attend_local(
+            self.project_query(query),
+            keys,
+            values,
+            query_mask=query_mask,
+            key_mask=key_mask,
+            use_causal_mask=use_causal_mask,
+            attention_mask=attention_mask,
+            training=training,
+        )
+        if return_attention_scores:
+            return output, scores
+        return output
+
+    def _check_self_attention(self, query: Any, value: Any, key: Any | None) -> None:
+        for name, tensor in (("value", value), ("key", key)):
+            if tensor is not None:
+                _check_same_length(type(self).__name__, query.shape, name, tensor.shape)
+
+    # ------------------------------------------------------- Keras glue
+    def build(
+        self,
+        query_shape: Sequence[int | None],
+        value_shape: Sequence[int | None] | None = None,
+        key_shape: Sequence[int | None] | None = None,
+    ) -> None:
+        for name, shape in (("value", value_shape), ("key", key_shape)):
+            _check_same_length(type(self).__name__, query_shape, name, shape)
+        super().build(query_shape, value_shape, key_shape)
+
+    def compute_output_shape(
+        self,
+        query_shape: Sequence[int | None],
+        value_shape: Sequence[int | None] | None = None,
+        key_shape: Sequence[int | None] | None = None,
+    ) -> tuple[int | None, ...]:
+        output_dim = self.output_dim or query_shape[-1]
+        return (*tuple(query_shape[:-1]), output_dim)
+
+    def compute_output_spec(
+        self,
+        query: Any,
+        value: Any | None = None,
+        key: Any | None = None,
+        attention_mask: Any | None = None,
+        use_causal_mask: bool = False,
+        return_attention_scores: bool = False,
+        training: bool | None = None,
+        query_mask: Any | None = None,
+        value_mask: Any | None = None,
+        key_mask: Any | None = None,
+        padding_mask: Any | None = None,
+        mask: Any | None = None,
+    ) -> Any:
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape), dtype=self.compute_dtype
+        )
+        if not return_attention_scores:
+            return output
+        block, left, right = self._window_geometry(use_causal_mask)
+        length = query.shape[1]
+        n_blocks = None if length is None else -(-length // block)
+        scores_shape = (
+            query.shape[0],
+            self.num_heads,
+            n_blocks,
+            block,
+            left + block + right,
+        )
+        return output, keras.KerasTensor(scores_shape, dtype="float32")
+
+
+# ------------------------------------------------------------- layers
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class RestrictedMultiHeadAttention(_BlockedSelfAttention):
+    """Multi-head self-attention restricted to a neighbourhood of radius `r`.
+
+    Query `i` attends only to the keys `j` with `|i - j| <= window` (paper §4,
+    "restricted" self-attention), or `i - window <= j <= i` with
+    `use_causal_mask=True`. The sequence is padded to a multiple of the block
+    size `b` (default `b = window`), split into blocks, and each query block
+    attends to the key blocks that can hold a key within distance `r`: a
+    window of `W = b + 2r` keys (`3b` when `b = r`), or `W = b + r` (`2b`)
+    when causal. The exact band `|i - j| <= r` is applied inside each local
+    `(b, W)` score matrix, so the cost is `O(n * W * d)` time and
+    `O(batch * heads * n * W)` memory: linear in `n` for a fixed window.
+
+    The weights are those of `MultiHeadAttention` (same names, same shapes),
+    so a trained full-attention layer can be restricted with `set_weights`.
+
+    Args:
+        num_heads: number of heads `h`.
+        key_dim: size `d_k` of each query/key head.
+        window: the radius `r >= 1`; keys farther than `r` positions are
+            ignored. With `r >= n - 1` the layer equals full attention.
+        block_size: the query block length `b`; defaults to `window`. Smaller
+            blocks waste fewer masked slots (`W = b + 2r`) but run more,
+            smaller matrix products.
+        value_dim, output_dim, dropout, use_bias, kernel_initializer,
+        bias_initializer: as for `MultiHeadAttention`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: `(batch, n, features)`.
+        value: optional `(batch, n, features)`; defaults to `query`. Its
+            length must equal the query length (self-attention only; a
+            `ValueError` is raised otherwise).
+        key: optional, defaults to `value`.
+        attention_mask: optional dense boolean `(batch, n, n)` or `(n, n)`
+            combined with the band; gathered into blocks, but the mask itself
+            costs `O(n^2)` memory: prefer `padding_mask`.
+        use_causal_mask: left-only window, keys `[i - r, i]`.
+        return_attention_scores: also return the local weights.
+        training: whether attention dropout is active.
+        padding_mask: boolean `(batch, n)`, `True` on real tokens. Padded
+            keys get zero weight; padded queries get an all-zero weight row
+            (as `MultiHeadAttention` with the same padding masks).
+        query_mask, value_mask, key_mask, mask: padding masks filled in by
+            Keras from `mask_zero=True` embeddings (`mask` when the layer is
+            called on the query alone); combined with `padding_mask`.
+
+    Returns:
+        `(batch, n, output_dim)`, or `(output, scores)` where the scores are
+        the float32 attention weights in the *blocked* layout
+        `(batch, heads, n_blocks, b, W)`, `n_blocks = ceil(n / b)`: row `i`
+        of block `k` is query `k b + i`, slot `m` is key `k b - r + m`. Use
+        `local_to_dense_scores` for a dense `(batch, heads, n, n)` tensor (an
+        `O(n^2)` cost paid only when asked).
+
+    Example:
+    >>> import numpy as np
+    >>> layer = RestrictedMultiHeadAttention(num_heads=2, key_dim=4, window=3)
+    >>> x = np.random.rand(2, 10, 8).astype("float32")
+    >>> out, scores = layer(x, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(scores.shape)
+    ((2, 10, 8), (2, 2, 4, 3, 9))
+
+    Incremental decoding keeps only the last `r` keys and values (see
+    `init_cache` and `call_cached`).
+
+    Reference: Vaswani et al. (2017), §4 and Table 1 (restricted
+    self-attention, `O(r n d)` per layer, path length `O(n / r)`); Parmar et
+    al. (2018), "Image Transformer", §3.2 (local 1D attention).
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        window: int,
+        block_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_positive_int("window", window)
+        if block_size is not None:
+            check_positive_int("block_size", block_size)
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        self.window = window
+        self.block_size = block_size
+
+    def _window_geometry(self, causal: bool) -> tuple[int, int, int]:
+        block = self.block_size or self.window
+        return block, self.window, 0 if causal else self.window
+
+    def _relative_mask(self, causal: bool) -> np.ndarray:
+        distance = self._distances(causal)
+        if causal:
+            return (distance >= 0) & (distance <= self.window)
+        return np.abs(distance) <= self.window
+
+    # -------------------------------------------------- cached decoding
+    def init_cache(self, batch_size: int) -> dict[str, Any]:
+        """An empty sliding-window cache for `call_cached`.
+
+        Args:
+            batch_size: the batch size of the decoding.
+
+        Returns:
+            `{"keys": (batch, heads, window, key_dim), "values": (batch,
+            heads, window, value_dim), "mask": (batch, window)}`: the keys
+            and values of the last `window` positions (zeros at first) and
+            whether each slot holds a real position (all `False` at first).
+        """
+        if not self.built:
+            raise ValueError(
+                "RestrictedMultiHeadAttention.init_cache needs a built layer: "
+                "call the layer once (or call `build`) first."
+            )
+        shape = (batch_size, self.num_heads, self.window)
+        return {
+            "keys": ops.zeros((*shape, self.key_dim), self.compute_dtype),
+            "values": ops.zeros((*shape, self.value_dim), self.compute_dtype),
+            "mask": ops.zeros((batch_size, self.window), "bool"),
+        }
+
+    def call_cached(
+        self,
+        query_step: Any,
+        cache: dict[str, Any],
+        padding_mask: Any | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Causal restricted attention for the next `s` positions (inference).
+
+        The cache holds the projected keys and values of the last `window`
+        positions, oldest first (a shift register with static shapes, so the
+        decoding loop compiles). The step's keys are appended, the queries
+        attend to the `window + s` cached-plus-new keys under the causal band,
+        and the last `window` are kept. Feeding a sequence in chunks of any
+        size reproduces `layer(x, use_causal_mask=True)` exactly. Positions
+        need not be passed: the band is the same at every step.
+
+        Args:
+            query_step: `(batch, s, features)`, the inputs of the next `s`
+                positions (usually `s = 1`).
+            cache: from `init_cache` or the previous step.
+            padding_mask: optional boolean `(batch, s)`, `True` on real
+                tokens.
+
+        Returns:
+            `(output, cache)`: `(batch, s, output_dim)` and the updated cache.
+        """
+        step_length = query_step.shape[1]
+        if step_length is None:
+            raise ValueError(
+                "call_cached needs a static step length. Received: "
+                f"query_step.shape={tuple(query_step.shape)}"
+            )
+        batch = ops.shape(query_step)[0]
+        query_heads = self.project_query(query_step)
+        step_keys, step_values = self.project_key_value(query_step)
+        # (batch, heads, window + s, dim): cached positions, then the step.
+        keys = ops.concatenate([cache["keys"], step_keys], axis=2)
+        values = ops.concatenate([cache["values"], step_values], axis=2)
+        if padding_mask is None:
+            step_valid = ops.ones((batch, step_length), "bool")
+        else:
+            masking.check_padding_mask("padding_mask", padding_mask)
+            step_valid = ops.cast(padding_mask, "bool")
+        # (batch, window + s)
+        key_valid = ops.concatenate([ops.cast(cache["mask"], "bool"), step_valid], 1)
+        # Query i sits `window` slots after the cache start; it sees slots
+        # i .. i + window, i.e. positions [p - r, p]. (s, window + s)
+        query_slots = np.arange(step_length)[:, None]
+        key_slots = np.arange(self.window + step_length)[None, :]
+        band = ops.convert_to_tensor(
+            (key_slots >= query_slots) & (key_slots <= query_slots + self.window)
+        )
+        # (batch, s, window + s)
+        mask = ops.logical_and(band[None], key_valid[:, None, :])
+        mask = ops.logical_and(mask, step_valid[:, :, None])
+        output, _ = self.attend(query_heads, keys, values, mask[:, None], False)
+        new_cache = {
+            "keys": keys[:, :, step_length:],
+            "values": values[:, :, step_length:],
+            "mask": key_valid[:, step_length:],
+        }
+        return output, new_cache
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update({"window": self.window, "block_size": self.block_size})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LocalBlockAttention(_BlockedSelfAttention):
+    """Local 1D block self-attention of the Image Transformer.
+
+    The sequence is split into query blocks of `l_q = query_block_length`
+    positions; each block attends to a memory of the `l_m = memory_length`
+    positions preceding it plus the block itself (`W = l_m + l_q` keys), and
+    with `use_causal_mask=True` each query sees only the keys up to itself.
+    Cost `O(n * (l_m + l_q) * d)`, linear in `n`. The same weights as
+    `MultiHeadAttention`.
+
+    Args:
+        num_heads: number of heads `h`.
+        key_dim: size `d_k` of each query/key head.
+        query_block_length: `l_q >= 1`.
+        memory_length: `l_m >= 0` (0: block-diagonal attention).
+        value_dim, output_dim, dropout, use_bias, kernel_initializer,
+        bias_initializer: as for `MultiHeadAttention`.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        as for `RestrictedMultiHeadAttention` (`query`, `value`, `key`,
+        `attention_mask`, `use_causal_mask`, `return_attention_scores`,
+        `training`, `padding_mask` and the Keras masks).
+
+    Returns:
+        `(batch, n, output_dim)`, or `(output, scores)` with float32 blocked
+        weights `(batch, heads, n_blocks, l_q, l_m + l_q)`: row `i` of block
+        `k` is query `k l_q + i`, slot `m` is key `k l_q - l_m + m`.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = LocalBlockAttention(
+    ...     num_heads=2, key_dim=4, query_block_length=4, memory_length=8
+    ... )
+    >>> x = np.random.rand(2, 10, 8).astype("float32")
+    >>> out, scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(scores.shape)
+    ((2, 10, 8), (2, 2, 3, 4, 12))
+
+    Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 1D
+    attention); Vaswani et al. (2017), §4 and Table 1.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        query_block_length: int,
+        memory_length: int,
+        **kwargs: Any,
+    ) -> None:
+        check_positive_int("query_block_length", query_block_length)
+        _check_non_negative_int("memory_length", memory_length)
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        self.query_block_length = query_block_length
+        self.memory_length = memory_length
+
+    def _window_geometry(self, causal: bool) -> tuple[int, int, int]:
+        return self.query_block_length, self.memory_length, 0
+
+    def _relative_mask(self, causal: bool) -> np.ndarray:
+        distance = self._distances(causal)
+        if causal:
+            return distance >= 0
+        return np.ones_like(distance, dtype=bool)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            {
+                "query_block_length": self.query_block_length,
+                "memory_length": self.memory_length,
+            }
+        )
+        return config
+
+
+# ------------------------------------------------------------- helpers
+def _check_non_negative_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"`{name}` must be a non-negative integer. Received: {name}={value!r}"
+        )
+
+
+def _check_same_length(
+    layer: str,
+    query_shape: Sequence[int | None],
+    name: str,
+    shape: Sequence[int | None] | None,
+) -> None:
+    """Raises `ValueError` when a static key/value length differs (cross-attention)."""
+    if shape is None or len(shape) != 3 or len(query_shape) != 3:
+        return
+    if None not in (query_shape[1], shape[1]) and query_shape[1] != shape[1]:
+        raise ValueError(
+            f"{layer} is self-attention only: the `{name}` length must equal "
+            f"the query length. Received: query.shape={tuple(query_shape)}, "
+            f"{name}.shape={tuple(shape)}. Use MultiHeadAttention for "
+            "cross-attention."
+        )
+
+
+def _and_masks(mask: Any | None, other: Any) -> Any:
+    other = ops.cast(other, "bool")
+    return other if mask is None else ops.logical_and(ops.cast(mask, "bool"), other)
+
+
+def _split_blocks(x: Any, block: int, pad_end: Any) -> Any:
+    """`(batch, heads, n, dim)` -> `(batch, heads, n_blocks, block, dim)`."""
+    x = ops.pad(x, [[0, 0], [0, 0], [0, pad_end], [0, 0]])
+    batch, heads, dim = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+    # (batch, heads, n_blocks, block, dim)
+    return ops.reshape(x, (batch, heads, -1, block, dim))
+
+
+def _gather_windows(x: Any, block: int, left: int, right: int, pad_end: Any) -> Any:
+    """The keys `[k b - left, (k+1) b + right)` of every block `k`, zero-padded.
+
+    Args:
+        x: `(batch, heads, n, dim)`.
+        block: the block length `b`.
+        left, right: how far the window reaches before and after the block.
+        pad_end: padding that makes `n` a multiple of `b`.
+
+    Returns:
+        `(batch, heads, n_blocks, left + block + right, dim)`.
+    """
+    blocks_left = -(-left // block)
+    blocks_right = -(-right // block)
+    span = blocks_left + blocks_right
+    x = ops.pad(
+        x,
+        [[0, 0], [0, 0], [blocks_left * block, blocks_right * block + pad_end], [0, 0]],
+    )
+    batch, heads, dim = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+    # (batch, heads, blocks_left + n_blocks + blocks_right, block, dim)
+    blocks = ops.reshape(x, (batch, heads, -1, block, dim))
+    # Block k's neighbours k - blocks_left .. k + blocks_right, side by side:
+    # (batch, heads, n_blocks, (span + 1) * block, dim)
+    windows = ops.concatenate(
+        [blocks[:, :, j : (j - span) or None] for j in range(span + 1)], axis=3
+    )
+    start = blocks_left * block - left
+    # (batch, heads, n_blocks, left + block + right, dim)
+    return windows[:, :, :, start : start + left + block + right]
+
+
+def _blocked_dense_mask(
+    attention_mask: Any, block: int, left: int, right: int, length: Any
+) -> Any:
+    """A dense `(batch, n, n)` or `(n, n)` mask in the blocked layout.
+
+    Returns:
+        boolean `(batch or 1, 1, n_blocks, block, W)`; `False` for keys
+        outside `[0, n)`.
+    """
+    rank = len(attention_mask.shape)
+    if rank not in (2, 3):
+        raise ValueError(
+            "`attention_mask` must have rank 3, (batch, n, n), or rank 2, "
+            "(n, n). Received: "
+            f"attention_mask.shape={tuple(attention_mask.shape)}"
+        )
+    mask = ops.cast(attention_mask, "int32")
+    if rank == 2:
+        mask = mask[None]
+    width = left + block + right
+    pad_end = (-length) % block
+    # (batch, n_blocks * block, n) -> (batch, n_blocks, block, n)
+    mask = ops.pad(mask, [[0, 0], [0, pad_end], [0, 0]])
+    batch = ops.shape(mask)[0]
+    mask = ops.reshape(mask, (batch, -1, block, length))
+    n_blocks = ops.shape(mask)[1]
+    # (n_blocks, W): the key position of every window slot.
+    positions = (
+        ops.expand_dims(ops.arange(n_blocks, dtype="int32") * block - left, 1)
+        + ops.arange(width, dtype="int32")[None]
+    )
+    inside = ops.logical_and(positions >= 0, positions < length)
+    index = ops.clip(positions, 0, length - 1)
+    # (batch, n_blocks, block, W)
+    index = ops.broadcast_to(index[None, :, None, :], (batch, n_blocks, block, width))
+    gathered = ops.take_along_axis(mask, index, axis=-1) > 0
+    gathered = ops.logical_and(gathered, inside[None, :, None, :])
+    # (batch, 1, n_blocks, block, W)
+    return gathered[:, None]

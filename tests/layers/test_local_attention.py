@@ -1,0 +1,414 @@
+"""Tests of the restricted (local) self-attention layers (paper §4, Table 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.local_attention import (
+    LocalBlockAttention,
+    RestrictedMultiHeadAttention,
+    local_block_attention_mask,
+    restricted_attention_mask,
+)
+
+BATCH, D_MODEL, HEADS, KEY_DIM = 2, 8, 2, 4
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    keras.utils.set_random_seed(0)
+
+
+def _inputs(length: int, seed: int = 0) -> np.ndarray:
+    return (
+        np.random.default_rng(seed)
+        .normal(size=(BATCH, length, D_MODEL))
+        .astype("float32")
+    )
+
+
+def _dense_twin(layer: MultiHeadAttention, x: np.ndarray) -> MultiHeadAttention:
+    """A full MultiHeadAttention holding the same weights as `layer`."""
+    layer(x)
+    twin = MultiHeadAttention(num_heads=HEADS, key_dim=KEY_DIM)
+    twin(x, x)
+    twin.set_weights(layer.get_weights())
+    return twin
+
+
+def _close(a: object, b: object, atol: float = 1e-5) -> None:
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+
+
+# ----------------------------------------------------- equivalence with MHA
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    ("length", "window", "block_size"),
+    [(16, 4, None), (13, 4, None), (13, 3, 2), (11, 2, 5)],
+)
+def test_restricted_equals_dense_band_mask(
+    length: int, window: int, block_size: int | None, causal: bool
+) -> None:
+    x = _inputs(length)
+    layer = RestrictedMultiHeadAttention(
+        HEADS, KEY_DIM, window=window, block_size=block_size
+    )
+    dense = _dense_twin(layer, x)
+    band = restricted_attention_mask(length, window, causal=causal)[None]
+    expected, expected_scores = dense(
+        x, x, attention_mask=band, return_attention_scores=True
+    )
+    output, scores = layer(x, use_causal_mask=causal, return_attention_scores=True)
+    _close(output, expected)
+    _close(layer.local_to_dense_scores(scores, length, causal), expected_scores)
+    # Blocked layout: (batch, heads, n_blocks, b, b + 2r) or (..., b + r).
+    block = block_size or window
+    width = block + window + (0 if causal else window)
+    assert tuple(scores.shape) == (BATCH, HEADS, -(-length // block), block, width)
+
+
+def test_scores_layout_is_three_blocks_wide() -> None:
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4)
+    x = _inputs(16)
+    _, scores = layer(x, return_attention_scores=True)
+    _, causal_scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    assert tuple(scores.shape) == (BATCH, HEADS, 4, 4, 12)
+    assert tuple(causal_scores.shape) == (BATCH, HEADS, 4, 4, 8)
+    # Each real query row is a distribution over its local keys.
+    _close(np.asarray(scores).sum(-1), np.ones((BATCH, HEADS, 4, 4)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_covering_sequence_equals_full_attention(causal: bool) -> None:
+    x = _inputs(9)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=9)
+    dense = _dense_twin(layer, x)
+    _close(layer(x, use_causal_mask=causal), dense(x, x, use_causal_mask=causal))
+
+
+def test_restricted_is_not_full_attention() -> None:
+    x = _inputs(12)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
+    dense = _dense_twin(layer, x)
+    assert np.abs(np.asarray(layer(x)) - np.asarray(dense(x, x))).max() > 1e-3
+
+
+def test_weights_interchangeable_with_multi_head_attention() -> None:
+    x = _inputs(5)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
+    dense = _dense_twin(layer, x)
+    assert [w.path.split("/")[-1] for w in layer.weights] == [
+        w.path.split("/")[-1] for w in dense.weights
+    ]
+    assert [tuple(w.shape) for w in layer.weights] == [
+        tuple(w.shape) for w in dense.weights
+    ]
+
+
+# ------------------------------------------------------------- causality
+def test_causal_outputs_ignore_future_tokens() -> None:
+    length, t = 13, 6
+    x = _inputs(length)
+    changed = x.copy()
+    changed[:, t + 1 :] = _inputs(length, seed=1)[:, t + 1 :]
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
+    before = np.asarray(layer(x, use_causal_mask=True))
+    after = np.asarray(layer(changed, use_causal_mask=True))
+    _close(before[:, : t + 1], after[:, : t + 1], atol=1e-6)
+    assert np.abs(before[:, t + 1] - after[:, t + 1]).max() > 1e-4
+
+
+def test_two_sided_outputs_ignore_tokens_beyond_window() -> None:
+    length, window = 13, 3
+    x = _inputs(length)
+    changed = x.copy()
+    changed[:, 10] += 1.0
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
+    delta = np.abs(np.asarray(layer(x)) - np.asarray(layer(changed))).max(axis=(0, 2))
+    assert np.all(delta[: 10 - window] == 0.0)
+    assert np.all(delta[10 - window :] > 0.0)
+
+
+# --------------------------------------------------------------- padding
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_mask_matches_dense_and_hides_padded_keys(causal: bool) -> None:
+    length = 13
+    x = _inputs(length)
+    padding = np.ones((BATCH, length), bool)
+    padding[1, 9:] = False
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4)
+    dense = _dense_twin(layer, x)
+    expected = dense(
+        x,
+        x,
+        attention_mask=restricted_attention_mask(length, 4, causal=causal)[None],
+        query_mask=padding,
+        value_mask=padding,
+    )
+    output, scores = layer(
+        x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
+    )
+    _close(output, expected)
+    dense_scores = np.asarray(layer.local_to_dense_scores(scores, length, causal))
+    assert np.all(dense_scores[1, :, :, 9:] == 0.0)
+
+    # Changing the padded content leaves the real positions unchanged.
+    noisy = x.copy()
+    noisy[1, 9:] = _inputs(length, seed=2)[1, 9:]
+    _close(
+        np.asarray(layer(noisy, padding_mask=padding, use_causal_mask=causal))[1, :9],
+        np.asarray(output)[1, :9],
+        atol=1e-6,
+    )
+
+
+def test_keras_implicit_mask_equals_explicit_padding_mask() -> None:
+    ids = np.array([[3, 1, 4, 1, 5, 9, 2], [2, 6, 5, 0, 0, 0, 0]])
+    embedding = keras.layers.Embedding(10, D_MODEL, mask_zero=True)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
+    inputs = keras.Input((None,), dtype="int32")
+    embedded = embedding(inputs)
+    model = keras.Model(inputs, [layer(embedded), layer(embedded, embedded)])
+    alone, pair = model(ids)
+    raw = np.asarray(embedding(ids))
+    expected = layer(raw, padding_mask=ids != 0)
+    _close(alone, expected)
+    _close(pair, expected)
+    assert np.abs(np.asarray(layer(raw)) - np.asarray(expected)).max() > 1e-5
+
+
+def test_dense_attention_mask_is_combined_with_the_band() -> None:
+    length = 10
+    x = _inputs(length)
+    extra = np.random.default_rng(3).random((BATCH, length, length)) > 0.3
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
+    dense = _dense_twin(layer, x)
+    band = np.asarray(restricted_attention_mask(length, 3, causal=True))
+    _close(
+        layer(x, attention_mask=extra, use_causal_mask=True),
+        dense(x, x, attention_mask=extra & band[None]),
+    )
+
+
+def test_variable_length_functional_model() -> None:
+    inputs = keras.Input((None, D_MODEL))
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
+    model = keras.Model(inputs, layer(inputs, use_causal_mask=True))
+    for length in (5, 14):
+        x = _inputs(length)
+        _close(model(x), layer(x, use_causal_mask=True))
+
+
+# ---------------------------------------------------------- serialization
+def test_config_round_trip() -> None:
+    layer = RestrictedMultiHeadAttention(
+        HEADS, KEY_DIM, window=3, block_size=2, dropout=0.1, name="local"
+    )
+    x = _inputs(7)
+    layer(x)
+    config = layer.get_config()
+    assert config["window"] == 3 and config["block_size"] == 2
+    clone = RestrictedMultiHeadAttention.from_config(config)
+    clone(x)
+    clone.set_weights(layer.get_weights())
+    _close(clone(x), layer(x))
+    restored = keras.layers.deserialize(keras.layers.serialize(layer))
+    assert isinstance(restored, RestrictedMultiHeadAttention)
+    assert restored.get_config() == config
+
+
+def test_keras_save_and_load(tmp_path: Path) -> None:
+    inputs = keras.Input((None, D_MODEL))
+    outputs = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3, name="r")(
+        inputs, use_causal_mask=True
+    )
+    outputs = LocalBlockAttention(
+        HEADS, KEY_DIM, query_block_length=3, memory_length=4, name="b"
+    )(outputs, use_causal_mask=True)
+    model = keras.Model(inputs, outputs)
+    path = tmp_path / "local.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    x = _inputs(11)
+    _close(loaded(x), model(x), atol=0.0)
+    assert loaded.get_layer("b").get_config()["memory_length"] == 4
+
+
+# --------------------------------------------------------- mixed precision
+@pytest.fixture
+def mixed_float16():
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+@pytest.mark.usefixtures("mixed_float16")
+def test_mixed_float16_is_finite() -> None:
+    x = 50.0 * _inputs(13)
+    padding = np.ones((BATCH, 13), bool)
+    padding[0, 10:] = False
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4)
+    output, scores = layer(
+        x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True
+    )
+    assert output.dtype == "float16" and scores.dtype == "float32"
+    assert np.isfinite(np.asarray(output, "float32")).all()
+    block = LocalBlockAttention(HEADS, KEY_DIM, query_block_length=4, memory_length=4)
+    assert np.isfinite(np.asarray(block(x), "float32")).all()
+
+
+# --------------------------------------------------------- cached decoding
+@pytest.mark.parametrize("step", [1, 3])
+def test_sliding_window_cache_equals_full_causal(step: int) -> None:
+    length, window = 13, 4
+    x = _inputs(length)
+    padding = np.ones((BATCH, length), bool)
+    padding[1, 10:] = False
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
+    full = np.asarray(layer(x, padding_mask=padding, use_causal_mask=True))
+    cache = layer.init_cache(BATCH)
+    assert tuple(cache["keys"].shape) == (BATCH, HEADS, window, KEY_DIM)
+    for start in range(0, length, step):
+        stop = min(start + step, length)
+        x_step = x[:, start:stop]
+        if x_step.shape[1] < step:  # keep static shapes: pad the last step
+            pad = step - x_step.shape[1]
+            x_step = np.pad(x_step, ((0, 0), (0, pad), (0, 0)))
+        mask_step = np.zeros((BATCH, step), bool)
+        mask_step[:, : stop - start] = padding[:, start:stop]
+        output, cache = layer.call_cached(x_step, cache, padding_mask=mask_step)
+        _close(np.asarray(output)[:, : stop - start], full[:, start:stop])
+        assert tuple(cache["values"].shape) == (BATCH, HEADS, window, KEY_DIM)
+
+
+def test_init_cache_needs_a_built_layer() -> None:
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
+    with pytest.raises(ValueError, match="built"):
+        layer.init_cache(1)
+
+
+# ------------------------------------------------------ local 1D blocks
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    ("length", "query_block_length", "memory_length"),
+    [(12, 4, 4), (13, 4, 6), (10, 3, 0)],
+)
+def test_local_block_equals_dense_mask(
+    length: int, query_block_length: int, memory_length: int, causal: bool
+) -> None:
+    x = _inputs(length)
+    padding = np.ones((BATCH, length), bool)
+    padding[0, -2:] = False
+    layer = LocalBlockAttention(
+        HEADS,
+        KEY_DIM,
+        query_block_length=query_block_length,
+        memory_length=memory_length,
+    )
+    dense = _dense_twin(layer, x)
+    mask = local_block_attention_mask(
+        length, query_block_length, memory_length, causal=causal
+    )
+    expected, expected_scores = dense(
+        x,
+        x,
+        attention_mask=mask[None],
+        query_mask=padding,
+        value_mask=padding,
+        return_attention_scores=True,
+    )
+    output, scores = layer(
+        x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
+    )
+    _close(output, expected)
+    _close(layer.local_to_dense_scores(scores, length, causal), expected_scores)
+    width = memory_length + query_block_length
+    assert tuple(scores.shape)[-2:] == (query_block_length, width)
+
+
+def test_local_block_dense_mask_pattern() -> None:
+    mask = np.asarray(local_block_attention_mask(6, 2, 1, causal=True)).astype(int)
+    assert mask.tolist() == [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [0, 1, 1, 0, 0, 0],
+        [0, 1, 1, 1, 0, 0],
+        [0, 0, 0, 1, 1, 0],
+        [0, 0, 0, 1, 1, 1],
+    ]
+
+
+# ------------------------------------------------------------ bad arguments
+@pytest.mark.parametrize("window", [0, -3, 2.5, True, "4", None])
+def test_bad_window_raises(window: object) -> None:
+    with pytest.raises(ValueError, match=rf"`window`.*window={window!r}"):
+        RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"window": 2, "block_size": 0}, "block_size"),
+        ({"window": 2, "num_heads": 0}, "num_heads"),
+        ({"window": 2, "dropout": 1.5}, "dropout"),
+    ],
+)
+def test_bad_restricted_arguments_raise(kwargs: dict, name: str) -> None:
+    arguments = {"num_heads": HEADS, "key_dim": KEY_DIM, **kwargs}
+    with pytest.raises(ValueError, match=f"`{name}`.*{name}={kwargs[name]!r}"):
+        RestrictedMultiHeadAttention(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"query_block_length": 0, "memory_length": 2}, "query_block_length"),
+        ({"query_block_length": 3.0, "memory_length": 2}, "query_block_length"),
+        ({"query_block_length": 2, "memory_length": -1}, "memory_length"),
+    ],
+)
+def test_bad_local_block_arguments_raise(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=f"`{name}`.*{name}={kwargs[name]!r}"):
+        LocalBlockAttention(HEADS, KEY_DIM, **kwargs)
+
+
+def test_cross_attention_raises() -> None:
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
+    with pytest.raises(ValueError, match=r"self-attention only.*value\.shape"):
+        layer(_inputs(6), _inputs(4))
+    inputs = keras.Input((6, D_MODEL))
+    memory = keras.Input((4, D_MODEL))
+    with pytest.raises(ValueError, match="self-attention only"):
+        LocalBlockAttention(HEADS, KEY_DIM, query_block_length=2, memory_length=2)(
+            inputs, memory
+        )
+
+
+# ------------------------------------------------------ dropout and shapes
+def test_attention_dropout_only_in_training() -> None:
+    x = _inputs(10)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3, dropout=0.5)
+    inference = np.asarray(layer(x))
+    _close(layer(x, training=False), inference, atol=0.0)
+    assert np.abs(np.asarray(layer(x, training=True)) - inference).max() > 1e-4
+
+
+def test_symbolic_output_spec_matches_eager_shapes() -> None:
+    inputs = keras.Input((13, D_MODEL))
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4, output_dim=6)
+    output, scores = layer(inputs, use_causal_mask=True, return_attention_scores=True)
+    assert tuple(output.shape) == (None, 13, 6)
+    assert tuple(scores.shape) == (None, HEADS, 4, 4, 8)
+    eager_output, eager_scores = layer(
+        _inputs(13), use_causal_mask=True, return_attention_scores=True
+    )
+    assert tuple(eager_output.shape)[1:] == (13, 6)
+    assert tuple(eager_scores.shape)[1:] == (HEADS, 4, 4, 8)
