@@ -28,12 +28,17 @@ setup(
         "sentencepiece>=0.2,<0.3",
         "babel>=2.12,<3",
         "numpy>=1.26,<3",
+        "matplotlib>=3.8,<4",
     ],
     extras_require={
         "dev": [
             "pytest>=8,<10",
             "ruff>=0.6,<1",
-            "matplotlib>=3.8,<4",
+            "mkdocs>=1.6,<2",
+            "mkdocstrings[python]>=0.26,<2",
+            "nbclient>=0.10,<1",
+            "nbformat>=5.9,<6",
+            "ipykernel>=6.29,<8",
         ],
     },
     entry_points={
