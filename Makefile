@@ -1,0 +1,48 @@
+# The README's commands. Each target creates the virtual environment on first use.
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed-$(shell cksum setup.py | cut -d' ' -f1)
+WORKDIR ?= runs/dates_tiny
+
+.PHONY: setup demo test test-slow lint format docs bench clean
+
+$(INSTALLED): setup.py
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -e ".[dev]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+setup: $(INSTALLED)
+
+## The main job: train the default model on the built-in task, evaluate it,
+## print translations and where the TensorBoard logs are.
+demo: $(INSTALLED)
+	$(VENV)/bin/keras-transformer train --config configs/dates_tiny.json --workdir $(WORKDIR)
+
+## The default test run (slow tests excluded).
+test: $(INSTALLED)
+	$(PYTHON) -m pytest
+
+## The longer tests (multi-process training, full notebooks).
+test-slow: $(INSTALLED)
+	$(PYTHON) -m pytest -m slow
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(INSTALLED)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+docs: $(INSTALLED)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+bench: $(INSTALLED)
+	$(PYTHON) benchmarks/train_step.py
+	$(PYTHON) benchmarks/decode.py
+	$(PYTHON) benchmarks/attention_scaling.py
+
+clean:
+	rm -rf site runs .pytest_cache
