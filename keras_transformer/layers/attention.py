@@ -290,6 +290,66 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return self.combine_heads(heads_output), scores
 
+    # ------------------------------------------------------ cached decoding
+    def empty_cache(self, batch_size: Any, max_length: int) -> tuple[Any, Any]:
+        """A zero self-attention cache for incremental decoding.
+
+        Returns:
+            `(keys, values)` of shapes `(batch, heads, max_length, key_dim)` and
+            `(batch, heads, max_length, value_dim)`. The size is fixed, so a
+            decoding loop keeps static shapes (XLA).
+        """
+        shape = (batch_size, self.num_heads, max_length)
+        return (
+            ops.zeros((*shape, self.key_dim), self.compute_dtype),
+            ops.zeros((*shape, self.value_dim), self.compute_dtype),
+        )
+
+    def cached_self_attention(
+        self,
+        query_step: Any,
+        cache: tuple[Any, Any],
+        cache_index: Any,
+        window: int | None = None,
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
+        """Causal self-attention of the positions `cache_index ...` only.
+
+        The keys and values of the step are written into the cache at
+        `cache_index`; query `i` attends to the cached positions
+        `0 .. cache_index + i` (the last `window + 1` of them with a window),
+        and the unused slots are masked out.
+
+        Args:
+            query_step: `(batch, step_length, query_dim)`.
+            cache: `(keys, values)` from `empty_cache` or the previous step.
+            cache_index: integer scalar (may be a tensor), the position of the
+                first query.
+            window: restrict attention to this distance (§4).
+
+        Returns:
+            `(output, scores, cache)`: `(batch, step_length, output_dim)`,
+            `(batch, heads, step_length, max_length)` and the updated cache.
+        """
+        keys, values = self.project_key_value(query_step)
+        index = ops.cast(cache_index, "int32")
+        start = (0, 0, index, 0)
+        cache = (
+            ops.slice_update(cache[0], start, keys),
+            ops.slice_update(cache[1], start, values),
+        )
+        mask = masking.causal_mask(
+            ops.shape(query_step)[1],
+            ops.shape(cache[0])[2],
+            query_offset=index,
+            window=window,
+        )
+        # (1, 1, step_length, max_length)
+        mask = mask[None, None]
+        output, scores = self.attend(
+            self.project_query(query_step), cache[0], cache[1], mask, training=False
+        )
+        return output, scores, cache
+
     # ------------------------------------------------------------------- call
     def call(
         self,

@@ -207,12 +207,12 @@ class DecoderBlock(TransformerBlockBase):
         cross_keys, cross_values = self.cross_attention.project_key_value(
             encoder_sequence
         )
-        batch = ops.shape(encoder_sequence)[0]
-        attention = self.self_attention
-        shape = (batch, attention.num_heads, max_length)
+        self_keys, self_values = self.self_attention.empty_cache(
+            ops.shape(encoder_sequence)[0], max_length
+        )
         return {
-            "self_keys": ops.zeros((*shape, attention.key_dim), self.compute_dtype),
-            "self_values": ops.zeros((*shape, attention.value_dim), self.compute_dtype),
+            "self_keys": self_keys,
+            "self_values": self_values,
             "cross_keys": cross_keys,
             "cross_values": cross_values,
         }
@@ -238,32 +238,16 @@ class DecoderBlock(TransformerBlockBase):
             `(outputs, cache)`: `(batch, step_length, d_model)` and the cache
             with this step's keys and values written at `cache_index`.
         """
-        step_length = ops.shape(decoder_step)[1]
-        max_length = ops.shape(cache["self_keys"])[2]
         new_cache = dict(cache)
-        index = ops.cast(cache_index, "int32")
-
-        # Query i (at position index + i) sees cached positions 0 .. index + i
-        # (within the attention window, if any); the zeros beyond are masked.
-        self_mask = masking.causal_mask(
-            step_length, max_length, query_offset=index, window=self.attention_window
-        )
 
         def cached_self_attend(x: Any) -> tuple[Any, Callable[[], Any]]:
-            attention = self.self_attention
-            keys, values = attention.project_key_value(x)
-            start = (0, 0, index, 0)
-            new_cache["self_keys"] = ops.slice_update(cache["self_keys"], start, keys)
-            new_cache["self_values"] = ops.slice_update(
-                cache["self_values"], start, values
+            output, scores, (keys, values) = self.self_attention.cached_self_attention(
+                x,
+                (cache["self_keys"], cache["self_values"]),
+                cache_index,
+                window=self.attention_window,
             )
-            output, scores = attention.attend(
-                attention.project_query(x),
-                new_cache["self_keys"],
-                new_cache["self_values"],
-                self_mask[None, None],
-                training=False,
-            )
+            new_cache["self_keys"], new_cache["self_values"] = keys, values
             return output, lambda: scores
 
         cross_mask = None

@@ -194,3 +194,39 @@ def test_float16_padding_stays_finite():
     assert output.dtype == "float16"
     assert scores.dtype == "float32"
     assert np.all(np.isfinite(ops.convert_to_numpy(output)))
+
+
+def test_cached_self_attention_equals_causal_attention():
+    """Fixed-size cache written at an index: same outputs as the full pass."""
+    rng = np.random.default_rng(4)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = rng.normal(size=(2, 6, 8)).astype("float32")
+    full = ops.convert_to_numpy(attention(x, x, use_causal_mask=True))
+    cache = attention.empty_cache(2, max_length=9)
+    assert tuple(cache[0].shape) == (2, 2, 9, 4)
+    outputs = []
+    for index in range(6):
+        output, scores, cache = attention.cached_self_attention(
+            x[:, index : index + 1], cache, index
+        )
+        outputs.append(ops.convert_to_numpy(output))
+        # Unused cache slots get no weight.
+        np.testing.assert_array_equal(ops.convert_to_numpy(scores)[..., index + 1 :], 0)
+    np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
+
+
+def test_cross_attention_keys_and_values_are_computed_once():
+    rng = np.random.default_rng(5)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    query = rng.normal(size=(2, 3, 8)).astype("float32")
+    memory = rng.normal(size=(2, 5, 8)).astype("float32")
+    full = ops.convert_to_numpy(attention(query, memory))
+    keys, values = attention.project_key_value(memory)
+    assert tuple(keys.shape) == (2, 2, 5, 4)
+    for index in range(3):
+        step, _ = attention.attend(
+            attention.project_query(query[:, index : index + 1]), keys, values
+        )
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(step), full[:, index : index + 1], atol=1e-5
+        )
