@@ -4,8 +4,27 @@
 >>> model = kt.models.build_transformer(kt.models.presets["tiny"])
 """
 
-from keras_transformer import data, layers, losses, metrics, models, schedules
+from keras_transformer import (
+    data,
+    decoding,
+    layers,
+    losses,
+    metrics,
+    models,
+    schedules,
+    visualize,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["data", "layers", "losses", "metrics", "models", "schedules", "__version__"]
+__all__ = [
+    "data",
+    "decoding",
+    "layers",
+    "losses",
+    "metrics",
+    "models",
+    "schedules",
+    "visualize",
+    "__version__",
+]

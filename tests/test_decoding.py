@@ -1,0 +1,442 @@
+"""kt.decoding: cached greedy, beam search (§6.1, Wu et al. 2016), sampling."""
+
+import itertools
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.decoding import (
+    DecodeResult,
+    beam_search,
+    greedy_decode,
+    run_beam_search,
+    run_greedy,
+    sample_decode,
+    uncached_greedy_decode,
+)
+from keras_transformer.models import build_transformer, presets
+
+# The eager references call the model on one-token prefixes, where Keras warns
+# about a softmax over a single key.
+pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax")
+
+PAD, START, END, A, B = 0, 2, 3, 4, 5
+
+# Three sources of different lengths (5, 3 and 1 real tokens), padded.
+SOURCES = np.array(
+    [[5, 6, 7, 8, 9], [10, 11, 12, 0, 0], [13, 0, 0, 0, 0]], dtype="int32"
+)
+EXTRA = 4  # each example may generate (real source tokens + 4) tokens
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A random tiny model: no END in sight, so outputs run to their limits."""
+    keras.utils.set_random_seed(7)
+    return build_transformer(presets["tiny"].replace(dropout=0.0))
+
+
+def _copy_batch(rng, size, width=6):
+    """Sources of 2-5 tokens in 4..15; targets: the same, then END."""
+    sources = np.zeros((size, width), "int32")
+    inputs, labels = np.zeros_like(sources), np.zeros_like(sources)
+    for row in range(size):
+        length = rng.integers(2, width)
+        tokens = rng.integers(4, 16, size=length)
+        sources[row, :length] = tokens
+        inputs[row, 0], inputs[row, 1 : length + 1] = START, tokens
+        labels[row, :length], labels[row, length] = tokens, END
+    return sources, inputs, labels
+
+
+@pytest.fixture(scope="module")
+def copy_model():
+    """A smaller model trained for 300 steps to copy its input (about 10 s)."""
+    from keras_transformer.losses import MaskedSparseCrossEntropy
+
+    keras.utils.set_random_seed(0)
+    config = presets["tiny"].replace(
+        vocabulary_size=16, d_model=32, d_ff=64, num_heads=2, dropout=0.0
+    )
+    model = build_transformer(config)
+    sources, inputs, labels = _copy_batch(np.random.default_rng(0), 64 * 300)
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
+        jit_compile=False,
+    )
+    model.fit((sources, inputs), labels, batch_size=64, epochs=1, verbose=0)
+    return model
+
+
+# The random model never emits END (end_id=None makes sure); the copy model
+# ends each output with END, at different steps.
+CASES = [("model", None), ("copy_model", END)]
+
+
+def _reference_greedy(model, sources, extra_length, end_id):
+    """One example at a time, padding removed, full model on the prefix."""
+    outputs = []
+    for source in sources:
+        source = source[source != PAD][None]
+        prefix, score = [START], 0.0
+        for _ in range(source.shape[1] + extra_length):
+            logits = model([source, np.array([prefix], "int32")], training=False)
+            log_probs = np.asarray(tf.nn.log_softmax(logits[0, -1]), "float64")
+            log_probs[PAD] = -np.inf
+            token = int(np.argmax(log_probs))
+            score += log_probs[token]
+            prefix.append(token)
+            if token == end_id:
+                break
+        outputs.append((prefix[1:], score))
+    return outputs
+
+
+def _check_padded(result):
+    for row, length in zip(result.token_ids, result.lengths, strict=True):
+        assert np.all(row[length:] == PAD)
+        assert np.all(row[:length] != PAD)
+
+
+# ------------------------------------------------------------------- greedy
+@pytest.mark.parametrize(("fixture", "end_id"), CASES)
+def test_cached_greedy_matches_uncached_references(request, fixture, end_id):
+    model = request.getfixturevalue(fixture)
+    cached = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
+    uncached = uncached_greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
+    reference = _reference_greedy(model, SOURCES, EXTRA, end_id)
+    assert cached.to_list() == [tokens for tokens, _ in reference]
+    np.testing.assert_allclose(cached.scores, [s for _, s in reference], atol=1e-3)
+    np.testing.assert_array_equal(cached.token_ids, uncached.token_ids)
+    np.testing.assert_allclose(cached.scores, uncached.scores, atol=1e-4)
+    _check_padded(cached)
+    assert cached.token_ids.dtype == np.int32 and cached.scores.dtype == np.float32
+    limits = np.array([5, 3, 1]) + EXTRA
+    if end_id is None:  # maximum output length = source length + extra
+        np.testing.assert_array_equal(cached.lengths, limits)
+        assert cached.token_ids.shape == (3, limits.max())
+    else:  # END is the last token of every output
+        assert np.all(cached.lengths < limits)
+        rows = np.arange(len(SOURCES))
+        assert np.all(cached.token_ids[rows, cached.lengths - 1] == end_id)
+
+
+def test_greedy_with_xla_matches_graph(model):
+    graph = greedy_decode(model, SOURCES, extra_length=EXTRA)
+    xla = greedy_decode(model, SOURCES, extra_length=EXTRA, jit_compile=True)
+    np.testing.assert_array_equal(graph.token_ids, xla.token_ids)
+    np.testing.assert_allclose(graph.scores, xla.scores, atol=1e-4)
+
+
+def test_max_length_caps_the_output(model):
+    result = greedy_decode(model, SOURCES, max_length=3, end_id=None)
+    assert result.token_ids.shape == (3, 3)
+    np.testing.assert_array_equal(result.lengths, [3, 3, 3])
+
+
+def test_decoder_is_cached_per_model(model):
+    assert decoding.get_decoder(model) is decoding.get_decoder(model)
+    assert decoding.get_decoder(model) is not decoding.get_decoder(model, True)
+
+
+# -------------------------------------------------------------- beam search
+@pytest.mark.parametrize(("fixture", "end_id"), CASES)
+def test_beam_size_one_equals_greedy(request, fixture, end_id):
+    model = request.getfixturevalue(fixture)
+    greedy = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
+    beam = beam_search(
+        model,
+        SOURCES,
+        beam_size=1,
+        length_penalty=0.0,
+        extra_length=EXTRA,
+        end_id=end_id,
+    )
+    np.testing.assert_array_equal(beam.token_ids, greedy.token_ids)
+    np.testing.assert_array_equal(beam.lengths, greedy.lengths)
+    np.testing.assert_allclose(beam.scores, greedy.scores, atol=1e-4)
+
+
+@pytest.mark.parametrize(("fixture", "end_id"), CASES)
+def test_beam_batch_equals_one_by_one(request, fixture, end_id):
+    model = request.getfixturevalue(fixture)
+    args = {"beam_size": 3, "extra_length": EXTRA, "end_id": end_id}
+    batched = beam_search(model, SOURCES, **args)
+    _check_padded(batched)
+    for row, source in enumerate(SOURCES):
+        single = beam_search(model, source[source != PAD][None], **args)
+        assert single.to_list()[0] == batched.to_list()[row]
+        np.testing.assert_allclose(single.scores[0], batched.scores[row], atol=1e-4)
+
+
+def test_beam_reorders_the_caches_like_full_recomputation(model):
+    """Cached beam search equals beam search over an uncached step function."""
+    sources, beam, max_length = SOURCES[:2], 3, 6
+    repeated_sources = np.repeat(sources, beam, axis=0)
+
+    def uncached_step(token_ids, prefix, index):
+        # The state is the decoder input so far; the driver reorders it.
+        prefix = prefix.numpy()
+        prefix[:, int(index)] = token_ids.numpy()
+        logits = model([repeated_sources, prefix[:, : int(index) + 1]])
+        return tf.nn.log_softmax(logits[:, -1]), tf.constant(prefix)
+
+    tokens, scores, lengths = run_beam_search(
+        uncached_step,
+        tf.zeros((len(repeated_sources), max_length), tf.int32),
+        [max_length, max_length],
+        max_length=max_length,
+        beam_size=beam,
+        end_id=None,
+    )
+    cached = beam_search(
+        model, sources, beam_size=beam, max_length=max_length, end_id=None
+    )
+    np.testing.assert_array_equal(cached.token_ids, tokens.numpy())
+    np.testing.assert_allclose(cached.scores, scores.numpy(), atol=1e-4)
+    np.testing.assert_array_equal(cached.lengths, lengths.numpy())
+
+
+# ----------------------------------------------- beam search on fake models
+def _encode(prefix):
+    code = 1
+    for token in prefix:
+        code = code * 8 + token
+    return code
+
+
+def _decode(code):
+    tokens = []
+    while code > 1:
+        tokens.append(int(code % 8))
+        code //= 8
+    return tuple(reversed(tokens))
+
+
+def _table_step(table, default):
+    """Fixed probabilities `table[outputs so far]` as a step function (eager).
+
+    The state is a code of each hypothesis' outputs, so a search that fails
+    to reorder its state by parent reads the wrong rows.
+    """
+
+    def step(token_ids, codes, index):
+        rows, new_codes = [], []
+        for token, code in zip(token_ids.numpy(), codes.numpy(), strict=True):
+            prefix = () if int(index) == 0 else (*_decode(code), int(token))
+            rows.append(np.log(table.get(prefix, default)))
+            new_codes.append(_encode(prefix))
+        return tf.constant(np.array(rows, "float32")), tf.constant(new_codes, tf.int64)
+
+    return step
+
+
+def _probs(**named):
+    """A distribution over (pad, unk, start, END, A, B); pad gets ~0."""
+    ids = {"end": END, "a": A, "b": B}
+    probs = np.full(6, 1e-9)
+    for name, value in named.items():
+        probs[ids[name]] = value
+    probs[[1, 2]] += (1.0 - probs.sum()) / 2
+    return probs
+
+
+# Two ways to finish: [A, END] with P = 0.5 * 0.4 = 0.2 (2 tokens) and
+# [B, B, B, B, END] with P = 0.4 * 0.8 ** 4 = 0.16384 (5 tokens).
+GNMT_TABLE = {
+    (): _probs(a=0.5, b=0.4, end=0.05),
+    (A,): _probs(end=0.4, a=0.3, b=0.2),
+    (B,): _probs(b=0.8, end=0.05, a=0.05),
+    (B, B): _probs(b=0.8, end=0.05, a=0.05),
+    (B, B, B): _probs(b=0.8, end=0.05, a=0.05),
+    (B, B, B, B): _probs(end=0.8, b=0.1, a=0.05),
+}
+GNMT_DEFAULT = _probs(end=0.1, a=0.2, b=0.2)
+SHORT, LONG = [A, END], [B, B, B, B, END]
+
+
+@pytest.mark.parametrize(
+    ("alpha", "expected", "probability"),
+    [(0.0, SHORT, 0.2), (0.6, LONG, 0.16384), (1.0, LONG, 0.16384)],
+)
+def test_length_penalty_decides_which_finished_hypothesis_wins(
+    alpha, expected, probability
+):
+    # By hand, log P / ((5 + |Y|) / 6) ** alpha:
+    # alpha = 0:   -1.609 (short) > -1.808 (long)
+    # alpha = 0.6: -1.609 / 1.097 = -1.467 < -1.809 / 1.359 = -1.331
+    short = math.log(0.2) / ((5 + 2) / 6) ** alpha
+    long = math.log(0.16384) / ((5 + 5) / 6) ** alpha
+    assert (short > long) == (alpha == 0.0)
+
+    tokens, scores, lengths = run_beam_search(
+        _table_step(GNMT_TABLE, GNMT_DEFAULT),
+        tf.constant([1, 1], tf.int64),  # the two beams of one example
+        [8],
+        max_length=8,
+        beam_size=2,
+        length_penalty_alpha=alpha,
+    )
+    length = int(lengths.numpy()[0])
+    assert list(tokens.numpy()[0, :length]) == expected
+    assert np.all(tokens.numpy()[0, length:] == PAD)
+    expected_score = math.log(probability) / ((5 + len(expected)) / 6) ** alpha
+    assert scores.numpy()[0] == pytest.approx(expected_score, abs=1e-5)
+    assert decoding.length_penalty(len(expected), alpha) == pytest.approx(
+        ((5 + len(expected)) / 6) ** alpha
+    )
+
+
+def _hash_step(table):
+    """Log-probs that depend on the whole prefix through a hash in the state."""
+
+    def step(token_ids, codes, index):
+        codes = (codes * 1000003 + tf.cast(token_ids, tf.int64) + 1) % 2147483647
+        return tf.gather(table, codes % len(table)), codes
+
+    return step
+
+
+def _exhaustive_best(table, code, limit, alpha):
+    """The best END-terminated output of at most `limit` tokens, by brute force."""
+    best = (-np.inf, None)
+    tokens = [t for t in range(table.shape[1]) if t not in (PAD, END)]
+    for length in range(1, limit + 1):
+        for body in itertools.product(tokens, repeat=length - 1):
+            output, state, log_prob = (*body, END), code, 0.0
+            for previous, token in zip((START, *output), output, strict=False):
+                state = (state * 1000003 + previous + 1) % 2147483647
+                log_prob += float(table[state % len(table), token])
+            score = log_prob / ((5 + length) / 6) ** alpha
+            best = max(best, (score, list(output)))
+    return best
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_wide_beam_finds_the_exhaustive_optimum(alpha):
+    """With a beam wider than all candidates, beam search is exact."""
+    rng = np.random.default_rng(0)
+    table = tf.nn.log_softmax(rng.normal(size=(101, 6)) * 2.0).numpy()
+    table = table.astype("float32")
+    limits, codes, beam = [3, 4], [11, 12], 320  # 4 ** 3 * 5 candidates
+    tokens, scores, lengths = run_beam_search(
+        _hash_step(tf.constant(table)),
+        tf.constant(np.repeat(codes, beam), tf.int64),
+        limits,
+        max_length=4,
+        beam_size=beam,
+        length_penalty_alpha=alpha,
+    )
+    for row, (code, limit) in enumerate(zip(codes, limits, strict=True)):
+        best_score, best_output = _exhaustive_best(table, code, limit, alpha)
+        length = int(lengths.numpy()[row])
+        assert list(tokens.numpy()[row, :length]) == best_output
+        assert scores.numpy()[row] == pytest.approx(best_score, abs=1e-4)
+
+
+def test_beam_without_finished_hypothesis_returns_the_best_live_one():
+    table = {(): _probs(a=0.6, b=0.3)}
+    default = _probs(a=0.6, b=0.3)  # END has probability 0
+    tokens, scores, lengths = run_beam_search(
+        _table_step(table, default),
+        tf.constant([1, 1], tf.int64),
+        [3],
+        max_length=5,
+        beam_size=2,
+    )
+    np.testing.assert_array_equal(tokens.numpy()[0], [A, A, A, PAD, PAD])
+    assert lengths.numpy()[0] == 3
+    assert scores.numpy()[0] == pytest.approx(
+        3 * math.log(0.6) / ((5 + 3) / 6) ** 0.6, abs=1e-5
+    )
+
+
+def test_greedy_driver_stops_each_example_at_end_or_limit():
+    table = {(): _probs(a=0.6), (A,): _probs(a=0.6), (A, A): _probs(end=0.9)}
+    tokens, scores, lengths = run_greedy(
+        _table_step(table, _probs(b=0.6)),
+        tf.constant([1, 1, 1], tf.int64),
+        [5, 2, 0],
+        max_length=5,
+    )
+    np.testing.assert_array_equal(
+        tokens.numpy(),
+        [[A, A, END, 0, 0], [A, A, 0, 0, 0], [0, 0, 0, 0, 0]],
+    )
+    np.testing.assert_array_equal(lengths.numpy(), [3, 2, 0])
+    np.testing.assert_allclose(
+        scores.numpy(), [math.log(0.6 * 0.6 * 0.9), math.log(0.36), 0.0], atol=1e-5
+    )
+
+
+# ------------------------------------------------------------------ errors
+def test_max_length_beyond_learned_positions_raises():
+    model = build_transformer(presets["tiny"].replace(position_encoding="learned"))
+    with pytest.raises(ValueError, match="max_length=65"):
+        greedy_decode(model, SOURCES, max_length=65)
+    with pytest.raises(ValueError, match="max_length=65"):
+        beam_search(model, SOURCES, max_length=65)
+    # Without max_length the default (source + 50) is capped at the limit.
+    long_source = np.full((1, 30), 5, "int32")
+    result = greedy_decode(model, long_source, end_id=None)
+    assert result.token_ids.shape == (1, 64)
+
+
+@pytest.mark.parametrize(
+    ("function", "kwargs", "message"),
+    [
+        (greedy_decode, {"max_length": 0}, "max_length"),
+        (greedy_decode, {"extra_length": -1}, "extra_length"),
+        (greedy_decode, {"end_id": 1000}, "end_id"),
+        (beam_search, {"beam_size": 0}, "beam_size"),
+        (beam_search, {"length_penalty": -0.5}, "length_penalty"),
+        (sample_decode, {"temperature": 0.0}, "temperature"),
+        (sample_decode, {"top_k": 0}, "top_k"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(model, function, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        function(model, SOURCES, **kwargs)
+
+
+def test_bad_source_raises(model):
+    with pytest.raises(ValueError, match="source_ids"):
+        greedy_decode(model, np.array([5, 6, 3]))
+    with pytest.raises(ValueError, match="source_ids"):
+        greedy_decode(model, np.array([[5, 6, 5000]]))
+
+
+# ----------------------------------------------------------------- sampling
+def test_sampling_is_reproducible_and_top_1_is_greedy(model):
+    first = sample_decode(model, SOURCES, seed=3, extra_length=EXTRA)
+    again = sample_decode(model, SOURCES, seed=3, extra_length=EXTRA)
+    np.testing.assert_array_equal(first.token_ids, again.token_ids)
+    _check_padded(first)
+    top_1 = sample_decode(model, SOURCES, seed=3, top_k=1, extra_length=EXTRA)
+    greedy = greedy_decode(model, SOURCES, extra_length=EXTRA)
+    np.testing.assert_array_equal(top_1.token_ids, greedy.token_ids)
+    np.testing.assert_allclose(top_1.scores, greedy.scores, atol=1e-4)
+
+
+def test_decode_result_to_list():
+    result = DecodeResult(
+        token_ids=np.array([[7, 3, 0], [8, 9, 3]], "int32"),
+        scores=np.zeros(2, "float32"),
+        lengths=np.array([2, 3], "int32"),
+    )
+    assert result.to_list() == [[7, 3], [8, 9, 3]]
+    assert result.to_list(strip_end=True) == [[7], [8, 9]]
+
+
+# ---------------------------------------------------------------- copy task
+def test_trained_copy_model_decodes_the_copy(copy_model):
+    """After a few hundred steps on a copy task greedy and beam copy the input."""
+    sources, _, labels = _copy_batch(np.random.default_rng(1), 16)
+    expected = [list(row[row != PAD]) for row in labels]
+    assert greedy_decode(copy_model, sources, extra_length=2).to_list() == expected
+    assert beam_search(copy_model, sources, extra_length=2).to_list() == expected
