@@ -124,8 +124,14 @@ def masked_softmax(logits: Any, mask: Any | None = None) -> Any:
         float32 weights; rows with no allowed key are all zeros.
     """
     logits = ops.cast(logits, "float32")
-    if mask is None:
+    if logits.shape[-1] == 1:
+        # A single key takes all the weight (Keras warns on a softmax over an
+        # axis of size 1, which is correct but pointless here).
+        weights = ops.ones_like(logits)
+    elif mask is None:
         return ops.softmax(logits, axis=-1)
-    mask = ops.cast(mask, "bool")
-    weights = ops.softmax(ops.where(mask, logits, MASK_FILL_VALUE), axis=-1)
+    else:
+        weights = ops.softmax(ops.where(mask, logits, MASK_FILL_VALUE), axis=-1)
+    if mask is None:
+        return weights
     return weights * ops.cast(mask, "float32")

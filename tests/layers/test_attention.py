@@ -230,3 +230,14 @@ def test_cross_attention_keys_and_values_are_computed_once():
         np.testing.assert_allclose(
             ops.convert_to_numpy(step), full[:, index : index + 1], atol=1e-5
         )
+
+
+def test_single_key_takes_all_weight_unless_masked():
+    q = np.ones((1, 2, 4), "float32")
+    k = v = np.full((1, 1, 4), 2.0, "float32")
+    _, weights = scaled_dot_product_attention(q, k, v)
+    np.testing.assert_array_equal(ops.convert_to_numpy(weights), 1.0)
+    mask = np.array([[[True], [False]]])
+    output, weights = scaled_dot_product_attention(q, k, v, mask)
+    np.testing.assert_array_equal(ops.convert_to_numpy(weights)[0, :, 0], [1.0, 0.0])
+    np.testing.assert_array_equal(ops.convert_to_numpy(output)[0, 1], 0.0)
