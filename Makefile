@@ -18,7 +18,7 @@ setup: $(INSTALLED)
 ## The main job: train the default model on the built-in task, evaluate it,
 ## print translations and where the TensorBoard logs are.
 demo: $(INSTALLED)
-	$(VENV)/bin/keras-transformer train --config configs/dates_tiny.json --workdir $(WORKDIR)
+	$(VENV)/bin/keras-transformer train configs/dates_tiny.json --workdir $(WORKDIR)
 
 ## The default test run (slow tests excluded).
 test: $(INSTALLED)

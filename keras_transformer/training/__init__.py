@@ -1,0 +1,79 @@
+"""Training at scale: the paper's recipe (§5) as a resumable library function.
+
+Example::
+
+    from keras_transformer import training
+
+    config = training.TrainConfig.load("configs/dates_tiny.json")
+    config = training.apply_overrides(config, ["train.train_steps=1000"])
+    result = training.train(config, "runs/dates")
+    print(result.evaluation.summary())
+
+See `docs/training.md` for the command line (`keras-transformer train`),
+distribution, mixed precision, TensorBoard, resuming and checkpoint
+averaging.
+"""
+
+from keras_transformer.training.checkpoints import (
+    average_checkpoints,
+    checkpoint_paths,
+    load_trained_model,
+    weights_checksum,
+)
+from keras_transformer.training.config import (
+    DataConfig,
+    TrainConfig,
+    TrainingConfig,
+    apply_overrides,
+    config_differences,
+    parse_override,
+)
+from keras_transformer.training.distribute import (
+    configure_cpu_devices,
+    is_chief,
+    make_strategy,
+)
+from keras_transformer.training.evaluation import (
+    EvaluationResult,
+    Translation,
+    evaluate_translations,
+    translate,
+)
+from keras_transformer.training.loop import (
+    ConfigMismatchError,
+    TrainingDivergedError,
+    TrainResult,
+    train,
+)
+from keras_transformer.training.trainer import (
+    TokenStatistics,
+    TranslationTrainer,
+    accumulation_dataset,
+)
+
+__all__ = [
+    "ConfigMismatchError",
+    "DataConfig",
+    "EvaluationResult",
+    "TokenStatistics",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingConfig",
+    "TrainingDivergedError",
+    "Translation",
+    "TranslationTrainer",
+    "accumulation_dataset",
+    "apply_overrides",
+    "average_checkpoints",
+    "checkpoint_paths",
+    "config_differences",
+    "configure_cpu_devices",
+    "evaluate_translations",
+    "is_chief",
+    "load_trained_model",
+    "make_strategy",
+    "parse_override",
+    "train",
+    "translate",
+    "weights_checksum",
+]

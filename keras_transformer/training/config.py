@@ -1,0 +1,671 @@
+"""`TrainConfig`: everything a training run needs, as one frozen dataclass.
+
+A config has three sections, each a frozen dataclass:
+
+* `model`: a `TransformerConfig` (or the name of a preset) with every model
+  hyperparameter and, in `model.optimizer`, every optimizer constant of §5.3;
+* `data`: the task, the languages, the vocabulary and the batching (§5.1);
+* `train`: the length of the run, accumulation, precision, checkpoints and
+  evaluation.
+
+Configs round-trip through JSON (`to_json` / `from_json`, `save` / `load`)
+and take overrides as dotted keys (`apply_overrides`), e.g.
+``model.d_model=128``, ``model.optimizer.warmup_steps=400``,
+``data.max_tokens_per_batch=2048`` or ``train.precision=mixed_bfloat16``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
+from keras_transformer.models import TransformerConfig, get_preset
+
+__all__ = [
+    "DataConfig",
+    "RESUMABLE_CHANGES",
+    "TrainConfig",
+    "TrainingConfig",
+    "apply_overrides",
+    "config_differences",
+    "parse_override",
+]
+
+TASKS = ("dates", "multi30k", "tatoeba", "files")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+EVALUATE_WITH = ("last", "best", "average")
+TOO_LONG = ("drop", "truncate")
+TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
+
+#: Keys that may differ between a run and its restart without `--force`:
+#: they change how long the run goes on, or what is evaluated and reported,
+#: not what an update computes.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "data.data_dir",
+        "train.train_steps",
+        "train.epochs",
+        "train.verbose",
+        "train.test_samples",
+        "train.num_translations",
+        "train.evaluate_with",
+        "train.keep_checkpoints",
+        "train.keep_best",
+        "train.validation_every",
+        "train.bleu_samples",
+        "train.decode_extra_length",
+        "train.log_every",
+        "train.attention_example",
+    }
+)
+
+
+def _positive_int(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f"`{owner}.{name}` must be a positive integer"
+            f"{' or null' if allow_none else ''}. Received: {name}={value!r}"
+        )
+
+
+def _choice(owner: str, name: str, value: Any, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"`{owner}.{name}` must be one of {', '.join(map(repr, allowed))}. "
+            f"Received: {name}={value!r}"
+        )
+
+
+def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
+    if not isinstance(values, Mapping):
+        raise ValueError(
+            f"The `{section}` section must be a JSON object of settings. "
+            f"Received: {values!r}"
+        )
+    known = {field.name for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"Unknown `{section}` settings: {unknown}. Known settings: {sorted(known)}."
+        )
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the sentence pairs come from and how they are batched.
+
+    Attributes:
+        task: ``"dates"`` (synthetic dates to ISO 8601, no download),
+            ``"multi30k"`` (Multi30k Task 1), ``"tatoeba"`` (Tatoeba
+            English-Spanish) or ``"files"`` (your own parallel text).
+        source_language, target_language: for Multi30k ``de``/``en``/``fr``;
+            for Tatoeba ``en`` and ``es`` in either order. Informative for
+            the other tasks.
+        data_dir: the folder holding the data set's files (``None``: the
+            loaders' defaults, ``$KT_DATA_DIR`` or a download).
+        train_source, train_target: for ``task="files"``, two line-aligned
+            files (plain or ``.gz``), or one tab-separated file in
+            ``train_source`` with ``train_target`` left ``None``.
+        validation_source, validation_target: the validation pairs of
+            ``task="files"`` (required), in the same layout.
+        test_source, test_target: the test pairs of ``task="files"``;
+            ``None`` evaluates on the validation pairs at the end.
+        num_train_examples, num_eval_examples: sizes of the synthetic dates
+            splits (the validation and test splits each get
+            ``num_eval_examples``).
+        vocabulary_size: size of the shared source-target subword vocabulary
+            learned on the training pairs (§5.1: "a shared source-target
+            vocabulary"). ``None`` takes the model's ``vocabulary_size``; when
+            set, it replaces the model's.
+        tokenizer_model_type: ``"unigram"`` or ``"bpe"`` (SentencePiece).
+        tokenizer_max_sentences: learn the vocabulary on a random sample of
+            this many sentences (``None``: all).
+        max_length: longest sequence kept, in tokens including START/END;
+            at most the model's ``max_length``. ``None``: the model's
+            ``max_length`` or the largest bucket boundary, whichever is
+            smaller.
+        max_tokens_per_batch: the token budget of one (global) batch and
+            side, padding included, split over all replicas. One optimizer
+            update sees ``max_tokens_per_batch * train.gradient_accumulation``
+            tokens (§5.1: about 25,000 source and 25,000 target tokens).
+        bucket_boundaries: the padded lengths of the length buckets.
+        too_long: ``"drop"`` or ``"truncate"`` training pairs over
+            ``max_length``.
+        shuffle_buffer: pairs in the shuffle buffer (``None``: all).
+    """
+
+    task: str = "dates"
+    source_language: str = "de"
+    target_language: str = "en"
+    data_dir: str | None = None
+    train_source: str | None = None
+    train_target: str | None = None
+    validation_source: str | None = None
+    validation_target: str | None = None
+    test_source: str | None = None
+    test_target: str | None = None
+    num_train_examples: int = 50_000
+    num_eval_examples: int = 1_000
+    vocabulary_size: int | None = None
+    tokenizer_model_type: str = "unigram"
+    tokenizer_max_sentences: int | None = 2_000_000
+    max_length: int | None = None
+    max_tokens_per_batch: int = 4096
+    bucket_boundaries: tuple[int, ...] = DEFAULT_BUCKET_BOUNDARIES
+    too_long: str = "drop"
+    shuffle_buffer: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "data"
+        _choice(owner, "task", self.task, TASKS)
+        _choice(
+            owner,
+            "tokenizer_model_type",
+            self.tokenizer_model_type,
+            TOKENIZER_MODEL_TYPES,
+        )
+        _choice(owner, "too_long", self.too_long, TOO_LONG)
+        for name in ("num_train_examples", "num_eval_examples", "max_tokens_per_batch"):
+            _positive_int(owner, name, getattr(self, name))
+        for name in ("vocabulary_size", "tokenizer_max_sentences", "shuffle_buffer"):
+            _positive_int(owner, name, getattr(self, name), allow_none=True)
+        _positive_int(owner, "max_length", self.max_length, allow_none=True)
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError(
+                "`data.max_length` must be at least 2 (one token plus END). "
+                f"Received: max_length={self.max_length}"
+            )
+        boundaries = tuple(self.bucket_boundaries)
+        object.__setattr__(self, "bucket_boundaries", boundaries)
+        if not boundaries or any(
+            isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in boundaries
+        ):
+            raise ValueError(
+                "`data.bucket_boundaries` must be a non-empty list of positive "
+                f"integers. Received: {list(boundaries)}"
+            )
+        if list(boundaries) != sorted(set(boundaries)):
+            raise ValueError(
+                "`data.bucket_boundaries` must be strictly increasing. "
+                f"Received: {list(boundaries)}"
+            )
+        if self.max_length is not None and boundaries[-1] < self.max_length:
+            raise ValueError(
+                f"`data.max_length`={self.max_length} exceeds the largest bucket "
+                f"boundary {boundaries[-1]}: add a boundary >= {self.max_length} "
+                "to data.bucket_boundaries or lower data.max_length."
+            )
+        longest = self.max_length or boundaries[-1]
+        if self.max_tokens_per_batch < longest:
+            raise ValueError(
+                f"`data.max_tokens_per_batch`={self.max_tokens_per_batch} cannot "
+                f"hold one sequence of {longest} tokens (data.max_length); raise "
+                "it or lower data.max_length."
+            )
+        if self.task == "multi30k":
+            for name in ("source_language", "target_language"):
+                _choice(owner, name, getattr(self, name), ("de", "en", "fr"))
+        if self.task == "tatoeba" and {
+            self.source_language,
+            self.target_language,
+        } != {"en", "es"}:
+            raise ValueError(
+                "The tatoeba task translates between English and Spanish: set "
+                "data.source_language and data.target_language to 'en' and 'es' "
+                f"(either order). Received: {self.source_language!r} -> "
+                f"{self.target_language!r}"
+            )
+        if self.task in ("multi30k", "tatoeba") and (
+            self.source_language == self.target_language
+        ):
+            raise ValueError(
+                "`data.source_language` and `data.target_language` must differ. "
+                f"Received: both {self.source_language!r}"
+            )
+        if self.task == "files":
+            for name in ("train_source", "validation_source"):
+                if not getattr(self, name):
+                    raise ValueError(
+                        f"task='files' needs `data.{name}`: the path of a source "
+                        "file (with the matching `*_target` file), or of one "
+                        "tab-separated file of pairs."
+                    )
+
+    @property
+    def direction(self) -> str:
+        """``"<source>-<target>"``, e.g. ``"de-en"``."""
+        return f"{self.source_language}-{self.target_language}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """How long and how to train, checkpoint and evaluate.
+
+    Attributes:
+        train_steps: optimizer updates in the whole run. Exactly one of
+            `train_steps` and `epochs` may be set; with neither, one epoch.
+        epochs: length of the run in epochs of `steps_per_epoch` updates.
+        steps_per_epoch: optimizer updates per epoch (``None``: one pass over
+            the training pairs). Every epoch ends with a checkpoint; every
+            `validation_every` epochs it also reports validation loss, BLEU
+            and attention maps.
+        validation_every: epochs between two validations.
+        gradient_accumulation: `k`, the number of batches whose gradients are
+            summed into one optimizer update, so that a few devices reach the
+            paper's ~25,000 tokens per update (§5.1). The sum is normalised
+            by the token count of all `k` batches, so an update equals one
+            step on the concatenated batch.
+        jit_compile: compile the train step with XLA.
+        precision: ``"float32"``, ``"mixed_float16"`` (with dynamic loss
+            scaling) or ``"mixed_bfloat16"``.
+        seed: seed of the initialisation, dropout, data order and the
+            synthetic data.
+        keep_checkpoints: how many of the latest checkpoints are kept (at
+            least 5 for the averaging of §6.1).
+        keep_best: also keep the weights with the best validation BLEU.
+        bleu_samples: validation pairs translated (greedily) for the BLEU
+            reported during training.
+        decode_extra_length: the decoder may emit the source length plus this
+            many tokens (§6.1: "input length + 50").
+        log_every: updates between two training summaries in TensorBoard.
+        attention_example: index of the validation pair whose attention maps
+            are drawn into TensorBoard.
+        test_samples: test pairs translated at the end (``None``: all).
+        evaluate_with: the weights evaluated at the end: ``"last"``,
+            ``"best"`` (best validation BLEU) or ``"average"`` (the average
+            of the kept checkpoints, §6.1).
+        num_translations: translations printed at the end.
+        verbose: Keras progress output: 0 silent, 1 progress bar, 2 one line
+            per epoch.
+    """
+
+    train_steps: int | None = None
+    epochs: int | None = None
+    steps_per_epoch: int | None = None
+    validation_every: int = 1
+    gradient_accumulation: int = 1
+    jit_compile: bool = False
+    precision: str = "float32"
+    seed: int = 0
+    keep_checkpoints: int = 5
+    keep_best: bool = True
+    bleu_samples: int = 200
+    decode_extra_length: int = 50
+    log_every: int = 50
+    attention_example: int = 0
+    test_samples: int | None = None
+    evaluate_with: str = "last"
+    num_translations: int = 5
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        owner = "train"
+        if self.train_steps is not None and self.epochs is not None:
+            raise ValueError(
+                "Set either `train.train_steps` or `train.epochs`, not both. "
+                f"Received: train_steps={self.train_steps}, epochs={self.epochs}"
+            )
+        for name in ("train_steps", "epochs", "steps_per_epoch", "test_samples"):
+            _positive_int(owner, name, getattr(self, name), allow_none=True)
+        for name in (
+            "validation_every",
+            "gradient_accumulation",
+            "keep_checkpoints",
+            "bleu_samples",
+            "log_every",
+        ):
+            _positive_int(owner, name, getattr(self, name))
+        for name in ("decode_extra_length", "attention_example", "num_translations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"`train.{name}` must be a non-negative integer. "
+                    f"Received: {name}={value!r}"
+                )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(
+                f"`train.seed` must be an integer. Received: {self.seed!r}"
+            )
+        if not isinstance(self.jit_compile, bool) or not isinstance(
+            self.keep_best, bool
+        ):
+            raise ValueError(
+                "`train.jit_compile` and `train.keep_best` must be true or false."
+            )
+        if self.verbose not in (0, 1, 2):
+            raise ValueError(
+                f"`train.verbose` must be 0, 1 or 2. Received: {self.verbose!r}"
+            )
+        _choice(owner, "precision", self.precision, PRECISIONS)
+        _choice(owner, "evaluate_with", self.evaluate_with, EVALUATE_WITH)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A complete training run: model, data and training settings.
+
+    `model` may be given as a `TransformerConfig`, a preset name (``"tiny"``,
+    ``"small"``, ``"base"``, ...) or a mapping of `TransformerConfig` fields,
+    optionally with a ``"preset"`` key whose preset the fields then modify.
+    It is always stored resolved, as a `TransformerConfig`. The paper's
+    recipe is the default: Adam with 0.9/0.98/1e-9, Eq. 7 with 4000 warm-up
+    steps (`model.optimizer`), label smoothing 0.1 and dropout 0.1.
+
+    The vocabulary is shared by source and target, and its size is
+    `data.vocabulary_size` when set (the model's is then replaced), else the
+    model's `vocabulary_size`.
+
+    Example:
+    >>> config = TrainConfig(model="tiny", data=DataConfig(task="dates"))
+    >>> config = apply_overrides(config, ["model.d_model=32", "train.seed=3"])
+    >>> config.model.d_model, config.data.vocabulary_size
+    (32, 1000)
+    """
+
+    model: TransformerConfig = dataclasses.field(
+        default_factory=lambda: get_preset("tiny")
+    )
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    train: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+
+    def __post_init__(self) -> None:
+        model = _resolve_model(self.model)
+        data = self.data
+        if isinstance(data, Mapping):
+            data = _from_mapping(DataConfig, "data", data)
+        train = self.train
+        if isinstance(train, Mapping):
+            train = _from_mapping(TrainingConfig, "train", train)
+        if not isinstance(data, DataConfig) or not isinstance(train, TrainingConfig):
+            raise TypeError(
+                "TrainConfig.data must be a DataConfig and TrainConfig.train a "
+                "TrainingConfig (or mappings of their fields)."
+            )
+        if model.target_vocabulary_size not in (None, model.vocabulary_size):
+            raise ValueError(
+                "Training learns one shared source-target vocabulary (§5.1), so "
+                "model.target_vocabulary_size must be null. Received: "
+                f"target_vocabulary_size={model.target_vocabulary_size}"
+            )
+        if data.vocabulary_size is None:
+            data = dataclasses.replace(data, vocabulary_size=model.vocabulary_size)
+        elif data.vocabulary_size != model.vocabulary_size:
+            model = model.replace(vocabulary_size=data.vocabulary_size)
+        if data.max_length is None:
+            data = dataclasses.replace(
+                data, max_length=min(model.max_length, data.bucket_boundaries[-1])
+            )
+        elif data.max_length > model.max_length:
+            raise ValueError(
+                f"`data.max_length`={data.max_length} is longer than the model "
+                f"supports (model.max_length={model.max_length}). Lower "
+                "data.max_length or raise model.max_length."
+            )
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "train", train)
+
+    # ------------------------------------------------------------------ I/O
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with some sections replaced (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain JSON-compatible values."""
+        values = dataclasses.asdict(self)
+        values["data"]["bucket_boundaries"] = list(self.data.bucket_boundaries)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """Builds a config from `to_dict` output or a hand-written mapping.
+
+        Missing sections and settings take their defaults; unknown ones are
+        refused with the list of the known ones.
+        """
+        if not isinstance(values, Mapping):
+            raise ValueError(
+                f"A training config must be a JSON object. Received: {values!r}"
+            )
+        known = {"model", "data", "train"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown config sections: {unknown}. A config has the "
+                f"sections {sorted(known)}."
+            )
+        data = _from_mapping(DataConfig, "data", values.get("data", {}))
+        model_values = values.get("model", "tiny")
+        if (
+            isinstance(model_values, Mapping)
+            and data.vocabulary_size is not None
+            and "vocabulary_size" in model_values
+            and model_values["vocabulary_size"] != data.vocabulary_size
+        ):
+            raise ValueError(
+                "The config sets two vocabulary sizes: model.vocabulary_size="
+                f"{model_values['vocabulary_size']} and data.vocabulary_size="
+                f"{data.vocabulary_size}. The tokenizer decides the model's: set "
+                "only data.vocabulary_size."
+            )
+        return cls(
+            model=model_values,
+            data=data,
+            train=_from_mapping(TrainingConfig, "train", values.get("train", {})),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"The training config is not valid JSON: {e}") from e
+        return cls.from_dict(values)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Writes the resolved config as JSON."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json() + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TrainConfig:
+        """Reads a config written by `save` (or by hand)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"Training config {path} does not exist.")
+        try:
+            return cls.from_json(path.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as ``{"model.d_model": 512, ...}`` (for HParams)."""
+        return dict(_flatten(self.to_dict()))
+
+
+def _resolve_model(model: Any) -> TransformerConfig:
+    if isinstance(model, TransformerConfig):
+        return model
+    if isinstance(model, str):
+        return get_preset(model)
+    if isinstance(model, Mapping):
+        values = dict(model)
+        preset = values.pop("preset", None)
+        if preset is None:
+            return TransformerConfig.from_dict(values)
+        base = get_preset(preset)
+        if "optimizer" in values and isinstance(values["optimizer"], Mapping):
+            values["optimizer"] = dataclasses.replace(
+                base.optimizer, **values["optimizer"]
+            )
+        known = {field.name for field in dataclasses.fields(TransformerConfig)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown model settings: {unknown}. Known: {sorted(known)} "
+                "(plus 'preset')."
+            )
+        return base.replace(**values)
+    raise TypeError(
+        "TrainConfig.model must be a TransformerConfig, a preset name or a "
+        f"mapping of TransformerConfig fields. Received: {type(model).__name__}"
+    )
+
+
+def _flatten(values: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{name}.")
+        else:
+            yield name, value
+
+
+# --------------------------------------------------------------- overrides
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Splits ``"model.d_model=128"`` into ``(["model", "d_model"], 128)``.
+
+    The value is read as JSON when it parses (numbers, ``true``, ``null``,
+    lists such as ``[8,16,32]``), otherwise kept as a string, so
+    ``train.precision=mixed_bfloat16`` needs no quotes.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(
+            f"Override {text!r} is not of the form key=value, e.g. "
+            "model.d_model=128 or train.precision=mixed_bfloat16."
+        )
+    path = key.split(".")
+    if any(not part for part in path):
+        raise ValueError(f"Override {text!r} has an empty part in its key {key!r}.")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return path, value
+
+
+def apply_overrides(
+    config: TrainConfig | Mapping[str, Any], overrides: Iterable[str]
+) -> TrainConfig:
+    """Applies ``key=value`` overrides (dotted keys) and validates the result.
+
+    Args:
+        config: a `TrainConfig`, or a raw mapping as read from a JSON file
+            (whose ``"model"`` may still be a preset name).
+        overrides: strings such as ``"model.d_model=128"``,
+            ``"model.optimizer.warmup_steps=400"``, ``"data.task=multi30k"``
+            or ``"model=small"`` (a preset for the whole model; it also
+            resets `data.vocabulary_size` and `data.max_length` to follow
+            the new model, so override those after it if needed).
+
+    Returns:
+        The validated `TrainConfig`.
+
+    Raises:
+        ValueError: on an unknown key (the message lists the known ones) or
+            an invalid value.
+    """
+    raw = (
+        config.to_dict()
+        if isinstance(config, TrainConfig)
+        else copy.deepcopy(dict(config))
+    )
+    for text in overrides:
+        path, value = parse_override(text)
+        if path == ["model", "vocabulary_size"]:
+            raise ValueError(
+                "Set the vocabulary size with data.vocabulary_size: the learned "
+                "tokenizer decides the model's vocabulary_size."
+            )
+        if path == ["model"] and isinstance(raw.get("data"), Mapping):
+            # A new model brings its own vocabulary size and length.
+            raw["data"] = {
+                k: v
+                for k, v in raw["data"].items()
+                if k not in ("vocabulary_size", "max_length")
+            }
+        if path == ["data", "vocabulary_size"] and isinstance(
+            raw.get("model"), Mapping
+        ):
+            raw["model"] = {
+                k: v for k, v in raw["model"].items() if k != "vocabulary_size"
+            }
+        _set_path(raw, path, value, text)
+    return TrainConfig.from_dict(raw)
+
+
+_SECTIONS = {"data": DataConfig, "train": TrainingConfig}
+
+
+def _known_keys(path: list[str]) -> list[str]:
+    if not path:
+        return ["model", "data", "train"]
+    if path[0] in _SECTIONS and len(path) == 1:
+        return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
+    if path == ["model"]:
+        return ["preset"] + [f.name for f in dataclasses.fields(TransformerConfig)]
+    if path == ["model", "optimizer"]:
+        return [f.name for f in dataclasses.fields(TransformerConfig().optimizer)]
+    return []
+
+
+def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+    node: dict[str, Any] = raw
+    for depth, part in enumerate(path[:-1]):
+        known = _known_keys(path[:depth])
+        if part not in known:
+            raise ValueError(
+                f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
+                f"{text!r}. Known keys here: {', '.join(known)}."
+            )
+        child = node.get(part)
+        if isinstance(child, str) and path[: depth + 1] == ["model"]:
+            child = {"preset": child}
+        elif isinstance(child, Mapping):
+            child = dict(child)
+        elif child is None:
+            child = {}
+        else:
+            raise ValueError(
+                f"Override {text!r}: {'.'.join(path[: depth + 1])!r} is a value, "
+                "not a section."
+            )
+        node[part] = child
+        node = child
+    last = path[-1]
+    known = _known_keys(path[:-1])
+    if known and last not in known:
+        raise ValueError(
+            f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "
+            f"keys here: {', '.join(known)}."
+        )
+    if path == ["model"] and isinstance(value, str):
+        value = {"preset": value}
+    node[last] = value
+
+
+def config_differences(old: TrainConfig, new: TrainConfig) -> dict[str, tuple]:
+    """``{"model.d_model": (old, new), ...}`` for every setting that differs."""
+    before, after = old.flat(), new.flat()
+    return {
+        key: (before.get(key), after.get(key))
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    }

@@ -1,0 +1,96 @@
+"""Helpers of the training tests: small, fast configs and subprocess runners."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.training import TrainConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: A config that trains in seconds on a CPU: a one-layer model on 300
+#: synthetic dates, 3 updates per epoch.
+SMALL_CONFIG: dict[str, Any] = {
+    "model": {
+        "preset": "tiny",
+        "num_encoder_layers": 1,
+        "num_decoder_layers": 1,
+        "d_model": 32,
+        "d_ff": 64,
+        "num_heads": 2,
+        "max_length": 32,
+        "optimizer": {"warmup_steps": 20},
+    },
+    "data": {
+        "task": "dates",
+        "num_train_examples": 300,
+        "num_eval_examples": 16,
+        "vocabulary_size": 120,
+        "max_length": 24,
+        "max_tokens_per_batch": 256,
+        "bucket_boundaries": [8, 16, 24],
+    },
+    "train": {
+        "train_steps": 6,
+        "steps_per_epoch": 3,
+        "bleu_samples": 8,
+        "test_samples": 8,
+        "log_every": 1,
+        "keep_checkpoints": 5,
+        "num_translations": 2,
+        "verbose": 0,
+    },
+}
+
+
+def small_config(*overrides: str) -> TrainConfig:
+    """`SMALL_CONFIG` with ``key=value`` overrides applied."""
+    from keras_transformer.training import apply_overrides
+
+    return apply_overrides(SMALL_CONFIG, overrides)
+
+
+def write_config(
+    directory: Path, values: dict[str, Any], name: str = "config.json"
+) -> Path:
+    """Writes a raw config mapping as JSON and returns its path."""
+    path = Path(directory) / name
+    path.write_text(json.dumps(values))
+    return path
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a child Python: quiet TF, this repository importable."""
+    env = dict(os.environ)
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        KERAS_BACKEND="tensorflow",
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")])
+        ),
+        # Two cores are shared by several people: keep each child small.
+        TF_NUM_INTEROP_THREADS="1",
+        TF_NUM_INTRAOP_THREADS="2",
+        OMP_NUM_THREADS="1",
+    )
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    args: list[str], timeout: float = 240, **env: str
+) -> subprocess.CompletedProcess:
+    """Runs ``python -m keras_transformer <args>`` and returns the finished process."""
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer", *args],
+        cwd=REPO_ROOT,
+        env=subprocess_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

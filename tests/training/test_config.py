@@ -1,0 +1,210 @@
+"""TrainConfig: the paper's defaults, overrides, validation, JSON, resume checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keras_transformer.models import presets
+from keras_transformer.training import (
+    DataConfig,
+    TrainConfig,
+    TrainingConfig,
+    apply_overrides,
+    config_differences,
+    parse_override,
+)
+from keras_transformer.training.loop import ConfigMismatchError, _prepare_config
+from tests.training.helpers import SMALL_CONFIG, small_config
+
+
+def test_defaults_are_the_papers_recipe():
+    config = TrainConfig(model="base")
+    optimizer = config.model.optimizer
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    assert optimizer.warmup_steps == 4000 and optimizer.learning_rate_scale == 1.0
+    assert optimizer.clipnorm is None
+    assert config.model.label_smoothing == 0.1 and config.model.dropout == 0.1
+    assert config.train.gradient_accumulation == 1
+    assert config.train.precision == "float32"
+    # The shared vocabulary size follows the model unless data sets it.
+    assert config.data.vocabulary_size == config.model.vocabulary_size == 37000
+
+
+def test_model_from_preset_name_mapping_and_dataclass():
+    by_name = TrainConfig(model="small")
+    by_mapping = TrainConfig(model={"preset": "small"})
+    assert by_name.model == by_mapping.model == presets["small"]
+    changed = TrainConfig(model={"preset": "small", "optimizer": {"warmup_steps": 7}})
+    assert changed.model.optimizer.warmup_steps == 7
+    assert changed.model.optimizer.beta_2 == 0.98  # the rest stays the preset's
+    assert TrainConfig(model=presets["tiny"]).model == presets["tiny"]
+
+
+def test_overrides_by_dotted_key():
+    config = apply_overrides(
+        TrainConfig(),
+        [
+            "model.d_model=128",
+            "model.optimizer.warmup_steps=400",
+            "model.optimizer.clipnorm=1.0",
+            "data.task=multi30k",
+            "data.bucket_boundaries=[8,16,32,64]",
+            "data.vocabulary_size=900",
+            "train.precision=mixed_bfloat16",
+            "train.jit_compile=true",
+            "train.test_samples=null",
+        ],
+    )
+    assert config.model.d_model == 128
+    assert config.model.optimizer.warmup_steps == 400
+    assert config.model.optimizer.clipnorm == 1.0
+    assert config.data.task == "multi30k"
+    assert config.data.bucket_boundaries == (8, 16, 32, 64)
+    assert config.data.vocabulary_size == config.model.vocabulary_size == 900
+    assert config.train.precision == "mixed_bfloat16"
+    assert config.train.jit_compile is True
+    assert config.train.test_samples is None
+
+
+def test_override_of_the_whole_model_with_a_preset():
+    config = apply_overrides(TrainConfig(), ["model=small", "model.num_heads=4"])
+    assert config.model == presets["small"].replace(num_heads=4)
+    assert config.data.vocabulary_size == 8000 and config.data.max_length == 128
+    # On a raw mapping whose model is still a preset name too.
+    raw = {"model": "tiny"}
+    assert apply_overrides(raw, ["model.d_ff=128"]).model.d_ff == 128
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.d_modle=128", "Unknown config key 'model.d_modle'"),
+        ("train.stepz=1", "Unknown config key 'train.stepz'"),
+        ("optimizer.warmup_steps=1", "Unknown config key 'optimizer'"),
+        ("model.optimizer.warmup=1", "Unknown config key 'model.optimizer.warmup'"),
+        ("data.task=wmt", "`data.task` must be one of"),
+        ("train.precision=float16", "`train.precision` must be one of"),
+        ("train.gradient_accumulation=0", "positive integer"),
+        ("model.dropout=1.5", "`dropout` must be in [0, 1)"),
+        ("data.max_length=100", "exceeds the largest bucket boundary"),
+        ("train.epochs=3", "either `train.train_steps` or `train.epochs`"),
+        (
+            "model.vocabulary_size=10",
+            "Set the vocabulary size with data.vocabulary_size",
+        ),
+        ("d_model", "not of the form key=value"),
+    ],
+)
+def test_bad_overrides_are_refused_with_a_clear_message(override, message):
+    with pytest.raises(ValueError, match=_escape(message)):
+        apply_overrides(SMALL_CONFIG, [override])
+
+
+def _escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_unknown_keys_list_the_known_ones():
+    with pytest.raises(ValueError) as error:
+        apply_overrides({}, ["data.max_tokens=1"])
+    assert "max_tokens_per_batch" in str(error.value)
+
+
+def test_parse_override_reads_json_values_and_plain_strings():
+    assert parse_override("a.b=3") == (["a", "b"], 3)
+    assert parse_override("a=1e-9") == (["a"], 1e-9)
+    assert parse_override("a=[1, 2]") == (["a"], [1, 2])
+    assert parse_override("a=mixed_float16") == (["a"], "mixed_float16")
+    assert parse_override("a = true") == (["a"], True)
+    with pytest.raises(ValueError, match="empty part"):
+        parse_override("a..b=1")
+
+
+def test_json_round_trip(tmp_path):
+    config = small_config("train.precision=mixed_float16", "model.norm_first=true")
+    assert TrainConfig.from_json(config.to_json()) == config
+    path = config.save(tmp_path / "config.json")
+    assert TrainConfig.load(path) == config
+    values = json.loads(path.read_text())
+    assert set(values) == {"model", "data", "train"}
+    assert values["model"]["optimizer"]["epsilon"] == 1e-9
+    assert "preset" not in values["model"]  # stored resolved
+
+
+def test_invalid_json_and_sections_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not valid JSON"):
+        TrainConfig.from_json("{")
+    with pytest.raises(ValueError, match="Unknown config sections"):
+        TrainConfig.from_dict({"optimizer": {}})
+    with pytest.raises(ValueError, match="two vocabulary sizes"):
+        TrainConfig.from_dict(
+            {"model": {"vocabulary_size": 10}, "data": {"vocabulary_size": 20}}
+        )
+    with pytest.raises(FileNotFoundError):
+        TrainConfig.load(tmp_path / "missing.json")
+
+
+def test_section_validation():
+    with pytest.raises(ValueError, match="needs `data.train_source`"):
+        DataConfig(task="files")
+    with pytest.raises(ValueError, match="English and Spanish"):
+        DataConfig(task="tatoeba", source_language="de", target_language="en")
+    with pytest.raises(ValueError, match="longer than the model supports"):
+        TrainConfig(model="tiny", data=DataConfig(max_length=96))
+    with pytest.raises(ValueError, match="shared source-target vocabulary"):
+        TrainConfig(
+            model=presets["tiny"].replace(
+                target_vocabulary_size=7, share_embeddings=False
+            )
+        )
+    with pytest.raises(ValueError, match="`train.verbose`"):
+        TrainingConfig(verbose=5)
+
+
+def test_config_differences_and_flat_keys():
+    old = small_config()
+    new = small_config("model.d_model=64", "train.train_steps=9")
+    assert config_differences(old, new) == {
+        "model.d_model": (32, 64),
+        "train.train_steps": (6, 9),
+    }
+    assert old.flat()["model.optimizer.beta_2"] == 0.98
+
+
+def _fake_checkpoint(directory):
+    checkpoints = directory / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n'
+    )
+
+
+def test_restart_with_a_changed_config_is_refused(tmp_path):
+    config = small_config()
+    assert _prepare_config(config, tmp_path, force=False) is False
+    # Before any checkpoint, a new config replaces the old one; a tokenizer
+    # learned for other data settings is discarded.
+    (tmp_path / "tokenizer").mkdir()
+    other_data = small_config("data.num_train_examples=200")
+    assert _prepare_config(other_data, tmp_path, force=False) is False
+    assert not (tmp_path / "tokenizer").exists()
+    assert _prepare_config(config, tmp_path, force=False) is False
+
+    _fake_checkpoint(tmp_path)
+    # The same config, or a longer run, resumes.
+    assert _prepare_config(config, tmp_path, force=False) is True
+    longer = small_config("train.train_steps=12")
+    assert _prepare_config(longer, tmp_path, force=False) is True
+    changed = small_config("train.train_steps=12", "model.dropout=0.3")
+    with pytest.raises(ConfigMismatchError) as error:
+        _prepare_config(changed, tmp_path, force=False)
+    message = str(error.value)
+    assert "model.dropout: 0.1 -> 0.3" in message
+    assert "--force" in message and "--workdir" in message
+    # --force accepts it and records the new config.
+    assert _prepare_config(changed, tmp_path, force=True) is True
+    assert TrainConfig.load(tmp_path / "config.json") == changed

@@ -1,0 +1,209 @@
+"""Distribution and restarts, in real subprocesses.
+
+Logical CPU devices and multi-worker collectives must be configured before
+TensorFlow initialises, and a kill must hit a real process, so every test
+here starts its own Python.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keras_transformer.schedules import NoamSchedule
+from keras_transformer.training import checkpoint_paths
+from keras_transformer.training.checkpoints import checkpoint_step
+from tests.training.helpers import (
+    REPO_ROOT,
+    SMALL_CONFIG,
+    run_cli,
+    subprocess_env,
+    write_config,
+)
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _result_line(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def test_mirrored_on_two_cpu_devices_matches_one_device():
+    """Same global batches, dropout 0: 3 updates on 1 and on 2 replicas.
+
+    The replicas split every batch and the loss divides by the global token
+    count, so the updates are the same up to float32 summation order.
+    Tolerance: relative 1e-5 on the loss of a held-out batch.
+    """
+    process = subprocess.run(
+        [sys.executable, str(SCRIPTS / "mirrored_vs_single.py")],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    results = _result_line(process.stdout)
+    single = results["single_k1"]
+    assert single["replicas"] == 1 and single["iterations"] == 3
+    assert single["loss"] < single["initial_loss"] - 0.1  # it did learn
+    for name in ("mirrored_k1", "mirrored_k2"):
+        mirrored = results[name]
+        assert mirrored["replicas"] == 2 and mirrored["iterations"] == 3
+        assert mirrored["initial"] == single["initial"]  # same initial weights
+        np.testing.assert_allclose(mirrored["loss"], single["loss"], rtol=1e-5)
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("localhost", 0))
+        sockets.append(sock)
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+    for process in processes:
+        process.wait(timeout=30)
+
+
+def test_multi_worker_run_of_two_processes(tmp_path):
+    """Two workers on localhost train 4 updates and end with the same weights."""
+    values = copy.deepcopy(SMALL_CONFIG)
+    values["train"].update(train_steps=4, steps_per_epoch=2, test_samples=4)
+    config = write_config(tmp_path, values)
+    workdir = tmp_path / "run"
+    cluster = {"worker": [f"localhost:{port}" for port in _free_ports(2)]}
+    processes = []
+    logs = []
+    try:
+        for index in range(2):
+            tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            log = open(tmp_path / f"worker_{index}.log", "w")  # noqa: SIM115
+            logs.append(log)
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "keras_transformer",
+                        "train",
+                        str(config),
+                        "--workdir",
+                        str(workdir),
+                        "--strategy",
+                        "multiworker",
+                    ],
+                    cwd=REPO_ROOT,
+                    env=subprocess_env(TF_CONFIG=json.dumps(tf_config)),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        deadline = time.monotonic() + 300
+        for process in processes:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the multi-worker run did not finish in 300 s")
+    finally:
+        _stop(processes)
+        for log in logs:
+            log.close()
+    outputs = [(tmp_path / f"worker_{i}.log").read_text() for i in range(2)]
+    for process, output in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, output[-3000:]
+    chief = json.loads((workdir / "result.json").read_text())
+    other = json.loads((workdir / "workers" / "worker_1" / "result.json").read_text())
+    assert chief["steps"] == other["steps"] == 4
+    assert chief["weights_checksum"] == other["weights_checksum"]
+    assert chief["history"]["loss"] == other["history"]["loss"]
+    assert "2 replica(s)" in outputs[0]
+    # Only the chief evaluates and writes TensorBoard logs.
+    assert chief["evaluation"] is not None and other["evaluation"] is None
+    assert (workdir / "logs" / "train").is_dir()
+    assert not (workdir / "workers" / "worker_1" / "logs").exists()
+
+
+def test_killed_run_resumes_with_the_same_command(tmp_path):
+    """SIGKILL after a checkpoint exists; the same command finishes the run.
+
+    Runs under MirroredStrategy on two logical CPU devices, so restoring
+    mirrored variables is covered too.
+    """
+    values = copy.deepcopy(SMALL_CONFIG)
+    values["train"].update(
+        train_steps=60, steps_per_epoch=5, validation_every=1000, test_samples=4
+    )
+    config = write_config(tmp_path, values)
+    workdir = tmp_path / "run"
+    command = [
+        "train",
+        str(config),
+        "--workdir",
+        str(workdir),
+        "--strategy",
+        "mirrored",
+        "--cpu-devices",
+        "2",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_transformer", *command],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    state = workdir / "checkpoints" / "checkpoint"
+    try:
+        deadline = time.monotonic() + 240
+        while not state.exists():
+            if process.poll() is not None:
+                pytest.fail(f"training ended early: {process.stdout.read()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("no checkpoint after 240 s")
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        process.stdout.close()
+    assert process.returncode == -signal.SIGKILL
+    killed_at = checkpoint_step(checkpoint_paths(workdir / "checkpoints")[-1])
+    assert 5 <= killed_at < 60 and killed_at % 5 == 0
+
+    finished = run_cli(command, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:] + finished.stdout[-2000:]
+    assert f"Resuming {workdir} from step {killed_at}" in finished.stdout
+    result = json.loads((workdir / "result.json").read_text())
+    assert result["initial_step"] == killed_at
+    assert result["steps"] == 60
+    # The learning rate of Eq. 7 at the final step: the schedule resumed too.
+    model = values["model"]
+    expected = NoamSchedule(model["d_model"], model["optimizer"]["warmup_steps"])(60)
+    np.testing.assert_allclose(result["learning_rate"], float(expected), rtol=1e-6)
+    # The resumed part trained exactly the remaining updates.
+    assert len(result["history"]["loss"]) == (60 - killed_at) // 5
+    assert checkpoint_step(checkpoint_paths(workdir / "checkpoints")[-1]) == 60

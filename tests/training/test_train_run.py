@@ -1,0 +1,254 @@
+"""train() end to end on tiny dates: outputs, TensorBoard, checkpoints, resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from keras_transformer.data import SubwordTokenizer, synthetic_dates
+from keras_transformer.schedules import NoamSchedule
+from keras_transformer.training import (
+    TrainingDivergedError,
+    apply_overrides,
+    average_checkpoints,
+    checkpoint_paths,
+    load_trained_model,
+    train,
+)
+from keras_transformer.training.loop import ConfigMismatchError
+from keras_transformer.training.pipeline import load_task, training_dataset
+from tests.training.helpers import small_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One short run: 6 updates in 2 epochs of 3, validation after each."""
+    workdir = tmp_path_factory.mktemp("run")
+    config = small_config()
+    result = train(config, workdir, printer=None)
+    return config, workdir, result
+
+
+def test_run_outputs(run):
+    config, workdir, result = run
+    assert result.steps == 6 and result.initial_step == 0
+    expected_rate = NoamSchedule(
+        config.model.d_model, config.model.optimizer.warmup_steps
+    )(6)
+    np.testing.assert_allclose(result.learning_rate, float(expected_rate), rtol=1e-6)
+    assert (workdir / "config.json").is_file()
+    assert SubwordTokenizer.load(workdir / "tokenizer").vocabulary_size == 120
+    assert [Path(p).name for p in checkpoint_paths(workdir / "checkpoints")] == [
+        "ckpt-3",
+        "ckpt-6",
+    ]
+    assert (workdir / "best.weights.h5").is_file()
+    assert len(result.history["loss"]) == 2 and "val_bleu" in result.history
+    evaluation = result.evaluation
+    assert evaluation.num_sentences == 8 and evaluation.split == "test"
+    assert evaluation.bleu_signature.startswith("nrefs:1|case:mixed")
+    assert "chrF" not in evaluation.chrf_signature  # the signature, not a score
+    assert len(evaluation.translations) == 8
+    saved = json.loads((workdir / "result.json").read_text())
+    assert saved["steps"] == 6 and len(saved["evaluation"]["translations"]) == 2
+
+
+def _tags(directory: Path) -> dict[str, set[str]]:
+    """Tags by plugin (scalars, images, text, hparams) in one log folder."""
+    accumulator = EventAccumulator(str(directory), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    found: dict[str, set[str]] = {}
+    for tag in accumulator.Tags()["tensors"]:
+        plugin = accumulator.SummaryMetadata(tag).plugin_data.plugin_name
+        found.setdefault(plugin, set()).add(tag)
+    return found
+
+
+def test_tensorboard_events(run):
+    _, workdir, _ = run
+    logs = workdir / "logs"
+    train_tags = _tags(logs / "train")
+    assert {"loss", "token_accuracy", "perplexity", "learning_rate"} <= train_tags[
+        "scalars"
+    ]
+    # keras.callbacks.TensorBoard's epoch summaries.
+    assert {"epoch_loss", "epoch_learning_rate"} <= train_tags["scalars"]
+    validation_tags = _tags(logs / "validation")
+    assert {
+        "loss",
+        "token_accuracy",
+        "perplexity",
+        "bleu",
+        "chrf",
+        "exact_match",
+        "epoch_loss",
+    } <= validation_tags["scalars"]
+    assert "attention/encoder_decoder" in validation_tags["images"]
+    assert "translation" in validation_tags["text"]
+    assert {"bleu", "chrf"} <= _tags(logs / "test")["scalars"]
+    hparams = _tags(logs)["hparams"]
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
+
+    # Summaries are indexed by optimizer step; the image is a real RGBA picture.
+    accumulator = EventAccumulator(
+        str(logs / "validation"), size_guidance={"tensors": 0}
+    )
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Tensors("bleu")] == [3, 6]
+    image = accumulator.Tensors("attention/encoder_decoder")[-1]
+    width, height = (int(v) for v in tf.make_ndarray(image.tensor_proto)[:2])
+    assert width > 50 and height > 50
+
+
+def test_hparams_record_the_config(run):
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    config, workdir, _ = run
+    accumulator = EventAccumulator(str(workdir / "logs"), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    content = accumulator.SummaryMetadata(
+        "_hparams_/session_start_info"
+    ).plugin_data.content
+    data = plugin_data_pb2.HParamsPluginData.FromString(content)
+    hparams = data.session_start_info.hparams
+    assert hparams["model.d_model"].number_value == config.model.d_model
+    assert hparams["model.optimizer.beta_2"].number_value == 0.98
+    assert hparams["data.task"].string_value == "dates"
+
+
+def test_resume_a_finished_run_for_more_steps(run, tmp_path):
+    config, workdir, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    longer = apply_overrides(
+        config, ["train.train_steps=9", "train.evaluate_with=best"]
+    )
+    result = train(longer, copy, printer=None)
+    assert result.initial_step == 6 and result.steps == 9
+    assert result.history["loss"] and len(result.history["loss"]) == 1
+    # The final evaluation used the weights with the best validation BLEU.
+    best = json.loads((copy / "best.json").read_text())
+    assert best["step"] in (3, 6, 9) and result.best_validation_bleu == best["bleu"]
+    assert [Path(p).name for p in checkpoint_paths(copy / "checkpoints")] == [
+        "ckpt-3",
+        "ckpt-6",
+        "ckpt-9",
+    ]
+    rate = NoamSchedule(config.model.d_model, config.model.optimizer.warmup_steps)(9)
+    np.testing.assert_allclose(result.learning_rate, float(rate), rtol=1e-6)
+
+
+def test_changed_config_is_refused(run):
+    _, workdir, _ = run
+    with pytest.raises(ConfigMismatchError, match="model.d_ff: 64 -> 128"):
+        train(small_config("model.d_ff=128"), workdir, printer=None)
+
+
+def test_tokenizer_that_does_not_match_the_checkpoint_is_refused(run, tmp_path):
+    config, workdir, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    other = synthetic_dates(300, seed=99)
+    stranger = SubwordTokenizer.train(
+        [*other.targets, *other.sources], vocabulary_size=120, seed=5
+    )
+    assert stranger.fingerprint != SubwordTokenizer.load(copy / "tokenizer").fingerprint
+    stranger.save(copy / "tokenizer")
+    with pytest.raises(ValueError, match="does not match the checkpoint") as error:
+        train(config, copy, printer=None)
+    assert "fingerprint" in str(error.value)
+    with pytest.raises(ValueError, match="fingerprint"):
+        load_trained_model(copy)
+
+
+def test_average_checkpoints(run, tmp_path):
+    config, workdir, _ = run
+    output = average_checkpoints(workdir, last=2, output=tmp_path / "avg.weights.h5")
+    averaged, _, _ = load_trained_model(workdir, weights=str(output))
+    singles = []
+    for path in checkpoint_paths(workdir / "checkpoints"):
+        model, _, _ = load_trained_model(workdir, weights=path)
+        singles.append(model.get_weights())
+    for value, first, second in zip(averaged.get_weights(), *singles, strict=True):
+        np.testing.assert_allclose(value, (first + second) / 2, rtol=1e-6, atol=1e-7)
+    info = json.loads((tmp_path / "avg.json").read_text())
+    assert info["steps"] == [3, 6]
+    with pytest.raises(ValueError, match="has 2"):
+        average_checkpoints(workdir, last=5)
+
+
+def test_resumed_data_stream_continues_where_it_stopped():
+    config = small_config()
+    data = load_task(config.data, seed=0)
+    tokenizer = SubwordTokenizer.train(
+        [*data.train.sources, *data.train.targets], vocabulary_size=120
+    )
+
+    def elements(skip: int, count: int):
+        dataset = training_dataset(
+            data.train, tokenizer, config.data, seed=0, skip_updates=skip
+        )
+        return [x[1].numpy() for x in dataset.take(count)]
+
+    uninterrupted = elements(0, 7)
+    resumed = elements(4, 3)
+    for a, b in zip(uninterrupted[4:], resumed, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+class _Poison(keras.callbacks.Callback):
+    """Writes NaN into the embedding after the given step."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) == self.step:
+            weights = self.model.transformer.get_layer("shared_embedding").weights[0]
+            weights.assign(np.full(weights.shape, np.nan, "float32"))
+
+
+def test_nan_loss_stops_the_run_with_a_clear_message(tmp_path):
+    config = small_config("train.train_steps=9")
+    with pytest.raises(TrainingDivergedError) as error:
+        train(config, tmp_path, callbacks=[_Poison(4)], printer=None)
+    message = str(error.value)
+    assert "loss became nan at step 5" in message
+    assert "ckpt-3" in message and "learning_rate_scale" in message
+    # No checkpoint of the broken weights was written.
+    assert [Path(p).name for p in checkpoint_paths(tmp_path / "checkpoints")] == [
+        "ckpt-3"
+    ]
+
+
+def test_cli_average_checkpoints(run, tmp_path, capsys):
+    from keras_transformer.cli import main
+
+    _, workdir, _ = run
+    output = tmp_path / "cli.weights.h5"
+    assert (
+        main(
+            [
+                "average-checkpoints",
+                "--workdir",
+                str(workdir),
+                "--last",
+                "2",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
+    assert output.is_file() and str(output) in capsys.readouterr().out
+    assert main(["average-checkpoints", "--workdir", str(workdir), "--last", "9"]) == 2
+    error = capsys.readouterr().err
+    assert "Cannot average the last 9 checkpoints" in error and "--last" in error
