@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["COMMANDS", "Command", "build_parser", "command", "main"]
 
@@ -193,6 +194,36 @@ def average_command(args: argparse.Namespace) -> int:
         raise CommandError(str(e)) from e
     print(f"Averaged weights written to {path}")
     return 0
+
+
+# ------------------------------------------------ evaluate, translate, export
+def _lazy(module: str, function: str) -> Callable[[Any], Any]:
+    """Calls `keras_transformer.<module>.<function>`, imported on first use."""
+
+    def call(argument: Any) -> Any:
+        import importlib
+
+        target = importlib.import_module(f"keras_transformer.{module}")
+        return getattr(target, function)(argument)
+
+    return call
+
+
+command(
+    "evaluate",
+    "Translate a test set (beam search, §6.1); print and log sacreBLEU and chrF.",
+    _lazy("translation", "add_evaluate_arguments"),
+)(_lazy("translation", "run_evaluate"))
+command(
+    "translate",
+    "Translate a file or standard input, one output line per input line.",
+    _lazy("translation", "add_translate_arguments"),
+)(_lazy("translation", "run_translate"))
+command(
+    "export",
+    "Write a SavedModel that translates raw strings (tokenizer, beam search inside).",
+    _lazy("export", "add_export_arguments"),
+)(_lazy("export", "run_export"))
 
 
 # ---------------------------------------------------------------------- main

@@ -1,0 +1,525 @@
+"""A trained Transformer as one self-contained translation SavedModel (§6.1).
+
+`export_translator(model, tokenizer, export_dir)` writes a TensorFlow
+SavedModel whose graph does the whole job: SentencePiece tokenization
+(``tensorflow_text.SentencepieceTokenizer``), the paper's beam search ("beam
+size of 4 and length penalty alpha = 0.6 ... maximum output length ...
+input length + 50, but terminate early when possible", Vaswani et al. 2017,
+§6.1) and detokenization. It loads with ``tf.saved_model.load`` in a process
+that imports only ``tensorflow`` and ``tensorflow_text`` (for the
+SentencePiece op), and TensorFlow Serving serves it as it is.
+
+Signatures (each takes ``sentences``, a ``tf.string`` tensor of shape
+``[batch]``):
+
+* ``serving_default`` (also ``translate``): ``translations`` (``tf.string``
+  ``[batch]``) and ``scores`` (float32 ``[batch]``, the length-normalised
+  beam score ``log P(Y | X) / lp(Y)``; the log-probability for greedy
+  exports);
+* ``translate_ids``: ``token_ids`` (int32 ``[batch, length]``: the output
+  subword ids, END included, then 0), ``lengths`` (int32 ``[batch]``, END
+  included) and ``scores``.
+
+Input rules, the same as `keras_transformer.translation.translate_lines` and
+`keras_transformer.data.batch_for_eval`, so that exported and in-process
+translations agree:
+
+* a source is tokenized without START, cut to its first
+  ``max_input_length - 1`` subword tokens, and END is appended (so at most
+  ``max_input_length`` ids reach the encoder);
+* a source with no subword token (``""``, only whitespace) gives ``""``,
+  an all-zero row of ``token_ids``, length 0 and score 0, without decoding;
+* each output may have the number of source ids (END included) plus
+  ``max_output_extra`` tokens (§6.1: "input length + 50"), at most
+  ``max_input_length + max_output_extra`` (the static size of the decoder's
+  key/value caches), and at most the model's learned target positions.
+
+Next to the SavedModel the export folder holds ``model.keras`` (the Keras
+model, to train further or evaluate; loading it needs this package),
+``tokenizer/`` (`SubwordTokenizer.save`) and ``export.json`` (the settings).
+
+Example:
+>>> from keras_transformer import export, training
+>>> model, tokenizer, _ = training.load_trained_model("runs/de_en")  # doctest: +SKIP
+>>> export.export_translator(model, tokenizer, "exported/de_en/1")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding import EXTRA_LENGTH, Decoder
+from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
+
+__all__ = [
+    "DEFAULT_MAX_INPUT_LENGTH",
+    "ExportSettings",
+    "add_export_arguments",
+    "export_translator",
+    "is_export_dir",
+    "load_export",
+    "run_export",
+    "save_model_and_tokenizer",
+    "source_ids_from_strings",
+]
+
+#: Longest source, in subword ids including END, when nothing else is said.
+DEFAULT_MAX_INPUT_LENGTH = 128
+#: Name of the input of every signature.
+INPUT_NAME = "sentences"
+TRANSLATE_SIGNATURE = "translate"
+IDS_SIGNATURE = "translate_ids"
+MODEL_FILE = "model.keras"
+TOKENIZER_DIR = "tokenizer"
+INFO_FILE = "export.json"
+_SAVED_MODEL_FILES = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
+_FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    """The decoding settings baked into an exported translator.
+
+    Attributes:
+        beam_size: hypotheses kept per sentence (§6.1: 4); 1 exports greedy
+            decoding.
+        length_penalty: `alpha` of the GNMT length penalty (§6.1: 0.6).
+        max_input_length: longest source in subword ids, END included;
+            longer sources keep their first ``max_input_length - 1`` tokens.
+        max_output_extra: an output may have the source length plus this many
+            tokens (§6.1: 50).
+        max_output_length: the static bound on every output (and the size of
+            the decoder caches): ``max_input_length + max_output_extra``,
+            capped by the model's learned target positions.
+        vocabulary_size: the tokenizer's number of ids.
+        tokenizer_fingerprint: `SubwordTokenizer.fingerprint`.
+        start_id, end_id: the special ids of the tokenizer.
+    """
+
+    beam_size: int
+    length_penalty: float
+    max_input_length: int
+    max_output_extra: int
+    max_output_length: int
+    vocabulary_size: int
+    tokenizer_fingerprint: str
+    start_id: int = SubwordTokenizer.START_ID
+    end_id: int = SubwordTokenizer.END_ID
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": _FORMAT_VERSION, **dataclasses.asdict(self)}
+
+
+# ------------------------------------------------------------------ checks
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"`{name}` must be an integer. Received: {name}={value!r}")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}. Received: {name}={value!r}")
+
+
+def _learned_positions(layer: keras.layers.Layer) -> int | None:
+    """The number of positions of a `PositionEmbedding`; None for sinusoids."""
+    return getattr(layer, "max_length", None)
+
+
+def _settings(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    beam_size: int,
+    length_penalty: float,
+    max_input_length: int | None,
+    max_output_extra: int,
+) -> ExportSettings:
+    """Validates the arguments of `export_translator`; returns the settings."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            "export_translator needs the Keras model from build_transformer (or "
+            f"load_trained_model). Received: {type(model).__name__}"
+        )
+    if not isinstance(tokenizer, SubwordTokenizer):
+        raise TypeError(
+            "export_translator needs the SubwordTokenizer the model was trained "
+            f"with. Received: {type(tokenizer).__name__}. Load it with "
+            "SubwordTokenizer.load('<workdir>/tokenizer')."
+        )
+    parts = TransformerLayers.of(model)  # ValueError for other models
+    vocabulary = parts.target_embedding.vocabulary_size
+    tokenizer.check_compatible(expected_vocabulary_size=vocabulary)
+    _check_int("beam_size", beam_size, 1)
+    if (
+        isinstance(length_penalty, bool)
+        or not isinstance(length_penalty, (int, float))
+        or not math.isfinite(length_penalty)
+        or length_penalty < 0
+    ):
+        raise ValueError(
+            "`length_penalty` (alpha) must be a number >= 0 (§6.1: 0.6). "
+            f"Received: length_penalty={length_penalty!r}"
+        )
+    _check_int("max_output_extra", max_output_extra, 0)
+    source_positions = _learned_positions(parts.source_position)
+    target_positions = _learned_positions(parts.target_position)
+    if max_input_length is None:
+        max_input_length = DEFAULT_MAX_INPUT_LENGTH
+        if source_positions is not None:
+            max_input_length = min(max_input_length, source_positions)
+    _check_int("max_input_length", max_input_length, 2)
+    if source_positions is not None and max_input_length > source_positions:
+        raise ValueError(
+            f"max_input_length={max_input_length} is longer than the model's "
+            f"learned source positions ({source_positions}). Pass "
+            f"max_input_length <= {source_positions}."
+        )
+    max_output_length = max_input_length + max_output_extra
+    if target_positions is not None:
+        max_output_length = min(max_output_length, target_positions)
+    return ExportSettings(
+        beam_size=beam_size,
+        length_penalty=float(length_penalty),
+        max_input_length=max_input_length,
+        max_output_extra=max_output_extra,
+        max_output_length=max_output_length,
+        vocabulary_size=tokenizer.vocabulary_size,
+        tokenizer_fingerprint=tokenizer.fingerprint,
+    )
+
+
+# -------------------------------------------------------------- the graph
+def source_ids_from_strings(
+    tokenizer: SubwordTokenizer, sentences: Any, max_input_length: int
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Tokenizes raw sentences into encoder inputs, in the graph.
+
+    The truncation rule of `keras_transformer.data.batch_for_eval`: the first
+    ``max_input_length - 1`` subword tokens, then END.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        sentences: ``tf.string`` ``[batch]``.
+        max_input_length: the longest source in ids, END included (>= 2).
+
+    Returns:
+        ``(source_ids, is_empty)``: int32 ``[batch, width]`` padded with 0
+        (``width <= max_input_length``), and bool ``[batch]``, true for a
+        sentence without any subword token (``""``, whitespace).
+    """
+    _check_int("max_input_length", max_input_length, 2)
+    tokens = tokenizer.tokenize(tf.reshape(sentences, [-1]))
+    is_empty = tf.equal(tokens.row_lengths(), 0)
+    tokens = tokens[:, : max_input_length - 1]
+    end = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.END_ID, tf.int32))
+    ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1)
+    return ids.to_tensor(default_value=PADDING_ID), is_empty
+
+
+def _decode_function(
+    model: keras.Model, tokenizer: SubwordTokenizer, settings: ExportSettings
+) -> tf.types.experimental.GenericFunction:
+    """`sentences -> (token_ids, scores, lengths)` as one `tf.function`.
+
+    The search is `keras_transformer.decoding`'s (`run_beam_search` or
+    `run_greedy` over the model's key/value-cached step), traced with the
+    static output length `settings.max_output_length`.
+    """
+    decoder = Decoder(model)
+    length = settings.max_output_length
+
+    def decode(sentences: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        source, is_empty = source_ids_from_strings(
+            tokenizer, sentences, settings.max_input_length
+        )
+        source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
+        limits = tf.minimum(source_lengths + settings.max_output_extra, length)
+        # An empty sentence is done before the first step: empty output.
+        limits = tf.where(is_empty, 0, limits)
+        # The graphs of `Decoder` (the functions its methods compile).
+        if settings.beam_size == 1:
+            token_ids, scores, lengths = decoder._greedy_graph(
+                source,
+                limits,
+                tf.constant(0, tf.int32),
+                tf.constant(1.0, tf.float32),
+                max_length=length,
+                start_id=settings.start_id,
+                end_id=settings.end_id,
+                sample=False,
+                top_k=None,
+            )
+        else:
+            token_ids, scores, lengths = decoder._beam_graph(
+                source,
+                limits,
+                tf.constant(settings.length_penalty, tf.float32),
+                max_length=length,
+                beam_size=settings.beam_size,
+                start_id=settings.start_id,
+                end_id=settings.end_id,
+            )
+        width = tf.maximum(tf.reduce_max(tf.concat([lengths, [0]], 0)), 1)
+        return token_ids[:, :width], scores, lengths
+
+    return tf.function(
+        decode,
+        input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)],
+        autograph=False,
+    )
+
+
+# ----------------------------------------------------------------- export
+def _prepare_directory(export_dir: Path, overwrite: bool) -> None:
+    if export_dir.exists() and not export_dir.is_dir():
+        raise FileExistsError(
+            f"{export_dir} is a file; pass the path of a (new) folder to export to."
+        )
+    if not export_dir.is_dir() or not any(export_dir.iterdir()):
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"{export_dir} is not empty. Pass overwrite=True (--overwrite) to "
+            "replace an earlier export there, or choose a new folder (e.g. the "
+            "next version number for TensorFlow Serving)."
+        )
+    if not (export_dir / "saved_model.pb").is_file():
+        raise FileExistsError(
+            f"{export_dir} is not empty and holds no earlier export "
+            "(saved_model.pb): refusing to delete it. Choose a new or empty folder."
+        )
+    for name in (*_SAVED_MODEL_FILES, MODEL_FILE, TOKENIZER_DIR, INFO_FILE):
+        path = export_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def save_model_and_tokenizer(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    directory: str | os.PathLike[str],
+) -> Path:
+    """Writes ``model.keras`` and ``tokenizer/`` into `directory`.
+
+    The pair `load_export` reads back (the export folder's copy for further
+    training or evaluation).
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save(directory / MODEL_FILE)
+    tokenizer.save(directory / TOKENIZER_DIR)
+    return directory
+
+
+def export_translator(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    export_dir: str | os.PathLike[str],
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_input_length: int | None = None,
+    max_output_extra: int = EXTRA_LENGTH,
+    overwrite: bool = False,
+) -> Path:
+    """Writes a SavedModel translating raw strings, plus the Keras model.
+
+    Tokenization, the paper's beam search (§6.1: beam 4, alpha 0.6, outputs
+    up to the input length + 50) and detokenization all run in the graph,
+    so the SavedModel needs only ``tensorflow`` and ``tensorflow_text``. See
+    the module docstring for the signatures and the input rules.
+
+    Args:
+        model: a model from `build_transformer` (or `load_trained_model`).
+        tokenizer: the `SubwordTokenizer` it was trained with.
+        export_dir: the folder to write (for TensorFlow Serving, a numbered
+            version folder such as ``exported/de_en/1``).
+        beam_size: hypotheses per sentence; 1 exports greedy decoding.
+        length_penalty: `alpha` of ``lp(Y) = ((5 + |Y|) / 6) ** alpha``.
+        max_input_length: longest source in subword ids, END included
+            (longer ones are cut); default 128, or the model's learned
+            source positions if fewer.
+        max_output_extra: the output may be this many tokens longer than the
+            source (§6.1: 50).
+        overwrite: replace an earlier export in `export_dir`.
+
+    Returns:
+        The export folder.
+
+    Raises:
+        ValueError: on a bad setting or a tokenizer whose vocabulary size
+            differs from the model's.
+        FileExistsError: when `export_dir` is not empty and `overwrite` is
+            false.
+
+    Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
+    """
+    settings = _settings(
+        model, tokenizer, beam_size, length_penalty, max_input_length, max_output_extra
+    )
+    export_dir = Path(export_dir)
+    _prepare_directory(export_dir, overwrite)
+
+    decode = _decode_function(model, tokenizer, settings)
+    spec = [tf.TensorSpec([None], tf.string, name=INPUT_NAME)]
+
+    def translate(sentences: tf.Tensor) -> dict[str, tf.Tensor]:
+        token_ids, scores, _ = decode(sentences)
+        return {
+            "translations": tokenizer.detokenize(token_ids),
+            "scores": tf.identity(scores),
+        }
+
+    def translate_ids(sentences: tf.Tensor) -> dict[str, tf.Tensor]:
+        token_ids, scores, lengths = decode(sentences)
+        return {
+            "token_ids": tf.identity(token_ids),
+            "lengths": tf.identity(lengths),
+            "scores": tf.identity(scores),
+        }
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    # The tokenizer's SentencePiece resource must be saved with the graph.
+    archive.track(tokenizer)
+    # The first endpoint is also `serving_default`.
+    archive.add_endpoint(TRANSLATE_SIGNATURE, translate, spec)
+    archive.add_endpoint(IDS_SIGNATURE, translate_ids, spec)
+    archive.write_out(str(export_dir), verbose=False)
+
+    save_model_and_tokenizer(model, tokenizer, export_dir)
+    (export_dir / INFO_FILE).write_text(
+        json.dumps(settings.to_dict(), indent=2) + "\n", encoding="utf-8"
+    )
+    return export_dir
+
+
+# -------------------------------------------------------------- reading back
+def is_export_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` holds ``model.keras`` and ``tokenizer/`` (an export)."""
+    path = Path(path)
+    return (path / MODEL_FILE).is_file() and (path / TOKENIZER_DIR).is_dir()
+
+
+def load_export(
+    export_dir: str | os.PathLike[str],
+) -> tuple[keras.Model, SubwordTokenizer, dict[str, Any]]:
+    """Reads the Keras model and tokenizer saved next to an exported SavedModel.
+
+    For serving, load the SavedModel itself with ``tf.saved_model.load``;
+    this is for evaluating or training the exported model further.
+
+    Returns:
+        ``(model, tokenizer, settings)``; `settings` is the content of
+        ``export.json`` (empty when the folder has none).
+    """
+    export_dir = Path(export_dir)
+    if not is_export_dir(export_dir):
+        raise FileNotFoundError(
+            f"{export_dir} holds no {MODEL_FILE} and {TOKENIZER_DIR}/: it is not a "
+            "folder written by export_translator (keras-transformer export)."
+        )
+    model = keras.saving.load_model(export_dir / MODEL_FILE, compile=False)
+    tokenizer = SubwordTokenizer.load(export_dir / TOKENIZER_DIR)
+    info_path = export_dir / INFO_FILE
+    info = (
+        json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    )
+    return model, tokenizer, info
+
+
+# -------------------------------------------------------------------- CLI
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer export``."""
+    parser.add_argument(
+        "--workdir",
+        required=True,
+        help="A training run folder (keras-transformer train --workdir), or an "
+        "earlier export folder (to export again with other settings).",
+    )
+    parser.add_argument(
+        "--weights",
+        default="last",
+        help="Which weights of a training run: last, best, average, or the path "
+        "of a checkpoint or .weights.h5 file (default: last).",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="The export folder, e.g. exported/de_en/1 (TensorFlow Serving wants "
+        "a numbered version folder).",
+    )
+    parser.add_argument(
+        "--beam-size", type=int, default=4, help="Beam size (§6.1: 4); 1: greedy."
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=0.6,
+        help="Length penalty alpha (§6.1: 0.6).",
+    )
+    parser.add_argument(
+        "--max-input-length",
+        type=int,
+        default=None,
+        help="Longest source in subword ids, END included; longer sources are "
+        f"cut (default {DEFAULT_MAX_INPUT_LENGTH}, or the model's learned "
+        "positions).",
+    )
+    parser.add_argument(
+        "--extra-length",
+        type=int,
+        default=EXTRA_LENGTH,
+        help="An output may be this many tokens longer than its source (§6.1: 50).",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace an earlier export in --output.",
+    )
+
+
+def _load_for_export(workdir: str, weights: str) -> tuple[keras.Model, Any]:
+    if is_export_dir(workdir):
+        model, tokenizer, _ = load_export(workdir)
+        return model, tokenizer
+    from keras_transformer.training import load_trained_model
+
+    model, tokenizer, _ = load_trained_model(workdir, weights=weights)
+    return model, tokenizer
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``keras-transformer export``: writes the translation SavedModel."""
+    model, tokenizer = _load_for_export(args.workdir, args.weights)
+    try:
+        path = export_translator(
+            model,
+            tokenizer,
+            args.output,
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            max_input_length=args.max_input_length,
+            max_output_extra=args.extra_length,
+            overwrite=args.overwrite,
+        )
+    except FileExistsError as e:
+        raise ValueError(str(e)) from e
+    print(
+        f"Exported to {path}: signatures serving_default and {TRANSLATE_SIGNATURE} "
+        f"(strings -> translations, scores), {IDS_SIGNATURE} (strings -> "
+        "token_ids, lengths, scores); Keras model and tokenizer in "
+        f"{path / MODEL_FILE} and {path / TOKENIZER_DIR}. Inspect it with: "
+        f"saved_model_cli show --dir {path} --all"
+    )
+    return 0

@@ -1,0 +1,287 @@
+"""kt.export: a translation SavedModel that needs only TensorFlow and TF Text."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import decoding, export
+from keras_transformer.data import (
+    SubwordTokenizer,
+    TextPairs,
+    batch_for_eval,
+    synthetic_dates,
+)
+from keras_transformer.losses import MaskedSparseCrossEntropy
+from keras_transformer.models import build_transformer, presets
+from keras_transformer.translation import translate_lines
+
+START, END = SubwordTokenizer.START_ID, SubwordTokenizer.END_ID
+LONG = "Donnerstag, 5. Januar 2023 " * 60  # ~300 subword tokens
+#: Dates the model has learned, then empty, long and non-ASCII inputs.
+INPUTS = [
+    *synthetic_dates(6, seed=11).sources,
+    "",
+    "   ",
+    LONG,
+    "Grüße aus München, 3. März 2001",
+    "el año 2000, niño, señor",
+    "2020年3月5日 中文",
+]
+
+
+def _pad(rows: list[list[int]]) -> np.ndarray:
+    width = max(len(row) for row in rows)
+    padded = np.zeros((len(rows), width), "int32")
+    for i, row in enumerate(rows):
+        padded[i, : len(row)] = row
+    return padded
+
+
+@functools.cache
+def tiny_translator() -> tuple[keras.Model, SubwordTokenizer]:
+    """A one-layer model fit for ~190 steps on 400 synthetic dates (~10 s).
+
+    Its translations are imperfect but not degenerate: different sources give
+    different, date-like outputs that end with END.
+    """
+    keras.utils.set_random_seed(0)
+    pairs = synthetic_dates(400, seed=0)
+    tokenizer = SubwordTokenizer.train(
+        [*pairs.sources, *pairs.targets], vocabulary_size=120
+    )
+    config = presets["tiny"].replace(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=32,
+        d_ff=64,
+        num_heads=2,
+        dropout=0.0,
+    )
+    model = build_transformer(config)
+    sources = _pad([ids + [END] for ids in tokenizer.encode(pairs.sources)])
+    targets = tokenizer.encode(pairs.targets)
+    inputs = _pad([[START, *ids] for ids in targets])
+    labels = _pad([[*ids, END] for ids in targets])
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
+    )
+    model.fit((sources, inputs), labels, batch_size=32, epochs=15, verbose=0)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model, tokenizer = tiny_translator()
+    directory = tmp_path_factory.mktemp("export") / "1"
+    path = export.export_translator(model, tokenizer, directory)
+    assert path == directory
+    return directory
+
+
+def _child_env() -> dict[str, str]:
+    """A quiet, small child process that cannot find this checkout by path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        TF_NUM_INTEROP_THREADS="1",
+        TF_NUM_INTRAOP_THREADS="2",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+_CHILD = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+
+loaded = tf.saved_model.load(sys.argv[1])
+sentences = tf.constant(json.loads(sys.stdin.read()))
+texts = loaded.signatures["serving_default"](sentences=sentences)
+ids = loaded.signatures["translate_ids"](sentences=sentences)
+called = loaded.translate(sentences)  # the endpoint as a function
+print(json.dumps({
+    "imported_package": any(m.startswith("keras_transformer") for m in sys.modules),
+    "signatures": sorted(loaded.signatures),
+    "translations": [t.decode("utf-8") for t in texts["translations"].numpy()],
+    "called": [t.decode("utf-8") for t in called["translations"].numpy()],
+    "scores": texts["scores"].numpy().tolist(),
+    "token_ids": ids["token_ids"].numpy().tolist(),
+    "lengths": ids["lengths"].numpy().tolist(),
+    "ids_scores": ids["scores"].numpy().tolist(),
+    "empty_batch": loaded.translate(tf.constant([], tf.string))[
+        "translations"].shape.as_list(),
+}))
+"""
+
+
+def test_a_fresh_process_with_only_tensorflow_translates_like_beam_search(
+    exported: Path,
+) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(exported)],
+        input=json.dumps(INPUTS),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_child_env(),
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    out = json.loads(child.stdout.strip().splitlines()[-1])
+    assert not out["imported_package"]
+    assert {"serving_default", "translate", "translate_ids"} <= set(out["signatures"])
+    assert out["empty_batch"] == [0]
+
+    model, tokenizer = tiny_translator()
+    expected = translate_lines(model, tokenizer, INPUTS)  # beam 4, alpha 0.6
+    assert out["translations"] == expected
+    assert out["called"] == expected
+    # Empty inputs: empty outputs, no tokens, score 0. Others: real outputs.
+    for i, text in enumerate(INPUTS):
+        if text.strip():
+            assert out["translations"][i] and out["lengths"][i] > 0
+        else:
+            assert out["translations"][i] == ""
+            assert out["lengths"][i] == 0 and out["scores"][i] == 0.0
+            assert not any(out["token_ids"][i])
+    assert len(set(out["translations"][:6])) > 1  # not degenerate
+    # The ids signature: the same search, detokenized by the same tokenizer.
+    assert tokenizer.decode(out["token_ids"]) == out["translations"]
+    np.testing.assert_allclose(out["ids_scores"], out["scores"], rtol=1e-6)
+
+    # The scores are those of in-process beam search on the same source ids
+    # (long input: its first 127 tokens, then END).
+    real = [i for i, text in enumerate(INPUTS) if text.strip()]
+    sources = _pad(
+        [ids[:127] + [END] for ids in tokenizer.encode([INPUTS[i] for i in real])]
+    )
+    result = decoding.beam_search(model, sources)
+    np.testing.assert_allclose(
+        [out["scores"][i] for i in real], result.scores, rtol=1e-4, atol=1e-4
+    )
+    for row, i in enumerate(real):
+        length = out["lengths"][i]
+        assert out["token_ids"][i][:length] == result.to_list()[row]
+        assert out["token_ids"][i][length - 1] == END
+
+
+def test_saved_model_cli_lists_both_signatures(exported: Path) -> None:
+    cli = Path(sys.executable).with_name("saved_model_cli")
+    if not cli.exists():
+        pytest.skip("saved_model_cli is not installed next to this Python")
+    shown = subprocess.run(
+        [str(cli), "show", "--dir", str(exported), "--all"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_child_env(),
+    )
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    for name in ("serving_default", "translate", "translate_ids"):
+        assert f"signature_def['{name}']" in shown.stdout
+    for name in ("sentences", "translations", "scores", "token_ids", "lengths"):
+        assert f"['{name}']" in shown.stdout
+    assert "DT_STRING" in shown.stdout
+
+
+def test_the_export_folder_keeps_the_keras_model_tokenizer_and_settings(
+    exported: Path,
+) -> None:
+    model, tokenizer = tiny_translator()
+    assert export.is_export_dir(exported)
+    restored, restored_tokenizer, info = export.load_export(exported)
+    for original, copy in zip(model.weights, restored.weights, strict=True):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(original), keras.ops.convert_to_numpy(copy)
+        )
+    assert restored_tokenizer.fingerprint == tokenizer.fingerprint
+    assert info["beam_size"] == 4 and info["length_penalty"] == 0.6
+    assert info["max_input_length"] == 128 and info["max_output_extra"] == 50
+    assert info["max_output_length"] == 178
+    assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
+
+
+def test_sources_are_cut_like_batch_for_eval() -> None:
+    _, tokenizer = tiny_translator()
+    sentences = ["", "3 mars 2001", LONG, "  "]
+    source, is_empty = export.source_ids_from_strings(
+        tokenizer, tf.constant(sentences), max_input_length=8
+    )
+    source = source.numpy()
+    assert is_empty.numpy().tolist() == [True, False, False, True]
+    assert source.shape == (4, 8)
+    assert source[2].tolist() == tokenizer.encode([LONG])[0][:7] + [END]
+    assert source[0].tolist() == [END] + [0] * 7
+    (expected, _), *_ = batch_for_eval(
+        TextPairs(sentences, sentences), tokenizer, max_length=8
+    ).as_numpy_iterator()
+    np.testing.assert_array_equal(source, expected)
+
+
+def test_export_explains_bad_settings(tmp_path: Path) -> None:
+    model, tokenizer = tiny_translator()
+    with pytest.raises(ValueError, match="beam_size"):
+        export.export_translator(model, tokenizer, tmp_path / "a", beam_size=0)
+    with pytest.raises(ValueError, match="length_penalty"):
+        export.export_translator(model, tokenizer, tmp_path / "a", length_penalty=-1)
+    with pytest.raises(ValueError, match="max_input_length"):
+        export.export_translator(model, tokenizer, tmp_path / "a", max_input_length=1)
+    other = build_transformer(presets["tiny"].replace(vocabulary_size=50))
+    with pytest.raises(ValueError, match="vocabulary"):
+        export.export_translator(other, tokenizer, tmp_path / "a")
+    learned = build_transformer(
+        presets["tiny"].replace(
+            vocabulary_size=tokenizer.vocabulary_size,
+            position_encoding="learned",
+            max_length=64,
+        )
+    )
+    with pytest.raises(ValueError, match="learned source positions"):
+        export.export_translator(
+            learned, tokenizer, tmp_path / "a", max_input_length=65
+        )
+    with pytest.raises(TypeError, match="SubwordTokenizer"):
+        export.export_translator(model, "tokenizer", tmp_path / "a")  # type: ignore[arg-type]
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export.export_translator(model, tokenizer, busy)
+    with pytest.raises(FileExistsError, match="refusing"):
+        export.export_translator(model, tokenizer, busy, overwrite=True)
+    assert (busy / "notes.txt").read_text() == "keep me"
+    assert not (tmp_path / "a").exists()
+
+
+def test_export_command_reexports_greedy_and_overwrites(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    export.add_export_arguments(parser)
+    output = tmp_path / "greedy"
+    argv = ["--workdir", str(exported), "--output", str(output), "--beam-size", "1"]
+    assert export.run_export(parser.parse_args(argv)) == 0
+    assert "serving_default" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="overwrite"):
+        export.run_export(parser.parse_args(argv))
+    assert export.run_export(parser.parse_args([*argv, "--overwrite"])) == 0
+
+    model, tokenizer = tiny_translator()
+    loaded = tf.saved_model.load(str(output))
+    got = loaded.signatures["serving_default"](sentences=tf.constant(INPUTS))
+    texts = [t.decode("utf-8") for t in got["translations"].numpy()]
+    assert texts == translate_lines(model, tokenizer, INPUTS, beam_size=1)
+    assert json.loads((output / "export.json").read_text())["beam_size"] == 1

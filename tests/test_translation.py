@@ -1,0 +1,244 @@
+"""kt.translation: translate_lines, evaluate (sacreBLEU, chrF, TensorBoard), CLI."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from keras_transformer import export, translation
+from keras_transformer.data import synthetic_dates
+from keras_transformer.training.evaluation import translate as training_translate
+from tests.test_export import tiny_translator
+
+TEST = synthetic_dates(12, seed=21)
+SOURCES, REFERENCES = list(TEST.sources), list(TEST.targets)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An export-style folder (model.keras + tokenizer/) of the tiny model."""
+    model, tokenizer = tiny_translator()
+    return export.save_model_and_tokenizer(
+        model, tokenizer, tmp_path_factory.mktemp("model")
+    )
+
+
+def _parse(add_arguments, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_translate_lines_keeps_empty_lines_and_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model, tokenizer = tiny_translator()
+    lines = [SOURCES[0], "", SOURCES[1], "  \t ", SOURCES[2], ""]
+    beam = translation.translate_lines(model, tokenizer, lines, progress=True)
+    assert "6/6" in capsys.readouterr().out  # the progress bar
+    assert len(beam) == len(lines)
+    assert [bool(text) for text in beam] == [bool(line.strip()) for line in lines]
+    # Greedy decoding is what training reports (training.evaluation.translate).
+    greedy = translation.translate_lines(model, tokenizer, lines, beam_size=1)
+    assert [text for text in greedy if text] == training_translate(
+        model, tokenizer, [line for line in lines if line.strip()]
+    )
+    # Batching (sorted by length) does not change the outputs.
+    one_by_one = [
+        translation.translate_lines(model, tokenizer, [line])[0] for line in lines[:3]
+    ]
+    assert one_by_one == beam[:3]
+    assert translation.translate_lines(model, tokenizer, []) == []
+    assert translation.translate_lines(model, tokenizer, ["", " "]) == ["", ""]
+
+
+def test_evaluate_writes_hypotheses_and_scores_like_sacrebleu(tmp_path: Path) -> None:
+    model, tokenizer = tiny_translator()
+    hypotheses_path = tmp_path / "out" / "test.hyp.txt"
+    result = translation.evaluate(
+        model,
+        SOURCES,
+        REFERENCES,
+        tokenizer=tokenizer,
+        hypotheses_path=hypotheses_path,
+        log_dir=tmp_path / "logs",
+        step=7,
+        split="dates_test",
+    )
+    hypotheses = hypotheses_path.read_text(encoding="utf-8").split("\n")
+    assert hypotheses[-1] == "" and hypotheses[:-1] == result.hypotheses
+    assert result.hypotheses == translation.translate_lines(model, tokenizer, SOURCES)
+    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(result.hypotheses, [REFERENCES])
+    chrf = chrf_metric.corpus_score(result.hypotheses, [REFERENCES])
+    assert result.bleu == pytest.approx(bleu.score)
+    assert result.chrf == pytest.approx(chrf.score)
+    assert 0 < result.chrf <= 100
+    assert result.bleu_signature == str(bleu_metric.get_signature())
+    assert result.chrf_signature == str(chrf_metric.get_signature())
+    assert result.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert result.num_sentences == 12 and result.beam_size == 4
+    assert "beam 4, alpha 0.6" in result.summary()
+    assert result.to_dict()["bleu"] == result.bleu
+
+    events = EventAccumulator(str(tmp_path / "logs"))
+    events.Reload()
+    (bleu_event,) = events.Tensors("bleu")
+    assert bleu_event.step == 7
+    assert float(tf.make_ndarray(bleu_event.tensor_proto)) == pytest.approx(
+        result.bleu, abs=1e-4
+    )
+    assert {"chrf", "exact_match", "chrf_signature"} <= set(events.Tags()["tensors"])
+    (signature,) = events.Tensors("bleu_signature")
+    assert tf.make_ndarray(signature.tensor_proto).item().decode() == (
+        result.bleu_signature
+    )
+
+
+def test_evaluate_loads_a_folder_and_explains_mistakes(model_dir: Path) -> None:
+    model, tokenizer = tiny_translator()
+    from_folder = translation.evaluate(
+        model_dir, SOURCES[:4], REFERENCES[:4], beam_size=1
+    )
+    from_model = translation.evaluate(
+        model, SOURCES[:4], REFERENCES[:4], tokenizer=tokenizer, beam_size=1
+    )
+    assert from_folder.hypotheses == from_model.hypotheses
+    assert from_folder.bleu == from_model.bleu and "greedy" in from_folder.summary()
+    with pytest.raises(ValueError, match="one reference per source"):
+        translation.evaluate(model, SOURCES, REFERENCES[:3], tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="tokenizer"):
+        translation.evaluate(model, SOURCES, REFERENCES)
+    with pytest.raises(ValueError, match="only with a model"):
+        translation.evaluate(model_dir, SOURCES, REFERENCES, tokenizer=tokenizer)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        translation.evaluate(model_dir / "missing", SOURCES, REFERENCES)
+    with pytest.raises(ValueError, match="beam_size"):
+        translation.translate_lines(model, tokenizer, SOURCES, beam_size=0)
+    with pytest.raises(TypeError, match="list of strings"):
+        translation.translate_lines(model, tokenizer, "one sentence")
+
+
+def test_read_lines_keeps_alignment(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes("\ufeffa\r\n\r\nb\nä ñ 中\n\nlast".encode())
+    assert translation.read_lines(path) == ["a", "", "b", "ä ñ 中", "", "last"]
+    path.write_bytes(b"a\n\n")
+    assert translation.read_lines(path) == ["a", ""]
+    path.write_bytes(b"")
+    assert translation.read_lines(path) == []
+    path.write_bytes(b"ok\nbad \xff\n")
+    with pytest.raises(ValueError, match="line 2"):
+        translation.read_lines(path)
+
+
+def test_translate_command_preserves_line_alignment(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    model, tokenizer = tiny_translator()
+    lines = [SOURCES[0], "", "", SOURCES[1], "Grüße, señor, 中文", " ", SOURCES[2]]
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "output.txt"
+    args = _parse(
+        translation.add_translate_arguments,
+        ["--workdir", str(model_dir), "--input", str(source), "--output", str(output)],
+    )
+    assert translation.run_translate(args) == 0
+    written = output.read_text(encoding="utf-8").split("\n")
+    assert written[-1] == "" and len(written) - 1 == len(lines)
+    assert written[:-1] == translation.translate_lines(model, tokenizer, lines)
+    assert [bool(t) for t in written[:-1]] == [bool(s.strip()) for s in lines]
+    captured = capfd.readouterr()
+    assert captured.out == "" and "7/7" in captured.err  # progress on stderr
+
+    # Standard input to standard output, greedy.
+    stdin = io.TextIOWrapper(
+        io.BytesIO("".join(f"{x}\n" for x in lines[:3]).encode()), "utf-8"
+    )
+    monkeypatch.setattr("sys.stdin", stdin)
+    args = _parse(
+        translation.add_translate_arguments,
+        ["--workdir", str(model_dir), "--beam-size", "1"],
+    )
+    assert translation.run_translate(args) == 0
+    expected = translation.translate_lines(model, tokenizer, lines[:3], beam_size=1)
+    assert capfd.readouterr().out == "".join(f"{t}\n" for t in expected)
+
+
+def test_evaluate_command_with_files_and_with_a_task(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, reference = tmp_path / "test.src", tmp_path / "test.ref"
+    source.write_text("\n".join(SOURCES[:5]) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(REFERENCES[:5]) + "\n", encoding="utf-8")
+    hypotheses = tmp_path / "hyp.txt"
+    argv = ["--workdir", str(model_dir), "--source", str(source)]
+    argv += ["--reference", str(reference), "--hypotheses", str(hypotheses)]
+    argv += ["--log-dir", str(tmp_path / "logs"), "--json"]
+    assert (
+        translation.run_evaluate(_parse(translation.add_evaluate_arguments, argv)) == 0
+    )
+    printed = json.loads(capsys.readouterr().out)
+    written = hypotheses.read_text(encoding="utf-8").splitlines()
+    assert printed["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(written, [REFERENCES[:5]]).score
+    )
+    assert printed["split"] == "test.src" and printed["num_sentences"] == 5
+    assert list((tmp_path / "logs").iterdir())
+
+    # A data set split, without files; an export folder needs --task.
+    argv = ["--workdir", str(model_dir), "--task", "dates", "--max-sentences", "3"]
+    assert (
+        translation.run_evaluate(_parse(translation.add_evaluate_arguments, argv)) == 0
+    )
+    assert "BLEU" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--task"):
+        translation.run_evaluate(
+            _parse(translation.add_evaluate_arguments, ["--workdir", str(model_dir)])
+        )
+    with pytest.raises(ValueError, match="both --source and --reference"):
+        translation.run_evaluate(
+            _parse(
+                translation.add_evaluate_arguments,
+                ["--workdir", str(model_dir), "--source", str(source)],
+            )
+        )
+
+
+@pytest.mark.slow
+def test_commands_on_a_real_training_run(tmp_path: Path, capsys) -> None:
+    """train -> evaluate (the run's test split) -> export -> compare (~25 s)."""
+    from keras_transformer.training import train
+    from tests.training.helpers import small_config
+
+    workdir = tmp_path / "run"
+    train(small_config(), workdir)
+    capsys.readouterr()
+    argv = ["--workdir", str(workdir), "--max-sentences", "4", "--beam-size", "2"]
+    args = _parse(translation.add_evaluate_arguments, argv)
+    assert translation.run_evaluate(args) == 0
+    out = capsys.readouterr().out
+    assert "BLEU" in out and "beam 2" in out
+    hypotheses = workdir / "translations" / "test.beam2.last.txt"
+    assert len(hypotheses.read_text(encoding="utf-8").splitlines()) == 4
+    events = EventAccumulator(str(workdir / "logs" / "evaluate_test_beam2"))
+    events.Reload()
+    assert events.Tensors("bleu")[0].step == 6  # the last checkpoint's step
+
+    exported = tmp_path / "exported" / "1"
+    argv = ["--workdir", str(workdir), "--output", str(exported)]
+    assert export.run_export(_parse(export.add_export_arguments, argv)) == 0
+    loaded = tf.saved_model.load(str(exported))
+    got = loaded.signatures["serving_default"](sentences=tf.constant(SOURCES[:3]))
+    model, tokenizer = translation.load_translator(workdir)
+    assert [t.decode() for t in got["translations"].numpy()] == (
+        translation.translate_lines(model, tokenizer, SOURCES[:3])
+    )
