@@ -26,6 +26,7 @@ from keras_transformer.data.datasets import (
     synthetic_dates,
     tatoeba_split_of,
 )
+from keras_transformer.data.imdb import load_imdb
 from keras_transformer.data.text import TextPairs, read_parallel_files, read_tsv_pairs
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
@@ -37,6 +38,7 @@ __all__ = [
     "batch_for_eval",
     "bucket_batch_sizes",
     "count_too_long",
+    "load_imdb",
     "load_multi30k",
     "load_tatoeba_spa_eng",
     "make_translation_dataset",

@@ -1,0 +1,172 @@
+"""The documentation site builds without warnings and documents the public API.
+
+`mkdocs build --strict` fails on any warning: a broken link between pages, a
+nav entry without a file, an API object that mkdocstrings cannot find. The
+API pages must then name the classes and functions the package exports.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", output],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return output
+
+
+def _anchors(site: Path, page: str) -> set[str]:
+    """The objects documented on a page: `module.name` for each heading."""
+    html = (site / page / "index.html").read_text(encoding="utf-8")
+    found = set()
+    for anchor in re.findall(r'id="(keras_transformer\.[^"]+)"', html):
+        module, _, name = anchor.rpartition(".")
+        if module in MODULES:
+            found.add(name)
+    return found
+
+
+MODULES = {
+    "keras_transformer.layers",
+    "keras_transformer.models",
+    "keras_transformer.schedules",
+    "keras_transformer.losses",
+    "keras_transformer.metrics",
+    "keras_transformer.data",
+    "keras_transformer.data.imdb",
+    "keras_transformer.training",
+    "keras_transformer.decoding",
+    "keras_transformer.visualize",
+    "keras_transformer.export",
+    "keras_transformer.translation",
+}
+
+
+@pytest.mark.parametrize(
+    ("page", "names"),
+    [
+        (
+            "api/layers",
+            [
+                "MultiHeadAttention",
+                "scaled_dot_product_attention",
+                "SinusoidalPositionEncoding",
+                "PositionEmbedding",
+                "ScaledEmbedding",
+                "FeedForward",
+                "EncoderBlock",
+                "DecoderBlock",
+                "RestrictedMultiHeadAttention",
+                "LocalBlockAttention",
+                "causal_mask",
+                "padding_mask",
+                "merge_attention_masks",
+            ],
+        ),
+        (
+            "api/models",
+            [
+                "TransformerConfig",
+                "build_transformer",
+                "IncrementalDecoder",
+                "encoder_model",
+                "decoder_model",
+            ],
+        ),
+        (
+            "api/optimization",
+            ["NoamSchedule", "paper_adam", "MaskedSparseCrossEntropy", "Perplexity"],
+        ),
+        (
+            "api/data",
+            [
+                "SubwordTokenizer",
+                "TextPairs",
+                "load_multi30k",
+                "synthetic_dates",
+                "make_translation_dataset",
+                "load_imdb",
+            ],
+        ),
+        (
+            "api/training",
+            [
+                "TrainConfig",
+                "DataConfig",
+                "train",
+                "make_strategy",
+                "TranslationTrainer",
+            ],
+        ),
+        ("api/decoding", ["beam_search", "greedy_decode", "Decoder", "DecodeResult"]),
+        ("api/visualize", ["attention_maps", "plot_attention", "plot_heads"]),
+        (
+            "api/export",
+            ["export_translator", "load_export", "translate_lines", "evaluate"],
+        ),
+    ],
+)
+def test_api_pages_document_the_public_names(
+    site: Path, page: str, names: list[str]
+) -> None:
+    missing = sorted(set(names) - _anchors(site, page))
+    assert not missing, f"{page} does not document {missing}"
+
+
+def test_every_exported_layer_is_documented(site: Path) -> None:
+    import keras_transformer.layers as layers
+
+    missing = sorted(set(layers.__all__) - _anchors(site, "api/layers"))
+    assert not missing
+
+
+def test_every_page_is_in_the_nav() -> None:
+    class _Loader(yaml.SafeLoader):
+        """Reads mkdocs.yml, ignoring the `!!python/name:` tags some use."""
+
+    _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda *_: None)
+    config = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), _Loader)
+
+    def pages(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node] if node.endswith(".md") else []
+        if isinstance(node, dict):
+            return [p for value in node.values() for p in pages(value)]
+        if isinstance(node, list):
+            return [p for value in node for p in pages(value)]
+        return []
+
+    in_nav = set(pages(config["nav"]))
+    on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert not on_disk - in_nav, (
+        f"add these pages to the nav of mkdocs.yml: {sorted(on_disk - in_nav)}"
+    )
+    assert not in_nav - on_disk, (
+        f"nav entries without a file: {sorted(in_nav - on_disk)}"
+    )
+
+
+def test_site_pages(site: Path) -> None:
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert "Attention Is All You Need" in index
+    paper_map = (site / "paper-to-code" / "index.html").read_text(encoding="utf-8")
+    for name in ("scaled_dot_product_attention", "NoamSchedule", "beam_search"):
+        assert name in paper_map
