@@ -132,7 +132,7 @@ def compile_model(model: keras.Model, jit_compile: bool, ours: bool) -> keras.Mo
 
 def time_steps(model: keras.Model, data: list[tuple], steps: int) -> float:
     """Seconds per training step, best of several timed groups."""
-    for (x, y) in data[:3]:  # warm-up and tracing
+    for x, y in data[:3]:  # warm-up and tracing
         model.train_on_batch(x, y)
     groups = []
     for _ in range(3):
@@ -163,7 +163,10 @@ def main() -> None:
             model = build_ours() if ours else build_keras_hub(args.length)
             compile_model(model, jit_compile, ours)
             seconds = time_steps(model, data, steps)
-            print(f"  {name:18s} jit_compile={jit_compile!s:5s} {seconds * 1e3:8.1f} ms/step")
+            print(
+                f"  {name:18s} jit_compile={jit_compile!s:5s} "
+                f"{seconds * 1e3:8.1f} ms/step"
+            )
             if best is None or seconds < best[0]:
                 best = (seconds, jit_compile, model.count_params())
         results[name] = best
@@ -172,11 +175,15 @@ def main() -> None:
         matmul_peak_flops(1024 if args.quick else 2048, 3) for _ in range(3)
     )
     print()
-    print(f"batch {args.batch} x {args.length} target tokens; "
-          f"{flops / 1e9:.1f} GFLOP per training step (analytic)")
+    print(
+        f"batch {args.batch} x {args.length} target tokens; "
+        f"{flops / 1e9:.1f} GFLOP per training step (analytic)"
+    )
     print(f"float32 matmul peak: {peak / 1e9:.1f} GFLOP/s")
-    print(f"{'model':18s} {'params':>10s} {'XLA':>5s} {'ms/step':>8s} "
-          f"{'tokens/s':>9s} {'of peak':>8s}")
+    print(
+        f"{'model':18s} {'params':>10s} {'XLA':>5s} {'ms/step':>8s} "
+        f"{'tokens/s':>9s} {'of peak':>8s}"
+    )
     for name, (seconds, jit_compile, params) in results.items():
         print(
             f"{name:18s} {params:10,d} {'yes' if jit_compile else 'no':>5s} "
