@@ -441,46 +441,21 @@ def load_export(
 # -------------------------------------------------------------------- CLI
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer export``."""
-    parser.add_argument(
-        "--workdir",
-        required=True,
-        help="A training run folder (keras-transformer train --workdir), or an "
-        "earlier export folder (to export again with other settings).",
-    )
-    parser.add_argument(
-        "--weights",
-        default="last",
-        help="Which weights of a training run: last, best, average, or the path "
-        "of a checkpoint or .weights.h5 file (default: last).",
-    )
+    from keras_transformer.translation import add_model_arguments, add_search_arguments
+
+    add_model_arguments(parser)
     parser.add_argument(
         "--output",
         required=True,
         help="The export folder, e.g. exported/de_en/1 (TensorFlow Serving wants "
         "a numbered version folder).",
     )
-    parser.add_argument(
-        "--beam-size", type=int, default=4, help="Beam size (§6.1: 4); 1: greedy."
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=0.6,
-        help="Length penalty alpha (§6.1: 0.6).",
-    )
-    parser.add_argument(
-        "--max-input-length",
-        type=int,
-        default=None,
-        help="Longest source in subword ids, END included; longer sources are "
-        f"cut (default {DEFAULT_MAX_INPUT_LENGTH}, or the model's learned "
-        "positions).",
-    )
-    parser.add_argument(
-        "--extra-length",
-        type=int,
-        default=EXTRA_LENGTH,
-        help="An output may be this many tokens longer than its source (§6.1: 50).",
+    add_search_arguments(
+        parser,
+        max_input_length=None,
+        max_input_length_help=f"(default {DEFAULT_MAX_INPUT_LENGTH}, or the "
+        "model's learned positions)",
+        batch_size=False,
     )
     parser.add_argument(
         "--overwrite",
@@ -489,19 +464,11 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_for_export(workdir: str, weights: str) -> tuple[keras.Model, Any]:
-    if is_export_dir(workdir):
-        model, tokenizer, _ = load_export(workdir)
-        return model, tokenizer
-    from keras_transformer.training import load_trained_model
-
-    model, tokenizer, _ = load_trained_model(workdir, weights=weights)
-    return model, tokenizer
-
-
 def run_export(args: argparse.Namespace) -> int:
     """``keras-transformer export``: writes the translation SavedModel."""
-    model, tokenizer = _load_for_export(args.workdir, args.weights)
+    from keras_transformer.translation import load_translator
+
+    model, tokenizer = load_translator(args.workdir, args.weights)
     try:
         path = export_translator(
             model,

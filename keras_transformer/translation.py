@@ -475,7 +475,8 @@ def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> No
 
 
 # --------------------------------------------------------------------- CLI
-def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--workdir`` and ``--weights``: which trained model to load."""
     parser.add_argument(
         "--workdir",
         required=True,
@@ -490,7 +491,14 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+def add_search_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    max_input_length: int | None = DEFAULT_MAX_INPUT_LENGTH,
+    max_input_length_help: str = f"(default {DEFAULT_MAX_INPUT_LENGTH})",
+    batch_size: bool = True,
+) -> None:
+    """The beam search options of §6.1 shared by evaluate, translate, export."""
     parser.add_argument(
         "--beam-size", type=int, default=4, help="Beam size (§6.1: 4); 1: greedy."
     )
@@ -503,9 +511,10 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-input-length",
         type=int,
-        default=DEFAULT_MAX_INPUT_LENGTH,
+        default=max_input_length,
         help="Longest source in subword ids, END included; longer ones are cut "
-        f"(default {DEFAULT_MAX_INPUT_LENGTH}).",
+        + max_input_length_help
+        + ".",
     )
     parser.add_argument(
         "--extra-length",
@@ -513,14 +522,15 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         default=EXTRA_LENGTH,
         help="An output may be this many tokens longer than its source (§6.1: 50).",
     )
-    parser.add_argument(
-        "--batch-size", type=int, default=32, help="Sentences decoded together."
-    )
+    if batch_size:
+        parser.add_argument(
+            "--batch-size", type=int, default=32, help="Sentences decoded together."
+        )
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer evaluate``."""
-    _add_model_arguments(parser)
+    add_model_arguments(parser)
     data = parser.add_argument_group(
         "test set",
         "Either --source and --reference files, or a data set split (by default "
@@ -551,7 +561,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Evaluate only the first N sentences.",
     )
-    _add_decoding_arguments(parser)
+    add_search_arguments(parser)
     parser.add_argument(
         "--hypotheses",
         help="Where to write the translations (default for a training run: "
@@ -747,7 +757,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer translate``."""
-    _add_model_arguments(parser)
+    add_model_arguments(parser)
     parser.add_argument(
         "--input",
         default="-",
@@ -759,7 +769,7 @@ def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
         help="Where to write the translations, one per line (default: standard "
         "output).",
     )
-    _add_decoding_arguments(parser)
+    add_search_arguments(parser)
     parser.add_argument(
         "--no-progress",
         action="store_true",
