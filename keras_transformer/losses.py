@@ -41,14 +41,17 @@ def label_smoothed_nll(
     Returns:
         `(smoothed_loss, nll)`, both float32 `(batch, length)`.
     """
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-    labels = ops.cast(labels, "int32")
-    nll = -ops.squeeze(
-        ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1), -1
-    )
+    # With z the logits: -log p_y = logsumexp(z) - z_y and
+    # mean_v(-log p_v) = logsumexp(z) - mean_v(z). Written this way the
+    # log-probabilities are never materialised, which saves a pass over the
+    # (batch, length, vocabulary) tensor in the forward and backward pass.
+    logits = ops.cast(logits, "float32")
+    log_normalizer = ops.logsumexp(logits, axis=-1)
+    one_hot = ops.one_hot(ops.cast(labels, "int32"), logits.shape[-1], dtype="float32")
+    nll = log_normalizer - ops.sum(logits * one_hot, axis=-1)
     if label_smoothing == 0:
         return nll, nll
-    uniform = -ops.mean(log_probs, axis=-1)
+    uniform = log_normalizer - ops.mean(logits, axis=-1)
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
 
 

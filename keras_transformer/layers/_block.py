@@ -129,8 +129,7 @@ class TransformerBlockBase(keras.layers.Layer):
         `(batch, heads, n, n)` layout only when they are asked for).
         """
         attention = self.self_attention
-        queries = attention.project_query(inputs)
-        keys, values = attention.project_key_value(inputs)
+        queries, keys, values = attention.project_self_attention(inputs)
         if self.attention_window is not None:
             output, scores = attention.attend_local(
                 queries,

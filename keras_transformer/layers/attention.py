@@ -238,6 +238,36 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return keys, values
 
+    def project_self_attention(self, inputs: Any) -> tuple[Any, Any, Any]:
+        """Q W^Q, K W^K and V W^V of one sequence, in a single matrix product.
+
+        Self-attention projects the same inputs three times; concatenating
+        the three kernels makes that one larger (and faster) product.
+
+        Returns:
+            `(queries, keys, values)`, each `(batch, heads, length, dim)`.
+        """
+        inputs = ops.cast(inputs, self.compute_dtype)
+        kernels = [self.query_kernel, self.key_kernel, self.value_kernel]
+        # (d_in, heads * (2 * key_dim + value_dim))
+        kernel = ops.cast(ops.concatenate(kernels, axis=1), self.compute_dtype)
+        outputs = ops.matmul(inputs, kernel)
+        if self.query_bias is not None:
+            biases = [self.query_bias, self.key_bias, self.value_bias]
+            outputs = outputs + ops.cast(ops.concatenate(biases), self.compute_dtype)
+        batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        key_size = self.num_heads * self.key_dim
+        projections = ops.split(outputs, [key_size, 2 * key_size], axis=-1)
+        head_dims = (self.key_dim, self.key_dim, self.value_dim)
+        return tuple(
+            # (batch, length, heads, dim) -> (batch, heads, length, dim)
+            ops.transpose(
+                ops.reshape(projection, (batch, length, self.num_heads, head_dim)),
+                (0, 2, 1, 3),
+            )
+            for projection, head_dim in zip(projections, head_dims, strict=True)
+        )
+
     def combine_heads(self, heads_output: Any) -> Any:
         """Concat(head_1, ..., head_h) W^O of Eq. 2.
 

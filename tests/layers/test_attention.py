@@ -241,3 +241,20 @@ def test_single_key_takes_all_weight_unless_masked():
     output, weights = scaled_dot_product_attention(q, k, v, mask)
     np.testing.assert_array_equal(ops.convert_to_numpy(weights)[0, :, 0], [1.0, 0.0])
     np.testing.assert_array_equal(ops.convert_to_numpy(output)[0, 1], 0.0)
+
+
+def test_fused_self_attention_projection_equals_separate_projections():
+    attention = MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)
+    x = np.random.rand(2, 5, 8).astype("float32")
+    attention(x, x)
+    queries, keys, values = attention.project_self_attention(x)
+    expected_keys, expected_values = attention.project_key_value(x)
+    for fused, separate in (
+        (queries, attention.project_query(x)),
+        (keys, expected_keys),
+        (values, expected_values),
+    ):
+        assert tuple(fused.shape) == tuple(separate.shape)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(fused), ops.convert_to_numpy(separate), atol=1e-6
+        )
