@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -102,7 +103,22 @@ def length_penalty(length: Any, alpha: float) -> Any:
     return tf.pow((5.0 + length) / 6.0, alpha)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def check_length_penalty(length_penalty: Any) -> None:
+    """Raises `ValueError` unless alpha is a finite number >= 0 (§6.1: 0.6)."""
+    if (
+        isinstance(length_penalty, bool)
+        or not isinstance(length_penalty, (int, float))
+        or not math.isfinite(length_penalty)
+        or length_penalty < 0
+    ):
+        raise ValueError(
+            "`length_penalty` (alpha) must be a number >= 0 (§6.1: 0.6). "
+            f"Received: length_penalty={length_penalty!r}"
+        )
+
+
+def check_integer(name: str, value: Any, minimum: int) -> None:
+    """Raises `ValueError` unless `value` is an integer >= `minimum`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"`{name}` must be an integer. Received: {name}={value!r}")
     if value < minimum:
@@ -110,7 +126,7 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 
 def _check_token_id(name: str, value: Any, vocabulary_size: int | None) -> None:
-    _check_int(name, value, 0)
+    check_integer(name, value, 0)
     if vocabulary_size is not None and value >= vocabulary_size:
         raise ValueError(
             f"`{name}` must be a token id below the vocabulary size "
@@ -456,12 +472,8 @@ class Decoder:
         end_id: int | None = END_ID,
     ) -> DecodeResult:
         """Beam search; see `beam_search`."""
-        _check_int("beam_size", beam_size, 1)
-        if not (isinstance(length_penalty, (int, float)) and length_penalty >= 0):
-            raise ValueError(
-                "`length_penalty` (alpha) must be a number >= 0. "
-                f"Received: length_penalty={length_penalty!r}"
-            )
+        check_integer("beam_size", beam_size, 1)
+        check_length_penalty(length_penalty)
         source, limits, length = self._prepare(source_ids, max_length, extra_length)
         self._check_ids(start_id, end_id)
         outputs = self._beam_fn(
@@ -494,10 +506,10 @@ class Decoder:
                 f"Received: temperature={temperature!r}"
             )
         if top_k is not None:
-            _check_int("top_k", top_k, 1)
+            check_integer("top_k", top_k, 1)
         if seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
-        _check_int("seed", seed, 0)
+        check_integer("seed", seed, 0)
         source, limits, length = self._prepare(source_ids, max_length, extra_length)
         self._check_ids(start_id, end_id)
         outputs = self._greedy_fn(
@@ -545,9 +557,9 @@ class Decoder:
             number of real source tokens + `extra_length`, capped; §6.1) and
             the static size of the outputs and caches.
         """
-        _check_int("extra_length", extra_length, 0)
+        check_integer("extra_length", extra_length, 0)
         if max_length is not None:
-            _check_int("max_length", max_length, 1)
+            check_integer("max_length", max_length, 1)
             supported = self.max_supported_length
             if supported is not None and max_length > supported:
                 raise ValueError(

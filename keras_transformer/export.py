@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -59,7 +58,12 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding import EXTRA_LENGTH, Decoder
+from keras_transformer.decoding import (
+    EXTRA_LENGTH,
+    Decoder,
+    check_integer,
+    check_length_penalty,
+)
 from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
 
 __all__ = [
@@ -122,13 +126,6 @@ class ExportSettings:
 
 
 # ------------------------------------------------------------------ checks
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"`{name}` must be an integer. Received: {name}={value!r}")
-    if value < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}. Received: {name}={value!r}")
-
-
 def _learned_positions(layer: keras.layers.Layer) -> int | None:
     """The number of positions of a `PositionEmbedding`; None for sinusoids."""
     return getattr(layer, "max_length", None)
@@ -157,25 +154,16 @@ def _settings(
     parts = TransformerLayers.of(model)  # ValueError for other models
     vocabulary = parts.target_embedding.vocabulary_size
     tokenizer.check_compatible(expected_vocabulary_size=vocabulary)
-    _check_int("beam_size", beam_size, 1)
-    if (
-        isinstance(length_penalty, bool)
-        or not isinstance(length_penalty, (int, float))
-        or not math.isfinite(length_penalty)
-        or length_penalty < 0
-    ):
-        raise ValueError(
-            "`length_penalty` (alpha) must be a number >= 0 (§6.1: 0.6). "
-            f"Received: length_penalty={length_penalty!r}"
-        )
-    _check_int("max_output_extra", max_output_extra, 0)
+    check_integer("beam_size", beam_size, 1)
+    check_length_penalty(length_penalty)
+    check_integer("max_output_extra", max_output_extra, 0)
     source_positions = _learned_positions(parts.source_position)
     target_positions = _learned_positions(parts.target_position)
     if max_input_length is None:
         max_input_length = DEFAULT_MAX_INPUT_LENGTH
         if source_positions is not None:
             max_input_length = min(max_input_length, source_positions)
-    _check_int("max_input_length", max_input_length, 2)
+    check_integer("max_input_length", max_input_length, 2)
     if source_positions is not None and max_input_length > source_positions:
         raise ValueError(
             f"max_input_length={max_input_length} is longer than the model's "
@@ -215,7 +203,7 @@ def source_ids_from_strings(
         (``width <= max_input_length``), and bool ``[batch]``, true for a
         sentence without any subword token (``""``, whitespace).
     """
-    _check_int("max_input_length", max_input_length, 2)
+    check_integer("max_input_length", max_input_length, 2)
     tokens = tokenizer.tokenize(tf.reshape(sentences, [-1]))
     is_empty = tf.equal(tokens.row_lengths(), 0)
     tokens = tokens[:, : max_input_length - 1]

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -45,7 +44,13 @@ from keras_transformer.data import (
     TextPairs,
     batch_for_eval,
 )
-from keras_transformer.decoding import EXTRA_LENGTH, beam_search, greedy_decode
+from keras_transformer.decoding import (
+    EXTRA_LENGTH,
+    beam_search,
+    check_integer,
+    check_length_penalty,
+    greedy_decode,
+)
 from keras_transformer.training.evaluation import EvaluationResult, Translation
 
 __all__ = [
@@ -138,20 +143,8 @@ def _check_decoding(
         ("extra_length", extra_length, 0),
         ("batch_size", batch_size, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"`{name}` must be an integer. Received: {value!r}")
-        if value < minimum:
-            raise ValueError(f"`{name}` must be >= {minimum}. Received: {value!r}")
-    if (
-        isinstance(length_penalty, bool)
-        or not isinstance(length_penalty, (int, float))
-        or not math.isfinite(length_penalty)
-        or length_penalty < 0
-    ):
-        raise ValueError(
-            "`length_penalty` (alpha) must be a number >= 0 (§6.1: 0.6). "
-            f"Received: {length_penalty!r}"
-        )
+        check_integer(name, value, minimum)
+    check_length_penalty(length_penalty)
 
 
 def translate_lines(
