@@ -416,7 +416,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def compute_output_shape(
         self,
         query_shape: Sequence[int | None],
-        value_shape: Sequence[int | None],
+        value_shape: Sequence[int | None] | None = None,
         key_shape: Sequence[int | None] | None = None,
     ) -> tuple[int | None, ...]:
         output_dim = self.output_dim or query_shape[-1]

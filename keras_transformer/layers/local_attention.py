@@ -320,15 +320,6 @@ class _BlockedSelfAttention(MultiHeadAttention):
             _check_same_length(type(self).__name__, query_shape, name, shape)
         super().build(query_shape, value_shape, key_shape)
 
-    def compute_output_shape(
-        self,
-        query_shape: Sequence[int | None],
-        value_shape: Sequence[int | None] | None = None,
-        key_shape: Sequence[int | None] | None = None,
-    ) -> tuple[int | None, ...]:
-        output_dim = self.output_dim or query_shape[-1]
-        return (*tuple(query_shape[:-1]), output_dim)
-
     def compute_output_spec(
         self,
         query: Any,

@@ -31,6 +31,17 @@ VARIANTS = {
 }
 
 
+def decode_step_by_step(model):
+    """Logits of TARGET fed one token at a time through the KV caches."""
+    decoder = IncrementalDecoder(model)
+    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
+    steps = []
+    for index in range(TARGET.shape[1]):
+        logits, state = decoder.step(TARGET[:, index : index + 1], state, index)
+        steps.append(ops.convert_to_numpy(logits))
+    return np.concatenate(steps, 1)
+
+
 @pytest.mark.parametrize("name", ["base", "big", "table3_C_d256", "table3_C_d1024"])
 def test_parameter_counts_match_table_3(name):
     """Absolute counts with a 37,000-token shared vocabulary agree with the
@@ -90,15 +101,10 @@ def test_separate_vocabularies_tie_target_embedding_and_projection():
 def test_cached_decoding_equals_full_forward_pass(variant):
     model = build_transformer(VARIANTS[variant])
     full = ops.convert_to_numpy(model([SOURCE, TARGET], training=False))
-    decoder = IncrementalDecoder(model)
-    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
-    steps = []
-    for index in range(TARGET.shape[1]):
-        logits, state = decoder.step(TARGET[:, index : index + 1], state, index)
-        steps.append(ops.convert_to_numpy(logits))
+    stepwise = decode_step_by_step(model)
     # Only real target positions matter (the cached path has no target padding).
     real = TARGET != 0
-    np.testing.assert_allclose(np.concatenate(steps, 1)[real], full[real], atol=1e-4)
+    np.testing.assert_allclose(stepwise[real], full[real], atol=1e-4)
 
 
 def test_decoder_is_causal_and_padding_is_invisible():
@@ -202,14 +208,9 @@ def test_model_from_other_builder_is_refused():
 def test_restricted_attention_model_caches_like_its_full_pass(tmp_path):
     model = build_transformer(presets["tiny"].replace(attention_window=2))
     full = ops.convert_to_numpy(model([SOURCE, TARGET], training=False))
-    decoder = IncrementalDecoder(model)
-    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
-    steps = []
-    for index in range(TARGET.shape[1]):
-        logits, state = decoder.step(TARGET[:, index : index + 1], state, index)
-        steps.append(ops.convert_to_numpy(logits))
+    stepwise = decode_step_by_step(model)
     real = TARGET != 0
-    np.testing.assert_allclose(np.concatenate(steps, 1)[real], full[real], atol=1e-4)
+    np.testing.assert_allclose(stepwise[real], full[real], atol=1e-4)
     path = tmp_path / "restricted.keras"
     model.save(path)
     restored = keras.models.load_model(path)
