@@ -4,7 +4,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cksum setup.py | cut -d' ' -f1)
 WORKDIR ?= runs/dates_tiny
 
-.PHONY: setup demo test test-slow lint format docs bench clean
+.PHONY: setup demo test test-slow test-core test-jax lint format docs bench clean
 
 $(INSTALLED): setup.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -27,6 +27,21 @@ test: $(INSTALLED)
 ## The longer tests (multi-process training, full notebooks).
 test-slow: $(INSTALLED)
 	$(PYTHON) -m pytest -m slow
+
+## The core's tests (layers, models, losses, schedules, metrics, backend) on
+## the JAX backend; TensorFlow-only tests are skipped with their reason.
+test-jax: $(INSTALLED)
+	KERAS_BACKEND=jax $(PYTHON) -m pytest tests/layers tests/models tests/test_schedules_losses_metrics.py tests/backend -q
+
+## The core on its own: a fresh venv with the package's core dependencies
+## (keras, numpy) and JAX, no TensorFlow; builds a model and trains one step.
+CORE_VENV ?= .venv-core
+test-core:
+	test -x $(CORE_VENV)/bin/python || python3 -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CORE_VENV)/bin/python -m pip install --quiet . "jax[cpu]>=0.10,<0.11"
+	cd /tmp && KERAS_BACKEND=jax $(abspath $(CORE_VENV))/bin/python \
+		$(abspath tests/scripts/core_without_tensorflow.py) --installed
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

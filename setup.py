@@ -6,6 +6,17 @@ from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 
+TRAIN_REQUIRES = [
+    "tensorflow>=2.18,<2.22",
+    "tensorflow-text>=2.18,<2.22",
+    "tensorboard>=2.18,<2.22",
+    "sacrebleu>=2.4,<3",
+    "sentencepiece>=0.2,<0.3",
+    "babel>=2.12,<3",
+    "matplotlib>=3.8,<4",
+]
+JAX_REQUIRES = ["jax[cpu]>=0.10,<0.11"]
+
 setup(
     name="keras-transformer",
     version="0.1.0",
@@ -18,20 +29,22 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*"]),
+    # The core (layers, models, losses, metrics, schedules, optimizers) needs
+    # only Keras and NumPy and runs on every Keras backend.
     install_requires=[
-        "tensorflow>=2.18,<2.22",
-        "tensorflow-text>=2.18,<2.22",
         "keras>=3.8,<4",
-        "keras-hub>=0.21,<0.33",
-        "tensorboard>=2.18,<2.22",
-        "sacrebleu>=2.4,<3",
-        "sentencepiece>=0.2,<0.3",
-        "babel>=2.12,<3",
         "numpy>=1.26,<3",
-        "matplotlib>=3.8,<4",
     ],
     extras_require={
+        # Training, data, decoding, export, evaluation and the command line.
+        "train": TRAIN_REQUIRES,
+        "all": TRAIN_REQUIRES,
+        # The JAX backend for the core (CPU wheel).
+        "jax": JAX_REQUIRES,
         "dev": [
+            *TRAIN_REQUIRES,
+            *JAX_REQUIRES,
+            "keras-hub>=0.21,<0.33",  # the reference model of the benchmarks
             "pytest>=8,<10",
             "ruff>=0.6,<1",
             "mkdocs>=1.6,<2",
