@@ -7,21 +7,7 @@ from typing import Any
 import keras
 from keras import ops
 
-
-def _global_token_count(local_count: Any) -> Any:
-    """Sums a per-replica token count over all replicas of a `tf.distribute` run.
-
-    Outside a replica context (or on another backend) the local count is the
-    global count.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return local_count
-    import tensorflow as tf
-
-    replica_context = tf.distribute.get_replica_context()
-    if replica_context is None or replica_context.num_replicas_in_sync == 1:
-        return local_count
-    return replica_context.all_reduce(tf.distribute.ReduceOp.SUM, local_count)
+from keras_transformer import backend
 
 
 def label_smoothed_nll(
@@ -33,10 +19,12 @@ def label_smoothed_nll(
     spreads `label_smoothing` uniformly over the whole vocabulary, so the
     loss is `(1 - eps) * NLL + eps * mean_v(-log p_v)`.
 
-    On the TensorFlow backend the value and its gradient come from one fused
-    softmax and a hand-written gradient, `p - (1 - eps) * onehot(y) - eps / V`,
-    which reads the `(batch, length, vocabulary)` tensor a few times instead
-    of a dozen; other backends use the same formula through `keras.ops`.
+    Runs `keras_transformer.backend.label_smoothed_nll`: on the TensorFlow
+    backend the value and its gradient come from one fused softmax and a
+    hand-written gradient, `p - (1 - eps) * onehot(y) - eps / V`, which reads
+    the `(batch, length, vocabulary)` tensor a few times instead of a dozen;
+    other backends (or the fast paths switched off) use the same formula
+    through `keras.ops`, `logsumexp(z) - z_y` and `logsumexp(z) - mean_v(z)`.
 
     Args:
         labels: integer `(batch, length)`, each in `[0, vocabulary_size)`.
@@ -46,93 +34,7 @@ def label_smoothed_nll(
     Returns:
         `(smoothed_loss, nll)`, both float32 `(batch, length)`.
     """
-    if keras.backend.backend() == "tensorflow":
-        return _tensorflow_label_smoothed_nll(labels, logits, float(label_smoothing))
-    # With z the logits: -log p_y = logsumexp(z) - z_y and
-    # mean_v(-log p_v) = logsumexp(z) - mean_v(z). Written this way the
-    # log-probabilities are never materialised.
-    logits = ops.cast(logits, "float32")
-    log_normalizer = ops.logsumexp(logits, axis=-1)
-    one_hot = ops.one_hot(ops.cast(labels, "int32"), logits.shape[-1], dtype="float32")
-    nll = log_normalizer - ops.sum(logits * one_hot, axis=-1)
-    if label_smoothing == 0:
-        return nll, nll
-    uniform = log_normalizer - ops.mean(logits, axis=-1)
-    return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
-
-
-def _tensorflow_label_smoothed_nll(
-    labels: Any, logits: Any, label_smoothing: float
-) -> tuple[Any, Any]:
-    """`label_smoothed_nll` from a fused softmax, with its gradient by hand."""
-    import tensorflow as tf
-
-    logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
-    token_shape = tf.shape(labels)
-    vocabulary_size = logits.shape[-1] or tf.shape(logits)[-1]
-    flat_logits = tf.reshape(logits, [-1, vocabulary_size])
-    flat_labels = tf.reshape(labels, [-1])
-    with tf.control_dependencies(
-        [
-            tf.debugging.assert_less(
-                flat_labels,
-                tf.cast(vocabulary_size, tf.int32),
-                message=(
-                    "A label id is not smaller than the vocabulary size (the "
-                    "logits' last axis): the labels do not come from the "
-                    "model's vocabulary. Tokenize with the model's tokenizer."
-                ),
-            ),
-            tf.debugging.assert_non_negative(
-                flat_labels, message="A label id is negative."
-            ),
-        ]
-    ):
-        flat_labels = tf.identity(flat_labels)
-    label_indices = tf.stack(
-        [tf.range(tf.size(flat_labels), dtype=tf.int32), flat_labels], axis=1
-    )
-
-    @tf.custom_gradient
-    def smoothed_and_nll(flat_logits: Any) -> tuple[Any, Any]:
-        probabilities = tf.nn.softmax(flat_logits)
-        # log Z = max(z) - log(max(p)): the most probable token's probability
-        # is at least 1/V, so this never underflows, unlike log(p_y).
-        log_normalizer = tf.reduce_max(flat_logits, axis=-1) - tf.math.log(
-            tf.reduce_max(probabilities, axis=-1)
-        )
-        nll = log_normalizer - tf.gather_nd(flat_logits, label_indices)
-        smoothed = nll
-        if label_smoothing:
-            uniform = log_normalizer - tf.reduce_mean(flat_logits, axis=-1)
-            smoothed = (1.0 - label_smoothing) * nll + label_smoothing * uniform
-
-        def gradient(smoothed_upstream: Any, nll_upstream: Any) -> Any:
-            with tf.name_scope("cross_entropy_gradient"):
-                return _gradient(smoothed_upstream, nll_upstream)
-
-        def _gradient(smoothed_upstream: Any, nll_upstream: Any) -> Any:
-            # d smoothed / dz = p - (1 - eps) onehot(y) - eps / V and
-            # d nll / dz = p - onehot(y).
-            if smoothed_upstream is None:
-                smoothed_upstream = tf.zeros_like(nll)
-            if nll_upstream is None:
-                nll_upstream = tf.zeros_like(nll)
-            uniform_part = smoothed_upstream * (
-                label_smoothing / tf.cast(vocabulary_size, tf.float32)
-            )
-            grad = (
-                probabilities * (smoothed_upstream + nll_upstream)[:, None]
-                - uniform_part[:, None]
-            )
-            true_token_part = smoothed_upstream * (1.0 - label_smoothing) + nll_upstream
-            return _scatter_subtract(grad, label_indices, true_token_part)
-
-        return (smoothed, nll), gradient
-
-    smoothed, nll = smoothed_and_nll(flat_logits)
-    return tf.reshape(smoothed, token_shape), tf.reshape(nll, token_shape)
+    return backend.label_smoothed_nll(labels, logits, label_smoothing)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -200,7 +102,7 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
         local_sum = ops.sum(token_loss * weights)
         # Keras sums the replicas' gradients: dividing each replica's sum by
         # the global count makes that sum the gradient of the global mean.
-        global_count = _global_token_count(ops.sum(weights))
+        global_count = backend.global_token_count(ops.sum(weights))
         return ops.divide_no_nan(local_sum, global_count)
 
     def get_config(self) -> dict[str, Any]:
@@ -209,27 +111,3 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
             "label_smoothing": self.label_smoothing,
             "padding_id": self.padding_id,
         }
-
-
-def _scatter_subtract(tensor: Any, indices: Any, updates: Any) -> Any:
-    """`tensor` with `updates` subtracted at `indices`, in place if possible.
-
-    `tf.tensor_scatter_nd_sub` copies its input on the CPU (a full pass over
-    the `(tokens, vocabulary)` gradient); `ScatterNdNonAliasingAdd` reuses
-    the buffer but has no XLA kernel, so it is used outside XLA only.
-    """
-    import tensorflow as tf
-
-    try:
-        from tensorflow.python.ops import control_flow_util
-
-        in_xla = control_flow_util.GraphOrParentsInXlaContext(
-            tf.compat.v1.get_default_graph()
-        )
-    except (ImportError, AttributeError):
-        in_xla = True
-    if in_xla:
-        return tf.tensor_scatter_nd_sub(tensor, indices, updates)
-    return tf.raw_ops.ScatterNdNonAliasingAdd(
-        input=tensor, indices=indices, updates=-updates
-    )

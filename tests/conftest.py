@@ -1,4 +1,11 @@
-"""Shared test set-up: quiet TensorFlow, seeded runs, restored global policy."""
+"""Shared test set-up: quiet TensorFlow, seeded runs, restored global policy.
+
+`KERAS_BACKEND` defaults to TensorFlow; `make test-jax` runs the core's
+tests (layers, models, losses, schedules, metrics, backend) on JAX. Tests
+that exercise TensorFlow itself (its kernels under `tf.GradientTape`,
+`tf.distribute`, XLA through `tf.function`) carry the `tensorflow_only`
+marker and are skipped on other backends.
+"""
 
 import os
 
@@ -7,6 +14,29 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "tensorflow_only: needs the TensorFlow backend (tf.GradientTape on "
+        "TensorFlow kernels, tf.distribute, XLA through tf.function); skipped "
+        "on other backends",
+    )
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return
+    skip = pytest.mark.skip(
+        reason=f"needs the TensorFlow backend (KERAS_BACKEND={backend})"
+    )
+    for item in items:
+        if "tensorflow_only" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -79,6 +79,9 @@ def run_layer_test(
     # Mixed precision: computes in float16 and stays finite.
     mixed = layer_cls(**init_kwargs, dtype="mixed_float16")
     mixed_output = mixed(*inputs, **call_kwargs)
-    assert mixed_output.dtype == mixed_precision_output_dtype
+    assert (
+        keras.backend.standardize_dtype(mixed_output.dtype)
+        == mixed_precision_output_dtype
+    )
     assert np.all(np.isfinite(keras.ops.convert_to_numpy(mixed_output)))
     return layer

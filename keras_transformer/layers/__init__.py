@@ -1,8 +1,10 @@
 """Keras layers of the Transformer.
 
 Written in `keras` / `keras.ops`, so they run on every Keras backend; on
-TensorFlow a few hot spots (layer normalization, dropout) use fused kernels
-and hand-written gradients with the same results.
+TensorFlow a few hot spots (linear maps, layer normalization, the masked
+softmax, dropout, residual sums) use fused kernels and hand-written
+gradients with the same results, through the dispatch functions of
+`keras_transformer.backend`.
 """
 
 from keras_transformer.layers.attention import (

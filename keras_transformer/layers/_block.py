@@ -8,6 +8,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer.backend import residual_add
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.dropout import Dropout
@@ -15,20 +16,6 @@ from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.local_attention import RestrictedMultiHeadAttention
 from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.validation import check_positive_int, check_rate
-
-
-def residual_add(inputs: Any, sublayer_output: Any) -> Any:
-    """`x + Sublayer(x)`, the residual connection of §3.1.
-
-    On TensorFlow the sum is an `AddN`, whose gradient hands the upstream
-    gradient to both inputs as it is; `AddV2`'s gradient first reduces it
-    over the broadcast axes, which copies it when the batch size is unknown.
-    """
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.math.add_n([inputs, sublayer_output])
-    return inputs + sublayer_output
 
 
 class TransformerBlockBase(keras.layers.Layer):

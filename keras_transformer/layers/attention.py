@@ -14,8 +14,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer.backend import linear
 from keras_transformer.layers import masking
-from keras_transformer.layers._linear import linear
 from keras_transformer.layers.validation import check_positive_int, check_rate
 
 

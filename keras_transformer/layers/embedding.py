@@ -9,6 +9,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer import backend
 from keras_transformer.layers.validation import check_positive_int
 
 
@@ -97,7 +98,7 @@ class ScaledEmbedding(keras.layers.Layer):
                 )
             hidden = ops.cast(inputs, self.compute_dtype)
             # (batch, length, vocabulary_size)
-            logits = _matmul_transposed(hidden, embeddings)
+            logits = backend.matmul_transposed(hidden, embeddings)
             return ops.cast(logits, self.logits_dtype)
         if "int" not in str(inputs.dtype):
             inputs = ops.cast(inputs, "int32")
@@ -141,20 +142,3 @@ class ScaledEmbedding(keras.layers.Layer):
             }
         )
         return config
-
-
-def _matmul_transposed(hidden: Any, embeddings: Any) -> Any:
-    """`hidden @ embeddings^T` over the last axis of `hidden`.
-
-    On TensorFlow one 2-D `MatMul` with `transpose_b`, whose gradient with
-    respect to the embedding matrix needs no transpose either.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return ops.matmul(hidden, ops.transpose(embeddings))
-    import tensorflow as tf
-
-    embedding_dim = embeddings.shape[-1]
-    flat = tf.reshape(hidden, [-1, embedding_dim])
-    logits = tf.matmul(flat, embeddings, transpose_b=True)
-    output_shape = tf.concat([tf.shape(hidden)[:-1], tf.shape(embeddings)[:1]], 0)
-    return tf.reshape(logits, output_shape)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import keras
 from keras import ops
+
+from keras_transformer import backend
 
 # The most negative float16 number: a fill value that is safe in every float
 # dtype. Masked logits are replaced by it before the softmax, and the weights
 # are multiplied by the mask afterwards, so masked keys get exactly zero weight
 # and a fully masked row gets all-zero weights (never NaN).
-MASK_FILL_VALUE = -65504.0
+MASK_FILL_VALUE = backend.MASK_FILL_VALUE
 
 
 def padding_mask(token_ids: Any, padding_id: int = 0) -> Any:
@@ -114,7 +115,7 @@ def merge_attention_masks(
 
 
 def masked_softmax(logits: Any, mask: Any | None = None) -> Any:
-    """Softmax over the last axis in float32, with exact zeros where masked.
+    """Softmax over the last axis in float32, with exact zeros where masked (Eq. 1).
 
     Args:
         logits: `(..., key_length)`.
@@ -129,40 +130,9 @@ def masked_softmax(logits: Any, mask: Any | None = None) -> Any:
         # A single key takes all the weight (Keras warns on a softmax over an
         # axis of size 1, which is correct but pointless here).
         weights = ops.ones_like(logits)
-    elif mask is None:
-        return ops.softmax(logits, axis=-1)
-    elif keras.backend.backend() == "tensorflow":
-        return _tensorflow_masked_softmax(logits, mask)
-    else:
-        weights = ops.softmax(ops.where(mask, logits, MASK_FILL_VALUE), axis=-1)
+        if mask is None:
+            return weights
+        return weights * ops.cast(mask, "float32")
     if mask is None:
-        return weights
-    return weights * ops.cast(mask, "float32")
-
-
-def _tensorflow_masked_softmax(logits: Any, mask: Any) -> Any:
-    """`masked_softmax` with its gradient in closed form.
-
-    The weights are already zero wherever the mask is false, so the usual
-    softmax gradient `w * (g - sum(g * w))` is also the gradient of the
-    masking, and the backward pass needs no select or multiply of its own.
-    """
-    import tensorflow as tf
-
-    mask = tf.convert_to_tensor(mask)
-    allowed = tf.cast(mask, tf.float32)
-
-    @tf.custom_gradient
-    def softmax(logits: Any) -> Any:
-        weights = tf.nn.softmax(tf.where(mask, logits, MASK_FILL_VALUE)) * allowed
-
-        def gradient(upstream: Any) -> Any:
-            with tf.name_scope("masked_softmax_gradient"):
-                upstream = tf.cast(upstream, tf.float32)
-                return weights * (
-                    upstream - tf.reduce_sum(upstream * weights, axis=-1, keepdims=True)
-                )
-
-        return weights, gradient
-
-    return softmax(logits)
+        return ops.softmax(logits, axis=-1)
+    return backend.masked_softmax(logits, mask)

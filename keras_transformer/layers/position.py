@@ -256,10 +256,12 @@ class PositionEmbedding(_PositionLayer):
         self._check_length(inputs.shape[1], start_index)
         length = ops.shape(inputs)[1]
         # (length, depth)
+        # The variable's value: JAX's slice refuses a Keras variable itself.
+        embeddings = ops.convert_to_tensor(self.position_embeddings)
         encoding = ops.slice(
-            self.position_embeddings,
+            embeddings,
             (ops.cast(start_index, "int32"), 0),
-            (length, ops.shape(self.position_embeddings)[1]),
+            (length, ops.shape(embeddings)[1]),
         )
         return self._merge(inputs, encoding)
 

@@ -41,8 +41,17 @@ def _dense_twin(layer: MultiHeadAttention, x: np.ndarray) -> MultiHeadAttention:
     return twin
 
 
+def _dtype(x: object) -> str:
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def _numpy(x: object, dtype: str | None = None) -> np.ndarray:
+    """A backend tensor (or array) as a NumPy array, on every backend."""
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype)
+
+
 def _close(a: object, b: object, atol: float = 1e-5) -> None:
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+    np.testing.assert_allclose(_numpy(a), _numpy(b), atol=atol, rtol=1e-5)
 
 
 # ----------------------------------------------------- equivalence with MHA
@@ -80,7 +89,7 @@ def test_scores_layout_is_three_blocks_wide() -> None:
     assert tuple(scores.shape) == (BATCH, HEADS, 4, 4, 12)
     assert tuple(causal_scores.shape) == (BATCH, HEADS, 4, 4, 8)
     # Each real query row is a distribution over its local keys.
-    _close(np.asarray(scores).sum(-1), np.ones((BATCH, HEADS, 4, 4)))
+    _close(_numpy(scores).sum(-1), np.ones((BATCH, HEADS, 4, 4)))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -95,7 +104,7 @@ def test_restricted_is_not_full_attention() -> None:
     x = _inputs(12)
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
     dense = _dense_twin(layer, x)
-    assert np.abs(np.asarray(layer(x)) - np.asarray(dense(x, x))).max() > 1e-3
+    assert np.abs(_numpy(layer(x)) - _numpy(dense(x, x))).max() > 1e-3
 
 
 def test_weights_interchangeable_with_multi_head_attention() -> None:
@@ -117,8 +126,8 @@ def test_causal_outputs_ignore_future_tokens() -> None:
     changed = x.copy()
     changed[:, t + 1 :] = _inputs(length, seed=1)[:, t + 1 :]
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
-    before = np.asarray(layer(x, use_causal_mask=True))
-    after = np.asarray(layer(changed, use_causal_mask=True))
+    before = _numpy(layer(x, use_causal_mask=True))
+    after = _numpy(layer(changed, use_causal_mask=True))
     _close(before[:, : t + 1], after[:, : t + 1], atol=1e-6)
     assert np.abs(before[:, t + 1] - after[:, t + 1]).max() > 1e-4
 
@@ -129,7 +138,7 @@ def test_two_sided_outputs_ignore_tokens_beyond_window() -> None:
     changed = x.copy()
     changed[:, 10] += 1.0
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
-    delta = np.abs(np.asarray(layer(x)) - np.asarray(layer(changed))).max(axis=(0, 2))
+    delta = np.abs(_numpy(layer(x)) - _numpy(layer(changed))).max(axis=(0, 2))
     assert np.all(delta[: 10 - window] == 0.0)
     assert np.all(delta[10 - window :] > 0.0)
 
@@ -154,15 +163,15 @@ def test_padding_mask_matches_dense_and_hides_padded_keys(causal: bool) -> None:
         x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
     )
     _close(output, expected)
-    dense_scores = np.asarray(layer.local_to_dense_scores(scores, length, causal))
+    dense_scores = _numpy(layer.local_to_dense_scores(scores, length, causal))
     assert np.all(dense_scores[1, :, :, 9:] == 0.0)
 
     # Changing the padded content leaves the real positions unchanged.
     noisy = x.copy()
     noisy[1, 9:] = _inputs(length, seed=2)[1, 9:]
     _close(
-        np.asarray(layer(noisy, padding_mask=padding, use_causal_mask=causal))[1, :9],
-        np.asarray(output)[1, :9],
+        _numpy(layer(noisy, padding_mask=padding, use_causal_mask=causal))[1, :9],
+        _numpy(output)[1, :9],
         atol=1e-6,
     )
 
@@ -175,11 +184,11 @@ def test_keras_implicit_mask_equals_explicit_padding_mask() -> None:
     embedded = embedding(inputs)
     model = keras.Model(inputs, [layer(embedded), layer(embedded, embedded)])
     alone, pair = model(ids)
-    raw = np.asarray(embedding(ids))
+    raw = _numpy(embedding(ids))
     expected = layer(raw, padding_mask=ids != 0)
     _close(alone, expected)
     _close(pair, expected)
-    assert np.abs(np.asarray(layer(raw)) - np.asarray(expected)).max() > 1e-5
+    assert np.abs(_numpy(layer(raw)) - _numpy(expected)).max() > 1e-5
 
 
 def test_dense_attention_mask_is_combined_with_the_band() -> None:
@@ -188,7 +197,7 @@ def test_dense_attention_mask_is_combined_with_the_band() -> None:
     extra = np.random.default_rng(3).random((BATCH, length, length)) > 0.3
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
     dense = _dense_twin(layer, x)
-    band = np.asarray(restricted_attention_mask(length, 3, causal=True))
+    band = _numpy(restricted_attention_mask(length, 3, causal=True))
     _close(
         layer(x, attention_mask=extra, use_causal_mask=True),
         dense(x, x, attention_mask=extra & band[None]),
@@ -259,10 +268,10 @@ def test_mixed_float16_is_finite() -> None:
     output, scores = layer(
         x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True
     )
-    assert output.dtype == "float16" and scores.dtype == "float32"
-    assert np.isfinite(np.asarray(output, "float32")).all()
+    assert _dtype(output) == "float16" and _dtype(scores) == "float32"
+    assert np.isfinite(_numpy(output, "float32")).all()
     block = LocalBlockAttention(HEADS, KEY_DIM, query_block_length=4, memory_length=4)
-    assert np.isfinite(np.asarray(block(x), "float32")).all()
+    assert np.isfinite(_numpy(block(x), "float32")).all()
 
 
 # --------------------------------------------------------- cached decoding
@@ -273,7 +282,7 @@ def test_sliding_window_cache_equals_full_causal(step: int) -> None:
     padding = np.ones((BATCH, length), bool)
     padding[1, 10:] = False
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
-    full = np.asarray(layer(x, padding_mask=padding, use_causal_mask=True))
+    full = _numpy(layer(x, padding_mask=padding, use_causal_mask=True))
     cache = layer.init_cache(BATCH)
     assert tuple(cache["keys"].shape) == (BATCH, HEADS, window, KEY_DIM)
     for start in range(0, length, step):
@@ -285,7 +294,7 @@ def test_sliding_window_cache_equals_full_causal(step: int) -> None:
         mask_step = np.zeros((BATCH, step), bool)
         mask_step[:, : stop - start] = padding[:, start:stop]
         output, cache = layer.call_cached(x_step, cache, padding_mask=mask_step)
-        _close(np.asarray(output)[:, : stop - start], full[:, start:stop])
+        _close(_numpy(output)[:, : stop - start], full[:, start:stop])
         assert tuple(cache["values"].shape) == (BATCH, HEADS, window, KEY_DIM)
 
 
@@ -335,7 +344,7 @@ def test_local_block_equals_dense_mask(
 
 
 def test_local_block_dense_mask_pattern() -> None:
-    mask = np.asarray(local_block_attention_mask(6, 2, 1, causal=True)).astype(int)
+    mask = _numpy(local_block_attention_mask(6, 2, 1, causal=True)).astype(int)
     assert mask.tolist() == [
         [1, 0, 0, 0, 0, 0],
         [1, 1, 0, 0, 0, 0],
@@ -396,9 +405,9 @@ def test_cross_attention_raises() -> None:
 def test_attention_dropout_only_in_training() -> None:
     x = _inputs(10)
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3, dropout=0.5)
-    inference = np.asarray(layer(x))
+    inference = _numpy(layer(x))
     _close(layer(x, training=False), inference, atol=0.0)
-    assert np.abs(np.asarray(layer(x, training=True)) - inference).max() > 1e-4
+    assert np.abs(_numpy(layer(x, training=True)) - inference).max() > 1e-4
 
 
 def test_symbolic_output_spec_matches_eager_shapes() -> None:

@@ -2,20 +2,25 @@
 
 Layer normalization, dropout, the masked softmax, the label-smoothed loss and
 Adam each have a TensorFlow path with a hand-written gradient or a fused
-kernel; these tests hold them to Keras' own layers or to the textbook
-formulas differentiated by TensorFlow.
+kernel (`keras_transformer.backend.tensorflow`); these tests hold them to
+Keras' own layers or to the textbook formulas differentiated by TensorFlow.
+Tests marked `tensorflow_only` need TensorFlow's gradient tape or XLA; the
+others check the layers' contracts on every backend.
+(`test_portable_twins.py` holds each twin to the package's portable branch.)
 """
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.backend import linear
 from keras_transformer.layers import masking
-from keras_transformer.layers._linear import linear
 from keras_transformer.losses import label_smoothed_nll
+from tests.backend.helpers import train_embedding_model
 from tests.layer_testing import run_layer_test
+
+tf = pytest.importorskip("tensorflow")
 
 
 def _values_and_grads(function, *inputs, upstream=None):
@@ -41,6 +46,7 @@ def test_layer_norm_contract(tmp_path):
     )
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("shape", [(6, 16), (3, 4, 16)])
 def test_layer_norm_equals_keras_values_and_gradients(shape):
     rng = np.random.default_rng(1)
@@ -95,6 +101,7 @@ def test_dropout_contract(tmp_path):
     run_layer_test(kt.layers.Dropout, {"rate": 0.1}, [x], (2, 5, 8), tmp_path)
 
 
+@pytest.mark.tensorflow_only
 def test_dropout_rate_scale_and_gradient():
     rate, levels = 0.1, 2**16
     realised_rate = round(rate * levels) / levels
@@ -133,6 +140,7 @@ def test_dropout_inference_rate_zero_and_noise_shape():
     assert np.all(dropped == dropped[:, :1])
 
 
+@pytest.mark.tensorflow_only
 def test_dropout_runs_under_xla():
     layer = kt.layers.Dropout(0.25, seed=2)
     compiled = tf.function(lambda x: layer(x, training=True), jit_compile=True)
@@ -142,6 +150,7 @@ def test_dropout_runs_under_xla():
 
 
 # ------------------------------------------------------- masked softmax
+@pytest.mark.tensorflow_only
 def test_masked_softmax_gradient_equals_the_plain_formula():
     rng = np.random.default_rng(6)
     logits = rng.normal(size=(2, 3, 4, 5)).astype("float32") * 3
@@ -170,6 +179,7 @@ def _plain_smoothed_nll(labels, logits, eps):
     return (1 - eps) * nll + eps * uniform, nll
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_loss_values_and_gradients_equal_the_plain_formula(eps):
     rng = np.random.default_rng(7)
@@ -217,32 +227,14 @@ def test_linear_equals_matmul_plus_bias(relu):
 
 
 # ------------------------------------------------------------------ Adam
-def _train_two_steps(optimizer):
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((3,), dtype="int32"),
-            keras.layers.Embedding(10, 4),  # a sparse (IndexedSlices) gradient
-            keras.layers.Flatten(),
-            keras.layers.Dense(2),
-        ]
-    )
-    model.compile(optimizer=optimizer, loss="mse")
-    x = np.array([[1, 2, 3], [4, 5, 6]], "int32")
-    y = np.ones((2, 2), "float32")
-    for _ in range(3):
-        model.train_on_batch(x, y)
-    return [keras.ops.convert_to_numpy(w) for w in model.weights]
-
-
 def test_adam_equals_keras_adam():
     arguments = {"learning_rate": 0.01, "beta_2": 0.98, "epsilon": 1e-9}
-    ours = _train_two_steps(kt.optimizers.Adam(**arguments))
-    reference = _train_two_steps(keras.optimizers.Adam(**arguments))
+    ours = train_embedding_model(kt.optimizers.Adam(**arguments))
+    reference = train_embedding_model(keras.optimizers.Adam(**arguments))
     for a, b in zip(ours, reference, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-    amsgrad = _train_two_steps(kt.optimizers.Adam(amsgrad=True, **arguments))
-    amsgrad_reference = _train_two_steps(
+    amsgrad = train_embedding_model(kt.optimizers.Adam(amsgrad=True, **arguments))
+    amsgrad_reference = train_embedding_model(
         keras.optimizers.Adam(amsgrad=True, **arguments)
     )
     for a, b in zip(amsgrad, amsgrad_reference, strict=True):
@@ -257,6 +249,7 @@ def test_adam_serializes_with_the_schedule():
     assert restored.get_config() == optimizer.get_config()
 
 
+@pytest.mark.tensorflow_only
 def test_adam_squares_the_summed_gradient_of_repeated_rows():
     # An embedding row looked up twice has one gradient, the sum of both
     # lookups'; Adam's second moment is the square of that sum.
@@ -280,6 +273,7 @@ def test_adam_squares_the_summed_gradient_of_repeated_rows():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(table), weights, rtol=1e-5)
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize(("d_in", "d_out"), [(4, 12), (12, 4), (6, 6)])
 def test_linear_gradients_equal_the_plain_products(d_in, d_out):
     rng = np.random.default_rng(9)
@@ -302,6 +296,7 @@ def test_linear_gradients_equal_the_plain_products(d_in, d_out):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.tensorflow_only
 def test_loss_gradient_is_the_same_under_xla():
     rng = np.random.default_rng(10)
     logits = tf.constant(rng.normal(size=(2, 3, 7)).astype("float32"))
@@ -319,6 +314,7 @@ def test_loss_gradient_is_the_same_under_xla():
     np.testing.assert_allclose(graph, gradient(logits), atol=1e-6)
 
 
+@pytest.mark.tensorflow_only
 def test_loss_refuses_labels_outside_the_vocabulary():
     logits = tf.zeros((1, 2, 5))
     with pytest.raises(tf.errors.InvalidArgumentError, match="vocabulary size"):
