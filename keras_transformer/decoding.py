@@ -7,10 +7,13 @@ penalty is the one of Wu et al. (2016), "Google's Neural Machine Translation
 System", Eq. 14: `lp(Y) = ((5 + |Y|) / 6) ** alpha`, and a finished
 hypothesis is ranked by `log P(Y | X) / lp(Y)`.
 
-Every decoder runs the encoder once and then feeds one token per step through
-`IncrementalDecoder` (key/value caches of static size, written by index). The
-whole loop is a single `tf.while_loop` inside one `tf.function` (optionally
-compiled with XLA), cached per model by `Decoder`.
+Every decoder runs the encoder once (`TransformerStack.encode`) and then feeds
+one token per step through `TransformerStack.decode_step` (key/value caches of
+static size, written by index). The whole loop is a single `tf.while_loop`
+inside one `tf.function` (optionally compiled with XLA), cached per model by
+`Decoder`; `Decoder.greedy_graph` and `Decoder.beam_search_graph` are the same
+loops for use inside a caller's own `tf.function` (e.g. an exported
+SavedModel).
 
 The search algorithms (`run_greedy`, `run_beam_search`) only see a *step
 function* `step_fn(token_ids, state, index) -> (log_probs, state)`, so they can
@@ -40,16 +43,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.models.transformer import (
-    PADDING_ID,
-    IncrementalDecoder,
-    TransformerLayers,
-)
+from keras_transformer.conventions import END_ID, EXTRA_LENGTH, PAD_ID, START_ID
+from keras_transformer.models.transformer import DecoderCaches, TransformerStack
 
-START_ID = 2
-END_ID = 3
-#: Default number of tokens allowed beyond the source length (§6.1).
-EXTRA_LENGTH = 50
+#: Former name of `keras_transformer.conventions.PAD_ID`, kept importable.
+PADDING_ID = PAD_ID
 #: Cache entries of a `DecoderBlock` that do not change while decoding and are
 #: the same for every beam of one example (so beam search never reorders them).
 _STATIC_CACHE_KEYS = ("cross_keys", "cross_values")
@@ -137,7 +135,7 @@ def _check_token_id(name: str, value: Any, vocabulary_size: int | None) -> None:
 def _mask_padding(log_probs: tf.Tensor) -> tf.Tensor:
     """Makes the padding id impossible: it marks the end of an output."""
     vocabulary = tf.shape(log_probs)[-1]
-    is_padding = tf.equal(tf.range(vocabulary), PADDING_ID)
+    is_padding = tf.equal(tf.range(vocabulary), PAD_ID)
     return tf.where(is_padding, tf.constant(-np.inf, log_probs.dtype), log_probs)
 
 
@@ -191,7 +189,7 @@ def run_greedy(
         else:
             chosen = tf.cast(select_fn(log_probs, index), tf.int32)
         chosen_log_prob = tf.gather(log_probs, chosen[:, None], batch_dims=1)[:, 0]
-        chosen = tf.where(done, PADDING_ID, chosen)
+        chosen = tf.where(done, PAD_ID, chosen)
         scores += tf.where(done, 0.0, chosen_log_prob)
         lengths += tf.cast(tf.logical_not(done), tf.int32)
         token_ids = _write(token_ids, index, chosen)
@@ -394,11 +392,18 @@ def run_beam_search(
 class Decoder:
     """Compiled greedy, beam-search and sampling decoders for one model.
 
-    Holds one `tf.function` per method (traced again only for new static
-    arguments or input shapes; the static output length is rounded up to a
-    multiple of 16 so that nearby source lengths share a trace). The module
-    functions `greedy_decode`, `beam_search` and `sample_decode` use a
-    `Decoder` cached per model.
+    Runs the model through its `TransformerStack`: the encoder once, then one
+    `decode_step` per output token. Holds one `tf.function` per search
+    (traced again only for new static arguments or input shapes; the static
+    output length is rounded up to a multiple of 16 so that nearby source
+    lengths share a trace). The module functions `greedy_decode`,
+    `beam_search` and `sample_decode` use a `Decoder` cached per model.
+
+    `greedy`, `beam_search`, `sample` and `uncached_greedy` take NumPy-like
+    inputs, check them and return a `DecodeResult`. `greedy_graph`,
+    `beam_search_graph` and `sample_graph` are the searches themselves as
+    TensorFlow ops, for use inside a caller's `tf.function` (e.g. the
+    signature of an exported SavedModel).
 
     Args:
         model: a model from `build_transformer` (or loaded from its file).
@@ -422,17 +427,17 @@ class Decoder:
             )
         self.model = model
         self.jit_compile = jit_compile
-        self.incremental = IncrementalDecoder(model)
-        self.parts: TransformerLayers = self.incremental.parts
-        self.vocabulary_size: int = self.parts.target_embedding.vocabulary_size
-        self.max_supported_length: int | None = self.incremental.max_supported_length
-        self._greedy_fn = tf.function(
-            self._greedy_graph, jit_compile=jit_compile, reduce_retracing=True
-        )
-        self._beam_fn = tf.function(
-            self._beam_graph, jit_compile=jit_compile, reduce_retracing=True
-        )
-        self._uncached_fn = tf.function(self._uncached_graph, reduce_retracing=True)
+        self.stack = TransformerStack.of(model)
+        self.vocabulary_size: int = self.stack.target_embedding.vocabulary_size
+        self.max_supported_length: int | None = self.stack.max_target_length
+
+        def compiled(graph: Callable[..., Any], jit_compile: bool) -> Any:
+            return tf.function(graph, jit_compile=jit_compile, reduce_retracing=True)
+
+        self._greedy_fn = compiled(self.greedy_graph, jit_compile)
+        self._sample_fn = compiled(self.sample_graph, jit_compile)
+        self._beam_fn = compiled(self.beam_search_graph, jit_compile)
+        self._uncached_fn = compiled(self._uncached_graph, False)  # its prefix grows
 
     # ---------------------------------------------------------- public API
     def greedy(
@@ -445,20 +450,9 @@ class Decoder:
         end_id: int | None = END_ID,
     ) -> DecodeResult:
         """Greedy decoding; see `greedy_decode`."""
-        source, limits, length = self._prepare(source_ids, max_length, extra_length)
-        self._check_ids(start_id, end_id)
-        outputs = self._greedy_fn(
-            source,
-            limits,
-            tf.constant(0, tf.int32),
-            tf.constant(1.0, tf.float32),
-            max_length=length,
-            start_id=start_id,
-            end_id=end_id,
-            sample=False,
-            top_k=None,
+        return self._run(
+            self._greedy_fn, source_ids, max_length, extra_length, start_id, end_id
         )
-        return _result(*outputs)
 
     def beam_search(
         self,
@@ -474,18 +468,16 @@ class Decoder:
         """Beam search; see `beam_search`."""
         check_integer("beam_size", beam_size, 1)
         check_length_penalty(length_penalty)
-        source, limits, length = self._prepare(source_ids, max_length, extra_length)
-        self._check_ids(start_id, end_id)
-        outputs = self._beam_fn(
-            source,
-            limits,
-            tf.constant(length_penalty, tf.float32),
-            max_length=length,
+        return self._run(
+            self._beam_fn,
+            source_ids,
+            max_length,
+            extra_length,
+            start_id,
+            end_id,
             beam_size=beam_size,
-            start_id=start_id,
-            end_id=end_id,
+            length_penalty=tf.constant(length_penalty, tf.float32),
         )
-        return _result(*outputs)
 
     def sample(
         self,
@@ -510,20 +502,17 @@ class Decoder:
         if seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
         check_integer("seed", seed, 0)
-        source, limits, length = self._prepare(source_ids, max_length, extra_length)
-        self._check_ids(start_id, end_id)
-        outputs = self._greedy_fn(
-            source,
-            limits,
-            tf.constant(seed, tf.int32),
-            tf.constant(temperature, tf.float32),
-            max_length=length,
-            start_id=start_id,
-            end_id=end_id,
-            sample=True,
+        return self._run(
+            self._sample_fn,
+            source_ids,
+            max_length,
+            extra_length,
+            start_id,
+            end_id,
+            temperature=tf.constant(temperature, tf.float32),
             top_k=top_k,
+            seed=tf.constant(seed, tf.int32),
         )
-        return _result(*outputs)
 
     def uncached_greedy(
         self,
@@ -535,18 +524,151 @@ class Decoder:
         end_id: int | None = END_ID,
     ) -> DecodeResult:
         """Greedy decoding without caches; see `uncached_greedy_decode`."""
+        return self._run(
+            self._uncached_fn, source_ids, max_length, extra_length, start_id, end_id
+        )
+
+    # ---------------------------------------------- in-graph search (public)
+    def greedy_graph(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        *,
+        max_length: int,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+        select_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Greedy decoding with KV caches, as TensorFlow ops.
+
+        What `greedy` runs in its `tf.function`, without its checks: call it
+        inside your own `tf.function` (e.g. a SavedModel signature; graph
+        and XLA friendly, all shapes static for a given `max_length`).
+
+        Args:
+            source_ids: int32 `(batch, source_length)`, 0 for padding.
+            limits: int32 `(batch,)`: the maximum output length of each
+                example, END included, at most `max_length` (§6.1: its real
+                source tokens + `extra_length`); 0 gives an empty output.
+            max_length: static size of the outputs and the caches.
+            start_id: the first decoder input.
+            end_id: the token that ends a sequence; `None` for none.
+            select_fn: `(log_probs, index) -> token_ids` choosing the next
+                tokens instead of the argmax (as in `run_greedy`; `sample_graph`
+                passes a sampler).
+
+        Returns:
+            `(token_ids (batch, max_length), scores (batch,), lengths
+            (batch,))`, as `run_greedy`.
+
+        Reference: Vaswani et al. (2017), §6.1.
+        """
+        step, state = self._cached_step(source_ids, max_length)
+        return run_greedy(
+            step,
+            state,
+            limits,
+            max_length=max_length,
+            start_id=start_id,
+            end_id=end_id,
+            select_fn=select_fn,
+        )
+
+    def sample_graph(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        *,
+        max_length: int,
+        temperature: float | tf.Tensor = 1.0,
+        top_k: int | None = None,
+        seed: int | tf.Tensor = 0,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Ancestral sampling with KV caches, as TensorFlow ops.
+
+        Args:
+            source_ids, limits, max_length, start_id, end_id: as for
+                `greedy_graph`.
+            temperature: float32 scalar > 0.
+            top_k: sample only among the `top_k` most likely tokens (static).
+            seed: int32 scalar; step `i` draws with the seed `(seed, i)`.
+
+        Returns:
+            As `greedy_graph`; scores are the model's log-probabilities.
+        """
+        return self.greedy_graph(
+            source_ids,
+            limits,
+            max_length=max_length,
+            start_id=start_id,
+            end_id=end_id,
+            select_fn=_sampler(seed, temperature, top_k),
+        )
+
+    def beam_search_graph(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        *,
+        max_length: int,
+        beam_size: int = 4,
+        length_penalty: float | tf.Tensor = 0.6,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Beam search with KV caches and the GNMT length penalty, as TensorFlow ops.
+
+        Args:
+            source_ids, limits, max_length, start_id, end_id: as for
+                `greedy_graph`.
+            beam_size: hypotheses kept per example (static).
+            length_penalty: `alpha` (§6.1: 0.6), a number or float32 scalar.
+
+        Returns:
+            `(token_ids (batch, max_length), scores (batch,), lengths
+            (batch,))` of the best hypothesis of each example, as
+            `run_beam_search`.
+
+        Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
+        """
+        step, state = self._cached_step(source_ids, max_length, repeats=beam_size)
+        return run_beam_search(
+            step,
+            state,
+            limits,
+            max_length=max_length,
+            beam_size=beam_size,
+            length_penalty_alpha=length_penalty,
+            start_id=start_id,
+            end_id=end_id,
+        )
+
+    # ------------------------------------------------------------ checking
+    def _run(
+        self,
+        graph_fn: Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]],
+        source_ids: Any,
+        max_length: int | None,
+        extra_length: int,
+        start_id: int,
+        end_id: int | None,
+        **options: Any,
+    ) -> DecodeResult:
+        """Checks the arguments, runs one compiled search, collects the result."""
         source, limits, length = self._prepare(source_ids, max_length, extra_length)
         self._check_ids(start_id, end_id)
-        outputs = self._uncached_fn(
+        outputs = graph_fn(
             source,
             limits,
             max_length=length,
             start_id=start_id,
             end_id=end_id,
+            **options,
         )
         return _result(*outputs)
 
-    # ------------------------------------------------------------ checking
     def _prepare(
         self, source_ids: Any, max_length: int | None, extra_length: int
     ) -> tuple[tf.Tensor, tf.Tensor, int]:
@@ -582,11 +704,11 @@ class Decoder:
             )
         if (
             source.min() < 0
-            or source.max() >= self.parts.source_embedding.vocabulary_size
+            or source.max() >= self.stack.source_embedding.vocabulary_size
         ):
             raise ValueError(
                 "`source_ids` must be token ids in [0, "
-                f"{self.parts.source_embedding.vocabulary_size}). Received: ids "
+                f"{self.stack.source_embedding.vocabulary_size}). Received: ids "
                 f"from {source.min()} to {source.max()}"
             )
         length = -(-(source.shape[1] + extra_length) // _LENGTH_BUCKET) * _LENGTH_BUCKET
@@ -594,7 +716,7 @@ class Decoder:
             length = min(length, max_length)
         if self.max_supported_length is not None:
             length = min(length, self.max_supported_length)
-        limits = np.minimum((source != PADDING_ID).sum(axis=1) + extra_length, length)
+        limits = np.minimum((source != PAD_ID).sum(axis=1) + extra_length, length)
         return (
             tf.constant(source, tf.int32),
             tf.constant(limits, tf.int32),
@@ -608,99 +730,55 @@ class Decoder:
 
     # ------------------------------------------------------- traced graphs
     def _cached_step(
-        self, source: tf.Tensor, max_length: int, repeats: int = 1
-    ) -> tuple[StepFunction, Any]:
-        """Encodes once; returns a step function over the per-step caches."""
-        state = self.incremental.start(source, max_length)
+        self, source_ids: tf.Tensor, max_length: int, repeats: int = 1
+    ) -> tuple[StepFunction, DecoderCaches]:
+        """Encodes once; returns a step function and its initial state.
+
+        The state is the self-attention caches of the decoder blocks. The
+        encoder-decoder keys and values and the source padding mask are
+        constants of the loop, repeated `repeats` times per example for
+        beam search, which reorders only the state.
+        """
+        stack = self.stack
+        encoder_output = stack.encode(source_ids, training=False)
+        caches = stack.init_cache(encoder_output, max_length)
 
         def repeat(x: tf.Tensor) -> tf.Tensor:
             return x if repeats == 1 else tf.repeat(x, repeats, axis=0)
 
-        padding_mask = repeat(state["source_padding_mask"])
+        padding_mask = repeat(tf.not_equal(source_ids, PAD_ID))
         static = [
-            {k: repeat(v) for k, v in cache.items() if k in _STATIC_CACHE_KEYS}
-            for cache in state["layers"]
-        ]
-        dynamic = [
-            {k: repeat(v) for k, v in cache.items() if k not in _STATIC_CACHE_KEYS}
-            for cache in state["layers"]
+            {key: repeat(cache[key]) for key in _STATIC_CACHE_KEYS} for cache in caches
         ]
 
-        def step(token_ids: tf.Tensor, caches: Any, index: tf.Tensor) -> Any:
-            full = {
-                "source_padding_mask": padding_mask,
-                "layers": [{**s, **d} for s, d in zip(static, caches, strict=True)],
-            }
-            logits, full = self.incremental.step(token_ids[:, None], full, index)
-            new_caches = [
-                {k: v for k, v in cache.items() if k not in _STATIC_CACHE_KEYS}
-                for cache in full["layers"]
-            ]
-            return tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32)), new_caches
+        def step(token_ids: tf.Tensor, state: Any, index: tf.Tensor) -> Any:
+            full = [{**s, **d} for s, d in zip(static, state, strict=True)]
+            logits, full = stack.decode_step(
+                token_ids[:, None], full, index, padding_mask
+            )
+            log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
+            return log_probs, [_changing_entries(cache) for cache in full]
 
-        return step, dynamic
-
-    def _greedy_graph(
-        self,
-        source: tf.Tensor,
-        limits: tf.Tensor,
-        seed: tf.Tensor,
-        temperature: tf.Tensor,
-        *,
-        max_length: int,
-        start_id: int,
-        end_id: int | None,
-        sample: bool,
-        top_k: int | None,
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        step, state = self._cached_step(source, max_length)
-        select_fn = _sampler(seed, temperature, top_k) if sample else None
-        return run_greedy(
-            step,
-            state,
-            limits,
-            max_length=max_length,
-            start_id=start_id,
-            end_id=end_id,
-            select_fn=select_fn,
-        )
-
-    def _beam_graph(
-        self,
-        source: tf.Tensor,
-        limits: tf.Tensor,
-        alpha: tf.Tensor,
-        *,
-        max_length: int,
-        beam_size: int,
-        start_id: int,
-        end_id: int | None,
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        step, state = self._cached_step(source, max_length, repeats=beam_size)
-        return run_beam_search(
-            step,
-            state,
-            limits,
-            max_length=max_length,
-            beam_size=beam_size,
-            length_penalty_alpha=alpha,
-            start_id=start_id,
-            end_id=end_id,
-        )
+        state = [
+            {key: repeat(value) for key, value in _changing_entries(cache).items()}
+            for cache in caches
+        ]
+        return step, state
 
     def _uncached_graph(
         self,
-        source: tf.Tensor,
+        source_ids: tf.Tensor,
         limits: tf.Tensor,
         *,
         max_length: int,
         start_id: int,
         end_id: int | None,
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        parts = self.parts
-        encoder_output = parts.encode(source, training=False)
-        padding_mask = tf.not_equal(source, PADDING_ID)
-        batch = tf.shape(source)[0]
+        """Greedy decoding that runs `TransformerStack.decode` on the prefix."""
+        stack = self.stack
+        encoder_output = stack.encode(source_ids, training=False)
+        padding_mask = tf.not_equal(source_ids, PAD_ID)
+        batch = tf.shape(source_ids)[0]
         # The decoder inputs so far: START then the outputs (state of the loop).
         prefix = tf.concat(
             [
@@ -712,22 +790,15 @@ class Decoder:
 
         def step(token_ids: tf.Tensor, prefix: tf.Tensor, index: tf.Tensor) -> Any:
             prefix = _write(prefix, index, token_ids)
-            inputs = prefix[:, : index + 1]
-            # TransformerLayers.decode on the whole prefix, but only the last
-            # position is projected onto the vocabulary.
-            hidden = parts.target_embedding(inputs)
-            hidden = parts.target_position(hidden)
-            for block in parts.decoder_blocks:
-                hidden = block(
-                    hidden,
-                    encoder_output,
-                    decoder_padding_mask=tf.not_equal(inputs, PADDING_ID),
-                    encoder_padding_mask=padding_mask,
-                    training=False,
-                )
-            if parts.decoder_final_norm is not None:
-                hidden = parts.decoder_final_norm(hidden)
-            logits = parts.target_embedding(hidden[:, -1:], reverse=True)
+            # The whole prefix; only its last position is projected onto the
+            # vocabulary. (batch, 1, vocabulary)
+            logits = stack.decode(
+                prefix[:, : index + 1],
+                encoder_output,
+                padding_mask,
+                training=False,
+                last_position_only=True,
+            )
             return tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32)), prefix
 
         return run_greedy(
@@ -738,6 +809,11 @@ class Decoder:
             start_id=start_id,
             end_id=end_id,
         )
+
+
+def _changing_entries(cache: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a block's cache that decoding updates (self-attention)."""
+    return {key: value for key, value in cache.items() if key not in _STATIC_CACHE_KEYS}
 
 
 def _sampler(

@@ -1,12 +1,13 @@
 """Attention maps of a trained model and heat-map plots of them.
 
 `attention_maps` re-runs the encoder and decoder stacks of a
-`build_transformer` model eagerly, asking every block for its attention
-weights: per layer and per head, the encoder self-attention, the decoder
-(masked) self-attention and the encoder-decoder attention. `plot_attention`
-and `plot_heads` draw them as labelled heat maps in the style of the paper's
-attention visualisations (Figures 3-5), and `figure_to_image` renders a figure
-to an RGBA array for `tf.summary.image`.
+`build_transformer` model eagerly (`TransformerStack.encode` / `decode` with
+`return_attention_scores=True`), collecting per layer and per head the
+encoder self-attention, the decoder (masked) self-attention and the
+encoder-decoder attention. `plot_attention` and `plot_heads` draw them as
+labelled heat maps in the style of the paper's attention visualisations
+(Figures 3-5), and `figure_to_image` renders a figure to an RGBA array for
+`tf.summary.image`.
 
 Plots use Matplotlib's object-oriented API with the Agg renderer (no pyplot
 state, no display needed).
@@ -37,10 +38,11 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
+from keras_transformer.conventions import PAD_ID
+from keras_transformer.models.transformer import ATTENTION_KINDS, TransformerStack
 
 #: The three kinds of attention, keys of `attention_maps`.
-KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
+KINDS = ATTENTION_KINDS
 _TITLES = {
     "encoder_self": "encoder self-attention",
     "decoder_self": "decoder self-attention",
@@ -64,7 +66,7 @@ def _forward(
     model: keras.Model, source_ids: Any, target_ids: Any
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The attention maps and the logits of one eager inference pass."""
-    parts = TransformerLayers.of(model)
+    stack = TransformerStack.of(model)
     source = _as_ids("source_ids", source_ids)
     target = _as_ids("target_ids", target_ids)
     if source.shape[0] != target.shape[0]:
@@ -72,44 +74,21 @@ def _forward(
             "`source_ids` and `target_ids` must have the same batch size. "
             f"Received: {source.shape[0]} and {target.shape[0]}"
         )
-    source_mask = ops.not_equal(source, PADDING_ID)
-    target_mask = ops.not_equal(target, PADDING_ID)
-    maps: dict[str, list[Any]] = {kind: [] for kind in KINDS}
-
-    # TransformerLayers.encode, asking each block for its weights (no
-    # dropout: inference).
-    hidden = parts.source_position(parts.source_embedding(source))
-    for block in parts.encoder_blocks:
-        hidden, scores = block(
-            hidden,
-            padding_mask=source_mask,
-            return_attention_scores=True,
-            training=False,
-        )
-        maps["encoder_self"].append(scores)
-    if parts.encoder_final_norm is not None:
-        hidden = parts.encoder_final_norm(hidden)
-    encoder_output = hidden
-
-    # TransformerLayers.decode likewise.
-    hidden = parts.target_position(parts.target_embedding(target))
-    for block in parts.decoder_blocks:
-        hidden, self_scores, cross_scores = block(
-            hidden,
-            encoder_output,
-            decoder_padding_mask=target_mask,
-            encoder_padding_mask=source_mask,
-            return_attention_scores=True,
-            training=False,
-        )
-        maps["decoder_self"].append(self_scores)
-        maps["encoder_decoder"].append(cross_scores)
-    if parts.decoder_final_norm is not None:
-        hidden = parts.decoder_final_norm(hidden)
-    logits = parts.target_embedding(hidden, reverse=True)
+    # Inference: no dropout.
+    encoder_output, encoder_scores = stack.encode(
+        source, training=False, return_attention_scores=True
+    )
+    logits, decoder_scores = stack.decode(
+        target,
+        encoder_output,
+        ops.not_equal(source, PAD_ID),
+        training=False,
+        return_attention_scores=True,
+    )
+    maps = {**encoder_scores, **decoder_scores}
     stacked = {
-        kind: np.stack([ops.convert_to_numpy(s) for s in scores]).astype("float32")
-        for kind, scores in maps.items()
+        kind: np.stack([ops.convert_to_numpy(s) for s in maps[kind]]).astype("float32")
+        for kind in KINDS
     }
     return stacked, ops.convert_to_numpy(logits)
 

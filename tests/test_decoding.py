@@ -139,6 +139,46 @@ def test_max_length_caps_the_output(model):
     np.testing.assert_array_equal(result.lengths, [3, 3, 3])
 
 
+def test_graph_methods_inside_a_callers_tf_function(model):
+    """`greedy_graph` / `beam_search_graph` (what export uses) give the same
+    outputs as the checked entry points, traced in the caller's function."""
+    decoder = decoding.Decoder(model)
+    limits = np.array([5, 3, 1], "int32") + EXTRA
+    width = 16  # the static length that `greedy` rounds up to
+
+    @tf.function(autograph=False)
+    def search(source_ids, limits):
+        greedy = decoder.greedy_graph(source_ids, limits, max_length=width, end_id=None)
+        beam = decoder.beam_search_graph(
+            source_ids,
+            limits,
+            max_length=width,
+            beam_size=2,
+            length_penalty=tf.constant(0.6),
+            end_id=None,
+        )
+        return greedy, beam
+
+    (greedy_ids, greedy_scores, greedy_lengths), beam = search(
+        tf.constant(SOURCES), tf.constant(limits)
+    )
+    expected = decoder.greedy(SOURCES, extra_length=EXTRA, end_id=None)
+    np.testing.assert_array_equal(greedy_lengths, expected.lengths)
+    np.testing.assert_array_equal(
+        np.asarray(greedy_ids)[:, : expected.token_ids.shape[1]], expected.token_ids
+    )
+    np.testing.assert_allclose(greedy_scores, expected.scores, atol=1e-5)
+    expected = decoder.beam_search(
+        SOURCES, beam_size=2, extra_length=EXTRA, end_id=None
+    )
+    beam_ids, beam_scores, beam_lengths = beam
+    np.testing.assert_array_equal(beam_lengths, expected.lengths)
+    np.testing.assert_array_equal(
+        np.asarray(beam_ids)[:, : expected.token_ids.shape[1]], expected.token_ids
+    )
+    np.testing.assert_allclose(beam_scores, expected.scores, atol=1e-5)
+
+
 def test_decoder_is_cached_per_model(model):
     assert decoding.get_decoder(model) is decoding.get_decoder(model)
     assert decoding.get_decoder(model) is not decoding.get_decoder(model, True)

@@ -1,4 +1,7 @@
-"""The paper's model: configuration, presets (Table 3) and the builder."""
+"""The paper's model: configuration, presets (Table 3), the builder and its stack.
+
+`TransformerLayers` is the former name of `TransformerStack` (still importable).
+"""
 
 from keras_transformer.models.config import TransformerConfig
 from keras_transformer.models.presets import (
@@ -9,6 +12,7 @@ from keras_transformer.models.presets import (
 from keras_transformer.models.transformer import (
     IncrementalDecoder,
     TransformerLayers,
+    TransformerStack,
     build_transformer,
     decoder_model,
     encoder_model,
@@ -19,6 +23,7 @@ __all__ = [
     "IncrementalDecoder",
     "TransformerConfig",
     "TransformerLayers",
+    "TransformerStack",
     "build_transformer",
     "decoder_model",
     "encoder_model",

@@ -1,10 +1,17 @@
 """The encoder-decoder Transformer as a functional Keras model (Figure 1).
 
-`build_transformer(config)` returns `(source_ids, target_ids) -> logits`.
-The encoder and the decoder are reachable as their own functional models
-(`encoder_model`, `decoder_model`) built from the same layers, so they share
-the weights, and `IncrementalDecoder` runs the decoder one token at a time
-with key/value caches. Token id 0 is padding.
+`TransformerStack` holds the named layers of the model and runs them: the
+encoder stack (`encode`), the decoder stack with the tied pre-softmax
+projection (`decode`), and the decoder one position at a time with key/value
+caches (`init_cache`, `decode_step`). Every other piece of the package runs
+the model through these methods: `build_transformer` wires them into a
+functional model `(source_ids, target_ids) -> logits`; `encoder_model` and
+`decoder_model` rebuild the two halves from the same layers (so they share
+the weights); `IncrementalDecoder` decodes step by step;
+`keras_transformer.decoding` searches with it and `keras_transformer.visualize`
+asks it for the attention weights. Token id 0 is padding.
+
+Written with `keras` and `keras.ops` only: no TensorFlow import.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer.conventions import PAD_ID
 from keras_transformer.layers import (
     DecoderBlock,
     Dropout,
@@ -26,15 +34,49 @@ from keras_transformer.layers import (
 )
 from keras_transformer.models.config import TransformerConfig
 
-PADDING_ID = 0
+#: Former name of `keras_transformer.conventions.PAD_ID`, kept importable.
+PADDING_ID = PAD_ID
+
+#: The three kinds of attention (§3.2.3), the keys of the attention weights
+#: returned with `return_attention_scores=True`: `encode` returns
+#: `{"encoder_self": [...]}`, `decode` `{"decoder_self": [...],
+#: "encoder_decoder": [...]}`, each a list with one tensor per block.
+ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
+
+#: The caches of the decoder blocks, one `DecoderBlock.init_cache` dict each.
+DecoderCaches = list[dict[str, Any]]
 
 
 @dataclasses.dataclass
-class TransformerLayers:
-    """The named layers of a model from `build_transformer`.
+class TransformerStack:
+    """The named layers of a model from `build_transformer`, and its stacks.
 
     Created by `build_transformer`, or found again by name in a built (or
-    loaded) model with `TransformerLayers.of(model)`.
+    loaded) model with `TransformerStack.of(model)`. Its methods are the one
+    place where the layers are chained (Figure 1):
+
+    - `encode`: embedding, positions, dropout, the N encoder blocks (and the
+      final LayerNorm of a pre-LN model);
+    - `decode`: the same for the decoder, then the pre-softmax projection
+      tied to the target embedding (§3.4);
+    - `init_cache` and `decode_step`: the decoder one position (or a few)
+      at a time with fixed-size key/value caches, for inference.
+
+    Example:
+    >>> import numpy as np, keras_transformer as kt
+    >>> from keras import ops
+    >>> model = kt.models.build_transformer(kt.models.presets["tiny"])
+    >>> stack = TransformerStack.of(model)
+    >>> source, target = np.array([[5, 6, 7, 3]]), np.array([[2, 8, 9]])
+    >>> encoded, weights = stack.encode(source, return_attention_scores=True)
+    >>> per_block = weights["encoder_self"]  # (batch, heads, source, source)
+    >>> len(per_block), tuple(per_block[0].shape)
+    (2, (1, 4, 4, 4))
+    >>> logits = stack.decode(target, encoded, ops.not_equal(source, 0))
+    >>> tuple(logits.shape)
+    (1, 3, 1000)
+
+    Reference: Vaswani et al. (2017), §3.1, §3.4 and Figure 1.
     """
 
     source_embedding: ScaledEmbedding
@@ -49,7 +91,7 @@ class TransformerLayers:
     decoder_final_norm: keras.layers.Layer | None
 
     @classmethod
-    def create(cls, config: TransformerConfig, dtype: Any = None) -> TransformerLayers:
+    def create(cls, config: TransformerConfig, dtype: Any = None) -> TransformerStack:
         """New layers for `config` (what `build_transformer` wires together)."""
         d_model = config.d_model
         source_embedding = ScaledEmbedding(
@@ -117,7 +159,7 @@ class TransformerLayers:
         )
 
     @classmethod
-    def of(cls, model: keras.Model) -> TransformerLayers:
+    def of(cls, model: keras.Model) -> TransformerStack:
         """Finds the layers of a model built by `build_transformer`."""
         names = {layer.name: layer for layer in model.layers}
         if "shared_embedding" in names:
@@ -151,21 +193,54 @@ class TransformerLayers:
             decoder_final_norm=names.get("decoder_final_norm"),
         )
 
-    # ---------------------------------------------------------------- stacks
-    def encode(self, source_ids: Any, training: bool | None = None) -> Any:
-        """Embedding, positions, dropout and the N encoder blocks (Figure 1, left).
+    @property
+    def max_target_length(self) -> int | None:
+        """How many target positions the model supports: `None` (unbounded)
+        for sinusoids, the table size for learned position embeddings."""
+        return getattr(self.target_position, "max_length", None)
 
-        The padding mask of `source_ids` travels with the tensors as a Keras
-        mask (the embeddings use `mask_zero=True`).
+    # ------------------------------------------------------------- stacks
+    def encode(
+        self,
+        source_ids: Any,
+        training: bool | None = None,
+        return_attention_scores: bool = False,
+    ) -> Any:
+        """The encoder stack (Figure 1, left).
+
+        Embedding (x sqrt(d_model), §3.4), positional encoding (§3.5),
+        dropout on the sum (§5.4) and the N encoder blocks (§3.1), then the
+        final LayerNorm of a pre-LN model. Padding (id 0) is masked.
+
+        Args:
+            source_ids: int `(batch, source_length)`, 0 for padding.
+            training: whether dropout is active.
+            return_attention_scores: also return the attention weights.
+
+        Returns:
+            The encoder output `(batch, source_length, d_model)`; with
+            `return_attention_scores`, `(output, scores)` where `scores` is
+            `{"encoder_self": [one (batch, heads, source_length,
+            source_length) tensor per block]}`.
         """
+        # The embedding (mask_zero=True) attaches the padding mask to its
+        # output as a Keras mask; every following layer passes it on.
         hidden = self.source_embedding(source_ids)
         hidden = self.source_position(hidden)
         hidden = self.source_dropout(hidden, training=training)
+        scores: dict[str, list[Any]] = {"encoder_self": []}
         for block in self.encoder_blocks:
-            hidden = block(hidden, training=training)
+            hidden = block(
+                hidden,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                hidden, self_scores = hidden
+                scores["encoder_self"].append(self_scores)
         if self.encoder_final_norm is not None:
             hidden = self.encoder_final_norm(hidden)
-        return hidden
+        return (hidden, scores) if return_attention_scores else hidden
 
     def decode(
         self,
@@ -173,21 +248,131 @@ class TransformerLayers:
         encoder_output: Any,
         source_padding_mask: Any,
         training: bool | None = None,
+        return_attention_scores: bool = False,
+        last_position_only: bool = False,
     ) -> Any:
-        """Decoder stack and the tied pre-softmax projection (Figure 1, right)."""
+        """The decoder stack and the tied pre-softmax projection (Figure 1, right).
+
+        Embedding, positional encoding, dropout, the N decoder blocks (masked
+        self-attention, encoder-decoder attention, feed-forward; §3.1) and
+        the final LayerNorm of a pre-LN model, then the logits
+        `hidden @ E^T` with the target embedding matrix `E` (§3.4).
+
+        Args:
+            target_ids: int `(batch, target_length)`: the decoder inputs (the
+                start token, then the target shifted right), 0 for padding.
+            encoder_output: `(batch, source_length, d_model)` from `encode`.
+            source_padding_mask: boolean `(batch, source_length)`, `True` on
+                real source tokens.
+            training: whether dropout is active.
+            return_attention_scores: also return the attention weights.
+            last_position_only: project only the last position onto the
+                vocabulary (what decoding without caches needs): logits
+                `(batch, 1, vocabulary)`, equal to the last row of the full
+                logits.
+
+        Returns:
+            float32 logits `(batch, target_length, vocabulary)`; with
+            `return_attention_scores`, `(logits, scores)` where `scores` is
+            `{"decoder_self": [...], "encoder_decoder": [...]}`, one tensor
+            per block: `(batch, heads, target_length, target_length)`
+            (causal) and `(batch, heads, target_length, source_length)`.
+        """
+        # The target padding mask travels as a Keras mask (as in `encode`).
         hidden = self.target_embedding(target_ids)
         hidden = self.target_position(hidden)
         hidden = self.target_dropout(hidden, training=training)
+        scores: dict[str, list[Any]] = {"decoder_self": [], "encoder_decoder": []}
         for block in self.decoder_blocks:
             hidden = block(
                 hidden,
                 encoder_output,
                 encoder_padding_mask=source_padding_mask,
+                return_attention_scores=return_attention_scores,
                 training=training,
             )
+            if return_attention_scores:
+                hidden, self_scores, cross_scores = hidden
+                scores["decoder_self"].append(self_scores)
+                scores["encoder_decoder"].append(cross_scores)
+        logits = self._logits(hidden, last_position_only)
+        return (logits, scores) if return_attention_scores else logits
+
+    # ---------------------------------------------------- cached decoding
+    def init_cache(self, encoder_output: Any, max_length: int) -> DecoderCaches:
+        """Empty key/value caches for decoding `max_length` target positions.
+
+        Args:
+            encoder_output: `(batch, source_length, d_model)` from `encode`.
+            max_length: the number of target positions the caches hold.
+
+        Returns:
+            One `DecoderBlock.init_cache` dict per decoder block: the
+            encoder-decoder keys and values (computed here, once per source)
+            and zero-filled self-attention caches `(batch, heads,
+            max_length, head_dim)`.
+        """
+        supported = self.max_target_length
+        if supported is not None and max_length > supported:
+            raise ValueError(
+                f"max_length={max_length} is longer than the model supports "
+                f"(learned positions up to {supported}). Decode fewer tokens or "
+                "train a model with a larger max_length."
+            )
+        return [
+            block.init_cache(encoder_output, max_length)
+            for block in self.decoder_blocks
+        ]
+
+    def decode_step(
+        self,
+        target_ids: Any,
+        caches: DecoderCaches,
+        index: Any,
+        source_padding_mask: Any,
+    ) -> tuple[Any, DecoderCaches]:
+        """`decode` for the positions `index .. index + step_length - 1` only.
+
+        The keys and values of earlier positions come from `caches`; this
+        step's are written into them at `index` (static shapes, so a loop
+        around it compiles with XLA). Inference only (no dropout).
+
+        Args:
+            target_ids: int `(batch, step_length)`: the decoder inputs at
+                those positions (usually one token: the previous output).
+            caches: from `init_cache` or the previous step.
+            index: position of the first of `target_ids` (int or scalar
+                tensor).
+            source_padding_mask: boolean `(batch, source_length)`.
+
+        Returns:
+            `(logits, caches)`: float32 `(batch, step_length, vocabulary)`,
+            equal to those rows of `decode` on the whole prefix, and the
+            updated caches.
+
+        Reference: Vaswani et al. (2017), §3 ("auto-regressive").
+        """
+        hidden = self.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
+        hidden = self.target_position(hidden, start_index=index)
+        new_caches = []
+        for block, cache in zip(self.decoder_blocks, caches, strict=True):
+            hidden, cache = block.call_cached(
+                hidden, cache, index, encoder_padding_mask=source_padding_mask
+            )
+            new_caches.append(cache)
+        return self._logits(hidden), new_caches
+
+    def _logits(self, hidden: Any, last_position_only: bool = False) -> Any:
+        """Final LayerNorm (pre-LN), then the projection tied to `E` (§3.4)."""
         if self.decoder_final_norm is not None:
             hidden = self.decoder_final_norm(hidden)
+        if last_position_only:
+            hidden = hidden[:, -1:]  # (batch, 1, d_model)
         return self.target_embedding(hidden, reverse=True)
+
+
+#: Former name of `TransformerStack`, kept importable.
+TransformerLayers = TransformerStack
 
 
 def build_transformer(
@@ -217,13 +402,11 @@ def build_transformer(
 
     Reference: Vaswani et al. (2017), §3, Figure 1.
     """
-    parts = TransformerLayers.create(config, dtype=dtype)
+    stack = TransformerStack.create(config, dtype=dtype)
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
     target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
-    encoder_output = parts.encode(source_ids)
-    logits = parts.decode(
-        target_ids, encoder_output, ops.not_equal(source_ids, PADDING_ID)
-    )
+    encoder_output = stack.encode(source_ids)
+    logits = stack.decode(target_ids, encoder_output, ops.not_equal(source_ids, PAD_ID))
     return keras.Model(inputs=[source_ids, target_ids], outputs=logits, name=name)
 
 
@@ -232,9 +415,9 @@ def encoder_model(model: keras.Model) -> keras.Model:
 
     The returned model shares its layers (and so its weights) with `model`.
     """
-    parts = TransformerLayers.of(model)
+    stack = TransformerStack.of(model)
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
-    return keras.Model(source_ids, parts.encode(source_ids), name="encoder")
+    return keras.Model(source_ids, stack.encode(source_ids), name="encoder")
 
 
 def decoder_model(model: keras.Model) -> keras.Model:
@@ -243,14 +426,12 @@ def decoder_model(model: keras.Model) -> keras.Model:
     `source_ids` only supplies the padding mask of the encoder output. The
     returned model shares its layers with `model`.
     """
-    parts = TransformerLayers.of(model)
-    d_model = parts.target_embedding.embedding_dim
+    stack = TransformerStack.of(model)
+    d_model = stack.target_embedding.embedding_dim
     target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
     encoder_output = keras.Input(shape=(None, d_model), name="encoder_output")
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
-    logits = parts.decode(
-        target_ids, encoder_output, ops.not_equal(source_ids, PADDING_ID)
-    )
+    logits = stack.decode(target_ids, encoder_output, ops.not_equal(source_ids, PAD_ID))
     return keras.Model([target_ids, encoder_output, source_ids], logits, name="decoder")
 
 
@@ -262,6 +443,8 @@ class IncrementalDecoder:
     fixed-size caches, so one step costs O(length) instead of the O(length^2)
     of re-running the decoder on the whole prefix. All shapes are static for
     a given `max_length`, so a decoding loop around `step` compiles with XLA.
+    A thin wrapper that keeps the source padding mask and the caches of
+    `TransformerStack.init_cache` / `decode_step` in one state dict.
 
     Args:
         model: a model from `build_transformer` (or loaded from its file).
@@ -274,13 +457,14 @@ class IncrementalDecoder:
     >>> logits, state = decoder.step(np.array([[2]]), state, 0)
     >>> tuple(logits.shape)
     (1, 1, 1000)
+
+    Reference: Vaswani et al. (2017), §3 ("auto-regressive").
     """
 
     def __init__(self, model: keras.Model) -> None:
         self.model = model
-        self.parts = TransformerLayers.of(model)
-        position = self.parts.target_position
-        self.max_supported_length = getattr(position, "max_length", None)
+        self.stack = TransformerStack.of(model)
+        self.max_supported_length = self.stack.max_target_length
 
     def start(self, source_ids: Any, max_length: int) -> dict[str, Any]:
         """Encodes the source and returns the empty decoding state.
@@ -290,25 +474,15 @@ class IncrementalDecoder:
             max_length: how many target positions will be decoded.
 
         Returns:
-            The state: the encoder's padding mask and one cache per decoder
-            block (see `DecoderBlock.init_cache`).
+            The state: `{"source_padding_mask": (batch, source_length) bool,
+            "layers": one cache per decoder block}` (see
+            `TransformerStack.init_cache`).
         """
-        if self.max_supported_length is not None and (
-            max_length > self.max_supported_length
-        ):
-            raise ValueError(
-                f"max_length={max_length} is longer than the model supports "
-                f"(learned positions up to {self.max_supported_length}). Decode "
-                "fewer tokens or train a model with a larger max_length."
-            )
         source_ids = ops.convert_to_tensor(source_ids, "int32")
-        encoder_output = self.parts.encode(source_ids, training=False)
+        encoder_output = self.stack.encode(source_ids, training=False)
         return {
-            "source_padding_mask": ops.not_equal(source_ids, PADDING_ID),
-            "layers": [
-                block.init_cache(encoder_output, max_length)
-                for block in self.parts.decoder_blocks
-            ],
+            "source_padding_mask": ops.not_equal(source_ids, PAD_ID),
+            "layers": self.stack.init_cache(encoder_output, max_length),
         }
 
     def step(
@@ -326,16 +500,7 @@ class IncrementalDecoder:
             `(logits, state)`: float32 `(batch, step_length, vocabulary)` and
             the updated state.
         """
-        parts = self.parts
-        hidden = parts.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
-        hidden = parts.target_position(hidden, start_index=index)
-        caches = []
-        for block, cache in zip(parts.decoder_blocks, state["layers"], strict=True):
-            hidden, cache = block.call_cached(
-                hidden, cache, index, encoder_padding_mask=state["source_padding_mask"]
-            )
-            caches.append(cache)
-        if parts.decoder_final_norm is not None:
-            hidden = parts.decoder_final_norm(hidden)
-        logits = parts.target_embedding(hidden, reverse=True)
+        logits, caches = self.stack.decode_step(
+            target_ids, state["layers"], index, state["source_padding_mask"]
+        )
         return logits, {**state, "layers": caches}

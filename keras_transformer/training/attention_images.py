@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
+from keras_transformer.conventions import PAD_ID
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.models.transformer import PADDING_ID
 
 __all__ = ["attention_image"]
 
@@ -42,10 +42,8 @@ def attention_image(
     """
     from keras_transformer import visualize
 
-    source_ids = [int(i) for i in source_ids if int(i) != PADDING_ID]
-    output_ids = [int(i) for i in output_ids if int(i) != PADDING_ID] or [
-        tokenizer.END_ID
-    ]
+    source_ids = [int(i) for i in source_ids if int(i) != PAD_ID]
+    output_ids = [int(i) for i in output_ids if int(i) != PAD_ID] or [tokenizer.END_ID]
     target_ids = [tokenizer.START_ID, *output_ids[:-1]]
     with warnings.catch_warnings():
         # A one-token target makes Keras warn about a softmax over one key.

@@ -1,5 +1,10 @@
 """build_transformer: parameter counts (Table 3), sharing, caching, saving."""
 
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -10,6 +15,8 @@ from keras_transformer.models import (
     PAPER_PARAMETER_COUNTS_M,
     IncrementalDecoder,
     TransformerConfig,
+    TransformerLayers,
+    TransformerStack,
     build_transformer,
     decoder_model,
     encoder_model,
@@ -158,7 +165,7 @@ def test_training_reduces_the_loss():
 def test_mixed_float16_model_with_padding_is_finite():
     model = build_transformer(presets["tiny"], dtype="mixed_float16")
     logits = model([SOURCE, TARGET])
-    assert logits.dtype == "float32"
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
     assert np.all(np.isfinite(ops.convert_to_numpy(logits)))
     block = model.get_layer("encoder_block_0")
     assert block.compute_dtype == "float16"
@@ -218,3 +225,93 @@ def test_restricted_attention_model_caches_like_its_full_pass(tmp_path):
         ops.convert_to_numpy(restored([SOURCE, TARGET])), full, atol=1e-6
     )
     assert restored.get_layer("encoder_block_0").attention_window == 2
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_stack_attention_scores_and_last_position(variant):
+    """`encode` / `decode` return the same logits with or without the
+    attention weights, in a fixed structure; `last_position_only` is the
+    last row of the full logits."""
+    model = build_transformer(VARIANTS[variant])
+    stack = TransformerStack.of(model)
+    source_mask = ops.not_equal(SOURCE, 0)
+    encoded = stack.encode(SOURCE, training=False)
+    logits = ops.convert_to_numpy(
+        stack.decode(TARGET, encoded, source_mask, training=False)
+    )
+    np.testing.assert_allclose(
+        logits, ops.convert_to_numpy(model([SOURCE, TARGET], training=False))
+    )
+
+    encoded_too, encoder_scores = stack.encode(
+        SOURCE, training=False, return_attention_scores=True
+    )
+    logits_too, decoder_scores = stack.decode(
+        TARGET, encoded_too, source_mask, training=False, return_attention_scores=True
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(logits_too), logits, atol=1e-6)
+    assert list(encoder_scores) == ["encoder_self"]
+    assert list(decoder_scores) == ["decoder_self", "encoder_decoder"]
+    config = VARIANTS[variant]
+    (batch, source_length), target_length = SOURCE.shape, TARGET.shape[1]
+    heads = config.num_heads
+    assert len(encoder_scores["encoder_self"]) == config.num_encoder_layers
+    assert all(
+        tuple(s.shape) == (batch, heads, source_length, source_length)
+        for s in encoder_scores["encoder_self"]
+    )
+    for kind, keys in [("decoder_self", target_length), ("encoder_decoder", 6)]:
+        assert len(decoder_scores[kind]) == config.num_decoder_layers
+        assert all(
+            tuple(s.shape) == (batch, heads, target_length, keys)
+            for s in decoder_scores[kind]
+        )
+
+    last = stack.decode(
+        TARGET, encoded, source_mask, training=False, last_position_only=True
+    )
+    assert tuple(last.shape) == (batch, 1, logits.shape[-1])
+    np.testing.assert_allclose(ops.convert_to_numpy(last), logits[:, -1:], atol=1e-6)
+
+
+def test_stack_decode_step_equals_decode():
+    model = build_transformer(presets["tiny"])
+    stack = TransformerStack.of(model)
+    source_mask = ops.not_equal(SOURCE, 0)
+    encoded = stack.encode(SOURCE, training=False)
+    full = ops.convert_to_numpy(stack.decode(TARGET, encoded, source_mask))
+    caches = stack.init_cache(encoded, max_length=TARGET.shape[1])
+    assert len(caches) == len(stack.decoder_blocks)
+    # Two positions, then the other three, through the same caches.
+    first, caches = stack.decode_step(TARGET[:, :2], caches, 0, source_mask)
+    rest, _ = stack.decode_step(TARGET[:, 2:], caches, 2, source_mask)
+    stepwise = np.concatenate([ops.convert_to_numpy(x) for x in (first, rest)], 1)
+    real = TARGET != 0
+    np.testing.assert_allclose(stepwise[real], full[real], atol=1e-4)
+
+
+def test_former_name_of_the_stack_still_works():
+    assert TransformerLayers is TransformerStack
+
+
+def test_models_import_neither_tensorflow_code_nor_decoding():
+    """models/transformer.py is Keras only, and `keras_transformer.models`
+    never pulls in decoding or visualize (which need TensorFlow)."""
+    tree = ast.parse(Path(kt.models.transformer.__file__).read_text())
+    imported = [
+        alias.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for alias in n.names
+    ]
+    imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [name for name in imported if name.split(".")[0] == "tensorflow"]
+    code = (
+        "import sys, keras_transformer.models; "
+        "print(sorted(m for m in sys.modules if m.startswith('keras_transformer.')"
+        " and m.split('.')[1] in ('decoding', 'visualize', 'export')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip().splitlines()[-1] == "[]"
