@@ -20,73 +20,82 @@ Signatures (each takes ``sentences``, a ``tf.string`` tensor of shape
   subword ids, END included, then 0), ``lengths`` (int32 ``[batch]``, END
   included) and ``scores``.
 
-Input rules, the same as `keras_transformer.translation.translate_lines` and
+Input rules, the same as `keras_transformer.translation.Translator` and
 `keras_transformer.data.batch_for_eval`, so that exported and in-process
 translations agree:
 
 * a source is tokenized without START, cut to its first
   ``max_input_length - 1`` subword tokens, and END is appended (so at most
-  ``max_input_length`` ids reach the encoder);
+  ``max_input_length`` ids reach the encoder): the one TensorFlow function
+  `keras_transformer.data.batching.encode_sources`, run eagerly by the
+  translator and in this graph;
 * a source with no subword token (``""``, only whitespace) gives ``""``,
   an all-zero row of ``token_ids``, length 0 and score 0, without decoding;
 * each output may have the number of source ids (END included) plus
-  ``max_output_extra`` tokens (§6.1: "input length + 50"), at most
-  ``max_input_length + max_output_extra`` (the static size of the decoder's
+  ``extra_length`` tokens (§6.1: "input length + 50"), at most
+  ``max_input_length + extra_length`` (the static size of the decoder's
   key/value caches), and at most the model's learned target positions.
 
 Next to the SavedModel the export folder holds ``model.keras`` (the Keras
 model, to train further or evaluate; loading it needs this package),
 ``tokenizer/`` (`SubwordTokenizer.save`) and ``export.json`` (the settings).
 
+The folder layout and `is_export_dir` / `load_export` (reading it back)
+live in `keras_transformer.runs`, below the translator that also reads it;
+they stay importable from here. The ``keras-transformer export`` command is
+`keras_transformer.cli.export`.
+
 Example:
->>> from keras_transformer import export, training
->>> model, tokenizer, _ = training.load_trained_model("runs/de_en")  # doctest: +SKIP
+>>> from keras_transformer import export
+>>> from keras_transformer.runs import RunFolder
+>>> model, tokenizer = RunFolder("runs/de_en").load()  # doctest: +SKIP
 >>> export.export_translator(model, tokenizer, "exported/de_en/1")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
+from keras_transformer.data.batching import encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding import (
-    EXTRA_LENGTH,
-    Decoder,
-    check_integer,
-    check_length_penalty,
-)
+from keras_transformer.decoding import Decoder, check_integer, check_length_penalty
 from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
+from keras_transformer.runs import (
+    EXPORT_INFO_FILE,
+    EXPORT_MODEL_FILE,
+    TOKENIZER_DIR,
+    is_export_dir,
+    load_export,
+)
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
+    "IDS_SIGNATURE",
+    "TRANSLATE_SIGNATURE",
     "ExportSettings",
-    "add_export_arguments",
     "export_translator",
     "is_export_dir",
     "load_export",
-    "run_export",
     "save_model_and_tokenizer",
     "source_ids_from_strings",
 ]
 
-#: Longest source, in subword ids including END, when nothing else is said.
-DEFAULT_MAX_INPUT_LENGTH = 128
 #: Name of the input of every signature.
 INPUT_NAME = "sentences"
 TRANSLATE_SIGNATURE = "translate"
 IDS_SIGNATURE = "translate_ids"
-MODEL_FILE = "model.keras"
-TOKENIZER_DIR = "tokenizer"
-INFO_FILE = "export.json"
+MODEL_FILE = EXPORT_MODEL_FILE
+INFO_FILE = EXPORT_INFO_FILE
 _SAVED_MODEL_FILES = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
 _FORMAT_VERSION = 1
 
@@ -101,10 +110,11 @@ class ExportSettings:
         length_penalty: `alpha` of the GNMT length penalty (§6.1: 0.6).
         max_input_length: longest source in subword ids, END included;
             longer sources keep their first ``max_input_length - 1`` tokens.
-        max_output_extra: an output may have the source length plus this many
-            tokens (§6.1: 50).
+        extra_length: an output may have the source length plus this many
+            tokens (§6.1: 50). Exports written before this name was chosen
+            call it ``max_output_extra`` in their ``export.json``.
         max_output_length: the static bound on every output (and the size of
-            the decoder caches): ``max_input_length + max_output_extra``,
+            the decoder caches): ``max_input_length + extra_length``,
             capped by the model's learned target positions.
         vocabulary_size: the tokenizer's number of ids.
         tokenizer_fingerprint: `SubwordTokenizer.fingerprint`.
@@ -114,7 +124,7 @@ class ExportSettings:
     beam_size: int
     length_penalty: float
     max_input_length: int
-    max_output_extra: int
+    extra_length: int
     max_output_length: int
     vocabulary_size: int
     tokenizer_fingerprint: str
@@ -137,7 +147,7 @@ def _settings(
     beam_size: int,
     length_penalty: float,
     max_input_length: int | None,
-    max_output_extra: int,
+    extra_length: int,
 ) -> ExportSettings:
     """Validates the arguments of `export_translator`; returns the settings."""
     if not isinstance(model, keras.Model):
@@ -156,7 +166,7 @@ def _settings(
     tokenizer.check_compatible(expected_vocabulary_size=vocabulary)
     check_integer("beam_size", beam_size, 1)
     check_length_penalty(length_penalty)
-    check_integer("max_output_extra", max_output_extra, 0)
+    check_integer("extra_length", extra_length, 0)
     source_positions = _learned_positions(parts.source_position)
     target_positions = _learned_positions(parts.target_position)
     if max_input_length is None:
@@ -170,14 +180,14 @@ def _settings(
             f"learned source positions ({source_positions}). Pass "
             f"max_input_length <= {source_positions}."
         )
-    max_output_length = max_input_length + max_output_extra
+    max_output_length = max_input_length + extra_length
     if target_positions is not None:
         max_output_length = min(max_output_length, target_positions)
     return ExportSettings(
         beam_size=beam_size,
         length_penalty=float(length_penalty),
         max_input_length=max_input_length,
-        max_output_extra=max_output_extra,
+        extra_length=extra_length,
         max_output_length=max_output_length,
         vocabulary_size=tokenizer.vocabulary_size,
         tokenizer_fingerprint=tokenizer.fingerprint,
@@ -190,8 +200,8 @@ def source_ids_from_strings(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Tokenizes raw sentences into encoder inputs, in the graph.
 
-    The truncation rule of `keras_transformer.data.batch_for_eval`: the first
-    ``max_input_length - 1`` subword tokens, then END.
+    The source-cut rule of `keras_transformer.data.batching.encode_sources`
+    (the first ``max_input_length - 1`` subword tokens, then END), padded.
 
     Args:
         tokenizer: the model's tokenizer.
@@ -204,11 +214,8 @@ def source_ids_from_strings(
         sentence without any subword token (``""``, whitespace).
     """
     check_integer("max_input_length", max_input_length, 2)
-    tokens = tokenizer.tokenize(tf.reshape(sentences, [-1]))
-    is_empty = tf.equal(tokens.row_lengths(), 0)
-    tokens = tokens[:, : max_input_length - 1]
-    end = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.END_ID, tf.int32))
-    ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1)
+    ids = encode_sources(tokenizer, sentences, max_input_length)
+    is_empty = tf.equal(ids.row_lengths(), 1)  # END only: no subword token
     return ids.to_tensor(default_value=PADDING_ID), is_empty
 
 
@@ -229,29 +236,25 @@ def _decode_function(
             tokenizer, sentences, settings.max_input_length
         )
         source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
-        limits = tf.minimum(source_lengths + settings.max_output_extra, length)
+        limits = tf.minimum(source_lengths + settings.extra_length, length)
         # An empty sentence is done before the first step: empty output.
         limits = tf.where(is_empty, 0, limits)
-        # The graphs of `Decoder` (the functions its methods compile).
+        # The searches of `Decoder`, as ops of this graph.
         if settings.beam_size == 1:
-            token_ids, scores, lengths = decoder._greedy_graph(
+            token_ids, scores, lengths = decoder.greedy_graph(
                 source,
                 limits,
-                tf.constant(0, tf.int32),
-                tf.constant(1.0, tf.float32),
                 max_length=length,
                 start_id=settings.start_id,
                 end_id=settings.end_id,
-                sample=False,
-                top_k=None,
             )
         else:
-            token_ids, scores, lengths = decoder._beam_graph(
+            token_ids, scores, lengths = decoder.beam_search_graph(
                 source,
                 limits,
-                tf.constant(settings.length_penalty, tf.float32),
                 max_length=length,
                 beam_size=settings.beam_size,
+                length_penalty=tf.constant(settings.length_penalty, tf.float32),
                 start_id=settings.start_id,
                 end_id=settings.end_id,
             )
@@ -317,8 +320,9 @@ def export_translator(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_input_length: int | None = None,
-    max_output_extra: int = EXTRA_LENGTH,
+    extra_length: int = EXTRA_LENGTH,
     overwrite: bool = False,
+    max_output_extra: int | None = None,
 ) -> Path:
     """Writes a SavedModel translating raw strings, plus the Keras model.
 
@@ -337,9 +341,11 @@ def export_translator(
         max_input_length: longest source in subword ids, END included
             (longer ones are cut); default 128, or the model's learned
             source positions if fewer.
-        max_output_extra: the output may be this many tokens longer than the
+        extra_length: the output may be this many tokens longer than the
             source (§6.1: 50).
         overwrite: replace an earlier export in `export_dir`.
+        max_output_extra: the old name of `extra_length` (deprecated; it
+            goes in the next release).
 
     Returns:
         The export folder.
@@ -352,8 +358,17 @@ def export_translator(
 
     Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
     """
+    if max_output_extra is not None:
+        warnings.warn(
+            "export_translator(max_output_extra=...) is now called extra_length "
+            "(the one name of the §6.1 output allowance); the old name goes in "
+            "the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        extra_length = max_output_extra
     settings = _settings(
-        model, tokenizer, beam_size, length_penalty, max_input_length, max_output_extra
+        model, tokenizer, beam_size, length_penalty, max_input_length, extra_length
     )
     export_dir = Path(export_dir)
     _prepare_directory(export_dir, overwrite)
@@ -390,91 +405,3 @@ def export_translator(
         json.dumps(settings.to_dict(), indent=2) + "\n", encoding="utf-8"
     )
     return export_dir
-
-
-# -------------------------------------------------------------- reading back
-def is_export_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` holds ``model.keras`` and ``tokenizer/`` (an export)."""
-    path = Path(path)
-    return (path / MODEL_FILE).is_file() and (path / TOKENIZER_DIR).is_dir()
-
-
-def load_export(
-    export_dir: str | os.PathLike[str],
-) -> tuple[keras.Model, SubwordTokenizer, dict[str, Any]]:
-    """Reads the Keras model and tokenizer saved next to an exported SavedModel.
-
-    For serving, load the SavedModel itself with ``tf.saved_model.load``;
-    this is for evaluating or training the exported model further.
-
-    Returns:
-        ``(model, tokenizer, settings)``; `settings` is the content of
-        ``export.json`` (empty when the folder has none).
-    """
-    export_dir = Path(export_dir)
-    if not is_export_dir(export_dir):
-        raise FileNotFoundError(
-            f"{export_dir} holds no {MODEL_FILE} and {TOKENIZER_DIR}/: it is not a "
-            "folder written by export_translator (keras-transformer export)."
-        )
-    model = keras.saving.load_model(export_dir / MODEL_FILE, compile=False)
-    tokenizer = SubwordTokenizer.load(export_dir / TOKENIZER_DIR)
-    info_path = export_dir / INFO_FILE
-    info = (
-        json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-    )
-    return model, tokenizer, info
-
-
-# -------------------------------------------------------------------- CLI
-def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``keras-transformer export``."""
-    from keras_transformer.translation import add_model_arguments, add_search_arguments
-
-    add_model_arguments(parser)
-    parser.add_argument(
-        "--output",
-        required=True,
-        help="The export folder, e.g. exported/de_en/1 (TensorFlow Serving wants "
-        "a numbered version folder).",
-    )
-    add_search_arguments(
-        parser,
-        max_input_length=None,
-        max_input_length_help=f"(default {DEFAULT_MAX_INPUT_LENGTH}, or the "
-        "model's learned positions)",
-        batch_size=False,
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Replace an earlier export in --output.",
-    )
-
-
-def run_export(args: argparse.Namespace) -> int:
-    """``keras-transformer export``: writes the translation SavedModel."""
-    from keras_transformer.translation import load_translator
-
-    model, tokenizer = load_translator(args.workdir, args.weights)
-    try:
-        path = export_translator(
-            model,
-            tokenizer,
-            args.output,
-            beam_size=args.beam_size,
-            length_penalty=args.length_penalty,
-            max_input_length=args.max_input_length,
-            max_output_extra=args.extra_length,
-            overwrite=args.overwrite,
-        )
-    except FileExistsError as e:
-        raise ValueError(str(e)) from e
-    print(
-        f"Exported to {path}: signatures serving_default and {TRANSLATE_SIGNATURE} "
-        f"(strings -> translations, scores), {IDS_SIGNATURE} (strings -> "
-        "token_ids, lengths, scores); Keras model and tokenizer in "
-        f"{path / MODEL_FILE} and {path / TOKENIZER_DIR}. Inspect it with: "
-        f"saved_model_cli show --dir {path} --all"
-    )
-    return 0

@@ -1,33 +1,38 @@
-"""Translating text and scoring a test set: beam search, sacreBLEU, chrF (§6.1).
+"""Text in, text out, scores: the one way to translate and to score (§6.1).
 
 "We used beam search with a beam size of 4 and length penalty alpha = 0.6
 ... We set the maximum output length during inference to input length + 50,
-but terminate early when possible" (Vaswani et al. 2017, §6.1). These are the
-defaults here; ``beam_size=1`` decodes greedily (what training reports).
+but terminate early when possible" (Vaswani et al. 2017, §6.1). These are
+the defaults here; ``beam_size=1`` decodes greedily (what validation during
+training reports).
 
-* `translate_lines(model, tokenizer, lines)`: one output per input line, in
-  order; a line without any subword token (``""``, whitespace) gives ``""``.
-* `evaluate(model_or_workdir, sources, references)` (also ``kt.evaluate``):
-  translates a test set, writes the hypotheses (one per line, UTF-8), and
-  scores them with sacreBLEU and chrF, reporting sacrebleu's signatures and
-  logging the scores to TensorBoard.
-* The ``evaluate`` and ``translate`` subcommands of ``keras-transformer``
-  (`add_evaluate_arguments`/`run_evaluate`,
-  `add_translate_arguments`/`run_translate`).
+Every caller takes the same road, whoever it is (validation during training,
+``kt.evaluate``, ``keras-transformer evaluate`` and ``translate``, the
+notebooks):
 
-Sources are cut to their first ``max_input_length - 1`` subword tokens, then
-END (the rule of `keras_transformer.data.batch_for_eval` and of the exported
-SavedModel, `keras_transformer.export`). Scores are computed on detokenized
-text against the raw references with sacrebleu's defaults (13a tokenization,
-mixed case; Post, 2018), not the tokenized BLEU of the paper's tables.
+* `Translator` (model + tokenizer + decoding settings): text lines ->
+  subword ids once (`keras_transformer.data.batching.encode_sources`, the
+  source-cut rule shared with the exported SavedModel) -> batches sorted by
+  length -> greedy or beam search (`keras_transformer.decoding`) -> text.
+  `translate_lines` is the same as a function.
+* `score_translations`: corpus sacreBLEU and chrF with their signatures
+  (Post, 2018), on detokenized text against raw references (13a
+  tokenization, mixed case), not the tokenized BLEU of the paper's tables.
+* `EvaluationResult`: the scores and every translation (one dataclass for
+  training, ``evaluate`` and the command line).
+* `evaluate` (also ``kt.evaluate``): translate a test set, write the
+  hypotheses, score them, log them to TensorBoard.
+* `load_translator`: a model and tokenizer from a training run
+  (`keras_transformer.runs.RunFolder`) or an export folder.
+* `read_lines` / `write_lines`: line-aligned UTF-8 files.
+
+It is one module rather than a package because these pieces are small and
+always used together; argument parsing lives in `keras_transformer.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -36,63 +41,74 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from keras_transformer.data import (
-    DEFAULT_BUCKET_BOUNDARIES,
-    SubwordTokenizer,
-    TextPairs,
-    batch_for_eval,
-)
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
+from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES, encode_sources
+from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import (
-    EXTRA_LENGTH,
+    DecodeResult,
     beam_search,
     check_integer,
     check_length_penalty,
     greedy_decode,
 )
-from keras_transformer.training.evaluation import EvaluationResult, Translation
+from keras_transformer.runs import RunFolder, is_export_dir, load_export
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
+    "EvaluationResult",
     "TestSetEvaluation",
-    "add_evaluate_arguments",
-    "add_translate_arguments",
+    "Translation",
+    "Translator",
     "evaluate",
     "load_translator",
     "read_lines",
-    "run_evaluate",
-    "run_translate",
     "score_translations",
     "translate_lines",
     "write_lines",
 ]
 
-#: Longest source in subword ids, END included (as `export`'s default).
-DEFAULT_MAX_INPUT_LENGTH = 128
-#: Default test split of each task of `keras-transformer train`.
-_DEFAULT_SPLITS = {
-    "multi30k": "test_2016_flickr",
-    "tatoeba": "test",
-    "dates": "test",
-    "files": "test",
-}
+
+# ----------------------------------------------------------------- results
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """One translated sentence with its reference."""
+
+    source: str
+    reference: str
+    hypothesis: str
 
 
 @dataclasses.dataclass(frozen=True)
-class TestSetEvaluation(EvaluationResult):
-    """Scores of a translated test set (an `EvaluationResult` plus the decoding).
+class EvaluationResult:
+    """Corpus scores of translated sentences, and the translations (§6.1).
 
     Attributes:
+        split: which sentences were translated, e.g. ``"test_2016_flickr"``.
+        bleu: corpus sacreBLEU (0-100) of the detokenized outputs.
+        chrf: corpus chrF (0-100).
+        exact_match: share of outputs equal to their reference.
+        bleu_signature, chrf_signature: sacrebleu's signatures, to report
+            alongside the scores.
+        num_sentences: how many sentences were translated.
+        translations: every translation, in the order of the sources.
         beam_size: the beam size used (1: greedy).
         length_penalty: `alpha` of the length penalty.
         hypotheses_path: where the hypotheses were written, if anywhere.
         log_dir: the TensorBoard folder the scores were logged to, if any.
     """
 
-    __test__ = False  # not a pytest test class, despite its name
+    __test__ = False  # not a pytest test class (its alias TestSetEvaluation)
 
-    beam_size: int = 4
+    split: str
+    bleu: float
+    chrf: float
+    exact_match: float
+    bleu_signature: str
+    chrf_signature: str
+    num_sentences: int
+    translations: tuple[Translation, ...] = dataclasses.field(repr=False)
+    beam_size: int = 1
     length_penalty: float = 0.6
     hypotheses_path: str | None = None
     log_dir: str | None = None
@@ -111,10 +127,27 @@ class TestSetEvaluation(EvaluationResult):
 
     def summary(self) -> str:
         """One line: the scores, their signatures and the decoding."""
-        return f"{super().summary()}; {self.decoding}"
+        return (
+            f"{self.split}: BLEU {self.bleu:.2f} ({self.bleu_signature}), chrF "
+            f"{self.chrf:.2f} ({self.chrf_signature}), exact match "
+            f"{100 * self.exact_match:.1f}% on {self.num_sentences} sentences; "
+            f"{self.decoding}"
+        )
+
+    def to_dict(self, num_translations: int = 0) -> dict[str, Any]:
+        """JSON-compatible values, with the first `num_translations` translations."""
+        values = dataclasses.asdict(self)
+        values["translations"] = [
+            dataclasses.asdict(t) for t in self.translations[:num_translations]
+        ]
+        return values
 
 
-# ------------------------------------------------------------ translating
+#: The former name of `EvaluationResult` for test sets (same class).
+TestSetEvaluation = EvaluationResult
+
+
+# ------------------------------------------------------------- translating
 def _check_lines(name: str, lines: Any) -> list[str]:
     if isinstance(lines, (str, bytes)):
         raise TypeError(
@@ -130,21 +163,197 @@ def _check_lines(name: str, lines: Any) -> list[str]:
     return lines
 
 
-def _check_decoding(
-    beam_size: int,
-    length_penalty: float,
-    max_input_length: int,
-    extra_length: int,
-    batch_size: int,
-) -> None:
-    for name, value, minimum in (
-        ("beam_size", beam_size, 1),
-        ("max_input_length", max_input_length, 2),
-        ("extra_length", extra_length, 0),
-        ("batch_size", batch_size, 1),
-    ):
-        check_integer(name, value, minimum)
-    check_length_penalty(length_penalty)
+@dataclasses.dataclass
+class Translator:
+    """A model, its tokenizer and the decoding settings of §6.1.
+
+    Args:
+        model: a model from `build_transformer` (or `load_translator`).
+        tokenizer: the tokenizer it was trained with.
+        beam_size: hypotheses per sentence (§6.1: 4); 1 decodes greedily.
+        length_penalty: `alpha` (§6.1: 0.6); unused by greedy decoding.
+        max_input_length: longest source in subword ids, END included;
+            longer sources keep their first ``max_input_length - 1`` tokens.
+        extra_length: an output may be this many tokens longer than its
+            source (§6.1: 50); capped by the model's learned positions.
+        max_output_length: a cap on every output (END included), e.g. the
+            model's ``max_length``; None: no cap beyond `extra_length`.
+        batch_size: sentences decoded together.
+        bucket_boundaries: a batch is padded to the smallest of these (or
+            `max_input_length`) that holds its longest source, so that few
+            shapes are traced.
+        jit_compile: compile the decoding loop with XLA.
+
+    Example:
+    >>> translator = Translator(model, tokenizer, beam_size=1)  # doctest: +SKIP
+    >>> translator.translate(["Ein Hund rennt.", ""])  # doctest: +SKIP
+    ['A dog runs.', '']
+
+    Reference: Vaswani et al. (2017), §6.1.
+    """
+
+    model: keras.Model
+    tokenizer: SubwordTokenizer
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_input_length: int = DEFAULT_MAX_INPUT_LENGTH
+    extra_length: int = EXTRA_LENGTH
+    max_output_length: int | None = None
+    batch_size: int = 32
+    bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES
+    jit_compile: bool = False
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("beam_size", 1),
+            ("max_input_length", 2),
+            ("extra_length", 0),
+            ("batch_size", 1),
+        ):
+            check_integer(name, getattr(self, name), minimum)
+        if self.max_output_length is not None:
+            check_integer("max_output_length", self.max_output_length, 1)
+        check_length_penalty(self.length_penalty)
+        self.length_penalty = float(self.length_penalty)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], weights: str = "last", **settings: Any
+    ) -> Translator:
+        """A translator for a training run or an export folder (`load_translator`)."""
+        model, tokenizer = load_translator(path, weights)
+        return cls(model, tokenizer, **settings)
+
+    # -- ids -----------------------------------------------------------------
+    def encode(self, lines: Sequence[str]) -> list[list[int]]:
+        """The encoder input of each line: its first ``max_input_length - 1``
+        subword ids, then END (`encode_sources`)."""
+        lines = _check_lines("lines", lines)
+        if not lines:
+            return []
+        ids = encode_sources(self.tokenizer, lines, self.max_input_length)
+        return [list(row) for row in ids.numpy().tolist()]
+
+    def decode_ids(self, source_ids: Any) -> DecodeResult:
+        """Greedy or beam search on a batch of source ids ``[batch, length]``."""
+        common = {
+            "max_length": self.max_output_length,
+            "start_id": self.tokenizer.START_ID,
+            "end_id": self.tokenizer.END_ID,
+            "extra_length": self.extra_length,
+            "jit_compile": self.jit_compile,
+        }
+        source_ids = np.asarray(source_ids, "int32")
+        if self.beam_size == 1:
+            return greedy_decode(self.model, source_ids, **common)
+        return beam_search(
+            self.model,
+            source_ids,
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            **common,
+        )
+
+    def _padded_length(self, length: int) -> int:
+        for boundary in sorted(self.bucket_boundaries):
+            if length <= boundary < self.max_input_length:
+                return boundary
+        return self.max_input_length
+
+    # -- text ----------------------------------------------------------------
+    def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
+        """One translation per line, in order; ``""`` for a line without any
+        subword token (``""``, whitespace).
+
+        Lines are tokenized once, decoded in batches of similar length
+        (sorted by their number of subword ids, then put back in order), and
+        detokenized.
+
+        Args:
+            lines: the sentences.
+            progress: show a `keras.utils.Progbar` (on standard output).
+        """
+        sources = self.encode(lines)
+        outputs = [""] * len(sources)
+        # A line without subword tokens is just [END]: nothing to translate.
+        order = sorted(
+            (i for i, ids in enumerate(sources) if len(ids) > 1),
+            key=lambda i: len(sources[i]),
+        )
+        bar = (
+            keras.utils.Progbar(len(sources), unit_name="sentence")
+            if progress
+            else None
+        )
+        done = len(sources) - len(order)  # the empty lines
+        if bar is not None and sources and not order:
+            bar.update(len(sources))
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            width = self._padded_length(max(len(sources[i]) for i in batch))
+            source_ids = np.zeros((len(batch), width), "int32")
+            for row, i in enumerate(batch):
+                source_ids[row, : len(sources[i])] = sources[i]
+            result = self.decode_ids(source_ids)
+            texts = self.tokenizer.decode(np.asarray(result.token_ids).tolist())
+            for i, text in zip(batch, texts, strict=True):
+                outputs[i] = text
+            if bar is not None:
+                bar.update(done + start + len(batch))  # finalizes at the last
+        return outputs
+
+    def evaluate(
+        self,
+        sources: Sequence[str],
+        references: Sequence[str],
+        *,
+        split: str = "test",
+        hypotheses_path: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        step: int = 0,
+        progress: bool = False,
+    ) -> EvaluationResult:
+        """Translates `sources` and scores them against `references`.
+
+        Args:
+            sources: the source sentences.
+            references: one reference translation per source.
+            split: a name for the sentences, e.g. ``"test_2016_flickr"``.
+            hypotheses_path: write the translations there, one per line.
+            log_dir: log ``bleu``, ``chrf`` and ``exact_match`` (scalars) and
+                the sacrebleu signatures (text) there for TensorBoard.
+            step: the TensorBoard step.
+            progress: show a progress bar.
+
+        Reference: Vaswani et al. (2017), §6.1; Post (2018).
+        """
+        sources = _check_lines("sources", sources)
+        references = _check_lines("references", references)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"evaluate got {len(sources)} source sentences but "
+                f"{len(references)} references; pass one reference per source, in "
+                "the same order."
+            )
+        hypotheses = self.translate(sources, progress=progress)
+        if hypotheses_path is not None:
+            write_lines(hypotheses_path, hypotheses)
+        result = EvaluationResult(
+            split=split,
+            num_sentences=len(references),
+            translations=tuple(
+                Translation(s, r, h)
+                for s, r, h in zip(sources, references, hypotheses, strict=True)
+            ),
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            hypotheses_path=None if hypotheses_path is None else str(hypotheses_path),
+            log_dir=None if log_dir is None else str(log_dir),
+            **score_translations(hypotheses, references),
+        )
+        if log_dir is not None:
+            _log_scores(result, Path(log_dir), step)
+        return result
 
 
 def translate_lines(
@@ -152,32 +361,15 @@ def translate_lines(
     tokenizer: SubwordTokenizer,
     lines: Sequence[str],
     *,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    max_input_length: int = DEFAULT_MAX_INPUT_LENGTH,
-    extra_length: int = EXTRA_LENGTH,
-    batch_size: int = 32,
     progress: bool = False,
-    jit_compile: bool = False,
+    **settings: Any,
 ) -> list[str]:
     """Translates sentences with beam search (§6.1) or greedily.
 
-    Sentences are decoded in batches of similar length (sorted by their
-    number of subword tokens, then put back in order), with the sources cut
-    to ``max_input_length - 1`` tokens + END (`batch_for_eval`'s rule).
-
-    Args:
-        model: a model from `build_transformer` (or `load_trained_model`).
-        tokenizer: the tokenizer it was trained with.
-        lines: the sentences.
-        beam_size: hypotheses per sentence (§6.1: 4); 1 decodes greedily.
-        length_penalty: `alpha` (§6.1: 0.6); unused by greedy decoding.
-        max_input_length: longest source in subword ids, END included.
-        extra_length: an output may be this many tokens longer than its
-            source (§6.1: 50); capped by the model's learned positions.
-        batch_size: sentences decoded together.
-        progress: show a `keras.utils.Progbar` (on standard output).
-        jit_compile: compile the decoding loop with XLA.
+    ``Translator(model, tokenizer, **settings).translate(lines, progress)``:
+    the settings (``beam_size=4``, ``length_penalty=0.6``,
+    ``max_input_length=128``, ``extra_length=50``, ``batch_size=32``,
+    ``jit_compile``, ...) are those of `Translator`.
 
     Returns:
         One detokenized translation per line, in order; ``""`` for a line
@@ -186,65 +378,19 @@ def translate_lines(
     Reference: Vaswani et al. (2017), §6.1.
     """
     lines = _check_lines("lines", lines)
-    _check_decoding(
-        beam_size, length_penalty, max_input_length, extra_length, batch_size
-    )
-    outputs = [""] * len(lines)
-    lengths = [len(ids) for ids in tokenizer.encode(lines)] if lines else []
-    order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: lengths[i])
-    bar = keras.utils.Progbar(len(lines), unit_name="sentence") if progress else None
-    if not order:
-        if bar is not None and lines:
-            bar.update(len(lines))
-        return outputs
-    sentences = tuple(lines[i] for i in order)
-    boundaries = [b for b in DEFAULT_BUCKET_BOUNDARIES if b < max_input_length]
-    batches = batch_for_eval(
-        TextPairs(sentences, sentences),
-        tokenizer,
-        batch_size=batch_size,
-        max_length=max_input_length,
-        bucket_boundaries=[*boundaries, max_input_length],
-    )
-    common = {
-        "start_id": tokenizer.START_ID,
-        "end_id": tokenizer.END_ID,
-        "extra_length": extra_length,
-        "jit_compile": jit_compile,
-    }
-    done = len(lines) - len(order)  # the empty lines
-    position = 0
-    for source_ids, _ in batches.as_numpy_iterator():
-        source_ids = np.asarray(source_ids, "int32")
-        if beam_size == 1:
-            result = greedy_decode(model, source_ids, **common)
-        else:
-            result = beam_search(
-                model,
-                source_ids,
-                beam_size=beam_size,
-                length_penalty=float(length_penalty),
-                **common,
-            )
-        decoded = tokenizer.decode(result.token_ids.tolist())
-        for index, text in zip(
-            order[position : position + len(decoded)], decoded, strict=True
-        ):
-            outputs[index] = text
-        position += len(decoded)
-        if bar is not None:
-            bar.update(done + position)  # finalizes at the last batch
-    return outputs
+    return Translator(model, tokenizer, **settings).translate(lines, progress)
 
 
-# ---------------------------------------------------------------- scoring
+# ----------------------------------------------------------------- scoring
 def score_translations(
     hypotheses: Sequence[str], references: Sequence[str]
 ) -> dict[str, Any]:
     """Corpus sacreBLEU and chrF of detokenized hypotheses against references.
 
     sacrebleu's defaults (BLEU: 13a tokenization, mixed case, exp smoothing;
-    chrF: character 6-grams, beta 2), as `training.evaluate_translations`.
+    chrF: character 6-grams, beta 2), reported with their signatures so that
+    the numbers can be compared (Post, 2018). Note that §6.1 of the paper
+    reports tokenized BLEU.
 
     Returns:
         ``{"bleu", "chrf", "bleu_signature", "chrf_signature",
@@ -272,8 +418,10 @@ def score_translations(
     }
 
 
-def _log_scores(result: TestSetEvaluation, log_dir: Path, step: int) -> None:
+def _log_scores(result: EvaluationResult, log_dir: Path, step: int) -> None:
     """The scores as TensorBoard scalars, the signatures as text."""
+    import tensorflow as tf
+
     writer = tf.summary.create_file_writer(str(log_dir))
     with writer.as_default(step=step):
         tf.summary.scalar("bleu", result.bleu)
@@ -296,14 +444,12 @@ def load_translator(
 
     Args:
         path: a ``keras-transformer train`` work directory (read with
-            `training.load_trained_model`), or a folder written by
-            `export.export_translator` (its ``model.keras`` and
-            ``tokenizer/``).
+            `keras_transformer.runs.RunFolder`), or a folder written by
+            ``keras-transformer export`` (its ``model.keras`` and
+            ``tokenizer/``, read with `keras_transformer.runs.load_export`).
         weights: for a training run: ``"last"``, ``"best"``, ``"average"`` or
             the path of a checkpoint or ``.weights.h5`` file.
     """
-    from keras_transformer.export import is_export_dir, load_export
-
     path = Path(path)
     if is_export_dir(path):
         model, tokenizer, _ = load_export(path)
@@ -313,10 +459,7 @@ def load_translator(
             f"{path} does not exist. Pass the --workdir of a `keras-transformer "
             "train` run or a folder written by `keras-transformer export`."
         )
-    from keras_transformer.training import load_trained_model
-
-    model, tokenizer, _ = load_trained_model(path, weights=weights)
-    return model, tokenizer
+    return RunFolder(path).load(weights)
 
 
 def evaluate(
@@ -326,17 +469,13 @@ def evaluate(
     *,
     tokenizer: SubwordTokenizer | None = None,
     weights: str = "last",
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    max_input_length: int = DEFAULT_MAX_INPUT_LENGTH,
-    extra_length: int = EXTRA_LENGTH,
-    batch_size: int = 32,
     hypotheses_path: str | os.PathLike[str] | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     step: int = 0,
     split: str = "test",
     progress: bool = False,
-) -> TestSetEvaluation:
+    **settings: Any,
+) -> EvaluationResult:
     """Translates a test set and scores it with sacreBLEU and chrF (§6.1).
 
     Beam search with beam 4 and alpha 0.6, outputs up to the source length +
@@ -350,17 +489,14 @@ def evaluate(
         tokenizer: the model's tokenizer (only with a model).
         weights: which weights of a training run (``"last"``, ``"best"``,
             ``"average"``, or a path).
-        beam_size, length_penalty, max_input_length, extra_length,
-            batch_size: as for `translate_lines`.
-        hypotheses_path: write the translations there, one per line (UTF-8).
-        log_dir: log ``bleu``, ``chrf`` and ``exact_match`` (scalars) and the
-            sacrebleu signatures (text) there for TensorBoard.
-        step: the TensorBoard step (e.g. the checkpoint's training step).
-        split: a name for the test set, e.g. ``"test_2016_flickr"``.
-        progress: show a progress bar.
+        hypotheses_path, log_dir, step, split, progress: as for
+            `Translator.evaluate`.
+        **settings: the decoding settings of `Translator` (``beam_size``,
+            ``length_penalty``, ``max_input_length``, ``extra_length``,
+            ``batch_size``, ...).
 
     Returns:
-        A `TestSetEvaluation`: ``bleu``, ``chrf`` (0-100), their sacrebleu
+        An `EvaluationResult`: ``bleu``, ``chrf`` (0-100), their sacrebleu
         signatures, ``exact_match``, and every translation.
 
     Reference: Vaswani et al. (2017), §6.1; Post (2018), "A Call for Clarity
@@ -388,36 +524,15 @@ def evaluate(
                 "folder brings its own tokenizer."
             )
         model, tokenizer = load_translator(model_or_workdir, weights)
-    hypotheses = translate_lines(
-        model,
-        tokenizer,
+    return Translator(model, tokenizer, **settings).evaluate(
         sources,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_input_length=max_input_length,
-        extra_length=extra_length,
-        batch_size=batch_size,
+        references,
+        split=split,
+        hypotheses_path=hypotheses_path,
+        log_dir=log_dir,
+        step=step,
         progress=progress,
     )
-    if hypotheses_path is not None:
-        write_lines(hypotheses_path, hypotheses)
-    scores = score_translations(hypotheses, references)
-    result = TestSetEvaluation(
-        split=split,
-        num_sentences=len(references),
-        translations=tuple(
-            Translation(s, r, h)
-            for s, r, h in zip(sources, references, hypotheses, strict=True)
-        ),
-        beam_size=beam_size,
-        length_penalty=float(length_penalty),
-        hypotheses_path=None if hypotheses_path is None else str(hypotheses_path),
-        log_dir=None if log_dir is None else str(log_dir),
-        **scores,
-    )
-    if log_dir is not None:
-        _log_scores(result, Path(log_dir), step)
-    return result
 
 
 # ------------------------------------------------------------------- files
@@ -465,329 +580,3 @@ def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-
-
-# --------------------------------------------------------------------- CLI
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--workdir`` and ``--weights``: which trained model to load."""
-    parser.add_argument(
-        "--workdir",
-        required=True,
-        help="A training run folder (keras-transformer train --workdir), or a "
-        "folder written by keras-transformer export.",
-    )
-    parser.add_argument(
-        "--weights",
-        default="last",
-        help="Which weights of a training run: last, best, average, or the path "
-        "of a checkpoint or .weights.h5 file (default: last).",
-    )
-
-
-def add_search_arguments(
-    parser: argparse.ArgumentParser,
-    *,
-    max_input_length: int | None = DEFAULT_MAX_INPUT_LENGTH,
-    max_input_length_help: str = f"(default {DEFAULT_MAX_INPUT_LENGTH})",
-    batch_size: bool = True,
-) -> None:
-    """The beam search options of §6.1 shared by evaluate, translate, export."""
-    parser.add_argument(
-        "--beam-size", type=int, default=4, help="Beam size (§6.1: 4); 1: greedy."
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=0.6,
-        help="Length penalty alpha (§6.1: 0.6).",
-    )
-    parser.add_argument(
-        "--max-input-length",
-        type=int,
-        default=max_input_length,
-        help="Longest source in subword ids, END included; longer ones are cut "
-        + max_input_length_help
-        + ".",
-    )
-    parser.add_argument(
-        "--extra-length",
-        type=int,
-        default=EXTRA_LENGTH,
-        help="An output may be this many tokens longer than its source (§6.1: 50).",
-    )
-    if batch_size:
-        parser.add_argument(
-            "--batch-size", type=int, default=32, help="Sentences decoded together."
-        )
-
-
-def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``keras-transformer evaluate``."""
-    add_model_arguments(parser)
-    data = parser.add_argument_group(
-        "test set",
-        "Either --source and --reference files, or a data set split (by default "
-        "the test split of the run's task).",
-    )
-    data.add_argument("--source", help="File of source sentences, one per line.")
-    data.add_argument(
-        "--reference", help="File of reference translations, line by line."
-    )
-    data.add_argument(
-        "--task",
-        choices=tuple(_DEFAULT_SPLITS),
-        help="Data set (default: the run's data.task).",
-    )
-    data.add_argument(
-        "--split",
-        help="Split of the task: multi30k train/val/test_2016_flickr (default), "
-        "tatoeba train/val/test, dates or files train/validation/test.",
-    )
-    data.add_argument(
-        "--data-dir", help="Folder of the data set's files (default: the run's)."
-    )
-    data.add_argument("--source-language", help="Default: the run's.")
-    data.add_argument("--target-language", help="Default: the run's.")
-    data.add_argument(
-        "--max-sentences",
-        type=int,
-        default=None,
-        help="Evaluate only the first N sentences.",
-    )
-    add_search_arguments(parser)
-    parser.add_argument(
-        "--hypotheses",
-        help="Where to write the translations (default for a training run: "
-        "<workdir>/translations/<split>.beam<K>.<weights>.txt).",
-    )
-    parser.add_argument(
-        "--log-dir",
-        help="TensorBoard folder for the scores (default for a training run: "
-        "<workdir>/logs/evaluate_<split>_beam<K>).",
-    )
-    parser.add_argument(
-        "--step",
-        type=int,
-        default=None,
-        help="TensorBoard step (default: the training step of the weights, if "
-        "known, else 0).",
-    )
-    parser.add_argument(
-        "--no-progress", action="store_true", help="Do not show a progress bar."
-    )
-    parser.add_argument("--json", action="store_true", help="Print the scores as JSON.")
-
-
-def _run_config(workdir: Path) -> Any:
-    """The TrainConfig of a training run, or None (e.g. for an export folder)."""
-    from keras_transformer.training import TrainConfig
-    from keras_transformer.training.checkpoints import CONFIG_FILE
-
-    path = workdir / CONFIG_FILE
-    return TrainConfig.load(path) if path.is_file() else None
-
-
-def _task_pairs(args: argparse.Namespace, config: Any) -> tuple[TextPairs, str]:
-    """The test pairs named by --task/--split (or the run's), and their name."""
-    from keras_transformer import data as kt_data
-    from keras_transformer.training import DataConfig
-
-    data_config = config.data if config is not None else None
-    task = args.task or (data_config.task if data_config is not None else None)
-    if task is None:
-        raise ValueError(
-            f"{args.workdir} is not a training run, so the test set is unknown: "
-            "pass --source FILE --reference FILE, or --task (and --split)."
-        )
-    split = args.split or _DEFAULT_SPLITS[task]
-    if data_config is None or data_config.task != task:
-        data_config = DataConfig(task=task)
-    changes = {
-        name: value
-        for name, value in (
-            ("data_dir", args.data_dir),
-            ("source_language", args.source_language),
-            ("target_language", args.target_language),
-        )
-        if value is not None
-    }
-    data_config = dataclasses.replace(data_config, **changes)
-    if task == "multi30k":
-        pairs = kt_data.load_multi30k(
-            split,  # type: ignore[arg-type]
-            data_config.source_language,  # type: ignore[arg-type]
-            data_config.target_language,  # type: ignore[arg-type]
-            data_dir=data_config.data_dir,
-        )
-    elif task == "tatoeba":
-        pairs = kt_data.load_tatoeba_spa_eng(
-            split,  # type: ignore[arg-type]
-            data_dir=data_config.data_dir,
-            direction=data_config.direction,  # type: ignore[arg-type]
-        )
-    else:
-        from keras_transformer.training.pipeline import load_task
-
-        if split not in ("train", "validation", "test"):
-            raise ValueError(
-                f"--split {split!r} is not a split of task {task!r}: use train, "
-                "validation or test."
-            )
-        if task == "dates" and split != "train":
-            # Only the asked split is needed; the others use their own seeds.
-            data_config = dataclasses.replace(data_config, num_train_examples=1)
-        seed = config.train.seed if config is not None else 0
-        task_data = load_task(data_config, seed=seed)
-        pairs = getattr(task_data, split)
-        if split == "test":
-            split = task_data.test_name
-    return pairs, split
-
-
-def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]:
-    """(sources, references, name) from --source/--reference or a data set."""
-    if args.source or args.reference:
-        if not (args.source and args.reference):
-            raise ValueError(
-                "Pass both --source and --reference (line-aligned files), or "
-                "neither to use a data set split."
-            )
-        sources, references = read_lines(args.source), read_lines(args.reference)
-        if len(sources) != len(references):
-            raise ValueError(
-                f"{args.source} has {len(sources)} lines but {args.reference} has "
-                f"{len(references)}: the files must be line-aligned."
-            )
-        name = Path(args.source).name
-    else:
-        pairs, name = _task_pairs(args, _run_config(workdir))
-        sources, references = list(pairs.sources), list(pairs.targets)
-    if args.max_sentences is not None:
-        if args.max_sentences < 1:
-            raise ValueError(
-                f"--max-sentences must be positive. Received: {args.max_sentences}"
-            )
-        sources = sources[: args.max_sentences]
-        references = references[: args.max_sentences]
-    if not sources:
-        raise ValueError("The test set is empty: there is nothing to evaluate.")
-    return sources, references, name
-
-
-def _weights_label(weights: str) -> str:
-    return weights if weights in ("last", "best", "average") else "custom"
-
-
-def _weights_step(workdir: Path, weights: str) -> int:
-    """The training step of the weights of a run (0 when unknown)."""
-    from keras_transformer.training import checkpoints
-
-    try:
-        if weights == "last":
-            paths = checkpoints.checkpoint_paths(workdir / checkpoints.CHECKPOINT_DIR)
-            return checkpoints.checkpoint_step(paths[-1]) if paths else 0
-        if weights == "best":
-            info = json.loads((workdir / checkpoints.BEST_INFO).read_text())
-            return int(info["step"])
-        if weights == "average":
-            info_path = workdir / checkpoints.AVERAGED_WEIGHTS.replace(
-                ".weights.h5", ".json"
-            )
-            return int(json.loads(info_path.read_text())["steps"][-1])
-    except (OSError, ValueError, KeyError, IndexError):
-        return 0
-    return 0
-
-
-def run_evaluate(args: argparse.Namespace) -> int:
-    """``keras-transformer evaluate``: translates a test set, prints BLEU and chrF."""
-    from keras_transformer.export import is_export_dir
-
-    workdir = Path(args.workdir)
-    sources, references, split = _test_set(args, workdir)
-    model, tokenizer = load_translator(workdir, args.weights)
-    is_run = not is_export_dir(workdir)
-    stem = f"{split}.beam{args.beam_size}"
-    hypotheses_path = args.hypotheses
-    if hypotheses_path is None and is_run:
-        hypotheses_path = (
-            workdir / "translations" / f"{stem}.{_weights_label(args.weights)}.txt"
-        )
-    log_dir = args.log_dir
-    if log_dir is None and is_run:
-        log_dir = workdir / "logs" / f"evaluate_{split}_beam{args.beam_size}"
-    step = args.step
-    if step is None:
-        step = _weights_step(workdir, args.weights) if is_run else 0
-    progress = not args.no_progress and not args.json
-    with contextlib.redirect_stdout(sys.stderr):
-        result = evaluate(
-            model,
-            sources,
-            references,
-            tokenizer=tokenizer,
-            beam_size=args.beam_size,
-            length_penalty=args.length_penalty,
-            max_input_length=args.max_input_length,
-            extra_length=args.extra_length,
-            batch_size=args.batch_size,
-            hypotheses_path=hypotheses_path,
-            log_dir=log_dir,
-            step=step,
-            split=split,
-            progress=progress,
-        )
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(result.summary())
-        if hypotheses_path is not None:
-            print(f"Hypotheses: {hypotheses_path}")
-        if log_dir is not None:
-            print(f"TensorBoard: tensorboard --logdir {log_dir}")
-    return 0
-
-
-def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``keras-transformer translate``."""
-    add_model_arguments(parser)
-    parser.add_argument(
-        "--input",
-        default="-",
-        help="File of sentences, one per line (default: standard input).",
-    )
-    parser.add_argument(
-        "--output",
-        default="-",
-        help="Where to write the translations, one per line (default: standard "
-        "output).",
-    )
-    add_search_arguments(parser)
-    parser.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="No progress bar (shown on standard error when --input is a file).",
-    )
-
-
-def run_translate(args: argparse.Namespace) -> int:
-    """``keras-transformer translate``: one translation per input line."""
-    lines = read_lines(args.input)
-    model, tokenizer = load_translator(args.workdir, args.weights)
-    progress = str(args.input) != "-" and not args.no_progress
-    # The progress bar goes to standard error, the translations may go to
-    # standard output.
-    with contextlib.redirect_stdout(sys.stderr):
-        outputs = translate_lines(
-            model,
-            tokenizer,
-            lines,
-            beam_size=args.beam_size,
-            length_penalty=args.length_penalty,
-            max_input_length=args.max_input_length,
-            extra_length=args.extra_length,
-            batch_size=args.batch_size,
-            progress=progress,
-        )
-    write_lines(args.output, outputs)
-    return 0

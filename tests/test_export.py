@@ -16,12 +16,14 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding, export
+from keras_transformer.cli import export as export_command
 from keras_transformer.data import (
     SubwordTokenizer,
     TextPairs,
     batch_for_eval,
     synthetic_dates,
 )
+from keras_transformer.data.batching import encode_sources
 from keras_transformer.losses import MaskedSparseCrossEntropy
 from keras_transformer.models import build_transformer, presets
 from keras_transformer.translation import translate_lines
@@ -209,7 +211,7 @@ def test_the_export_folder_keeps_the_keras_model_tokenizer_and_settings(
         )
     assert restored_tokenizer.fingerprint == tokenizer.fingerprint
     assert info["beam_size"] == 4 and info["length_penalty"] == 0.6
-    assert info["max_input_length"] == 128 and info["max_output_extra"] == 50
+    assert info["max_input_length"] == 128 and info["extra_length"] == 50
     assert info["max_output_length"] == 178
     assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
 
@@ -229,6 +231,9 @@ def test_sources_are_cut_like_batch_for_eval() -> None:
         TextPairs(sentences, sentences), tokenizer, max_length=8
     ).as_numpy_iterator()
     np.testing.assert_array_equal(source, expected)
+    # One rule: the function the translator and batch_for_eval call too.
+    ragged = encode_sources(tokenizer, sentences, 8)
+    np.testing.assert_array_equal(source, ragged.to_tensor().numpy())
 
 
 def test_export_explains_bad_settings(tmp_path: Path) -> None:
@@ -270,14 +275,14 @@ def test_export_command_reexports_greedy_and_overwrites(
     exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parser = argparse.ArgumentParser()
-    export.add_export_arguments(parser)
+    export_command.add_arguments(parser)
     output = tmp_path / "greedy"
     argv = ["--workdir", str(exported), "--output", str(output), "--beam-size", "1"]
-    assert export.run_export(parser.parse_args(argv)) == 0
+    assert export_command.run(parser.parse_args(argv)) == 0
     assert "serving_default" in capsys.readouterr().out
     with pytest.raises(ValueError, match="overwrite"):
-        export.run_export(parser.parse_args(argv))
-    assert export.run_export(parser.parse_args([*argv, "--overwrite"])) == 0
+        export_command.run(parser.parse_args(argv))
+    assert export_command.run(parser.parse_args([*argv, "--overwrite"])) == 0
 
     model, tokenizer = tiny_translator()
     loaded = tf.saved_model.load(str(output))
@@ -285,3 +290,18 @@ def test_export_command_reexports_greedy_and_overwrites(
     texts = [t.decode("utf-8") for t in got["translations"].numpy()]
     assert texts == translate_lines(model, tokenizer, INPUTS, beam_size=1)
     assert json.loads((output / "export.json").read_text())["beam_size"] == 1
+
+
+def test_the_old_name_of_the_output_allowance_still_exports(tmp_path: Path) -> None:
+    model, tokenizer = tiny_translator()
+    with pytest.warns(DeprecationWarning, match="extra_length"):
+        path = export.export_translator(
+            model, tokenizer, tmp_path / "old", beam_size=1, max_output_extra=7
+        )
+    info_path = path / "export.json"
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    assert info["extra_length"] == 7 and "max_output_extra" not in info
+    # An export.json written under the old name reads under the new one.
+    info["max_output_extra"] = info.pop("extra_length")
+    info_path.write_text(json.dumps(info), encoding="utf-8")
+    assert export.load_export(path)[2]["extra_length"] == 7

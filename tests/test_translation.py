@@ -1,4 +1,4 @@
-"""kt.translation: translate_lines, evaluate (sacreBLEU, chrF, TensorBoard), CLI."""
+"""kt.translation: Translator, evaluate (sacreBLEU, chrF, TensorBoard); the commands."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from keras_transformer import export, translation
-from keras_transformer.data import synthetic_dates
+from keras_transformer.cli import evaluate as evaluate_command
+from keras_transformer.cli import export as export_command
+from keras_transformer.cli import translate as translate_command
+from keras_transformer.data import TextPairs, batch_for_eval, synthetic_dates
 from keras_transformer.training.evaluation import translate as training_translate
 from tests.test_export import tiny_translator
 
@@ -57,6 +60,75 @@ def test_translate_lines_keeps_empty_lines_and_order(
     assert one_by_one == beam[:3]
     assert translation.translate_lines(model, tokenizer, []) == []
     assert translation.translate_lines(model, tokenizer, ["", " "]) == ["", ""]
+
+
+def test_a_translator_tokenizes_each_line_once(monkeypatch) -> None:
+    model, tokenizer = tiny_translator()
+    translator = translation.Translator(model, tokenizer, beam_size=1, batch_size=2)
+    expected = translator.translate(SOURCES[:5])
+    calls = {"tokenize": 0}
+    tokenize = tokenizer.tokenize
+
+    def counting_tokenize(strings):
+        calls["tokenize"] += 1
+        return tokenize(strings)
+
+    def no_python_encode(texts):
+        raise AssertionError("the translator tokenizes in TensorFlow, once")
+
+    monkeypatch.setattr(tokenizer, "tokenize", counting_tokenize)
+    monkeypatch.setattr(tokenizer, "encode", no_python_encode)
+    assert translator.translate(SOURCES[:5]) == expected
+    assert calls["tokenize"] == 1  # one call for all lines, all batches
+
+
+def test_translator_cuts_sources_like_the_export_and_batch_for_eval() -> None:
+    model, tokenizer = tiny_translator()
+    long = "Donnerstag, 5. Januar 2023 " * 10
+    lines = ["", SOURCES[0], long, "  "]
+    translator = translation.Translator(model, tokenizer, max_input_length=8)
+    ids = translator.encode(lines)
+    end = tokenizer.END_ID
+    assert ids[0] == [end] and ids[3] == [end]
+    assert ids[2] == tokenizer.encode([long])[0][:7] + [end]
+    exported, is_empty = export.source_ids_from_strings(
+        tokenizer, tf.constant(lines), max_input_length=8
+    )
+    assert is_empty.numpy().tolist() == [True, False, False, True]
+    (batched, _), *_ = batch_for_eval(
+        TextPairs(lines, lines), tokenizer, max_length=8
+    ).as_numpy_iterator()
+    for row, expected in enumerate(ids):
+        padded = expected + [0] * (8 - len(expected))
+        assert exported.numpy()[row].tolist() == padded
+        assert batched[row].tolist() == padded
+    with pytest.raises(ValueError, match="max_input_length"):
+        translation.Translator(model, tokenizer, max_input_length=1)
+    with pytest.raises(ValueError, match="length_penalty"):
+        translation.Translator(model, tokenizer, length_penalty=-1.0)
+
+
+def test_one_result_class_for_training_and_test_sets() -> None:
+    from keras_transformer.training import evaluation
+
+    assert translation.TestSetEvaluation is translation.EvaluationResult
+    assert evaluation.EvaluationResult is translation.EvaluationResult
+    assert evaluation.Translation is translation.Translation
+    model, tokenizer = tiny_translator()
+    sources, references = SOURCES[:4], REFERENCES[:4]
+    greedy = evaluation.evaluate_translations(
+        model, tokenizer, TextPairs(tuple(sources), tuple(references)), split="v"
+    )
+    direct = translation.Translator(model, tokenizer, beam_size=1).evaluate(
+        sources, references, split="v"
+    )
+    assert greedy.hypotheses == direct.hypotheses
+    assert greedy.bleu == direct.bleu and greedy.beam_size == 1
+    assert "greedy" in greedy.summary()
+    scores = translation.score_translations(greedy.hypotheses, references)
+    assert scores["bleu"] == greedy.bleu and scores["chrf"] == greedy.chrf
+    with pytest.raises(ValueError, match="one of each"):
+        translation.score_translations(["a"], ["a", "b"])
 
 
 def test_evaluate_writes_hypotheses_and_scores_like_sacrebleu(tmp_path: Path) -> None:
@@ -148,10 +220,10 @@ def test_translate_command_preserves_line_alignment(
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "output.txt"
     args = _parse(
-        translation.add_translate_arguments,
+        translate_command.add_arguments,
         ["--workdir", str(model_dir), "--input", str(source), "--output", str(output)],
     )
-    assert translation.run_translate(args) == 0
+    assert translate_command.run(args) == 0
     written = output.read_text(encoding="utf-8").split("\n")
     assert written[-1] == "" and len(written) - 1 == len(lines)
     assert written[:-1] == translation.translate_lines(model, tokenizer, lines)
@@ -165,10 +237,10 @@ def test_translate_command_preserves_line_alignment(
     )
     monkeypatch.setattr("sys.stdin", stdin)
     args = _parse(
-        translation.add_translate_arguments,
+        translate_command.add_arguments,
         ["--workdir", str(model_dir), "--beam-size", "1"],
     )
-    assert translation.run_translate(args) == 0
+    assert translate_command.run(args) == 0
     expected = translation.translate_lines(model, tokenizer, lines[:3], beam_size=1)
     assert capfd.readouterr().out == "".join(f"{t}\n" for t in expected)
 
@@ -183,9 +255,7 @@ def test_evaluate_command_with_files_and_with_a_task(
     argv = ["--workdir", str(model_dir), "--source", str(source)]
     argv += ["--reference", str(reference), "--hypotheses", str(hypotheses)]
     argv += ["--log-dir", str(tmp_path / "logs"), "--json"]
-    assert (
-        translation.run_evaluate(_parse(translation.add_evaluate_arguments, argv)) == 0
-    )
+    assert evaluate_command.run(_parse(evaluate_command.add_arguments, argv)) == 0
     printed = json.loads(capsys.readouterr().out)
     written = hypotheses.read_text(encoding="utf-8").splitlines()
     assert printed["bleu"] == pytest.approx(
@@ -196,18 +266,16 @@ def test_evaluate_command_with_files_and_with_a_task(
 
     # A data set split, without files; an export folder needs --task.
     argv = ["--workdir", str(model_dir), "--task", "dates", "--max-sentences", "3"]
-    assert (
-        translation.run_evaluate(_parse(translation.add_evaluate_arguments, argv)) == 0
-    )
+    assert evaluate_command.run(_parse(evaluate_command.add_arguments, argv)) == 0
     assert "BLEU" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--task"):
-        translation.run_evaluate(
-            _parse(translation.add_evaluate_arguments, ["--workdir", str(model_dir)])
+        evaluate_command.run(
+            _parse(evaluate_command.add_arguments, ["--workdir", str(model_dir)])
         )
     with pytest.raises(ValueError, match="both --source and --reference"):
-        translation.run_evaluate(
+        evaluate_command.run(
             _parse(
-                translation.add_evaluate_arguments,
+                evaluate_command.add_arguments,
                 ["--workdir", str(model_dir), "--source", str(source)],
             )
         )
@@ -223,8 +291,8 @@ def test_commands_on_a_real_training_run(tmp_path: Path, capsys) -> None:
     train(small_config(), workdir)
     capsys.readouterr()
     argv = ["--workdir", str(workdir), "--max-sentences", "4", "--beam-size", "2"]
-    args = _parse(translation.add_evaluate_arguments, argv)
-    assert translation.run_evaluate(args) == 0
+    args = _parse(evaluate_command.add_arguments, argv)
+    assert evaluate_command.run(args) == 0
     out = capsys.readouterr().out
     assert "BLEU" in out and "beam 2" in out
     hypotheses = workdir / "translations" / "test.beam2.last.txt"
@@ -235,7 +303,7 @@ def test_commands_on_a_real_training_run(tmp_path: Path, capsys) -> None:
 
     exported = tmp_path / "exported" / "1"
     argv = ["--workdir", str(workdir), "--output", str(exported)]
-    assert export.run_export(_parse(export.add_export_arguments, argv)) == 0
+    assert export_command.run(_parse(export_command.add_arguments, argv)) == 0
     loaded = tf.saved_model.load(str(exported))
     got = loaded.signatures["serving_default"](sentences=tf.constant(SOURCES[:3]))
     model, tokenizer = translation.load_translator(workdir)

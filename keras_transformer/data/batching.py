@@ -41,6 +41,7 @@ __all__ = [
     "batch_for_eval",
     "bucket_batch_sizes",
     "count_too_long",
+    "encode_sources",
     "make_translation_dataset",
 ]
 
@@ -430,6 +431,41 @@ def make_translation_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def encode_sources(
+    tokenizer: SubwordTokenizer, sentences: tf.Tensor | Sequence[str], max_length: int
+) -> tf.RaggedTensor:
+    """The encoder input of raw sentences: the one source-cut rule.
+
+    Each sentence is tokenized without START, cut to its first
+    ``max_length - 1`` subword tokens, and END is appended, so at most
+    ``max_length`` ids reach the encoder (§5.1 trains on sentences of
+    bounded length; §6.1 decodes up to the source length + 50). A sentence
+    without any subword token (``""``, whitespace) gives ``[END]``.
+
+    Every reader of raw sources uses it: `batch_for_eval`, the translator of
+    `keras_transformer.translation` (eagerly) and the exported SavedModel of
+    `keras_transformer.export` (in its graph).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        sentences: a ``tf.string`` tensor ``[batch]`` or a list of strings.
+        max_length: the longest source in ids, END included (>= 2).
+
+    Returns:
+        int32 ids, a ``tf.RaggedTensor`` ``[batch, (length)]``.
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, int):
+        raise TypeError(f"max_length must be an integer. Received: {max_length!r}")
+    if max_length < 2:
+        raise ValueError(
+            f"max_length must be at least 2 (one token and END). Received: {max_length}"
+        )
+    sentences = tf.reshape(tf.convert_to_tensor(sentences, tf.string), [-1])
+    tokens = tokenizer.tokenize(sentences)[:, : max_length - 1]
+    end = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.END_ID, tf.int32))
+    return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1)
+
+
 def batch_for_eval(
     pairs: PairsLike,
     tokenizer: SubwordTokenizer,
@@ -441,9 +477,10 @@ def batch_for_eval(
     """Batches sources for decoding and keeps the reference translations.
 
     Order is preserved and nothing is dropped, so the outputs line up with
-    ``pairs`` for BLEU. Sources over ``max_length`` are truncated (keeping
-    END). Each batch is padded to the smallest bucket boundary that holds
-    its longest source, which keeps the number of distinct shapes small.
+    ``pairs`` for BLEU. Sources over ``max_length`` are cut by
+    `encode_sources` (the first ``max_length - 1`` tokens, then END). Each
+    batch is padded to the smallest bucket boundary that holds its longest
+    source, which keeps the number of distinct shapes small.
 
     Args:
         pairs: :class:`~keras_transformer.data.TextPairs`, or a
@@ -471,12 +508,9 @@ def batch_for_eval(
         raise TypeError(
             f"pairs must be TextPairs or a tf.data.Dataset, got {type(pairs).__name__}."
         )
-    end_id = tokenizer.END_ID
 
     def encode(sources: tf.Tensor, references: tf.Tensor):
-        ids = tokenizer.tokenize(sources)[:, : max_length - 1]
-        end = tf.fill([ids.nrows(), 1], tf.constant(end_id, tf.int32))
-        ids = tf.concat([ids, tf.RaggedTensor.from_tensor(end)], axis=1)
+        ids = encode_sources(tokenizer, sources, max_length)
         dense = ids.to_tensor(default_value=tokenizer.PAD_ID)
         length = tf.shape(dense)[1]
         bucket = tf.gather(boundaries, tf.searchsorted(boundaries, [length])[0])

@@ -1,135 +1,87 @@
-"""Translating sentences and scoring them with sacreBLEU and chrF (§6.1).
+"""Greedy translation and scoring for training: `keras_transformer.translation`.
 
-This module is the one place where training depends on `kt.decoding`.
+Validation during training and the final test evaluation translate greedily
+(§6.1 with beam size 1) through the one `Translator` of
+`keras_transformer.translation` and score with its `score_translations`.
+The functions here keep the argument names of the training configuration
+(``max_length`` is `DataConfig.max_length`, ``output_max_length`` the
+model's); new code can use `Translator` directly.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import keras
 import numpy as np
-from sacrebleu.metrics import BLEU, CHRF
 
-from keras_transformer.data import (
-    DEFAULT_BUCKET_BOUNDARIES,
-    SubwordTokenizer,
-    TextPairs,
+from keras_transformer.conventions import EXTRA_LENGTH
+from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
+from keras_transformer.data.text import TextPairs
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.translation import (
+    EvaluationResult,
+    Translation,
+    Translator,
 )
-from keras_transformer.data.batching import batch_for_eval
 
 __all__ = [
     "EvaluationResult",
     "Translation",
     "evaluate_translations",
     "greedy_output_ids",
+    "greedy_translator",
     "translate",
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class Translation:
-    """One translated sentence with its reference."""
-
-    source: str
-    reference: str
-    hypothesis: str
-
-
-@dataclasses.dataclass(frozen=True)
-class EvaluationResult:
-    """Corpus scores of greedy translations.
-
-    Attributes:
-        split: which pairs were translated, e.g. ``"test_2016_flickr"``.
-        bleu: corpus sacreBLEU (0-100) of the detokenized outputs.
-        chrf: corpus chrF (0-100).
-        exact_match: share of outputs equal to their reference.
-        bleu_signature, chrf_signature: sacrebleu's signatures, to report
-            alongside the scores.
-        num_sentences: how many pairs were translated.
-        translations: every translation, in the order of the pairs.
-    """
-
-    split: str
-    bleu: float
-    chrf: float
-    exact_match: float
-    bleu_signature: str
-    chrf_signature: str
-    num_sentences: int
-    translations: tuple[Translation, ...] = dataclasses.field(repr=False)
-
-    def summary(self) -> str:
-        return (
-            f"{self.split}: BLEU {self.bleu:.2f} ({self.bleu_signature}), chrF "
-            f"{self.chrf:.2f} ({self.chrf_signature}), exact match "
-            f"{100 * self.exact_match:.1f}% on {self.num_sentences} sentences"
-        )
-
-    def to_dict(self, num_translations: int = 0) -> dict:
-        values = dataclasses.asdict(self)
-        values["translations"] = [
-            dataclasses.asdict(t) for t in self.translations[:num_translations]
-        ]
-        return values
-
-
-def translate(
+def greedy_translator(
     model: keras.Model,
     tokenizer: SubwordTokenizer,
-    sentences: Sequence[str],
     *,
     max_length: int = 128,
-    extra_length: int = 50,
+    extra_length: int = EXTRA_LENGTH,
     output_max_length: int | None = None,
     batch_size: int = 64,
     bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
-) -> list[str]:
-    """Greedy translations of `sentences` (§6.1 with beam size 1).
+) -> Translator:
+    """The greedy `Translator` of validation (§6.1 with beam size 1).
 
     Args:
         model: a model from `build_transformer`.
         tokenizer: the shared tokenizer it was trained with.
-        sentences: source sentences.
-        max_length: sources are truncated to this many tokens (END
-            included).
+        max_length: sources are cut to this many tokens (END included).
         extra_length: an output may have the source length plus this many
             tokens (§6.1: "input length + 50").
         output_max_length: a cap on the output length (END included), e.g.
             the model's `max_length`.
         batch_size: sentences decoded together.
         bucket_boundaries: source lengths are padded up to one of these.
-
-    Returns:
-        The detokenized outputs, in order.
     """
-    from keras_transformer.decoding import greedy_decode
-
-    if not sentences:
-        return []
-    pairs = TextPairs(tuple(sentences), tuple(sentences))
-    boundaries = [b for b in bucket_boundaries if b < max_length] + [max_length]
-    batches = batch_for_eval(
-        pairs,
+    return Translator(
+        model,
         tokenizer,
+        beam_size=1,
+        max_input_length=max_length,
+        extra_length=extra_length,
+        max_output_length=output_max_length,
         batch_size=batch_size,
-        max_length=max_length,
-        bucket_boundaries=boundaries,
+        bucket_boundaries=tuple(bucket_boundaries),
     )
-    outputs: list[str] = []
-    for source_ids, _ in batches.as_numpy_iterator():
-        result = greedy_decode(
-            model,
-            np.asarray(source_ids, "int32"),
-            max_length=output_max_length,
-            start_id=tokenizer.START_ID,
-            end_id=tokenizer.END_ID,
-            extra_length=extra_length,
-        )
-        outputs.extend(tokenizer.decode(np.asarray(result.token_ids).tolist()))
-    return outputs
+
+
+def translate(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    sentences: Sequence[str],
+    **settings: Any,
+) -> list[str]:
+    """Greedy translations of `sentences` (§6.1 with beam size 1), in order.
+
+    ``greedy_translator(model, tokenizer, **settings).translate(sentences)``.
+    """
+    return greedy_translator(model, tokenizer, **settings).translate(list(sentences))
 
 
 def evaluate_translations(
@@ -138,11 +90,7 @@ def evaluate_translations(
     pairs: TextPairs,
     *,
     split: str = "test",
-    max_length: int = 128,
-    extra_length: int = 50,
-    output_max_length: int | None = None,
-    batch_size: int = 64,
-    bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
+    **settings: Any,
 ) -> EvaluationResult:
     """Translates `pairs` greedily and scores them with sacreBLEU and chrF.
 
@@ -150,44 +98,17 @@ def evaluate_translations(
     with sacrebleu's defaults (13a tokenization, mixed case), so they are
     comparable with published sacreBLEU numbers; the signatures say exactly
     how (Post, 2018). Note that §6.1 reports tokenized BLEU with beam search.
+    The settings are those of `greedy_translator`.
     """
-    hypotheses = translate(
-        model,
-        tokenizer,
-        pairs.sources,
-        max_length=max_length,
-        extra_length=extra_length,
-        output_max_length=output_max_length,
-        batch_size=batch_size,
-        bucket_boundaries=bucket_boundaries,
-    )
-    references = list(pairs.targets)
-    bleu, chrf = BLEU(), CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    matches = sum(
-        h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True)
-    )
-    return EvaluationResult(
-        split=split,
-        bleu=float(bleu_score.score),
-        chrf=float(chrf_score.score),
-        exact_match=matches / max(1, len(references)),
-        bleu_signature=str(bleu.get_signature()),
-        chrf_signature=str(chrf.get_signature()),
-        num_sentences=len(references),
-        translations=tuple(
-            Translation(s, r, h)
-            for s, r, h in zip(pairs.sources, references, hypotheses, strict=True)
-        ),
-    )
+    translator = greedy_translator(model, tokenizer, **settings)
+    return translator.evaluate(list(pairs.sources), list(pairs.targets), split=split)
 
 
 def greedy_output_ids(
     model: keras.Model,
     source_ids: Sequence[int],
     *,
-    extra_length: int = 50,
+    extra_length: int = EXTRA_LENGTH,
     output_max_length: int | None = None,
 ) -> list[int]:
     """The greedy output of one source (ids, END included, no padding)."""

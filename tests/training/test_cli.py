@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from keras_transformer import cli
-from tests.training.helpers import REPO_ROOT, SMALL_CONFIG, write_config
+from tests.training.helpers import (
+    REPO_ROOT,
+    SMALL_CONFIG,
+    subprocess_env,
+    write_config,
+)
 
 
 def test_subcommands_are_registered_in_one_table():
@@ -93,3 +100,100 @@ def test_bad_input_is_reported_without_a_traceback(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["train"])  # --workdir is required
+
+
+def _run_cli(*argv: str) -> subprocess.CompletedProcess:
+    env = subprocess_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL")  # TensorFlow would log: it must not start
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+
+
+def _assert_no_tensorflow_logs(output: str) -> None:
+    lowered = output.lower()
+    assert "tensorflow" not in lowered and "cuda" not in lowered, output
+    assert "oneDNN" not in output and "absl" not in output, output
+
+
+def test_help_and_argument_errors_answer_without_tensorflow():
+    shown = _run_cli("--help")
+    assert shown.returncode == 0, shown.stderr
+    for name in ("train", "average-checkpoints", "evaluate", "translate", "export"):
+        assert name in shown.stdout
+    _assert_no_tensorflow_logs(shown.stdout + shown.stderr)
+
+    train_help = _run_cli("train", "--help")
+    assert train_help.returncode == 0, train_help.stderr
+    assert "--workdir" in train_help.stdout and "--set" in train_help.stdout
+    assert "dates" in train_help.stdout and "multiworker" in train_help.stdout
+    _assert_no_tensorflow_logs(train_help.stdout + train_help.stderr)
+
+    wrong = _run_cli("train", "--workdir", "w", "--task", "nope")
+    assert wrong.returncode == 2
+    assert "invalid choice: 'nope'" in wrong.stderr
+    _assert_no_tensorflow_logs(wrong.stdout + wrong.stderr)
+
+
+def test_building_the_parser_imports_neither_tensorflow_nor_keras():
+    code = (
+        "import sys\n"
+        "import keras_transformer.cli as cli\n"
+        "cli.build_parser().parse_args(['evaluate', '--workdir', 'w'])\n"
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'numpy', 'sacrebleu')"
+        " if m in sys.modules)\n"
+        "print(','.join(heavy) or 'none')\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "none"
+
+
+def test_a_command_with_another_keras_backend_says_so(monkeypatch, capsys):
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    assert cli.main(["average-checkpoints", "--workdir", "w"]) == 2
+    error = capsys.readouterr().err
+    assert "KERAS_BACKEND='jax'" in error
+    assert "KERAS_BACKEND=tensorflow" in error
+
+
+def test_a_missing_train_extra_is_named_with_the_install_command(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
+
+    def needs_sacrebleu(args):
+        raise ModuleNotFoundError("No module named 'sacrebleu'", name="sacrebleu")
+
+    cli.command("needs-sacrebleu", "A command whose import fails.", lambda p: None)(
+        needs_sacrebleu
+    )
+    assert cli.main(["needs-sacrebleu"]) == 2
+    error = capsys.readouterr().err
+    assert "'sacrebleu' is not installed" in error
+    assert "pip install 'keras-transformer[train]'" in error
+
+
+def test_other_missing_modules_keep_their_traceback(monkeypatch):
+    monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
+
+    def needs_something(args):
+        raise ModuleNotFoundError(
+            "No module named 'no_such_thing'", name="no_such_thing"
+        )
+
+    cli.command("needs-something", "A command with a bug.", lambda p: None)(
+        needs_something
+    )
+    with pytest.raises(ModuleNotFoundError, match="no_such_thing"):
+        cli.main(["needs-something"])

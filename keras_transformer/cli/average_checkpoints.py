@@ -1,0 +1,38 @@
+"""``keras-transformer average-checkpoints``: one model from the last N (§6.1)."""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_transformer.cli._common import CommandError
+
+NAME = "average-checkpoints"
+HELP = "Average the weights of the last N checkpoints into one model (§6.1)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer average-checkpoints``."""
+    parser.add_argument("--workdir", required=True, help="The run folder.")
+    parser.add_argument(
+        "--last",
+        type=int,
+        default=5,
+        help="How many of the newest checkpoints to average (§6.1: 5 for the "
+        "base model, 20 for the big one).",
+    )
+    parser.add_argument(
+        "--output",
+        help="The .weights.h5 file to write (default <workdir>/averaged.weights.h5).",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the averaged weights and says where."""
+    from keras_transformer.training import average_checkpoints
+
+    try:
+        path = average_checkpoints(args.workdir, last=args.last, output=args.output)
+    except (ValueError, FileNotFoundError) as e:
+        raise CommandError(str(e)) from e
+    print(f"Averaged weights written to {path}")
+    return 0

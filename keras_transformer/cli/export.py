@@ -1,0 +1,64 @@
+"""``keras-transformer export``: a SavedModel that translates raw strings."""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_transformer.cli._common import add_model_arguments, add_search_arguments
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
+
+NAME = "export"
+HELP = "Write a SavedModel that translates raw strings (tokenizer, beam search inside)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer export``."""
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="The export folder, e.g. exported/de_en/1 (TensorFlow Serving wants "
+        "a numbered version folder).",
+    )
+    add_search_arguments(
+        parser,
+        max_input_length=None,
+        max_input_length_help=f"(default {DEFAULT_MAX_INPUT_LENGTH}, or the "
+        "model's learned positions)",
+        batch_size=False,
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace an earlier export in --output.",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Loads the model, writes the SavedModel, says how to inspect it."""
+    from keras_transformer import export
+    from keras_transformer.translation import load_translator
+
+    model, tokenizer = load_translator(args.workdir, args.weights)
+    try:
+        path = export.export_translator(
+            model,
+            tokenizer,
+            args.output,
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            max_input_length=args.max_input_length,
+            extra_length=args.extra_length,
+            overwrite=args.overwrite,
+        )
+    except FileExistsError as e:
+        raise ValueError(str(e)) from e
+    print(
+        f"Exported to {path}: signatures serving_default and "
+        f"{export.TRANSLATE_SIGNATURE} (strings -> translations, scores), "
+        f"{export.IDS_SIGNATURE} (strings -> token_ids, lengths, scores); Keras "
+        f"model and tokenizer in {path / export.MODEL_FILE} and "
+        f"{path / export.TOKENIZER_DIR}. Inspect it with: "
+        f"saved_model_cli show --dir {path} --all"
+    )
+    return 0

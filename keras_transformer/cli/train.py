@@ -1,0 +1,111 @@
+"""``keras-transformer train``: train a Transformer, resuming a run in --workdir."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from keras_transformer.cli._common import CommandError
+from keras_transformer.conventions import STRATEGIES, TASK_NAMES
+
+NAME = "train"
+HELP = "Train a Transformer (resumes a run in --workdir)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer train``."""
+    parser.add_argument(
+        "config",
+        nargs="?",
+        help="A JSON training config (e.g. configs/dates_tiny.json). Without "
+        "it, the defaults with --preset/--task.",
+    )
+    parser.add_argument(
+        "--workdir",
+        required=True,
+        help="Run folder: config, tokenizer, checkpoints, TensorBoard logs. "
+        "Running the same command again resumes the run.",
+    )
+    parser.add_argument(
+        "--preset", help="Model preset (tiny, small, base, big, table3_*)."
+    )
+    parser.add_argument("--task", choices=TASK_NAMES, help="Data task.")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override a setting by dotted key, e.g. --set model.d_model=128 "
+        "--set model.optimizer.warmup_steps=400 --set train.train_steps=2000. "
+        "Repeatable; applied after the config file, --preset and --task.",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="default",
+        help="default: all GPUs mirrored when there are several, else one "
+        "device; mirrored: MirroredStrategy over all GPUs (or all logical "
+        "CPUs); multiworker: MultiWorkerMirroredStrategy from TF_CONFIG.",
+    )
+    parser.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Split the CPU into N logical devices (to run --strategy mirrored "
+        "without GPUs).",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="Continue a run in --workdir even though its stored config differs.",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="Print the resolved config as JSON and exit.",
+    )
+
+
+def _load_raw_config(args: argparse.Namespace) -> dict:
+    raw: dict = {}
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise CommandError(f"Config file {path} does not exist.")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise CommandError(f"{path} is not valid JSON: {e}") from e
+        if not isinstance(raw, dict):
+            raise CommandError(f"{path} must hold a JSON object.")
+    if args.preset:
+        raw["model"] = {"preset": args.preset}
+    if args.task:
+        raw.setdefault("data", {})["task"] = args.task
+    return raw
+
+
+def run(args: argparse.Namespace) -> int:
+    """Resolves the config, then trains (or prints it with --print-config)."""
+    # Logical CPU devices must be set before TensorFlow initialises.
+    if args.cpu_devices is not None:
+        from keras_transformer.training.distribute import configure_cpu_devices
+
+        configure_cpu_devices(args.cpu_devices)
+    from keras_transformer.training.overrides import apply_overrides
+
+    try:
+        config = apply_overrides(_load_raw_config(args), args.overrides)
+    except ValueError as e:
+        raise CommandError(str(e)) from e
+    if args.print_config:
+        print(config.to_json())
+        return 0
+    from keras_transformer.training import train
+    from keras_transformer.training.distribute import make_strategy
+
+    train(config, args.workdir, make_strategy(args.strategy), force=args.force)
+    return 0

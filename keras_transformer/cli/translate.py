@@ -1,0 +1,57 @@
+"""``keras-transformer translate``: one translation per input line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from keras_transformer.cli._common import add_model_arguments, add_search_arguments
+
+NAME = "translate"
+HELP = "Translate a file or standard input, one output line per input line."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer translate``."""
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--input",
+        default="-",
+        help="File of sentences, one per line (default: standard input).",
+    )
+    parser.add_argument(
+        "--output",
+        default="-",
+        help="Where to write the translations, one per line (default: standard "
+        "output).",
+    )
+    add_search_arguments(parser)
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="No progress bar (shown on standard error when --input is a file).",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Reads the lines, translates them with `Translator`, writes them."""
+    from keras_transformer.translation import Translator, read_lines, write_lines
+
+    lines = read_lines(args.input)
+    translator = Translator.load(
+        args.workdir,
+        args.weights,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        max_input_length=args.max_input_length,
+        extra_length=args.extra_length,
+        batch_size=args.batch_size,
+    )
+    progress = str(args.input) != "-" and not args.no_progress
+    # The progress bar goes to standard error, the translations may go to
+    # standard output.
+    with contextlib.redirect_stdout(sys.stderr):
+        outputs = translator.translate(lines, progress=progress)
+    write_lines(args.output, outputs)
+    return 0

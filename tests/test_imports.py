@@ -1,0 +1,152 @@
+"""The package's import graph: imports point downwards only, and never loop.
+
+Every module of `keras_transformer` is parsed (not imported) and every
+``import`` it holds is collected, those inside functions included. Each
+module belongs to a level (the table `LEVELS`, the one of
+docs/architecture.md); a module may import its own level and those below,
+never a higher one, and no chain of imports may come back to where it
+started. The package root `keras_transformer/__init__.py` is left out: it
+is a facade that imports each submodule on first attribute access.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "keras_transformer"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+#: Level of each top-level module or subpackage, lowest first.
+LEVELS: dict[str, int] = {
+    # The core: keras and numpy only (and the optional TF fast kernels).
+    **dict.fromkeys(
+        (
+            "conventions",
+            "backend",
+            "layers",
+            "models",
+            "losses",
+            "metrics",
+            "schedules",
+            "optimizers",
+        ),
+        0,
+    ),
+    "data": 1,
+    "decoding": 1,
+    "runs": 2,
+    "translation": 3,
+    **dict.fromkeys(("training", "export", "visualize"), 4),
+    **dict.fromkeys(("cli", "__main__"), 5),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module `name` refers to (a submodule, else its package), if ours."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name if name.startswith(PACKAGE) else None
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that `module` imports, anywhere in its code."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from package import submodule` imports the submodule; `from
+            # module import name` the module.
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            target = _resolve(name, modules)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {
+        name: _imports(name, path, modules)
+        for name, path in modules.items()
+        if name != PACKAGE
+    }
+    for targets in graph.values():
+        targets.discard(PACKAGE)
+    return graph
+
+
+def _level(module: str) -> int:
+    top = module.split(".")[1]
+    assert top in LEVELS, (
+        f"{module} has no level: add {top!r} to LEVELS in tests/test_imports.py "
+        "(and to the table of docs/architecture.md)."
+    )
+    return LEVELS[top]
+
+
+def test_every_module_has_a_level_and_imports_point_downwards() -> None:
+    graph = _graph()
+    assert len(graph) > 40  # the parser found the package
+    upward = sorted(
+        f"{module} (level {_level(module)}) imports {target} (level {_level(target)})"
+        for module, targets in graph.items()
+        for target in targets
+        if _level(target) > _level(module)
+    )
+    assert not upward, "\n".join(upward)
+
+
+def test_there_are_no_import_cycles() -> None:
+    graph = _graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_graph_sees_imports_inside_functions() -> None:
+    graph = _graph()
+    # `keras_transformer.cli.train` imports the training package only inside
+    # its `run` function.
+    assert "keras_transformer.training" in graph["keras_transformer.cli.train"]
+    assert "keras_transformer.runs" in graph["keras_transformer.translation"]
