@@ -315,8 +315,10 @@ config = kt.models.presets["base"]
 print(
     f"base: N={config.num_encoder_layers}, d_model={config.d_model}, "
     f"d_ff={config.d_ff}, h={config.num_heads}, P_drop={config.dropout}, "
-    f"eps_ls={config.label_smoothing}, vocabulary={config.vocabulary_size}"
+    f"vocabulary={config.vocabulary_size}"
 )
+# Label smoothing (eps_ls = 0.1, §5.4) belongs to training, not to the
+# model: it is `train.label_smoothing` of a training config.
 model = kt.models.build_transformer(config)
 model.summary(line_length=100)
 

@@ -142,7 +142,7 @@ config = training.TrainConfig(
         source_language="de",
         target_language="en",
         vocabulary_size=tokenizer.vocabulary_size,
-        max_length=64,
+        max_sentence_length=64,
         max_tokens_per_batch=2048 if FAST else 4096,
     ),
     train=training.TrainingConfig(**schedule, num_translations=3, verbose=2),

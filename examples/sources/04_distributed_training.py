@@ -77,7 +77,7 @@ def dates_config(
             num_train_examples=5_000 if FAST else 50_000,
             num_eval_examples=100 if FAST else 1_000,
             vocabulary_size=500,
-            max_length=32,
+            max_sentence_length=32,
             max_tokens_per_batch=1024 if FAST else 2048,
             bucket_boundaries=(8, 12, 16, 24, 32),
         ),

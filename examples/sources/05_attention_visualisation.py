@@ -65,7 +65,7 @@ dates_config = training.TrainConfig(
         num_train_examples=5_000 if FAST else 50_000,
         num_eval_examples=50 if FAST else 500,
         vocabulary_size=500,
-        max_length=32,
+        max_sentence_length=32,
         max_tokens_per_batch=2048,
         bucket_boundaries=(8, 12, 16, 24, 32),
     ),
@@ -225,7 +225,7 @@ else:
             task="multi30k",
             vocabulary_size=1000 if FAST else 8000,
             tokenizer_max_sentences=10_000 if FAST else None,
-            max_length=64,
+            max_sentence_length=64,
         ),
         train=training.TrainingConfig(
             train_steps=10 if FAST else 1000,

@@ -27,6 +27,7 @@ from keras_transformer.data.datasets import (
     tatoeba_split_of,
 )
 from keras_transformer.data.imdb import load_imdb
+from keras_transformer.data.tasks import TASKS, Task, TaskData, get_task
 from keras_transformer.data.text import TextPairs, read_parallel_files, read_tsv_pairs
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
@@ -34,10 +35,14 @@ __all__ = [
     "DEFAULT_BUCKET_BOUNDARIES",
     "LengthReport",
     "SubwordTokenizer",
+    "TASKS",
+    "Task",
+    "TaskData",
     "TextPairs",
     "batch_for_eval",
     "bucket_batch_sizes",
     "count_too_long",
+    "get_task",
     "load_imdb",
     "load_multi30k",
     "load_tatoeba_spa_eng",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import warnings
 from typing import Any
 
 from keras_transformer.schedules import OptimizerConfig
@@ -32,10 +34,16 @@ class TransformerConfig:
         dropout: `P_drop`, the residual and embedding dropout (0.1).
         attention_dropout: dropout on attention weights (0 in the paper).
         ffn_dropout: dropout inside the feed-forward networks (0).
-        label_smoothing: `epsilon_ls` (0.1).
+        label_smoothing: deprecated: label smoothing (§5.4) shapes the loss,
+            not the model, and is now the training setting
+            `TrainingConfig.label_smoothing` (``train.label_smoothing``).
+            Still accepted for one release with a `DeprecationWarning`; a
+            `TrainConfig` moves it to ``train.label_smoothing``.
         position_encoding: `"sinusoidal"` (Eqs. 5-6) or `"learned"` (row E).
-        max_length: the longest sequence the model supports (the size of the
-            learned position table, and the bound that decoding enforces).
+        max_length: the number of positions the model supports: the longest
+            source or output sequence, in tokens (the size of the learned
+            position table, and the bound that decoding enforces). The data
+            side's cap is `DataConfig.max_sentence_length`.
         norm_first: pre-LN blocks plus a final LayerNorm per stack, instead
             of the paper's post-LN.
         attention_window: restricted self-attention (§4): each position
@@ -61,7 +69,6 @@ class TransformerConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     ffn_dropout: float = 0.0
-    label_smoothing: float = 0.1
     position_encoding: str = "sinusoidal"
     max_length: int = 256
     norm_first: bool = False
@@ -92,7 +99,7 @@ class TransformerConfig:
         ):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
-        for name in ("dropout", "attention_dropout", "ffn_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout", "ffn_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(
@@ -141,16 +148,26 @@ class TransformerConfig:
         """The target vocabulary size, resolved."""
         return self.target_vocabulary_size or self.vocabulary_size
 
+    @property
+    def legacy_label_smoothing(self) -> float | None:
+        """The deprecated `label_smoothing` argument, if one was given."""
+        return getattr(self, "_legacy_label_smoothing", None)
+
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        legacy = self.legacy_label_smoothing
+        if "label_smoothing" not in changes and legacy is not None:
+            object.__setattr__(new, "_legacy_label_smoothing", legacy)
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
-        known = {field.name for field in dataclasses.fields(cls)}
+        # `label_smoothing` (deprecated) is still accepted for one release.
+        known = {field.name for field in dataclasses.fields(cls)} | {"label_smoothing"}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
@@ -164,6 +181,49 @@ class TransformerConfig:
     @classmethod
     def from_json(cls, text: str) -> TransformerConfig:
         return cls.from_dict(json.loads(text))
+
+
+def _label_smoothing(config: TransformerConfig) -> float:
+    warnings.warn(
+        "TransformerConfig.label_smoothing is deprecated: read "
+        "TrainConfig.train.label_smoothing (label smoothing is a training "
+        "setting, §5.4).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    legacy = config.legacy_label_smoothing
+    return 0.1 if legacy is None else legacy
+
+
+_dataclass_init = TransformerConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self: TransformerConfig, *args: Any, **kwargs: Any) -> None:
+    label_smoothing = kwargs.pop("label_smoothing", None)
+    _dataclass_init(self, *args, **kwargs)
+    if label_smoothing is None:
+        return
+    warnings.warn(
+        "TransformerConfig(label_smoothing=...) is deprecated: label smoothing "
+        "(§5.4) is a training setting, train.label_smoothing "
+        "(TrainingConfig.label_smoothing). It is accepted for one release; move "
+        f"label_smoothing={label_smoothing!r} there.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(
+            "`label_smoothing` must be in [0, 1). Received: "
+            f"label_smoothing={label_smoothing!r}"
+        )
+    object.__setattr__(self, "_legacy_label_smoothing", float(label_smoothing))
+
+
+# The deprecated argument and attribute still work for one release (reading
+# gives the paper's 0.1 unless the argument was given); neither is a field.
+TransformerConfig.__init__ = _init  # type: ignore[method-assign]
+TransformerConfig.label_smoothing = property(_label_smoothing)  # type: ignore[attr-defined]
 
 
 def _check_positive_int(name: str, value: Any) -> None:

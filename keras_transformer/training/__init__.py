@@ -24,9 +24,7 @@ from keras_transformer.training.config import (
     DataConfig,
     TrainConfig,
     TrainingConfig,
-    apply_overrides,
     config_differences,
-    parse_override,
 )
 from keras_transformer.training.distribute import (
     configure_cpu_devices,
@@ -45,6 +43,7 @@ from keras_transformer.training.loop import (
     TrainResult,
     train,
 )
+from keras_transformer.training.overrides import apply_overrides, parse_override
 from keras_transformer.training.trainer import (
     TokenStatistics,
     TranslationTrainer,

@@ -1,4 +1,5 @@
-"""Keras callbacks of a training run: checkpoints, NaN guard, summaries, BLEU.
+"""Keras callbacks of a training run: checkpoints, NaN guard, summaries, BLEU,
+attention images.
 
 All summaries are written against the optimizer step (the number of
 updates, which survives a restart) rather than Keras' epoch or batch index.
@@ -18,12 +19,15 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
+from keras_transformer.training.config import TrainConfig
 
 __all__ = [
+    "AttentionImages",
     "CheckpointCallback",
     "NaNGuard",
     "StopAtStep",
     "TrainingSummaries",
+    "TranslationEvaluator",
     "ValidationTranslations",
     "write_hparams",
 ]
@@ -42,6 +46,43 @@ def _learning_rate(model: keras.Model) -> float:
 def _finite(logs: dict[str, Any] | None) -> bool:
     value = (logs or {}).get("loss")
     return value is None or math.isfinite(float(value))
+
+
+class TranslationEvaluator:
+    """Greedy translation and scoring of pairs with a run's decoding settings.
+
+    Calls `kt.training.evaluation.evaluate_translations` with the run's
+    source cap (`data.max_sentence_length`), output allowance
+    (`train.extra_length`, §6.1: "input length + 50"), the model's
+    positions (`model.max_length`) and the buckets. Used for the validation
+    BLEU during training and for the final test evaluation.
+
+    Args:
+        config: the run's settings.
+    """
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+
+    def __call__(
+        self,
+        model: keras.Model,
+        tokenizer: SubwordTokenizer,
+        pairs: TextPairs,
+        split: str = "validation",
+    ) -> Any:
+        from keras_transformer.training.evaluation import evaluate_translations
+
+        return evaluate_translations(
+            model,
+            tokenizer,
+            pairs,
+            split=split,
+            max_length=self.config.data.max_sentence_length,
+            extra_length=self.config.train.extra_length,
+            output_max_length=self.config.model.max_length,
+            bucket_boundaries=self.config.data.bucket_boundaries,
+        )
 
 
 class NaNGuard(keras.callbacks.TerminateOnNaN):
@@ -146,13 +187,13 @@ class TrainingSummaries(keras.callbacks.Callback):
 
 
 class ValidationTranslations(keras.callbacks.Callback):
-    """Greedy translations of validation pairs: BLEU, chrF, attention maps.
+    """Greedy translations of validation pairs: BLEU, chrF, exact matches.
 
-    Every `every` epochs, the first `pairs` are translated greedily; their
+    Every `every` epochs, the `pairs` are translated greedily; their
     sacreBLEU, chrF and exact-match rate go into the epoch's logs (as
     ``val_bleu``, ``val_chrf``, ``val_exact_match``) and into TensorBoard,
-    with the encoder-decoder attention of one fixed sentence as an image.
-    With `best_weights` set, the weights with the best BLEU are saved there.
+    with the translation of one fixed sentence as text. With `best_weights`
+    set, the weights with the best BLEU are saved there (and ``best.json``).
 
     Args:
         transformer: the model being trained.
@@ -161,9 +202,10 @@ class ValidationTranslations(keras.callbacks.Callback):
         evaluate: ``(model, tokenizer, pairs) -> EvaluationResult``.
         log_dir: TensorBoard log folder (``validation`` below it).
         every: epochs between two evaluations.
-        attention_example: index into `pairs` of the sentence drawn.
-        draw_attention: ``sentence -> image`` (uint8 ``(1, h, w, c)``), the
-            attention maps of the model's translation of the sentence.
+        attention_example: index into `pairs` of the sentence whose
+            translation is logged as text.
+        draw_attention: ``sentence -> image`` (uint8 ``(1, h, w, c)``); a
+            run draws its attention maps with `AttentionImages` instead.
         best_weights: where to save the best weights, or ``None``.
     """
 
@@ -235,6 +277,71 @@ class ValidationTranslations(keras.callbacks.Callback):
             self.best_weights.with_name("best.json").write_text(
                 json.dumps({"bleu": result.bleu, "step": step}, indent=2) + "\n"
             )
+
+
+class AttentionImages(keras.callbacks.Callback):
+    """The encoder-decoder attention of one fixed sentence, as a TensorBoard image.
+
+    Every `every` epochs the model translates `sentence` greedily and the
+    attention of its last decoder layer, one panel per head, is written to
+    ``<log_dir>/validation`` as ``attention/encoder_decoder`` (Figures 3-5
+    of the paper show such maps). A failure to draw is logged, never raised:
+    a picture must not stop training.
+
+    Args:
+        transformer: the model being trained.
+        tokenizer: the shared tokenizer.
+        sentence: the source sentence drawn.
+        config: the run's settings (source cap, `train.extra_length`,
+            `model.max_length`).
+        log_dir: TensorBoard log folder.
+        every: epochs between two images.
+    """
+
+    def __init__(
+        self,
+        transformer: keras.Model,
+        tokenizer: SubwordTokenizer,
+        sentence: str,
+        config: TrainConfig,
+        log_dir: Path,
+        every: int = 1,
+    ) -> None:
+        super().__init__()
+        self.transformer = transformer
+        self.tokenizer = tokenizer
+        self.sentence = sentence
+        self.config = config
+        self.every = every
+        self.writer = tf.summary.create_file_writer(str(log_dir / "validation"))
+
+    def image(self) -> np.ndarray:
+        """The attention maps of the model's translation of `sentence`."""
+        from keras_transformer.training.attention_images import attention_image
+        from keras_transformer.training.evaluation import greedy_output_ids
+
+        longest = self.config.data.max_sentence_length
+        source_ids = self.tokenizer.encode([self.sentence])[0][: longest - 1]
+        source_ids = [*source_ids, self.tokenizer.END_ID]
+        output = greedy_output_ids(
+            self.transformer,
+            source_ids,
+            extra_length=self.config.train.extra_length,
+            output_max_length=self.config.model.max_length,
+        )
+        return attention_image(self.transformer, self.tokenizer, source_ids, output)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if (epoch + 1) % self.every or (logs is not None and not _finite(logs)):
+            return
+        try:
+            image = self.image()
+        except Exception as e:  # noqa: BLE001 - a picture must not stop training
+            logger.warning("Could not draw the attention maps: %s", e)
+            return
+        with self.writer.as_default(step=_step(self.model)):
+            tf.summary.image("attention/encoder_decoder", image)
+        self.writer.flush()
 
 
 def write_hparams(

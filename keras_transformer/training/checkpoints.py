@@ -17,8 +17,12 @@ A run's work directory holds::
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
@@ -26,75 +30,53 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.models import build_transformer
-from keras_transformer.training.config import TrainConfig
+from keras_transformer.runs import (
+    AVERAGED_WEIGHTS,
+    BEST_INFO,
+    BEST_WEIGHTS,
+    CHECKPOINT_DIR,
+    CHECKPOINT_METADATA,
+    CONFIG_FILE,
+    TOKENIZER_DIR,
+    RunFolder,
+    check_tokenizer,
+    checkpoint_paths,
+    checkpoint_step,
+    restore_checkpoint,
+    write_checkpoint_metadata,
+)
+from keras_transformer.training.config import (
+    RESUMABLE_CHANGES,
+    TrainConfig,
+    config_differences,
+)
 
 __all__ = [
+    "AVERAGED_WEIGHTS",
+    "BEST_INFO",
+    "BEST_WEIGHTS",
+    "CHECKPOINT_DIR",
     "CONFIG_FILE",
+    "TOKENIZER_DIR",
+    "ConfigMismatchError",
     "average_checkpoints",
     "checkpoint_paths",
+    "checkpoint_step",
     "check_tokenizer",
+    "check_vocabulary_size",
     "load_trained_model",
+    "prepare_run_config",
+    "resume_checkpoints",
     "weights_checksum",
+    "weights_to_evaluate",
     "write_checkpoint_metadata",
 ]
 
-CONFIG_FILE = "config.json"
-CHECKPOINT_DIR = "checkpoints"
-TOKENIZER_DIR = "tokenizer"
-BEST_WEIGHTS = "best.weights.h5"
-BEST_INFO = "best.json"
-AVERAGED_WEIGHTS = "averaged.weights.h5"
-_METADATA = "checkpoints.json"
+logger = logging.getLogger(__name__)
 
-
-def checkpoint_paths(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
-    """The checkpoints in a folder, oldest first (``.../ckpt-<step>``)."""
-    state = tf.train.get_checkpoint_state(str(checkpoint_dir))
-    if state is None:
-        return []
-    return list(state.all_model_checkpoint_paths)
-
-
-def checkpoint_step(path: str) -> int:
-    """The step a checkpoint was saved at, from its name ``ckpt-<step>``."""
-    return int(path.rsplit("-", 1)[-1])
-
-
-def write_checkpoint_metadata(
-    checkpoint_dir: str | os.PathLike[str], tokenizer: SubwordTokenizer
-) -> None:
-    """Records which tokenizer the checkpoints in `checkpoint_dir` belong to."""
-    directory = Path(checkpoint_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    metadata = {
-        "vocabulary_size": tokenizer.vocabulary_size,
-        "tokenizer_fingerprint": tokenizer.fingerprint,
-    }
-    (directory / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
-
-
-def check_tokenizer(
-    checkpoint_dir: str | os.PathLike[str], tokenizer: SubwordTokenizer
-) -> None:
-    """Refuses a tokenizer that is not the one the checkpoints were trained with.
-
-    Raises:
-        ValueError: naming the vocabulary size or fingerprint that differs.
-    """
-    path = Path(checkpoint_dir) / _METADATA
-    if not path.is_file() or not checkpoint_paths(checkpoint_dir):
-        return
-    metadata = json.loads(path.read_text())
-    try:
-        tokenizer.check_compatible(
-            expected_vocabulary_size=int(metadata["vocabulary_size"]),
-            expected_fingerprint=metadata.get("tokenizer_fingerprint"),
-        )
-    except ValueError as e:
-        raise ValueError(
-            f"{e} (checkpoints in {path.parent}). Restore the tokenizer/ folder "
-            "of this run, or start a new run in another work directory."
-        ) from e
+# The layout of a run folder and the checkpoint helpers live in
+# `keras_transformer.runs`; they stay importable from here.
+_METADATA = CHECKPOINT_METADATA
 
 
 def weights_checksum(model: keras.Model) -> str:
@@ -110,26 +92,161 @@ def weights_checksum(model: keras.Model) -> str:
 
 
 def _load_run(workdir: Path) -> tuple[TrainConfig, SubwordTokenizer]:
-    config_path = workdir / CONFIG_FILE
-    if not config_path.is_file():
-        raise FileNotFoundError(
-            f"{workdir} is not a training work directory: {CONFIG_FILE} is "
-            "missing. Pass the --workdir of a `keras-transformer train` run."
-        )
-    config = TrainConfig.load(config_path)
-    tokenizer = SubwordTokenizer.load(workdir / TOKENIZER_DIR)
-    return config, tokenizer
+    run = RunFolder(workdir).check()
+    return TrainConfig.load(run.config_file), run.tokenizer()
 
 
 def _build(config: TrainConfig, tokenizer: SubwordTokenizer) -> keras.Model:
-    model = build_transformer(
+    return build_transformer(
         config.model.replace(vocabulary_size=tokenizer.vocabulary_size)
     )
+
+
+_restore_model = restore_checkpoint
+
+
+class ConfigMismatchError(ValueError):
+    """A run was restarted in a work directory with a different config."""
+
+
+# ------------------------------------------------------------ resume policy
+def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> bool:
+    """Writes config.json, or checks it against the stored one.
+
+    A changed config is refused once checkpoints exist (unless `force`),
+    except for the `RESUMABLE_CHANGES`; before that nothing was trained, so
+    the new config simply replaces the old one, and a tokenizer learned for
+    other data settings is discarded. A `config.json` written with old key
+    names loads into the same config as the new names, so it is no change.
+
+    Returns:
+        Whether checkpoints of this run exist (the run resumes).
+    """
+    path = directory / CONFIG_FILE
+    resumed = bool(checkpoint_paths(directory / CHECKPOINT_DIR))
+    if path.is_file():
+        try:
+            stored = TrainConfig.load(path)
+        except ValueError as e:
+            if resumed and not force:
+                raise ConfigMismatchError(
+                    f"{e}. Pass --force (force=True) to overwrite it with the new "
+                    "config."
+                ) from e
+            stored = None
+        changes = config_differences(stored, config) if stored else {}
+        blocking = {k: v for k, v in changes.items() if k not in RESUMABLE_CHANGES}
+        if blocking and resumed and not force:
+            lines = "\n".join(
+                f"  {key}: {old!r} -> {new!r}" for key, (old, new) in blocking.items()
+            )
+            raise ConfigMismatchError(
+                f"{directory} holds a run with a different config; resuming it "
+                f"with this one would mix two experiments. Differences (stored -> "
+                f"new):\n{lines}\nUse another --workdir for a new run, restart "
+                "with the stored config (keras-transformer train "
+                f"{path} --workdir {directory}), or pass --force (force=True) to "
+                "continue this run with the new config."
+            )
+        if changes:
+            logger.warning(
+                "%s %s with changed settings: %s",
+                "Resuming" if resumed else "Restarting",
+                directory,
+                ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+            )
+        tokenizer_dir = directory / TOKENIZER_DIR
+        if (
+            not resumed
+            and tokenizer_dir.is_dir()
+            and (
+                stored is None
+                or any(k.startswith("data.") or k == "train.seed" for k in changes)
+            )
+        ):
+            shutil.rmtree(tokenizer_dir)
+    config.save(path)
+    return resumed
+
+
+def check_vocabulary_size(config: TrainConfig, tokenizer: SubwordTokenizer) -> None:
+    """Refuses a run tokenizer whose size is not `data.vocabulary_size`.
+
+    The tokenizer decides the vocabulary size (§5.1) and the config records
+    it (`kt.training.config.reconcile_vocabulary_size`); a stored tokenizer
+    of another size belongs to other settings.
+    """
+    if tokenizer.vocabulary_size != config.data.vocabulary_size:
+        raise ValueError(
+            f"The run's tokenizer has {tokenizer.vocabulary_size} pieces but the "
+            f"config asks for data.vocabulary_size={config.data.vocabulary_size}."
+            " Set data.vocabulary_size to the tokenizer's size, or delete the "
+            "tokenizer folder of a run that has no checkpoint yet."
+        )
+
+
+def resume_checkpoints(
+    checkpoint_dir: Path, model: keras.Model, optimizer: Any, keep: int
+) -> tf.train.CheckpointManager:
+    """The run's checkpoint manager, with the newest checkpoint restored.
+
+    A checkpoint holds the weights and the optimizer (its moments and step
+    counter, hence the learning rate of Eq. 7), so a restart goes on where
+    the checkpoint left off; with no checkpoint yet, the run starts from its
+    initialisation. The last `keep` checkpoints are kept.
+
+    Raises:
+        ValueError: when the newest checkpoint does not fit the model.
+    """
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    manager = tf.train.CheckpointManager(
+        checkpoint, str(checkpoint_dir), max_to_keep=keep
+    )
+    latest = manager.latest_checkpoint
+    if latest is not None:
+        try:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            raise ValueError(
+                f"Cannot restore {latest}: it does not match the model built from "
+                f"the config ({e}). Resume with the config the checkpoint was "
+                "trained with, or start a new run in another work directory."
+            ) from e
+    return manager
+
+
+def weights_to_evaluate(
+    config: TrainConfig,
+    workdir: Path,
+    last: keras.Model,
+    say: Callable[[str], None] = print,
+) -> keras.Model:
+    """The model that `train.evaluate_with` chooses for the final evaluation.
+
+    ``"last"``: `last` itself. ``"best"``: the weights with the best
+    validation BLEU (`last` when no validation ran yet). ``"average"``: the
+    average of the kept checkpoints (§6.1: "averaging the last 5
+    checkpoints"), written by `average_checkpoints` (`last` when there is
+    no checkpoint).
+    """
+    choice = config.train.evaluate_with
+    if choice == "best":
+        path = workdir / BEST_WEIGHTS
+        if not path.is_file():
+            say(f"No {path} (no validation ran yet): evaluating the last weights.")
+            return last
+    elif choice == "average":
+        available = len(checkpoint_paths(workdir / CHECKPOINT_DIR))
+        if not available:
+            return last
+        path = average_checkpoints(
+            workdir, last=min(available, config.train.keep_checkpoints)
+        )
+    else:
+        return last
+    model = build_transformer(config.model)
+    model.load_weights(path)
     return model
-
-
-def _restore_model(model: keras.Model, path: str) -> None:
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
 
 
 def average_checkpoints(
@@ -206,37 +323,19 @@ def load_trained_model(
 ) -> tuple[keras.Model, SubwordTokenizer, TrainConfig]:
     """Rebuilds a trained model from its work directory, for inference.
 
+    `keras_transformer.runs.RunFolder.load`, plus the run's `TrainConfig`.
+
     Args:
         workdir: the run's work directory.
         weights: ``"last"`` (the newest checkpoint), ``"best"`` (best
-            validation BLEU), ``"average"`` (from `average_checkpoints`), or
-            the path of a checkpoint prefix or a ``.weights.h5`` file.
+            validation BLEU), ``"average"`` (from `average_checkpoints`,
+            §6.1), or the path of a checkpoint prefix or a ``.weights.h5``
+            file.
 
     Returns:
         ``(model, tokenizer, config)``.
     """
-    workdir = Path(workdir)
-    config, tokenizer = _load_run(workdir)
-    checkpoint_dir = workdir / CHECKPOINT_DIR
-    check_tokenizer(checkpoint_dir, tokenizer)
-    model = _build(config, tokenizer)
-    if weights == "last":
-        paths = checkpoint_paths(checkpoint_dir)
-        if not paths:
-            raise FileNotFoundError(f"{checkpoint_dir} holds no checkpoint yet.")
-        _restore_model(model, paths[-1])
-    elif weights in ("best", "average"):
-        path = workdir / (BEST_WEIGHTS if weights == "best" else AVERAGED_WEIGHTS)
-        if not path.is_file():
-            how = (
-                "it is written when train.keep_best is true and a validation ran"
-                if weights == "best"
-                else "run `keras-transformer average-checkpoints` first"
-            )
-            raise FileNotFoundError(f"{path} does not exist: {how}.")
-        model.load_weights(path)
-    elif str(weights).endswith(".weights.h5"):
-        model.load_weights(weights)
-    else:
-        _restore_model(model, str(weights))
+    run = RunFolder(workdir).check()
+    config = TrainConfig.load(run.config_file)
+    model, tokenizer = run.load(weights)
     return model, tokenizer, config

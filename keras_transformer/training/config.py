@@ -9,36 +9,66 @@ A config has three sections, each a frozen dataclass:
   evaluation.
 
 Configs round-trip through JSON (`to_json` / `from_json`, `save` / `load`)
-and take overrides as dotted keys (`apply_overrides`), e.g.
-``model.d_model=128``, ``model.optimizer.warmup_steps=400``,
-``data.max_tokens_per_batch=2048`` or ``train.precision=mixed_bfloat16``.
+and take overrides as dotted keys (`apply_overrides`, in
+`kt.training.overrides`), e.g. ``model.d_model=128``,
+``model.optimizer.warmup_steps=400``, ``data.max_tokens_per_batch=2048`` or
+``train.precision=mixed_bfloat16``.
+
+One owner and one name per setting:
+
+==============================  ==========================================
+setting                         owner (old names, accepted for one release)
+==============================  ==========================================
+vocabulary size (§5.1)          ``data.vocabulary_size``: the size the
+                                tokenizer learns; the learned tokenizer
+                                decides, ``model.vocabulary_size`` records
+                                it (`reconcile_vocabulary_size`)
+label smoothing (§5.4)          ``train.label_smoothing``
+                                (``model.label_smoothing``)
+output allowance (§6.1, +50)    ``train.extra_length``
+                                (``train.decode_extra_length``)
+longest training sentence       ``data.max_sentence_length``
+                                (``data.max_length``)
+positions the model supports    ``model.max_length``
+==============================  ==========================================
+
+A config file or `config.json` of an older run that uses an old name loads
+(with a `DeprecationWarning`) into the same config as the new name, so a
+run resumed with the same settings is not seen as changed.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
 import json
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from keras_transformer.conventions import EXTRA_LENGTH, PRECISIONS, TASK_NAMES
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
 from keras_transformer.models import TransformerConfig, get_preset
+from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
 
 __all__ = [
     "DataConfig",
+    "RENAMED_KEYS",
     "RESUMABLE_CHANGES",
+    "TASKS",
     "TrainConfig",
     "TrainingConfig",
-    "apply_overrides",
     "config_differences",
-    "parse_override",
+    "reconcile_vocabulary_size",
+    "upgrade_config_dict",
 ]
 
-TASKS = ("dates", "multi30k", "tatoeba", "files")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+#: The `data.task` values (defined, without TensorFlow, in `conventions`).
+TASKS = TASK_NAMES
+#: Label smoothing of §5.4 when neither the config nor its preset sets one.
+PAPER_LABEL_SMOOTHING = 0.1
 EVALUATE_WITH = ("last", "best", "average")
 TOO_LONG = ("drop", "truncate")
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
@@ -59,11 +89,98 @@ RESUMABLE_CHANGES = frozenset(
         "train.keep_best",
         "train.validation_every",
         "train.bleu_samples",
-        "train.decode_extra_length",
+        "train.extra_length",
         "train.log_every",
         "train.attention_example",
     }
 )
+
+
+#: Old config keys and their new names. Configs (and `--set` overrides) with
+#: an old key still load, with a `DeprecationWarning`, for one release.
+RENAMED_KEYS = {
+    "model.label_smoothing": "train.label_smoothing",
+    "train.decode_extra_length": "train.extra_length",
+    "data.max_length": "data.max_sentence_length",
+}
+
+
+def _renamed_warning(old: str, new: str) -> None:
+    warnings.warn(
+        f"The config key {old!r} is deprecated and is read as {new!r}; rename it "
+        "(it is accepted for one release).",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+
+
+def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw config mapping with every old key (`RENAMED_KEYS`) renamed.
+
+    Warns once per old key. Sections that are not mappings (e.g. a preset
+    name as ``"model"``) are left as they are.
+
+    Raises:
+        ValueError: when a config sets both an old key and its new name to
+            different values.
+    """
+    upgraded = {
+        key: dict(value) if isinstance(value, Mapping) else value
+        for key, value in values.items()
+    }
+    for old, new in RENAMED_KEYS.items():
+        old_section, old_name = old.split(".")
+        new_section, new_name = new.split(".")
+        section = upgraded.get(old_section)
+        if not isinstance(section, Mapping) or old_name not in section:
+            continue
+        value = section.pop(old_name)
+        _renamed_warning(old, new)
+        target = upgraded.setdefault(new_section, {})
+        if not isinstance(target, dict):
+            raise ValueError(f"The `{new_section}` section must be a JSON object.")
+        if new_name in target and target[new_name] != value:
+            raise ValueError(
+                f"The config sets both {old}={value!r} (the old name) and "
+                f"{new}={target[new_name]!r}. Keep only {new}."
+            )
+        target[new_name] = value
+    return upgraded
+
+
+def _accept_renamed_argument(cls: type, old: str, new: str) -> None:
+    """Lets `cls(old=...)` mean `cls(new=...)` (with a warning), and reading
+    `instance.old` give `instance.new`, for one release."""
+    dataclass_init = cls.__init__
+
+    @functools.wraps(dataclass_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        if old in kwargs:
+            value = kwargs.pop(old)
+            warnings.warn(
+                f"{cls.__name__}({old}=...) is deprecated: use {new}= (accepted "
+                "for one release).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if new in kwargs and kwargs[new] != value:
+                raise ValueError(
+                    f"{cls.__name__} got both {old}={value!r} (the old name) and "
+                    f"{new}={kwargs[new]!r}. Pass only {new}."
+                )
+            kwargs[new] = value
+        dataclass_init(self, *args, **kwargs)
+
+    def read(self: Any) -> Any:
+        warnings.warn(
+            f"{cls.__name__}.{old} is deprecated: read {new}.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(self, new)
+
+    cls.__init__ = __init__
+    setattr(cls, old, property(read, doc=f"Deprecated name of `{new}`."))
 
 
 def _positive_int(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
@@ -90,6 +207,7 @@ def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
             f"The `{section}` section must be a JSON object of settings. "
             f"Received: {values!r}"
         )
+    values = upgrade_config_dict({section: values}).get(section, {})
     known = {field.name for field in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -124,22 +242,26 @@ class DataConfig:
             ``num_eval_examples``).
         vocabulary_size: size of the shared source-target subword vocabulary
             learned on the training pairs (§5.1: "a shared source-target
-            vocabulary"). ``None`` takes the model's ``vocabulary_size``; when
-            set, it replaces the model's.
+            vocabulary"). This is the one place to set it: the tokenizer
+            learns this many pieces, and ``model.vocabulary_size`` records
+            it. ``None`` takes the model's (its preset's) ``vocabulary_size``.
         tokenizer_model_type: ``"unigram"`` or ``"bpe"`` (SentencePiece).
         tokenizer_max_sentences: learn the vocabulary on a random sample of
             this many sentences (``None``: all).
-        max_length: longest sequence kept, in tokens including START/END;
-            at most the model's ``max_length``. ``None``: the model's
-            ``max_length`` or the largest bucket boundary, whichever is
-            smaller.
+        max_sentence_length: the longest sentence a batch holds, source or
+            target side, in subword tokens including START/END: longer
+            training pairs are dropped or truncated (`too_long`), longer
+            validation and test sources truncated. At most the model's
+            ``max_length`` (the positions it supports). ``None``: the
+            model's ``max_length`` or the largest bucket boundary, whichever
+            is smaller. (Old name: ``max_length``.)
         max_tokens_per_batch: the token budget of one (global) batch and
             side, padding included, split over all replicas. One optimizer
             update sees ``max_tokens_per_batch * train.gradient_accumulation``
             tokens (§5.1: about 25,000 source and 25,000 target tokens).
         bucket_boundaries: the padded lengths of the length buckets.
         too_long: ``"drop"`` or ``"truncate"`` training pairs over
-            ``max_length``.
+            ``max_sentence_length``.
         shuffle_buffer: pairs in the shuffle buffer (``None``: all).
     """
 
@@ -158,7 +280,7 @@ class DataConfig:
     vocabulary_size: int | None = None
     tokenizer_model_type: str = "unigram"
     tokenizer_max_sentences: int | None = 2_000_000
-    max_length: int | None = None
+    max_sentence_length: int | None = None
     max_tokens_per_batch: int = 4096
     bucket_boundaries: tuple[int, ...] = DEFAULT_BUCKET_BOUNDARIES
     too_long: str = "drop"
@@ -178,11 +300,12 @@ class DataConfig:
             _positive_int(owner, name, getattr(self, name))
         for name in ("vocabulary_size", "tokenizer_max_sentences", "shuffle_buffer"):
             _positive_int(owner, name, getattr(self, name), allow_none=True)
-        _positive_int(owner, "max_length", self.max_length, allow_none=True)
-        if self.max_length is not None and self.max_length < 2:
+        longest = self.max_sentence_length
+        _positive_int(owner, "max_sentence_length", longest, allow_none=True)
+        if longest is not None and longest < 2:
             raise ValueError(
-                "`data.max_length` must be at least 2 (one token plus END). "
-                f"Received: max_length={self.max_length}"
+                "`data.max_sentence_length` must be at least 2 (one token plus "
+                f"END). Received: max_sentence_length={longest}"
             )
         boundaries = tuple(self.bucket_boundaries)
         object.__setattr__(self, "bucket_boundaries", boundaries)
@@ -198,18 +321,18 @@ class DataConfig:
                 "`data.bucket_boundaries` must be strictly increasing. "
                 f"Received: {list(boundaries)}"
             )
-        if self.max_length is not None and boundaries[-1] < self.max_length:
+        if longest is not None and boundaries[-1] < longest:
             raise ValueError(
-                f"`data.max_length`={self.max_length} exceeds the largest bucket "
-                f"boundary {boundaries[-1]}: add a boundary >= {self.max_length} "
-                "to data.bucket_boundaries or lower data.max_length."
+                f"`data.max_sentence_length`={longest} exceeds the largest bucket "
+                f"boundary {boundaries[-1]}: add a boundary >= {longest} to "
+                "data.bucket_boundaries or lower data.max_sentence_length."
             )
-        longest = self.max_length or boundaries[-1]
+        longest = longest or boundaries[-1]
         if self.max_tokens_per_batch < longest:
             raise ValueError(
                 f"`data.max_tokens_per_batch`={self.max_tokens_per_batch} cannot "
-                f"hold one sequence of {longest} tokens (data.max_length); raise "
-                "it or lower data.max_length."
+                f"hold one sentence of {longest} tokens (data.max_sentence_length);"
+                " raise it or lower data.max_sentence_length."
             )
         if self.task == "multi30k":
             for name in ("source_language", "target_language"):
@@ -246,6 +369,9 @@ class DataConfig:
         return f"{self.source_language}-{self.target_language}"
 
 
+_accept_renamed_argument(DataConfig, "max_length", "max_sentence_length")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     """How long and how to train, checkpoint and evaluate.
@@ -264,6 +390,9 @@ class TrainingConfig:
             paper's ~25,000 tokens per update (§5.1). The sum is normalised
             by the token count of all `k` batches, so an update equals one
             step on the concatenated batch.
+        label_smoothing: `epsilon_ls` of the loss (§5.4: 0.1). ``None``:
+            the preset's (the label-smoothing rows of Table 3 (D)) or 0.1.
+            (Old place: ``model.label_smoothing``.)
         jit_compile: compile the train step with XLA.
         precision: ``"float32"``, ``"mixed_float16"`` (with dynamic loss
             scaling) or ``"mixed_bfloat16"``.
@@ -274,8 +403,9 @@ class TrainingConfig:
         keep_best: also keep the weights with the best validation BLEU.
         bleu_samples: validation pairs translated (greedily) for the BLEU
             reported during training.
-        decode_extra_length: the decoder may emit the source length plus this
-            many tokens (§6.1: "input length + 50").
+        extra_length: the decoder may emit the source length plus this many
+            tokens (§6.1: "input length + 50"; `conventions.EXTRA_LENGTH`).
+            (Old name: ``decode_extra_length``.)
         log_every: updates between two training summaries in TensorBoard.
         attention_example: index of the validation pair whose attention maps
             are drawn into TensorBoard.
@@ -293,13 +423,14 @@ class TrainingConfig:
     steps_per_epoch: int | None = None
     validation_every: int = 1
     gradient_accumulation: int = 1
+    label_smoothing: float | None = None
     jit_compile: bool = False
     precision: str = "float32"
     seed: int = 0
     keep_checkpoints: int = 5
     keep_best: bool = True
     bleu_samples: int = 200
-    decode_extra_length: int = 50
+    extra_length: int = EXTRA_LENGTH
     log_every: int = 50
     attention_example: int = 0
     test_samples: int | None = None
@@ -324,7 +455,16 @@ class TrainingConfig:
             "log_every",
         ):
             _positive_int(owner, name, getattr(self, name))
-        for name in ("decode_extra_length", "attention_example", "num_translations"):
+        if self.label_smoothing is not None and not (
+            isinstance(self.label_smoothing, (int, float))
+            and not isinstance(self.label_smoothing, bool)
+            and 0.0 <= self.label_smoothing < 1.0
+        ):
+            raise ValueError(
+                "`train.label_smoothing` must be a number in [0, 1) (the paper "
+                f"uses 0.1). Received: label_smoothing={self.label_smoothing!r}"
+            )
+        for name in ("extra_length", "attention_example", "num_translations"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(
@@ -349,6 +489,9 @@ class TrainingConfig:
         _choice(owner, "evaluate_with", self.evaluate_with, EVALUATE_WITH)
 
 
+_accept_renamed_argument(TrainingConfig, "decode_extra_length", "extra_length")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A complete training run: model, data and training settings.
@@ -358,13 +501,16 @@ class TrainConfig:
     optionally with a ``"preset"`` key whose preset the fields then modify.
     It is always stored resolved, as a `TransformerConfig`. The paper's
     recipe is the default: Adam with 0.9/0.98/1e-9, Eq. 7 with 4000 warm-up
-    steps (`model.optimizer`), label smoothing 0.1 and dropout 0.1.
+    steps (`model.optimizer`), label smoothing 0.1 (`train.label_smoothing`)
+    and dropout 0.1.
 
-    The vocabulary is shared by source and target, and its size is
-    `data.vocabulary_size` when set (the model's is then replaced), else the
-    model's `vocabulary_size`.
+    Resolving fills in what follows from other settings: the vocabulary size
+    (`reconcile_vocabulary_size`), `data.max_sentence_length` (from
+    `model.max_length` and the buckets) and `train.label_smoothing` (from
+    the preset, or 0.1). Old key names are accepted (`RENAMED_KEYS`).
 
     Example:
+    >>> from keras_transformer.training.overrides import apply_overrides
     >>> config = TrainConfig(model="tiny", data=DataConfig(task="dates"))
     >>> config = apply_overrides(config, ["model.d_model=32", "train.seed=3"])
     >>> config.model.d_model, config.data.vocabulary_size
@@ -378,7 +524,7 @@ class TrainConfig:
     train: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
 
     def __post_init__(self) -> None:
-        model = _resolve_model(self.model)
+        model, label_smoothing = _resolve_model(self.model)
         data = self.data
         if isinstance(data, Mapping):
             data = _from_mapping(DataConfig, "data", data)
@@ -390,26 +536,19 @@ class TrainConfig:
                 "TrainConfig.data must be a DataConfig and TrainConfig.train a "
                 "TrainingConfig (or mappings of their fields)."
             )
-        if model.target_vocabulary_size not in (None, model.vocabulary_size):
+        model, data = reconcile_vocabulary_size(model, data)
+        longest = data.max_sentence_length
+        if longest is None:
+            longest = min(model.max_length, data.bucket_boundaries[-1])
+            data = dataclasses.replace(data, max_sentence_length=longest)
+        elif longest > model.max_length:
             raise ValueError(
-                "Training learns one shared source-target vocabulary (§5.1), so "
-                "model.target_vocabulary_size must be null. Received: "
-                f"target_vocabulary_size={model.target_vocabulary_size}"
-            )
-        if data.vocabulary_size is None:
-            data = dataclasses.replace(data, vocabulary_size=model.vocabulary_size)
-        elif data.vocabulary_size != model.vocabulary_size:
-            model = model.replace(vocabulary_size=data.vocabulary_size)
-        if data.max_length is None:
-            data = dataclasses.replace(
-                data, max_length=min(model.max_length, data.bucket_boundaries[-1])
-            )
-        elif data.max_length > model.max_length:
-            raise ValueError(
-                f"`data.max_length`={data.max_length} is longer than the model "
+                f"`data.max_sentence_length`={longest} is longer than the model "
                 f"supports (model.max_length={model.max_length}). Lower "
-                "data.max_length or raise model.max_length."
+                "data.max_sentence_length or raise model.max_length."
             )
+        if train.label_smoothing is None:
+            train = dataclasses.replace(train, label_smoothing=label_smoothing)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "train", train)
@@ -443,19 +582,12 @@ class TrainConfig:
                 f"Unknown config sections: {unknown}. A config has the "
                 f"sections {sorted(known)}."
             )
-        data = _from_mapping(DataConfig, "data", values.get("data", {}))
+        values = upgrade_config_dict(values)
         model_values = values.get("model", "tiny")
-        if (
-            isinstance(model_values, Mapping)
-            and data.vocabulary_size is not None
-            and "vocabulary_size" in model_values
-            and model_values["vocabulary_size"] != data.vocabulary_size
-        ):
-            raise ValueError(
-                "The config sets two vocabulary sizes: model.vocabulary_size="
-                f"{model_values['vocabulary_size']} and data.vocabulary_size="
-                f"{data.vocabulary_size}. The tokenizer decides the model's: set "
-                "only data.vocabulary_size."
+        data = _from_mapping(DataConfig, "data", values.get("data", {}))
+        if isinstance(model_values, Mapping) and "vocabulary_size" in model_values:
+            reconcile_vocabulary_size(
+                _resolve_model(model_values)[0], data, model_sets_it=True
             )
         return cls(
             model=model_values,
@@ -497,16 +629,69 @@ class TrainConfig:
         return dict(_flatten(self.to_dict()))
 
 
-def _resolve_model(model: Any) -> TransformerConfig:
+def reconcile_vocabulary_size(
+    model: TransformerConfig, data: DataConfig, *, model_sets_it: bool = False
+) -> tuple[TransformerConfig, DataConfig]:
+    """The one rule for the vocabulary size: `data.vocabulary_size` owns it.
+
+    §5.1: one "shared source-target vocabulary". The tokenizer learns
+    `data.vocabulary_size` pieces and, once learned, decides (a resumed run
+    checks it against the checkpoints); `model.vocabulary_size` records it.
+    ``data.vocabulary_size=None`` takes the model's (its preset's) size.
+
+    Args:
+        model: the resolved model settings.
+        data: the data settings.
+        model_sets_it: whether the config itself (not a preset) set
+            ``model.vocabulary_size``; then a different
+            ``data.vocabulary_size`` is a contradiction.
+
+    Returns:
+        ``(model, data)`` with the same vocabulary size.
+
+    Raises:
+        ValueError: for a separate target vocabulary, or two different sizes
+            set by hand.
+    """
+    if model.target_vocabulary_size not in (None, model.vocabulary_size):
+        raise ValueError(
+            "Training learns one shared source-target vocabulary (§5.1), so "
+            "model.target_vocabulary_size must be null. Received: "
+            f"target_vocabulary_size={model.target_vocabulary_size}"
+        )
+    size = data.vocabulary_size
+    if size is None:
+        return model, dataclasses.replace(data, vocabulary_size=model.vocabulary_size)
+    if size != model.vocabulary_size:
+        if model_sets_it:
+            raise ValueError(
+                "The config sets two vocabulary sizes: model.vocabulary_size="
+                f"{model.vocabulary_size} and data.vocabulary_size={size}. The "
+                "tokenizer decides the model's: set only data.vocabulary_size."
+            )
+        model = model.replace(vocabulary_size=size)
+    return model, data
+
+
+def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
+    """The model settings, and the label smoothing they imply (their preset's,
+    the deprecated ``model.label_smoothing``, or the paper's 0.1)."""
     if isinstance(model, TransformerConfig):
-        return model
+        legacy = model.legacy_label_smoothing
+        return model, PAPER_LABEL_SMOOTHING if legacy is None else legacy
     if isinstance(model, str):
-        return get_preset(model)
+        return get_preset(model), PRESET_LABEL_SMOOTHING.get(
+            model, PAPER_LABEL_SMOOTHING
+        )
     if isinstance(model, Mapping):
         values = dict(model)
         preset = values.pop("preset", None)
+        label_smoothing = PRESET_LABEL_SMOOTHING.get(preset, PAPER_LABEL_SMOOTHING)
+        if "label_smoothing" in values:
+            label_smoothing = values.pop("label_smoothing")
+            _renamed_warning("model.label_smoothing", "train.label_smoothing")
         if preset is None:
-            return TransformerConfig.from_dict(values)
+            return TransformerConfig.from_dict(values), label_smoothing
         base = get_preset(preset)
         if "optimizer" in values and isinstance(values["optimizer"], Mapping):
             values["optimizer"] = dataclasses.replace(
@@ -519,7 +704,7 @@ def _resolve_model(model: Any) -> TransformerConfig:
                 f"Unknown model settings: {unknown}. Known: {sorted(known)} "
                 "(plus 'preset')."
             )
-        return base.replace(**values)
+        return base.replace(**values), label_smoothing
     raise TypeError(
         "TrainConfig.model must be a TransformerConfig, a preset name or a "
         f"mapping of TransformerConfig fields. Received: {type(model).__name__}"
@@ -535,132 +720,6 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str,
             yield name, value
 
 
-# --------------------------------------------------------------- overrides
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Splits ``"model.d_model=128"`` into ``(["model", "d_model"], 128)``.
-
-    The value is read as JSON when it parses (numbers, ``true``, ``null``,
-    lists such as ``[8,16,32]``), otherwise kept as a string, so
-    ``train.precision=mixed_bfloat16`` needs no quotes.
-    """
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ValueError(
-            f"Override {text!r} is not of the form key=value, e.g. "
-            "model.d_model=128 or train.precision=mixed_bfloat16."
-        )
-    path = key.split(".")
-    if any(not part for part in path):
-        raise ValueError(f"Override {text!r} has an empty part in its key {key!r}.")
-    raw = raw.strip()
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return path, value
-
-
-def apply_overrides(
-    config: TrainConfig | Mapping[str, Any], overrides: Iterable[str]
-) -> TrainConfig:
-    """Applies ``key=value`` overrides (dotted keys) and validates the result.
-
-    Args:
-        config: a `TrainConfig`, or a raw mapping as read from a JSON file
-            (whose ``"model"`` may still be a preset name).
-        overrides: strings such as ``"model.d_model=128"``,
-            ``"model.optimizer.warmup_steps=400"``, ``"data.task=multi30k"``
-            or ``"model=small"`` (a preset for the whole model; it also
-            resets `data.vocabulary_size` and `data.max_length` to follow
-            the new model, so override those after it if needed).
-
-    Returns:
-        The validated `TrainConfig`.
-
-    Raises:
-        ValueError: on an unknown key (the message lists the known ones) or
-            an invalid value.
-    """
-    raw = (
-        config.to_dict()
-        if isinstance(config, TrainConfig)
-        else copy.deepcopy(dict(config))
-    )
-    for text in overrides:
-        path, value = parse_override(text)
-        if path == ["model", "vocabulary_size"]:
-            raise ValueError(
-                "Set the vocabulary size with data.vocabulary_size: the learned "
-                "tokenizer decides the model's vocabulary_size."
-            )
-        if path == ["model"] and isinstance(raw.get("data"), Mapping):
-            # A new model brings its own vocabulary size and length.
-            raw["data"] = {
-                k: v
-                for k, v in raw["data"].items()
-                if k not in ("vocabulary_size", "max_length")
-            }
-        if path == ["data", "vocabulary_size"] and isinstance(
-            raw.get("model"), Mapping
-        ):
-            raw["model"] = {
-                k: v for k, v in raw["model"].items() if k != "vocabulary_size"
-            }
-        _set_path(raw, path, value, text)
-    return TrainConfig.from_dict(raw)
-
-
-_SECTIONS = {"data": DataConfig, "train": TrainingConfig}
-
-
-def _known_keys(path: list[str]) -> list[str]:
-    if not path:
-        return ["model", "data", "train"]
-    if path[0] in _SECTIONS and len(path) == 1:
-        return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
-    if path == ["model"]:
-        return ["preset"] + [f.name for f in dataclasses.fields(TransformerConfig)]
-    if path == ["model", "optimizer"]:
-        return [f.name for f in dataclasses.fields(TransformerConfig().optimizer)]
-    return []
-
-
-def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
-    node: dict[str, Any] = raw
-    for depth, part in enumerate(path[:-1]):
-        known = _known_keys(path[:depth])
-        if part not in known:
-            raise ValueError(
-                f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
-                f"{text!r}. Known keys here: {', '.join(known)}."
-            )
-        child = node.get(part)
-        if isinstance(child, str) and path[: depth + 1] == ["model"]:
-            child = {"preset": child}
-        elif isinstance(child, Mapping):
-            child = dict(child)
-        elif child is None:
-            child = {}
-        else:
-            raise ValueError(
-                f"Override {text!r}: {'.'.join(path[: depth + 1])!r} is a value, "
-                "not a section."
-            )
-        node[part] = child
-        node = child
-    last = path[-1]
-    known = _known_keys(path[:-1])
-    if known and last not in known:
-        raise ValueError(
-            f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "
-            f"keys here: {', '.join(known)}."
-        )
-    if path == ["model"] and isinstance(value, str):
-        value = {"preset": value}
-    node[last] = value
-
-
 def config_differences(old: TrainConfig, new: TrainConfig) -> dict[str, tuple]:
     """``{"model.d_model": (old, new), ...}`` for every setting that differs."""
     before, after = old.flat(), new.flat()
@@ -669,3 +728,23 @@ def config_differences(old: TrainConfig, new: TrainConfig) -> dict[str, tuple]:
         for key in sorted(set(before) | set(after))
         if before.get(key) != after.get(key)
     }
+
+
+def __getattr__(name: str) -> Any:
+    # `--set` overrides moved to `keras_transformer.training.overrides`; their
+    # old names here keep working for one release (looked up on first use,
+    # so that this module does not import the one that builds on it).
+    if name in ("apply_overrides", "parse_override"):
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"keras_transformer.training.config.{name} moved to "
+            f"keras_transformer.training.overrides.{name} (also "
+            f"kt.training.{name}); the old name goes in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        overrides = importlib.import_module("keras_transformer.training.overrides")
+        return getattr(overrides, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

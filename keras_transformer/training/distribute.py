@@ -22,6 +22,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.conventions import STRATEGIES
+
 __all__ = [
     "STRATEGIES",
     "configure_cpu_devices",
@@ -29,8 +31,6 @@ __all__ = [
     "make_strategy",
     "worker_index",
 ]
-
-STRATEGIES = ("default", "mirrored", "multiworker")
 
 
 def configure_cpu_devices(count: int) -> None:

@@ -16,38 +16,33 @@ import json
 import logging
 import math
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer, TextPairs
+from keras_transformer.data.tasks import TaskData
 from keras_transformer.models import build_transformer
 from keras_transformer.schedules import paper_adam
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
+    AttentionImages,
     CheckpointCallback,
     NaNGuard,
     StopAtStep,
     TrainingSummaries,
+    TranslationEvaluator,
     ValidationTranslations,
     write_hparams,
 )
-from keras_transformer.training.config import (
-    RESUMABLE_CHANGES,
-    TrainConfig,
-    config_differences,
-)
+from keras_transformer.training.checkpoints import ConfigMismatchError
+from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.distribute import is_chief, make_strategy, worker_index
-from keras_transformer.training.evaluation import (
-    EvaluationResult,
-    evaluate_translations,
-    greedy_output_ids,
-)
+from keras_transformer.training.evaluation import EvaluationResult
 from keras_transformer.training.pipeline import (
     count_updates,
     learn_tokenizer,
@@ -65,10 +60,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class ConfigMismatchError(ValueError):
-    """A run was restarted in a work directory with a different config."""
 
 
 class TrainingDivergedError(RuntimeError):
@@ -110,6 +101,10 @@ class TrainResult:
     model: keras.Model = dataclasses.field(repr=False)
     tokenizer: SubwordTokenizer = dataclasses.field(repr=False)
 
+    def save(self, path: Path, num_translations: int = 5) -> None:
+        """Writes `to_dict` as JSON (``result.json``)."""
+        path.write_text(json.dumps(self.to_dict(num_translations), indent=2) + "\n")
+
     def to_dict(self, num_translations: int = 5) -> dict[str, Any]:
         return {
             "workdir": str(self.workdir),
@@ -127,62 +122,14 @@ class TrainResult:
         }
 
 
-# ------------------------------------------------------------ work directory
-def _prepare_config(config: TrainConfig, directory: Path, force: bool) -> bool:
-    """Writes config.json, or checks it against the stored one.
-
-    A changed config is refused once checkpoints exist (unless `force`);
-    before that nothing was trained, so the new config simply replaces the
-    old one, and a tokenizer learned for other data settings is discarded.
-
-    Returns:
-        Whether checkpoints of this run exist (the run resumes).
-    """
-    path = directory / ckpt.CONFIG_FILE
-    resumed = bool(ckpt.checkpoint_paths(directory / ckpt.CHECKPOINT_DIR))
-    if path.is_file():
-        try:
-            stored = TrainConfig.load(path)
-        except ValueError as e:
-            if resumed and not force:
-                raise ConfigMismatchError(
-                    f"{e}. Pass --force (force=True) to overwrite it with the new "
-                    "config."
-                ) from e
-            stored = None
-        changes = config_differences(stored, config) if stored else {}
-        blocking = {k: v for k, v in changes.items() if k not in RESUMABLE_CHANGES}
-        if blocking and resumed and not force:
-            lines = "\n".join(
-                f"  {key}: {old!r} -> {new!r}" for key, (old, new) in blocking.items()
-            )
-            raise ConfigMismatchError(
-                f"{directory} holds a run with a different config; resuming it "
-                f"with this one would mix two experiments. Differences (stored -> "
-                f"new):\n{lines}\nUse another --workdir for a new run, restart "
-                "with the stored config (keras-transformer train "
-                f"{path} --workdir {directory}), or pass --force (force=True) to "
-                "continue this run with the new config."
-            )
-        if changes:
-            logger.warning(
-                "%s %s with changed settings: %s",
-                "Resuming" if resumed else "Restarting",
-                directory,
-                ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
-            )
-        tokenizer_dir = directory / ckpt.TOKENIZER_DIR
-        if (
-            not resumed
-            and tokenizer_dir.is_dir()
-            and (
-                stored is None
-                or any(k.startswith("data.") or k == "train.seed" for k in changes)
-            )
-        ):
-            shutil.rmtree(tokenizer_dir)
-    config.save(path)
-    return resumed
+# ----------------------------------------------------------------- the steps
+def _directories(root: Path, strategy: tf.distribute.Strategy) -> tuple[Path, Path]:
+    """(this process's folder, the TensorBoard folder): the chief writes into
+    the run folder, every other worker into ``workers/worker_<i>/``."""
+    chief = is_chief(strategy)
+    directory = root if chief else root / "workers" / f"worker_{worker_index(strategy)}"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory, root / runs.LOG_DIR
 
 
 def _tokenizer(
@@ -196,13 +143,7 @@ def _tokenizer(
         tokenizer = learn_tokenizer(train_pairs, config.data, seed=config.train.seed)
         tokenizer.save(folder)
     ckpt.check_tokenizer(directory / ckpt.CHECKPOINT_DIR, tokenizer)
-    if tokenizer.vocabulary_size != config.data.vocabulary_size:
-        raise ValueError(
-            f"The tokenizer in {folder} has {tokenizer.vocabulary_size} pieces but "
-            f"the config asks for data.vocabulary_size={config.data.vocabulary_size}."
-            " Set data.vocabulary_size to the tokenizer's size, or delete the "
-            "tokenizer folder of a run that has no checkpoint yet."
-        )
+    ckpt.check_vocabulary_size(config, tokenizer)
     return tokenizer
 
 
@@ -245,28 +186,12 @@ def _build(
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         trainer = TranslationTrainer(
             transformer,
-            label_smoothing=config.model.label_smoothing,
+            label_smoothing=config.train.label_smoothing,
             clipnorm=optimizer_config.clipnorm,
         )
         trainer.compile(optimizer=optimizer, jit_compile=config.train.jit_compile)
         optimizer.build(transformer.trainable_variables)
     return transformer, trainer, optimizer
-
-
-def _restore(
-    checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager
-) -> None:
-    latest = manager.latest_checkpoint
-    if latest is None:
-        return
-    try:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
-        raise ValueError(
-            f"Cannot restore {latest}: it does not match the model built from the "
-            f"config ({e}). Resume with the config the checkpoint was trained "
-            "with, or start a new run in another work directory."
-        ) from e
 
 
 def _steps(
@@ -335,27 +260,23 @@ def train(
         )
     if strategy is None or isinstance(strategy, str):
         strategy = make_strategy(strategy or "default")
-    chief = is_chief(strategy)
-    root = Path(workdir)
-    directory = root if chief else root / "workers" / f"worker_{worker_index(strategy)}"
-    directory.mkdir(parents=True, exist_ok=True)
-    log_dir = root / "logs"
-    checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
-    _prepare_config(config, directory, force)
-    train_config, data_config = config.train, config.data
+    chief, root = is_chief(strategy), Path(workdir)
+    directory, log_dir = _directories(root, strategy)
+    ckpt.prepare_run_config(config, directory, force)
 
-    keras.utils.set_random_seed(train_config.seed)
-    data = load_task(data_config, seed=train_config.seed)
+    # Data and the tokenizer (learned once, then reloaded on every restart).
+    keras.utils.set_random_seed(config.train.seed)
+    data = load_task(config.data, seed=config.train.seed)
     tokenizer = _tokenizer(config, directory, data.train)
     _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
-    total_steps, steps_per_epoch = _steps(config, data, tokenizer)
+    total_steps, per_epoch = schedule = _steps(config, data, tokenizer)
 
+    # The model, resumed from the newest checkpoint if there is one.
     transformer, trainer, optimizer = _build(config, strategy)
-    checkpoint = tf.train.Checkpoint(model=transformer, optimizer=optimizer)
-    manager = tf.train.CheckpointManager(
-        checkpoint, str(checkpoint_dir), max_to_keep=train_config.keep_checkpoints
+    checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
+    manager = ckpt.resume_checkpoints(
+        checkpoint_dir, transformer, optimizer, config.train.keep_checkpoints
     )
-    _restore(checkpoint, manager)
     ckpt.write_checkpoint_metadata(checkpoint_dir, tokenizer)
     initial_step = int(optimizer.iterations.numpy())
     if initial_step:
@@ -363,126 +284,29 @@ def train(
             f"Resuming {directory} from step {initial_step} "
             f"({manager.latest_checkpoint})."
         )
-    say(
-        f"Training {total_steps} updates ({steps_per_epoch} per epoch, "
-        f"{data_config.max_tokens_per_batch} x {train_config.gradient_accumulation} "
-        f"tokens per update, {strategy.num_replicas_in_sync} replica(s)) on "
-        f"{len(data.train)} {data_config.task} pairs; vocabulary "
-        f"{tokenizer.vocabulary_size}."
-    )
+    say(_plan(config, strategy, len(data.train), tokenizer, total_steps, per_epoch))
 
-    def evaluate(
-        model: keras.Model,
-        tok: SubwordTokenizer,
-        pairs: TextPairs,
-        split: str = "validation",
-    ) -> EvaluationResult:
-        return evaluate_translations(
-            model,
-            tok,
-            pairs,
-            split=split,
-            max_length=data_config.max_length,
-            extra_length=train_config.decode_extra_length,
-            output_max_length=config.model.max_length,
-            bucket_boundaries=data_config.bucket_boundaries,
-        )
-
-    def draw_attention(sentence: str) -> np.ndarray:
-        from keras_transformer.training.attention_images import attention_image
-
-        source_ids = tokenizer.encode([sentence])[0][: data_config.max_length - 1]
-        source_ids = [*source_ids, tokenizer.END_ID]
-        output = greedy_output_ids(
-            transformer,
-            source_ids,
-            extra_length=train_config.decode_extra_length,
-            output_max_length=config.model.max_length,
-        )
-        return attention_image(transformer, tokenizer, source_ids, output)
-
-    nan_guard = NaNGuard()
-    run_callbacks: list[keras.callbacks.Callback] = [
-        nan_guard,
-        StopAtStep(total_steps),
-    ]
-    validation = None
+    # Training: checkpoints, the NaN guard, validation and summaries are callbacks.
+    nan_guard, validation = NaNGuard(), None
+    run_callbacks: list[keras.callbacks.Callback] = [nan_guard, StopAtStep(total_steps)]
     if chief:
-        validation = ValidationTranslations(
-            transformer,
-            tokenizer,
-            _evaluation_sample(data.validation, train_config.bleu_samples),
-            evaluate,
-            log_dir,
-            every=train_config.validation_every,
-            attention_example=train_config.attention_example,
-            draw_attention=draw_attention,
-            best_weights=(root / ckpt.BEST_WEIGHTS) if train_config.keep_best else None,
+        validation = _validation(config, root, transformer, tokenizer, data, log_dir)
+        run_callbacks += _chief_callbacks(
+            config, root, validation, log_dir, initial_step
         )
-        run_callbacks += [
-            validation,
-            TrainingSummaries(log_dir, train_config.log_every),
-            keras.callbacks.TensorBoard(
-                log_dir=str(log_dir),
-                update_freq="epoch",
-                write_graph=False,
-                profile_batch=0,
-            ),
-        ]
-        if initial_step == 0:
-            write_hparams(
-                log_dir,
-                config.flat(),
-                trial_id=root.resolve().name,
-                metrics=[
-                    ("bleu", "validation"),
-                    ("chrf", "validation"),
-                    ("loss", "validation"),
-                    ("loss", "train"),
-                ],
-            )
     run_callbacks += [CheckpointCallback(manager, nan_guard), *callbacks]
-
-    history: dict[str, list[float]] = {}
-    if initial_step < total_steps:
-        fit = trainer.fit(
-            training_dataset(
-                data.train,
-                tokenizer,
-                data_config,
-                accumulation=train_config.gradient_accumulation,
-                seed=train_config.seed,
-                skip_updates=initial_step,
-            ),
-            epochs=math.ceil(total_steps / steps_per_epoch),
-            initial_epoch=initial_step // steps_per_epoch,
-            steps_per_epoch=steps_per_epoch,
-            validation_data=validation_dataset(data.validation, tokenizer, data_config),
-            validation_freq=train_config.validation_every,
-            shuffle=False,
-            callbacks=run_callbacks,
-            verbose=train_config.verbose,
-        )
-        history = {k: [float(v) for v in values] for k, values in fit.history.items()}
+    history = _fit(
+        config, trainer, data, tokenizer, run_callbacks, initial_step, schedule
+    )
     if nan_guard.bad_step is not None:
-        latest = manager.latest_checkpoint
-        raise TrainingDivergedError(
-            f"Training stopped: the loss became {nan_guard.bad_loss} at step "
-            f"{nan_guard.bad_step}. The last good checkpoint is "
-            f"{latest or 'none (no checkpoint was written)'}. Lower the learning "
-            "rate (model.optimizer.learning_rate_scale), lengthen the warm-up "
-            "(model.optimizer.warmup_steps), clip gradients "
-            "(model.optimizer.clipnorm=1.0), or train in float32 or "
-            "mixed_bfloat16 instead of mixed_float16; then restart with --force "
-            "(or from a new work directory)."
-        )
-    steps = int(optimizer.iterations.numpy())
-    learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        raise _diverged(nan_guard, manager.latest_checkpoint)
 
+    # The final evaluation (chief only) and the results.
+    steps = int(optimizer.iterations.numpy())
     evaluation = None
     if chief:
         evaluation = _final_evaluation(
-            config, root, transformer, tokenizer, data, evaluate, log_dir, steps, say
+            config, root, transformer, tokenizer, data, log_dir, steps, say
         )
     result = TrainResult(
         workdir=directory,
@@ -490,7 +314,7 @@ def train(
         checkpoint_dir=checkpoint_dir,
         initial_step=initial_step,
         steps=steps,
-        learning_rate=learning_rate,
+        learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
         history=history,
         best_validation_bleu=validation.best_bleu if validation else None,
         evaluation=evaluation,
@@ -498,12 +322,148 @@ def train(
         model=transformer,
         tokenizer=tokenizer,
     )
-    (directory / "result.json").write_text(
-        json.dumps(result.to_dict(train_config.num_translations), indent=2) + "\n"
-    )
+    result.save(directory / runs.RESULT_FILE, config.train.num_translations)
     if chief:
         say(f"TensorBoard logs: {log_dir}  (tensorboard --logdir {log_dir})")
     return result
+
+
+# -------------------------------------------------------------- train's parts
+def _plan(
+    config: TrainConfig,
+    strategy: tf.distribute.Strategy,
+    num_pairs: int,
+    tokenizer: SubwordTokenizer,
+    total_steps: int,
+    per_epoch: int,
+) -> str:
+    return (
+        f"Training {total_steps} updates ({per_epoch} per epoch, "
+        f"{config.data.max_tokens_per_batch} x {config.train.gradient_accumulation} "
+        f"tokens per update, {strategy.num_replicas_in_sync} replica(s)) on "
+        f"{num_pairs} {config.data.task} pairs; vocabulary "
+        f"{tokenizer.vocabulary_size}."
+    )
+
+
+def _validation(
+    config: TrainConfig,
+    root: Path,
+    transformer: keras.Model,
+    tokenizer: SubwordTokenizer,
+    data: TaskData,
+    log_dir: Path,
+) -> ValidationTranslations:
+    """The validation BLEU of `train.bleu_samples` pairs (and the best weights)."""
+    train_config = config.train
+    return ValidationTranslations(
+        transformer,
+        tokenizer,
+        _evaluation_sample(data.validation, train_config.bleu_samples),
+        TranslationEvaluator(config),
+        log_dir,
+        every=train_config.validation_every,
+        attention_example=train_config.attention_example,
+        best_weights=(root / ckpt.BEST_WEIGHTS) if train_config.keep_best else None,
+    )
+
+
+def _chief_callbacks(
+    config: TrainConfig,
+    root: Path,
+    validation: ValidationTranslations,
+    log_dir: Path,
+    initial_step: int,
+) -> list[keras.callbacks.Callback]:
+    """What only the chief does: validation, attention images, TensorBoard."""
+    train_config = config.train
+    found: list[keras.callbacks.Callback] = [validation]
+    if len(validation.pairs):
+        example = min(train_config.attention_example, len(validation.pairs) - 1)
+        found.append(
+            AttentionImages(
+                validation.transformer,
+                validation.tokenizer,
+                validation.pairs.sources[example],
+                config,
+                log_dir,
+                every=train_config.validation_every,
+            )
+        )
+    found += [
+        TrainingSummaries(log_dir, train_config.log_every),
+        keras.callbacks.TensorBoard(
+            log_dir=str(log_dir),
+            update_freq="epoch",
+            write_graph=False,
+            profile_batch=0,
+        ),
+    ]
+    if initial_step == 0:
+        write_hparams(
+            log_dir,
+            config.flat(),
+            trial_id=root.resolve().name,
+            metrics=[
+                ("bleu", "validation"),
+                ("chrf", "validation"),
+                ("loss", "validation"),
+                ("loss", "train"),
+            ],
+        )
+    return found
+
+
+def _fit(
+    config: TrainConfig,
+    trainer: TranslationTrainer,
+    data: TaskData,
+    tokenizer: SubwordTokenizer,
+    callbacks: list[keras.callbacks.Callback],
+    initial_step: int,
+    schedule: tuple[int, int],
+) -> dict[str, list[float]]:
+    """Runs `fit` from `initial_step` to the last update; Keras' history.
+
+    The data stream skips the `initial_step` updates already made, so a
+    resumed run sees the batches an uninterrupted one would (§5.1).
+    """
+    total_steps, per_epoch = schedule
+    if initial_step >= total_steps:
+        return {}
+    dataset = training_dataset(
+        data.train,
+        tokenizer,
+        config.data,
+        accumulation=config.train.gradient_accumulation,
+        seed=config.train.seed,
+        skip_updates=initial_step,
+    )
+    fit = trainer.fit(
+        dataset,
+        epochs=math.ceil(total_steps / per_epoch),
+        initial_epoch=initial_step // per_epoch,
+        steps_per_epoch=per_epoch,
+        validation_data=validation_dataset(data.validation, tokenizer, config.data),
+        validation_freq=config.train.validation_every,
+        shuffle=False,
+        callbacks=callbacks,
+        verbose=config.train.verbose,
+    )
+    return {k: [float(v) for v in values] for k, values in fit.history.items()}
+
+
+def _diverged(nan_guard: NaNGuard, latest: str | None) -> TrainingDivergedError:
+    return TrainingDivergedError(
+        f"Training stopped: the loss became {nan_guard.bad_loss} at step "
+        f"{nan_guard.bad_step}. The last good checkpoint is "
+        f"{latest or 'none (no checkpoint was written)'}. Lower the learning "
+        "rate (model.optimizer.learning_rate_scale), lengthen the warm-up "
+        "(model.optimizer.warmup_steps), clip gradients "
+        "(model.optimizer.clipnorm=1.0), or train in float32 or "
+        "mixed_bfloat16 instead of mixed_float16; then restart with --force "
+        "(or from a new work directory)."
+    )
 
 
 def _final_evaluation(
@@ -511,31 +471,18 @@ def _final_evaluation(
     root: Path,
     transformer: keras.Model,
     tokenizer: SubwordTokenizer,
-    data: Any,
-    evaluate: Callable[..., EvaluationResult],
+    data: TaskData,
     log_dir: Path,
     steps: int,
     say: Callable[[str], None],
 ) -> EvaluationResult:
+    """Translates the test pairs with the weights `train.evaluate_with` picks."""
     train_config = config.train
-    model = transformer
-    if train_config.evaluate_with == "best":
-        best = root / ckpt.BEST_WEIGHTS
-        if best.is_file():
-            model = build_transformer(config.model)
-            model.load_weights(best)
-        else:
-            say(f"No {best} (no validation ran yet): evaluating the last weights.")
-    elif train_config.evaluate_with == "average":
-        available = len(ckpt.checkpoint_paths(root / ckpt.CHECKPOINT_DIR))
-        if available:
-            averaged = ckpt.average_checkpoints(
-                root, last=min(available, train_config.keep_checkpoints)
-            )
-            model = build_transformer(config.model)
-            model.load_weights(averaged)
+    model = ckpt.weights_to_evaluate(config, root, transformer, say)
     pairs = _evaluation_sample(data.test, train_config.test_samples)
-    evaluation = evaluate(model, tokenizer, pairs, split=data.test_name)
+    evaluation = TranslationEvaluator(config)(
+        model, tokenizer, pairs, split=data.test_name
+    )
     writer = tf.summary.create_file_writer(str(log_dir / "test"))
     with writer.as_default(step=steps):
         tf.summary.scalar("bleu", evaluation.bleu)

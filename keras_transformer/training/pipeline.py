@@ -1,25 +1,19 @@
-"""The data side of a run: sentence pairs, the shared tokenizer, `tf.data` pipelines."""
+"""The data side of a run: sentence pairs, the shared tokenizer, `tf.data` pipelines.
+
+The pairs come from the task registry (`kt.data.tasks`); `TaskData` is
+re-exported here for compatibility.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer.data import (
-    SubwordTokenizer,
-    TextPairs,
-    load_multi30k,
-    load_tatoeba_spa_eng,
-    make_translation_dataset,
-    read_parallel_files,
-    read_tsv_pairs,
-    synthetic_dates,
-)
+from keras_transformer.data import SubwordTokenizer, TextPairs, make_translation_dataset
+from keras_transformer.data.tasks import TaskData, get_task
 from keras_transformer.training.config import DataConfig
 from keras_transformer.training.trainer import accumulation_dataset
 
@@ -34,96 +28,21 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Seeds of the synthetic dates splits are `train.seed` plus these offsets.
-_DATES_SPLIT_SEEDS = {"train": 0, "validation": 1_000_003, "test": 2_000_003}
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskData:
-    """The splits of a task.
-
-    Attributes:
-        train, validation, test: the sentence pairs.
-        test_name: what the test pairs are, e.g. ``"test_2016_flickr"``.
-    """
-
-    train: TextPairs
-    validation: TextPairs
-    test: TextPairs
-    test_name: str
-
-
-def _read_files(source: str, target: str | None, what: str) -> TextPairs:
-    if target is None:
-        if not re.search(r"\.tsv(\.gz)?$", source):
-            raise ValueError(
-                f"data.{what}_target is not set, so data.{what}_source={source!r} "
-                "must be a tab-separated file of pairs (ending in .tsv or "
-                f".tsv.gz). Set data.{what}_target to the matching target file "
-                "for line-aligned files."
-            )
-        return read_tsv_pairs(source, num_columns=None, on_bad_line="skip")
-    return read_parallel_files(source, target, on_bad_line="skip")
-
 
 def load_task(config: DataConfig, seed: int = 0) -> TaskData:
     """Loads (or generates) the train, validation and test pairs of a task.
 
+    A thin user of the task registry (`kt.data.tasks`), kept for its name.
+
     Args:
-        config: the data settings.
+        config: the data settings (`config.task` names the task).
         seed: seed of the synthetic dates (the validation and test splits
             use their own seeds derived from it).
 
     Returns:
         The `TaskData`.
     """
-    if config.task == "dates":
-        splits = {
-            name: synthetic_dates(
-                config.num_train_examples
-                if name == "train"
-                else config.num_eval_examples,
-                seed=seed + offset,
-            )
-            for name, offset in _DATES_SPLIT_SEEDS.items()
-        }
-        return TaskData(splits["train"], splits["validation"], splits["test"], "test")
-    if config.task == "multi30k":
-
-        def multi30k(split: str) -> TextPairs:
-            return load_multi30k(
-                split,  # type: ignore[arg-type]
-                config.source_language,  # type: ignore[arg-type]
-                config.target_language,  # type: ignore[arg-type]
-                data_dir=config.data_dir,
-            )
-
-        return TaskData(
-            multi30k("train"),
-            multi30k("val"),
-            multi30k("test_2016_flickr"),
-            "test_2016_flickr",
-        )
-    if config.task == "tatoeba":
-        direction = config.direction
-
-        def tatoeba(split: str) -> TextPairs:
-            return load_tatoeba_spa_eng(
-                split,  # type: ignore[arg-type]
-                data_dir=config.data_dir,
-                direction=direction,  # type: ignore[arg-type]
-            )
-
-        return TaskData(tatoeba("train"), tatoeba("val"), tatoeba("test"), "test")
-    train = _read_files(config.train_source, config.train_target, "train")
-    validation = _read_files(
-        config.validation_source, config.validation_target, "validation"
-    )
-    if config.test_source:
-        test, name = _read_files(config.test_source, config.test_target, "test"), "test"
-    else:
-        test, name = validation, "validation"
-    return TaskData(train, validation, test, name)
+    return get_task(config.task).load(config, seed=seed)
 
 
 def learn_tokenizer(
@@ -236,7 +155,7 @@ def _bucketed(
         tokenizer,
         max_tokens_per_batch=config.max_tokens_per_batch * accumulation,
         bucket_boundaries=config.bucket_boundaries,
-        max_length=config.max_length,
+        max_length=config.max_sentence_length,
         too_long=too_long or config.too_long,  # type: ignore[arg-type]
         shuffle=shuffle,
         repeat=repeat,

@@ -27,11 +27,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from keras_transformer.conventions import PAD_ID
 from keras_transformer.losses import label_smoothed_nll
 
 __all__ = ["TokenStatistics", "TranslationTrainer", "accumulation_dataset"]
-
-PAD_ID = 0
 
 
 def _replica_context() -> tuple[Any, int]:

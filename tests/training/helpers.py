@@ -31,7 +31,7 @@ SMALL_CONFIG: dict[str, Any] = {
         "num_train_examples": 300,
         "num_eval_examples": 16,
         "vocabulary_size": 120,
-        "max_length": 24,
+        "max_sentence_length": 24,
         "max_tokens_per_batch": 256,
         "bucket_boundaries": [8, 16, 24],
     },

@@ -15,7 +15,10 @@ from keras_transformer.training import (
     config_differences,
     parse_override,
 )
-from keras_transformer.training.loop import ConfigMismatchError, _prepare_config
+from keras_transformer.training.checkpoints import (
+    ConfigMismatchError,
+    prepare_run_config,
+)
 from tests.training.helpers import SMALL_CONFIG, small_config
 
 
@@ -25,7 +28,7 @@ def test_defaults_are_the_papers_recipe():
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert optimizer.warmup_steps == 4000 and optimizer.learning_rate_scale == 1.0
     assert optimizer.clipnorm is None
-    assert config.model.label_smoothing == 0.1 and config.model.dropout == 0.1
+    assert config.train.label_smoothing == 0.1 and config.model.dropout == 0.1
     assert config.train.gradient_accumulation == 1
     assert config.train.precision == "float32"
     # The shared vocabulary size follows the model unless data sets it.
@@ -71,7 +74,8 @@ def test_overrides_by_dotted_key():
 def test_override_of_the_whole_model_with_a_preset():
     config = apply_overrides(TrainConfig(), ["model=small", "model.num_heads=4"])
     assert config.model == presets["small"].replace(num_heads=4)
-    assert config.data.vocabulary_size == 8000 and config.data.max_length == 128
+    assert config.data.vocabulary_size == 8000
+    assert config.data.max_sentence_length == 128
     # On a raw mapping whose model is still a preset name too.
     raw = {"model": "tiny"}
     assert apply_overrides(raw, ["model.d_ff=128"]).model.d_ff == 128
@@ -88,7 +92,9 @@ def test_override_of_the_whole_model_with_a_preset():
         ("train.precision=float16", "`train.precision` must be one of"),
         ("train.gradient_accumulation=0", "positive integer"),
         ("model.dropout=1.5", "`dropout` must be in [0, 1)"),
-        ("data.max_length=100", "exceeds the largest bucket boundary"),
+        ("data.max_sentence_length=100", "exceeds the largest bucket boundary"),
+        ("data.max_length=100", "exceeds the largest bucket boundary"),  # old name
+        ("train.label_smoothing=1.0", "`train.label_smoothing` must be"),
         ("train.epochs=3", "either `train.train_steps` or `train.epochs`"),
         (
             "model.vocabulary_size=10",
@@ -154,7 +160,7 @@ def test_section_validation():
     with pytest.raises(ValueError, match="English and Spanish"):
         DataConfig(task="tatoeba", source_language="de", target_language="en")
     with pytest.raises(ValueError, match="longer than the model supports"):
-        TrainConfig(model="tiny", data=DataConfig(max_length=96))
+        TrainConfig(model="tiny", data=DataConfig(max_sentence_length=96))
     with pytest.raises(ValueError, match="shared source-target vocabulary"):
         TrainConfig(
             model=presets["tiny"].replace(
@@ -185,26 +191,164 @@ def _fake_checkpoint(directory):
 
 def test_restart_with_a_changed_config_is_refused(tmp_path):
     config = small_config()
-    assert _prepare_config(config, tmp_path, force=False) is False
+    assert prepare_run_config(config, tmp_path, force=False) is False
     # Before any checkpoint, a new config replaces the old one; a tokenizer
     # learned for other data settings is discarded.
     (tmp_path / "tokenizer").mkdir()
     other_data = small_config("data.num_train_examples=200")
-    assert _prepare_config(other_data, tmp_path, force=False) is False
+    assert prepare_run_config(other_data, tmp_path, force=False) is False
     assert not (tmp_path / "tokenizer").exists()
-    assert _prepare_config(config, tmp_path, force=False) is False
+    assert prepare_run_config(config, tmp_path, force=False) is False
 
     _fake_checkpoint(tmp_path)
     # The same config, or a longer run, resumes.
-    assert _prepare_config(config, tmp_path, force=False) is True
+    assert prepare_run_config(config, tmp_path, force=False) is True
     longer = small_config("train.train_steps=12")
-    assert _prepare_config(longer, tmp_path, force=False) is True
+    assert prepare_run_config(longer, tmp_path, force=False) is True
     changed = small_config("train.train_steps=12", "model.dropout=0.3")
     with pytest.raises(ConfigMismatchError) as error:
-        _prepare_config(changed, tmp_path, force=False)
+        prepare_run_config(changed, tmp_path, force=False)
     message = str(error.value)
     assert "model.dropout: 0.1 -> 0.3" in message
     assert "--force" in message and "--workdir" in message
     # --force accepts it and records the new config.
-    assert _prepare_config(changed, tmp_path, force=True) is True
+    assert prepare_run_config(changed, tmp_path, force=True) is True
     assert TrainConfig.load(tmp_path / "config.json") == changed
+
+
+# ------------------------------------------------ one owner per setting
+#: `SMALL_CONFIG` as a config file written before the settings were renamed.
+OLD_CONFIG = {
+    "model": {**SMALL_CONFIG["model"], "label_smoothing": 0.2},
+    "data": {
+        **{k: v for k, v in SMALL_CONFIG["data"].items() if k != "max_sentence_length"},
+        "max_length": 24,
+    },
+    "train": {**SMALL_CONFIG["train"], "decode_extra_length": 30},
+}
+
+
+def test_old_keys_load_warn_and_equal_the_new_ones():
+    new = small_config("train.label_smoothing=0.2", "train.extra_length=30")
+    with pytest.warns(DeprecationWarning) as caught:
+        old = TrainConfig.from_dict(OLD_CONFIG)
+    messages = " ".join(str(w.message) for w in caught)
+    for key in (
+        "model.label_smoothing",
+        "data.max_length",
+        "train.decode_extra_length",
+    ):
+        assert key in messages
+    assert old == new
+    assert old.train.label_smoothing == 0.2 and old.train.extra_length == 30
+    assert old.data.max_sentence_length == 24
+    assert config_differences(old, new) == {}
+    # Overrides with the old names map too.
+    with pytest.warns(DeprecationWarning, match="data.max_length"):
+        changed = apply_overrides(new, ["data.max_length=16"])
+    assert changed.data.max_sentence_length == 16
+
+
+def test_old_and_new_key_with_different_values_are_refused():
+    values = {**OLD_CONFIG, "train": {**OLD_CONFIG["train"], "extra_length": 10}}
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValueError, match="train.extra_length"),
+    ):
+        TrainConfig.from_dict(values)
+
+
+def test_old_argument_names_still_work_in_python():
+    with pytest.warns(DeprecationWarning, match="max_sentence_length"):
+        data = DataConfig(max_length=32)
+    assert data.max_sentence_length == 32
+    with pytest.warns(DeprecationWarning):
+        assert data.max_length == 32
+    with pytest.warns(DeprecationWarning, match="extra_length"):
+        train = TrainingConfig(decode_extra_length=7)
+    assert train.extra_length == 7
+    with pytest.warns(DeprecationWarning):
+        model = presets["tiny"].replace(label_smoothing=0.3)
+    assert TrainConfig(model=model).train.label_smoothing == 0.3
+    with pytest.warns(DeprecationWarning):
+        assert presets["base"].label_smoothing == 0.1
+
+
+def test_resuming_an_old_run_config_is_not_a_change(tmp_path):
+    with pytest.warns(DeprecationWarning):
+        config = TrainConfig.from_dict(OLD_CONFIG)
+    # config.json of an older run: the resolved config under the old names.
+    stored = config.to_dict()
+    stored["model"]["label_smoothing"] = stored["train"].pop("label_smoothing")
+    stored["train"]["decode_extra_length"] = stored["train"].pop("extra_length")
+    stored["data"]["max_length"] = stored["data"].pop("max_sentence_length")
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    _fake_checkpoint(tmp_path)
+    assert prepare_run_config(config, tmp_path, force=False) is True
+    # ...and the rewritten config.json uses the new names.
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["train"]["label_smoothing"] == 0.2
+    assert "label_smoothing" not in saved["model"]
+    assert "max_length" not in saved["data"]
+
+
+def test_label_smoothing_rows_of_table_3_set_the_training_setting():
+    assert TrainConfig(model="base").train.label_smoothing == 0.1
+    assert TrainConfig(model="table3_D_ls0.2").train.label_smoothing == 0.2
+    assert TrainConfig(model={"preset": "table3_D_ls0.0"}).train.label_smoothing == 0
+    assert presets["table3_D_ls0.0"] == presets["base"]  # the model is base's
+    explicit = TrainConfig(model="table3_D_ls0.2", train={"label_smoothing": 0.05})
+    assert explicit.train.label_smoothing == 0.05
+    # A new preset brings its own label smoothing, like its vocabulary size.
+    swapped = apply_overrides(TrainConfig(), ["model=table3_D_ls0.0"])
+    assert swapped.train.label_smoothing == 0.0
+
+
+def test_vocabulary_size_has_one_owner():
+    from keras_transformer.training.config import reconcile_vocabulary_size
+
+    model, data = reconcile_vocabulary_size(presets["tiny"], DataConfig())
+    assert data.vocabulary_size == model.vocabulary_size == 1000
+    model, data = reconcile_vocabulary_size(
+        presets["tiny"], DataConfig(vocabulary_size=300)
+    )
+    assert model.vocabulary_size == 300
+    with pytest.raises(ValueError, match="two vocabulary sizes"):
+        reconcile_vocabulary_size(
+            presets["tiny"], DataConfig(vocabulary_size=300), model_sets_it=True
+        )
+
+
+def test_overrides_module_and_its_old_home():
+    from keras_transformer.training import config as config_module
+    from keras_transformer.training import overrides
+
+    with pytest.warns(DeprecationWarning, match="training.overrides"):
+        assert config_module.apply_overrides is overrides.apply_overrides
+    with pytest.warns(DeprecationWarning, match="training.overrides"):
+        assert config_module.parse_override is overrides.parse_override
+    assert "max_sentence_length" in overrides.known_keys(["data"])
+    assert "label_smoothing" in overrides.known_keys(["train"])
+
+
+def test_task_names_need_no_tensorflow():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('c', "
+        "'keras_transformer/conventions.py')\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "print(module.TASK_NAMES, 'tensorflow' in sys.modules)\n"
+    )
+    from tests.training.helpers import REPO_ROOT
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "('dates', 'multi30k', 'tatoeba', 'files') False"
+    from keras_transformer.training.config import TASKS
+
+    assert TASKS == ("dates", "multi30k", "tatoeba", "files")

@@ -1,0 +1,235 @@
+"""The named tasks of `keras-transformer train`: their splits and how to load them.
+
+One registry, `TASKS`, answers every question about a task: which splits it
+has (`Task.splits`), which one is its test set (`Task.test_split`), and how
+to read one split's `TextPairs` from a run's data settings
+(`Task.load_split`) or all three (`Task.load`). Training
+(`kt.training.pipeline.load_task`), the config's validation and the
+``evaluate`` command all use it.
+
+The task names themselves are `keras_transformer.conventions.TASK_NAMES`,
+which imports without TensorFlow (the command line builds its choices from
+it); this module imports the readers only when a split is loaded.
+
+Example:
+>>> from keras_transformer.data.tasks import get_task
+>>> task = get_task("multi30k")
+>>> task.splits, task.test_split
+(('train', 'val', 'test_2016_flickr'), 'test_2016_flickr')
+
+Reference: Vaswani et al. (2017), §5.1 (training data and batching); the
+data sets here are small stand-ins for WMT 2014.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from keras_transformer.conventions import TASK_NAMES
+
+if TYPE_CHECKING:
+    from keras_transformer.data.text import TextPairs
+
+__all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskSettings", "get_task"]
+
+
+class TaskSettings(Protocol):
+    """The data settings a task reads (a `kt.training.DataConfig` has them)."""
+
+    task: str
+    source_language: str
+    target_language: str
+    data_dir: str | None
+    train_source: str | None
+    train_target: str | None
+    validation_source: str | None
+    validation_target: str | None
+    test_source: str | None
+    test_target: str | None
+    num_train_examples: int
+    num_eval_examples: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+    """The three splits of a task.
+
+    Attributes:
+        train, validation, test: the sentence pairs.
+        test_name: what the test pairs are, e.g. ``"test_2016_flickr"`` (or
+            ``"validation"`` when a ``files`` task has no test files).
+    """
+
+    train: TextPairs
+    validation: TextPairs
+    test: TextPairs
+    test_name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A named data set: its splits and how to read each one.
+
+    Attributes:
+        name: the `data.task` value.
+        description: one line for help texts.
+        splits: the split names `load_split` accepts, train first, then
+            validation, then test.
+        loader: ``(split, settings, seed) -> TextPairs``.
+    """
+
+    name: str
+    description: str
+    splits: tuple[str, str, str]
+    loader: Callable[[str, Any, int], TextPairs] = dataclasses.field(repr=False)
+
+    @property
+    def train_split(self) -> str:
+        return self.splits[0]
+
+    @property
+    def validation_split(self) -> str:
+        return self.splits[1]
+
+    @property
+    def test_split(self) -> str:
+        """The split evaluated at the end of training (and by ``evaluate``)."""
+        return self.splits[2]
+
+    def load_split(
+        self, split: str, settings: TaskSettings, seed: int = 0
+    ) -> TextPairs:
+        """The pairs of one split.
+
+        Args:
+            split: one of `splits`.
+            settings: the data settings (a `DataConfig`).
+            seed: seed of generated data (the synthetic dates).
+
+        Raises:
+            ValueError: for a split the task does not have.
+        """
+        if split not in self.splits:
+            raise ValueError(
+                f"{split!r} is not a split of task {self.name!r}. Use one of: "
+                f"{', '.join(self.splits)}."
+            )
+        return self.loader(split, settings, seed)
+
+    def load(self, settings: TaskSettings, seed: int = 0) -> TaskData:
+        """The train, validation and test pairs."""
+        train, validation, test = (
+            self.load_split(split, settings, seed) for split in self.splits
+        )
+        return TaskData(train, validation, test, self.test_name(settings))
+
+    def test_name(self, settings: TaskSettings) -> str:
+        """The name of the test pairs (``files`` without test files: validation)."""
+        if self.name == "files" and not settings.test_source:
+            return "validation"
+        return self.test_split
+
+
+# ------------------------------------------------------------------ loaders
+#: Seeds of the synthetic dates splits are the seed plus these offsets.
+_DATES_SPLIT_SEEDS = {"train": 0, "validation": 1_000_003, "test": 2_000_003}
+
+
+def _dates(split: str, settings: TaskSettings, seed: int) -> TextPairs:
+    from keras_transformer.data.datasets import synthetic_dates
+
+    size = (
+        settings.num_train_examples if split == "train" else settings.num_eval_examples
+    )
+    return synthetic_dates(size, seed=seed + _DATES_SPLIT_SEEDS[split])
+
+
+def _multi30k(split: str, settings: TaskSettings, seed: int) -> TextPairs:
+    from keras_transformer.data.datasets import load_multi30k
+
+    return load_multi30k(
+        split,  # type: ignore[arg-type]
+        settings.source_language,  # type: ignore[arg-type]
+        settings.target_language,  # type: ignore[arg-type]
+        data_dir=settings.data_dir,
+    )
+
+
+def _tatoeba(split: str, settings: TaskSettings, seed: int) -> TextPairs:
+    from keras_transformer.data.datasets import load_tatoeba_spa_eng
+
+    return load_tatoeba_spa_eng(
+        split,  # type: ignore[arg-type]
+        data_dir=settings.data_dir,
+        direction=f"{settings.source_language}-{settings.target_language}",  # type: ignore[arg-type]
+    )
+
+
+def _files(split: str, settings: TaskSettings, seed: int) -> TextPairs:
+    from keras_transformer.data.text import read_parallel_files, read_tsv_pairs
+
+    if split == "test" and not settings.test_source:
+        split = "validation"  # no test files: the end evaluates on validation
+    source = getattr(settings, f"{split}_source")
+    target = getattr(settings, f"{split}_target")
+    if not source:
+        raise ValueError(
+            f"task='files' needs `data.{split}_source` to load its {split} pairs."
+        )
+    if target is None:
+        if not re.search(r"\.tsv(\.gz)?$", source):
+            raise ValueError(
+                f"data.{split}_target is not set, so data.{split}_source={source!r} "
+                "must be a tab-separated file of pairs (ending in .tsv or "
+                f".tsv.gz). Set data.{split}_target to the matching target file "
+                "for line-aligned files."
+            )
+        return read_tsv_pairs(source, num_columns=None, on_bad_line="skip")
+    return read_parallel_files(source, target, on_bad_line="skip")
+
+
+#: Every task by name, in the order of `TASK_NAMES`.
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            "dates",
+            "synthetic dates in six languages to ISO 8601 (no download)",
+            ("train", "validation", "test"),
+            _dates,
+        ),
+        Task(
+            "multi30k",
+            "Multi30k Task 1 (de, en, fr)",
+            ("train", "val", "test_2016_flickr"),
+            _multi30k,
+        ),
+        Task(
+            "tatoeba",
+            "Tatoeba English-Spanish, either direction",
+            ("train", "val", "test"),
+            _tatoeba,
+        ),
+        Task(
+            "files",
+            "your own line-aligned or tab-separated files",
+            ("train", "validation", "test"),
+            _files,
+        ),
+    )
+}
+assert tuple(TASKS) == TASK_NAMES
+
+
+def get_task(name: str) -> Task:
+    """The task called `name`, with the list of known tasks when there is none."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown task {name!r}: `data.task` must be one of "
+            f"{', '.join(map(repr, TASK_NAMES))}."
+        ) from None

@@ -1,0 +1,166 @@
+"""``--set key=value`` overrides of a `TrainConfig`, by dotted key.
+
+Example::
+
+    config = apply_overrides(config, ["model.d_model=128", "train.seed=3"])
+
+`known_keys` lists the valid keys at each level (the error messages show
+them). Old key names (`config.RENAMED_KEYS`, e.g. ``data.max_length``) are
+read as their new names with a `DeprecationWarning`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from keras_transformer.models import TransformerConfig
+from keras_transformer.training.config import (
+    RENAMED_KEYS,
+    DataConfig,
+    TrainConfig,
+    TrainingConfig,
+    _renamed_warning,
+    upgrade_config_dict,
+)
+
+__all__ = ["apply_overrides", "known_keys", "parse_override"]
+
+_SECTIONS = {"data": DataConfig, "train": TrainingConfig}
+
+#: Settings that follow the model when ``model=<preset>`` replaces it.
+_FOLLOW_THE_MODEL = {
+    "data": ("vocabulary_size", "max_sentence_length"),
+    "train": ("label_smoothing",),
+}
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Splits ``"model.d_model=128"`` into ``(["model", "d_model"], 128)``.
+
+    The value is read as JSON when it parses (numbers, ``true``, ``null``,
+    lists such as ``[8,16,32]``), otherwise kept as a string, so
+    ``train.precision=mixed_bfloat16`` needs no quotes.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(
+            f"Override {text!r} is not of the form key=value, e.g. "
+            "model.d_model=128 or train.precision=mixed_bfloat16."
+        )
+    path = key.split(".")
+    if any(not part for part in path):
+        raise ValueError(f"Override {text!r} has an empty part in its key {key!r}.")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return path, value
+
+
+def apply_overrides(
+    config: TrainConfig | Mapping[str, Any], overrides: Iterable[str]
+) -> TrainConfig:
+    """Applies ``key=value`` overrides (dotted keys) and validates the result.
+
+    Args:
+        config: a `TrainConfig`, or a raw mapping as read from a JSON file
+            (whose ``"model"`` may still be a preset name).
+        overrides: strings such as ``"model.d_model=128"``,
+            ``"model.optimizer.warmup_steps=400"``, ``"data.task=multi30k"``
+            or ``"model=small"`` (a preset for the whole model; it also
+            resets `data.vocabulary_size`, `data.max_sentence_length` and
+            `train.label_smoothing` to follow the new model, so override
+            those after it if needed).
+
+    Returns:
+        The validated `TrainConfig`.
+
+    Raises:
+        ValueError: on an unknown key (the message lists the known ones) or
+            an invalid value.
+    """
+    raw = (
+        config.to_dict()
+        if isinstance(config, TrainConfig)
+        else upgrade_config_dict(copy.deepcopy(dict(config)))
+    )
+    for text in overrides:
+        path, value = parse_override(text)
+        renamed = RENAMED_KEYS.get(".".join(path))
+        if renamed is not None:
+            _renamed_warning(".".join(path), renamed)
+            path = renamed.split(".")
+        if path == ["model", "vocabulary_size"]:
+            raise ValueError(
+                "Set the vocabulary size with data.vocabulary_size: the learned "
+                "tokenizer decides the model's vocabulary_size."
+            )
+        if path == ["model"]:
+            # A new model brings its own vocabulary size, length and recipe.
+            for section, names in _FOLLOW_THE_MODEL.items():
+                if isinstance(raw.get(section), Mapping):
+                    raw[section] = {
+                        k: v for k, v in raw[section].items() if k not in names
+                    }
+        if path == ["data", "vocabulary_size"] and isinstance(
+            raw.get("model"), Mapping
+        ):
+            raw["model"] = {
+                k: v for k, v in raw["model"].items() if k != "vocabulary_size"
+            }
+        _set_path(raw, path, value, text)
+    return TrainConfig.from_dict(raw)
+
+
+def known_keys(path: list[str]) -> list[str]:
+    """The valid keys below `path` (``[]``: the sections)."""
+    if not path:
+        return ["model", "data", "train"]
+    if path[0] in _SECTIONS and len(path) == 1:
+        return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
+    if path == ["model"]:
+        return ["preset"] + [f.name for f in dataclasses.fields(TransformerConfig)]
+    if path == ["model", "optimizer"]:
+        return [f.name for f in dataclasses.fields(TransformerConfig().optimizer)]
+    return []
+
+
+def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+    node: dict[str, Any] = raw
+    for depth, part in enumerate(path[:-1]):
+        known = known_keys(path[:depth])
+        if part not in known:
+            raise ValueError(
+                f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
+                f"{text!r}. Known keys here: {', '.join(known)}."
+            )
+        child = node.get(part)
+        if isinstance(child, str) and path[: depth + 1] == ["model"]:
+            child = {"preset": child}
+        elif isinstance(child, Mapping):
+            child = dict(child)
+        elif child is None:
+            child = {}
+        else:
+            raise ValueError(
+                f"Override {text!r}: {'.'.join(path[: depth + 1])!r} is a value, "
+                "not a section."
+            )
+        node[part] = child
+        node = child
+    last = path[-1]
+    known = known_keys(path[:-1])
+    if known and last not in known:
+        raise ValueError(
+            f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "
+            f"keys here: {', '.join(known)}."
+        )
+    if path == ["model"] and isinstance(value, str):
+        value = {"preset": value}
+    node[last] = value
