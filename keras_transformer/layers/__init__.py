@@ -22,12 +22,20 @@ from keras_transformer.layers.local_attention import (
     local_block_attention_mask,
     restricted_attention_mask,
 )
+from keras_transformer.layers.local_attention_2d import (
+    LocalAttention2D,
+    local_2d_attention_mask,
+)
 from keras_transformer.layers.masking import (
     causal_mask,
     merge_attention_masks,
     padding_mask,
 )
 from keras_transformer.layers.normalization import LayerNormalization
+from keras_transformer.layers.pixel_outputs import (
+    CategoricalPixelHead,
+    DiscretizedLogisticMixtureHead,
+)
 from keras_transformer.layers.position import (
     PositionEmbedding,
     SinusoidalPositionEncoding,
@@ -35,11 +43,14 @@ from keras_transformer.layers.position import (
 )
 
 __all__ = [
+    "CategoricalPixelHead",
     "DecoderBlock",
+    "DiscretizedLogisticMixtureHead",
     "Dropout",
     "EncoderBlock",
     "FeedForward",
     "LayerNormalization",
+    "LocalAttention2D",
     "LocalBlockAttention",
     "MultiHeadAttention",
     "PositionEmbedding",
@@ -47,6 +58,7 @@ __all__ = [
     "ScaledEmbedding",
     "SinusoidalPositionEncoding",
     "causal_mask",
+    "local_2d_attention_mask",
     "local_block_attention_mask",
     "merge_attention_masks",
     "padding_mask",

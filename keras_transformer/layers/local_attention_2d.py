@@ -1,0 +1,611 @@
+"""Local 2D block self-attention of the Image Transformer (Parmar et al., 2018).
+
+An image of `height x width x channels` intensities is a grid of positions:
+with the paper's channel-wise positions every intensity is one position, so
+the grid has `rows = height` and `cols = width * channels` (the channels of
+a pixel side by side, innermost), and *raster order* reads it row by row,
+left to right. The layer takes that grid as a rank-4 tensor `(batch, rows,
+cols, d_model)`; flattening it row-major, `(batch, rows * cols, d_model)`,
+gives the raster-order sequence that `MultiHeadAttention` and
+`LocalBlockAttention` see.
+
+The grid is cut into non-overlapping query blocks of `query_block = (h_q,
+w_q)` positions. Each query block attends to its *memory block*: the query
+block extended by `memory_flange = (h_m, w_m)`, i.e. `h_m` rows above it and
+`w_m` columns to its left and to its right (Parmar et al., §3.2, Figure 2).
+With `use_causal_mask=True` a query also never sees a key that comes after
+it in raster order (it sees itself and the earlier positions of its memory
+block, `MultiHeadAttention`'s causal convention): the right flange therefore
+only contributes from the rows above the query's. A model that must not see
+the intensity it predicts feeds the layer its input shifted right by one
+raster position, as the Transformer decoder shifts its targets (§3.2.3 of
+Vaswani et al.).
+
+Keys and values are gathered block by block with pads and reshapes; the
+scores live in a `(batch, heads, n_row_blocks, n_col_blocks, h_q w_q,
+(h_m + h_q)(w_q + 2 w_m))` tensor, so time and memory grow linearly with the
+number of positions. The dense equivalent, an `(n, n)` mask, is built only by
+`local_2d_attention_mask` (for tests and small inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.layers import masking
+from keras_transformer.layers.attention import MultiHeadAttention
+
+__all__ = ["LocalAttention2D", "local_2d_attention_mask"]
+
+
+# ----------------------------------------------------------- argument checks
+def _check_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:
+    """A pair of integers `>= minimum`, as a tuple; `ValueError` otherwise."""
+    kind = "positive" if minimum > 0 else "non-negative"
+    message = (
+        f"`{name}` must be a pair of {kind} integers (rows, columns). "
+        f"Received: {name}={value!r}"
+    )
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(message)
+    for item in value:
+        if (
+            isinstance(item, bool)
+            or not isinstance(item, (int, np.integer))
+            or item < minimum
+        ):
+            raise ValueError(message)
+    return int(value[0]), int(value[1])
+
+
+def _largest_divisor(size: int, at_most: int) -> int:
+    """The largest divisor of `size` that is `<= at_most`."""
+    return max(d for d in range(1, min(size, at_most) + 1) if size % d == 0)
+
+
+def _check_grid(rows: Any, cols: Any, query_block: tuple[int, int]) -> None:
+    """Raises `ValueError` unless the query blocks tile the `rows x cols` grid."""
+    for name, size in (("rows", rows), ("cols", cols)):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+            raise ValueError(
+                f"LocalAttention2D needs a static image size; `{name}` must be "
+                f"a positive integer. Received: {name}={size!r}"
+            )
+        if size <= 0:
+            raise ValueError(
+                f"The image `{name}` must be positive. Received: {name}={size}"
+            )
+    h_q, w_q = query_block
+    suggestion = (_largest_divisor(rows, h_q), _largest_divisor(cols, w_q))
+    grid = f"an image of {rows} rows x {cols} columns of positions"
+    if h_q > rows or w_q > cols:
+        raise ValueError(
+            f"`query_block` is larger than {grid}. Received: "
+            f"query_block={query_block}. Choose query_block={suggestion}."
+        )
+    if rows % h_q or cols % w_q:
+        padded = (-(-rows // h_q) * h_q, -(-cols // w_q) * w_q)
+        raise ValueError(
+            f"The query blocks must tile {grid}: the rows must be a multiple "
+            f"of query_block[0] and the columns of query_block[1]. Received: "
+            f"query_block={query_block}. Pad the image to {padded[0]} rows x "
+            f"{padded[1]} columns or choose query_block={suggestion}."
+        )
+
+
+# ------------------------------------------------------------- dense mask
+def local_2d_attention_mask(
+    height: int,
+    width: int,
+    query_block: Sequence[int],
+    memory_flange: Sequence[int],
+    causal: bool = False,
+) -> Any:
+    """The dense equivalent of `LocalAttention2D`'s memory blocks.
+
+    Positions are numbered in raster order, `p = row * width + col`. Query
+    `(r, c)` lies in the block whose top-left position is `(r0, c0) = (h_q
+    floor(r / h_q), w_q floor(c / w_q))` and may attend to the key `(r', c')`
+    when `r0 - h_m <= r' < r0 + h_q` and `c0 - w_m <= c' < c0 + w_q + w_m`
+    (and, when `causal`, `r' width + c' <= r width + c`). Costs
+    `O((height * width)^2)`: for tests and small images.
+
+    Args:
+        height: the rows of the grid (the image height).
+        width: the columns of the grid, in positions (the image width times
+            the channels with channel-wise positions).
+        query_block: `(h_q, w_q)`, positive, dividing `(height, width)`.
+        memory_flange: `(h_m, w_m)`, non-negative.
+        causal: also mask the keys after each query in raster order.
+
+    Returns:
+        boolean `(n, n)`, `n = height * width`; `True` means "may attend".
+
+    Example:
+    >>> import numpy as np
+    >>> mask = local_2d_attention_mask(2, 4, (1, 2), (1, 1), causal=True)
+    >>> np.asarray(mask).astype(int)[6].tolist()  # query (1, 2)
+    [0, 1, 1, 1, 0, 1, 1, 0]
+
+    Reference: Parmar et al. (2018), "Image Transformer", §3.2 and Figure 2.
+    """
+    query_block = _check_pair("query_block", query_block, 1)
+    memory_flange = _check_pair("memory_flange", memory_flange, 0)
+    _check_grid(height, width, query_block)
+    (h_q, w_q), (h_m, w_m) = query_block, memory_flange
+    positions = np.arange(height * width)
+    rows, cols = positions // width, positions % width
+    # (n, 1): the top-left corner of each query's block.
+    top = ((rows // h_q) * h_q)[:, None]
+    left = ((cols // w_q) * w_q)[:, None]
+    mask = (
+        (rows[None] >= top - h_m)
+        & (rows[None] < top + h_q)
+        & (cols[None] >= left - w_m)
+        & (cols[None] < left + w_q + w_m)
+    )
+    if causal:
+        mask &= positions[None] <= positions[:, None]
+    return ops.convert_to_tensor(mask)
+
+
+# ------------------------------------------------------------------- layer
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LocalAttention2D(MultiHeadAttention):
+    """Local 2D block self-attention of the Image Transformer.
+
+    The `(rows, cols)` grid of positions is cut into query blocks of
+    `query_block = (h_q, w_q)` positions; every query block attends to the
+    memory block that extends it by `memory_flange = (h_m, w_m)`: `h_m`
+    rows above, `w_m` columns left and `w_m` right, `M = (h_m + h_q)(w_q + 2
+    w_m)` keys, of which those outside the image are masked. With
+    `use_causal_mask=True` each query also ignores the keys after it in
+    raster order (it sees itself: the causal convention of
+    `MultiHeadAttention`; shift the model's inputs by one raster position so
+    that an intensity is predicted from the earlier ones only). Cost
+    `O(n * M * d)` for `n = rows * cols` positions.
+
+    The weights are exactly those of `MultiHeadAttention` (same names and
+    shapes), so `set_weights` moves them between full and local attention:
+    on the raster-order sequence `x.reshape(batch, rows * cols, d)`, the layer
+    equals `MultiHeadAttention` with the mask of `local_2d_attention_mask`.
+    With one query block per row band, `query_block = (h_q, cols)` and
+    `memory_flange = (h_m, w_m)` (any `w_m`: the side flanges fall outside
+    the image), it equals `LocalBlockAttention(query_block_length=h_q * cols,
+    memory_length=h_m * cols)` on that sequence.
+
+    Args:
+        num_heads: number of heads `h`.
+        key_dim: size `d_k` of each query/key head.
+        query_block: `(h_q, w_q)`, positive; must divide the grid's
+            `(rows, cols)` (checked when the layer is built).
+        memory_flange: `(h_m, w_m)`, non-negative.
+        value_dim, output_dim, dropout, use_bias, kernel_initializer,
+        bias_initializer: as for `MultiHeadAttention`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: `(batch, rows, cols, features)` with static `rows` and
+            `cols`; with channel-wise positions `rows` is the image height
+            and `cols` the width times the channels, channels innermost.
+        use_causal_mask: also mask the keys after each query in raster order
+            (image generation).
+        return_attention_scores: also return the attention weights.
+        training: whether attention dropout is active.
+
+    Returns:
+        `(batch, rows, cols, output_dim)`, or `(output, scores)` where the
+        scores are float32 weights in the blocked layout `(batch, heads,
+        rows / h_q, cols / w_q, h_q * w_q, M)`: query slot `a w_q + b` of
+        block `(i, j)` is position `(i h_q + a, j w_q + b)`, key slot `u (w_q
+        + 2 w_m) + v` is position `(i h_q - h_m + u, j w_q - w_m + v)`. See
+        `blocked_to_dense_scores`.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = LocalAttention2D(
+    ...     num_heads=2, key_dim=4, query_block=(2, 6), memory_flange=(1, 3)
+    ... )
+    >>> x = np.random.rand(1, 4, 24, 8).astype("float32")  # a 4 x 8 RGB image
+    >>> out, scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(scores.shape)
+    ((1, 4, 24, 8), (1, 2, 2, 4, 12, 36))
+
+    Sampling one position at a time: `init_cache` and `call_cached`.
+
+    Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 2D
+    attention) and Figure 2.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        query_block: Sequence[int],
+        memory_flange: Sequence[int],
+        **kwargs: Any,
+    ) -> None:
+        query_block = _check_pair("query_block", query_block, 1)
+        memory_flange = _check_pair("memory_flange", memory_flange, 0)
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        self.query_block = query_block
+        self.memory_flange = memory_flange
+        self.grid_shape: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------ geometry
+    @property
+    def memory_shape(self) -> tuple[int, int]:
+        """`(h_m + h_q, w_q + 2 w_m)`: the rows and columns of a memory block."""
+        (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
+        return h_m + h_q, w_q + 2 * w_m
+
+    def _grid(self, shape: Sequence[int | None]) -> tuple[int, int]:
+        if len(shape) != 4:
+            raise ValueError(
+                "LocalAttention2D expects `inputs` of rank 4, (batch, rows, "
+                "cols, features), the image's positions in raster order with "
+                "channels innermost (cols = width * channels). Received: "
+                f"inputs.shape={tuple(shape)}"
+            )
+        rows, cols = shape[1], shape[2]
+        _check_grid(rows, cols, self.query_block)
+        return int(rows), int(cols)
+
+    def _block_masks(self, rows: int, cols: int, causal: bool) -> np.ndarray:
+        """Static boolean `(n_row_blocks, n_col_blocks, h_q w_q, M)` mask.
+
+        Keys outside the image are masked; with `causal`, so are the keys
+        after the query in raster order, a comparison of relative offsets
+        that is the same in every block.
+        """
+        (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
+        mem_rows, mem_cols = self.memory_shape
+        # Offsets from the block's top-left corner; (Q,) and (M,).
+        query_r = np.repeat(np.arange(h_q), w_q)
+        query_c = np.tile(np.arange(w_q), h_q)
+        key_r = np.repeat(np.arange(mem_rows), mem_cols) - h_m
+        key_c = np.tile(np.arange(mem_cols), mem_rows) - w_m
+        # (n_row_blocks, n_col_blocks, 1, M): keys inside the image.
+        row_inside = (np.arange(rows // h_q) * h_q)[:, None] + key_r[None] >= 0
+        col_abs = (np.arange(cols // w_q) * w_q)[:, None] + key_c[None]
+        col_inside = (col_abs >= 0) & (col_abs < cols)
+        mask = (row_inside[:, None] & col_inside[None])[:, :, None, :]
+        if causal:
+            # (Q, M): the key is the query or comes before it in raster order.
+            dr = key_r[None] - query_r[:, None]
+            dc = key_c[None] - query_c[:, None]
+            mask = mask & ((dr < 0) | ((dr == 0) & (dc <= 0)))[None, None]
+        else:
+            mask = np.broadcast_to(
+                mask, (*mask.shape[:2], h_q * w_q, mask.shape[3])
+            ).copy()
+        return mask
+
+    # -------------------------------------------------------------- blocks
+    def _query_blocks(self, x: Any, rows: int, cols: int) -> Any:
+        """`(batch, heads, n, dim)` -> `(batch, heads, R, C, h_q w_q, dim)`."""
+        h_q, w_q = self.query_block
+        batch, heads, dim = ops.shape(x)[0], self.num_heads, x.shape[-1]
+        # (batch, heads, R, h_q, C, w_q, dim)
+        x = ops.reshape(x, (batch, heads, rows // h_q, h_q, cols // w_q, w_q, dim))
+        # (batch, heads, R, C, h_q, w_q, dim)
+        x = ops.transpose(x, (0, 1, 2, 4, 3, 5, 6))
+        return ops.reshape(x, (batch, heads, rows // h_q, cols // w_q, h_q * w_q, dim))
+
+    def _memory_blocks(self, x: Any, rows: int, cols: int) -> Any:
+        """`(batch, heads, n, dim)` -> `(batch, heads, R, C, M, dim)`, zero-padded.
+
+        Block `(i, j)` gets the positions of rows `[i h_q - h_m, (i+1) h_q)`
+        and columns `[j w_q - w_m, (j+1) w_q + w_m)`, row-major. Each axis is
+        padded by whole blocks and cut into blocks; side-by-side shifted
+        slices of the block axis then hold every block's neighbours.
+        """
+        (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
+        mem_rows, mem_cols = self.memory_shape
+        n_r, n_c = rows // h_q, cols // w_q
+        batch, heads, dim = ops.shape(x)[0], self.num_heads, x.shape[-1]
+        # (batch, heads, rows, cols, dim)
+        x = ops.reshape(x, (batch, heads, rows, cols, dim))
+
+        # Rows: the h_m rows above each block. Pad whole blocks at the top.
+        above = -(-h_m // h_q)
+        x = ops.pad(x, [[0, 0], [0, 0], [above * h_q, 0], [0, 0], [0, 0]])
+        # (batch, heads, above + R, h_q, cols, dim)
+        x = ops.reshape(x, (batch, heads, above + n_r, h_q, cols, dim))
+        # (batch, heads, R, (above + 1) h_q, cols, dim)
+        x = ops.concatenate([x[:, :, k : k + n_r] for k in range(above + 1)], axis=3)
+        start = above * h_q - h_m
+        # (batch, heads, R, mem_rows, cols, dim)
+        x = x[:, :, :, start : start + mem_rows]
+
+        # Columns: w_m on each side. Pad whole blocks left and right.
+        side = -(-w_m // w_q)
+        x = ops.pad(
+            x, [[0, 0], [0, 0], [0, 0], [0, 0], [side * w_q, side * w_q], [0, 0]]
+        )
+        # (batch, heads, R, mem_rows, 2 side + C, w_q, dim)
+        x = ops.reshape(x, (batch, heads, n_r, mem_rows, 2 * side + n_c, w_q, dim))
+        # (batch, heads, R, mem_rows, C, (2 side + 1) w_q, dim)
+        x = ops.concatenate(
+            [x[:, :, :, :, k : k + n_c] for k in range(2 * side + 1)], axis=5
+        )
+        start = side * w_q - w_m
+        # (batch, heads, R, mem_rows, C, mem_cols, dim)
+        x = x[:, :, :, :, :, start : start + mem_cols]
+        # (batch, heads, R, C, mem_rows, mem_cols, dim)
+        x = ops.transpose(x, (0, 1, 2, 4, 3, 5, 6))
+        return ops.reshape(x, (batch, heads, n_r, n_c, mem_rows * mem_cols, dim))
+
+    def _attend_blocks(
+        self,
+        queries: Any,
+        keys: Any,
+        values: Any,
+        rows: int,
+        cols: int,
+        causal: bool,
+        training: bool | None,
+    ) -> tuple[Any, Any]:
+        """Blocked Eq. 1 and `W^O` on raster-order heads `(batch, heads, n, dim)`.
+
+        Returns:
+            `(output, scores)`: `(batch, n, output_dim)` and the float32
+            blocked weights `(batch, heads, R, C, Q, M)`.
+        """
+        h_q, w_q = self.query_block
+        compute_dtype = queries.dtype
+        # (batch, heads, R, C, Q, key_dim); the queries carry 1 / sqrt(d_k).
+        query_blocks = self._query_blocks(ops.cast(queries, "float32"), rows, cols)
+        # (batch, heads, R, C, M, key_dim) and (..., M, value_dim)
+        key_blocks = self._memory_blocks(ops.cast(keys, "float32"), rows, cols)
+        value_blocks = self._memory_blocks(values, rows, cols)
+        batch, dim = ops.shape(queries)[0], self.value_dim
+        n_r, n_c = rows // h_q, cols // w_q
+        mem_size = self.memory_shape[0] * self.memory_shape[1]
+
+        def merge_blocks(x: Any) -> Any:
+            # (batch, heads, R, C, slots, dim) -> (batch, heads, R C, slots, dim):
+            # TensorFlow's softmax takes at most rank 5.
+            return ops.reshape(
+                x, (batch, self.num_heads, n_r * n_c, x.shape[-2], x.shape[-1])
+            )
+
+        # (batch, heads, R C, Q, M), accumulated in float32.
+        logits = ops.matmul(
+            merge_blocks(query_blocks), ops.swapaxes(merge_blocks(key_blocks), -1, -2)
+        )
+        mask = self._block_masks(rows, cols, causal).reshape(n_r * n_c, -1, mem_size)
+        weights = masking.masked_softmax(
+            logits, ops.convert_to_tensor(mask)[None, None]
+        )
+        if self.dropout > 0.0 and training:
+            weights = keras.random.dropout(
+                weights, self.dropout, seed=self.seed_generator
+            )
+        # (batch, heads, R C, Q, value_dim)
+        heads_output = ops.matmul(
+            ops.cast(weights, compute_dtype), merge_blocks(value_blocks)
+        )
+        # (batch, heads, R, C, Q, M): the documented layout of the scores.
+        weights = ops.reshape(
+            weights, (batch, self.num_heads, n_r, n_c, h_q * w_q, mem_size)
+        )
+        # (batch, heads, R, C, h_q, w_q, dv) -> (batch, heads, R, h_q, C, w_q, dv)
+        heads_output = ops.reshape(
+            heads_output, (batch, self.num_heads, n_r, n_c, h_q, w_q, dim)
+        )
+        heads_output = ops.transpose(heads_output, (0, 1, 2, 4, 3, 5, 6))
+        # (batch, heads, n, value_dim): raster order again.
+        heads_output = ops.reshape(
+            heads_output, (batch, self.num_heads, rows * cols, dim)
+        )
+        return self.combine_heads(heads_output), weights
+
+    def blocked_to_dense_scores(self, scores: Any) -> Any:
+        """Scatters blocked weights into a dense `(batch, heads, n, n)` tensor.
+
+        Rows and columns are raster-order positions; zero outside each
+        query's memory block. Costs `O(batch * heads * n^2)`: for plots and
+        tests, not for training.
+
+        Args:
+            scores: `(batch, heads, R, C, Q, M)` from the layer.
+
+        Returns:
+            float32 `(batch, heads, n, n)`.
+        """
+        (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
+        mem_rows, mem_cols = self.memory_shape
+        n_r, n_c = scores.shape[2], scores.shape[3]
+        rows, cols = n_r * h_q, n_c * w_q
+        length = rows * cols
+        batch, width = ops.shape(scores)[0], mem_rows * mem_cols
+        positions = np.arange(length)
+        r, c = positions // cols, positions % cols
+        # The blocked row of each raster position: block, then query slot.
+        blocked_row = ((r // h_q) * n_c + c // w_q) * (h_q * w_q) + (
+            (r % h_q) * w_q + c % w_q
+        )
+        # (batch, heads, n, M) in raster order.
+        dense_rows = ops.take(
+            ops.reshape(scores, (batch, self.num_heads, -1, width)),
+            ops.convert_to_tensor(blocked_row.astype("int32")),
+            axis=2,
+        )
+        # (n, n): the memory slot of key t for query p.
+        top = (r // h_q) * h_q - h_m
+        left = (c // w_q) * w_q - w_m
+        slot_r = r[None] - top[:, None]
+        slot_c = c[None] - left[:, None]
+        inside = (slot_r >= 0) & (slot_r < mem_rows) & (slot_c >= 0)
+        inside &= slot_c < mem_cols
+        slots = np.where(inside, slot_r * mem_cols + slot_c, 0).astype("int32")
+        gathered = ops.take_along_axis(
+            dense_rows,
+            ops.broadcast_to(
+                ops.convert_to_tensor(slots)[None, None],
+                (batch, self.num_heads, length, length),
+            ),
+            axis=-1,
+        )
+        return ops.where(
+            ops.convert_to_tensor(inside)[None, None],
+            gathered,
+            ops.zeros_like(gathered),
+        )
+
+    # ------------------------------------------------------------------ call
+    def call(
+        self,
+        inputs: Any,
+        use_causal_mask: bool = False,
+        return_attention_scores: bool = False,
+        training: bool | None = None,
+    ) -> Any:
+        rows, cols = self._grid(inputs.shape)
+        batch = ops.shape(inputs)[0]
+        # (batch, n, features): raster order, channels innermost.
+        sequence = ops.reshape(inputs, (batch, rows * cols, inputs.shape[-1]))
+        # Each (batch, heads, n, dim).
+        queries, keys, values = self.project_self_attention(sequence)
+        output, scores = self._attend_blocks(
+            queries, keys, values, rows, cols, use_causal_mask, training
+        )
+        # (batch, rows, cols, output_dim)
+        output = ops.reshape(output, (batch, rows, cols, self._output_dim))
+        if return_attention_scores:
+            return output, scores
+        return output
+
+    # ---------------------------------------------------- cached sampling
+    def init_cache(self, batch_size: Any) -> dict[str, Any]:
+        """An empty cache for `call_cached`: the keys and values of every position.
+
+        Args:
+            batch_size: the batch size of the sampling.
+
+        Returns:
+            `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
+            n, value_dim)}`, zeros, `n = rows * cols` of the built layer.
+        """
+        if self.grid_shape is None:
+            raise ValueError(
+                "LocalAttention2D.init_cache needs a built layer: call the "
+                "layer once (or `build` it with the image's shape) first."
+            )
+        keys, values = self.empty_cache(
+            batch_size, self.grid_shape[0] * self.grid_shape[1]
+        )
+        return {"keys": keys, "values": values}
+
+    def call_cached(
+        self, position_inputs: Any, cache: dict[str, Any], index: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """The causal output of one position, from the cached earlier positions.
+
+        The keys and values of the position are written into the cache at
+        `index`; its query attends to the cached keys of its memory block,
+        masked as by `use_causal_mask=True` (itself and the earlier
+        positions only), at a cost of `O(M)`, not `O(n)`. Feeding the
+        positions `0, 1, ..., n - 1` in raster order reproduces
+        `layer(x, use_causal_mask=True)` at every position. Sampling feeds
+        each new position the embedding of the intensity just drawn (shifted
+        inputs: position `p` gets intensity `p - 1`).
+
+        Args:
+            position_inputs: `(batch, 1, features)`, the input of position
+                `index` (row `index // cols`, column `index % cols`).
+            cache: from `init_cache` or the previous call.
+            index: the raster position, a Python or scalar tensor integer
+                (may vary inside a compiled loop).
+
+        Returns:
+            `(output, cache)`: `(batch, 1, output_dim)` and the updated cache.
+        """
+        if self.grid_shape is None:
+            raise ValueError(
+                "LocalAttention2D.call_cached needs a built layer: call the "
+                "layer once (or `build` it with the image's shape) first."
+            )
+        rows, cols = self.grid_shape
+        (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
+        mem_rows, mem_cols = self.memory_shape
+        queries, keys, values = self.project_self_attention(position_inputs)
+        index = ops.cast(index, "int32")
+        cache = {
+            "keys": ops.slice_update(cache["keys"], (0, 0, index, 0), keys),
+            "values": ops.slice_update(cache["values"], (0, 0, index, 0), values),
+        }
+        # The memory block of the position: (M,) rows and columns.
+        top = (index // cols) // h_q * h_q - h_m
+        left = (index % cols) // w_q * w_q - w_m
+        key_rows = top + ops.convert_to_tensor(
+            np.repeat(np.arange(mem_rows), mem_cols).astype("int32")
+        )
+        key_cols = left + ops.convert_to_tensor(
+            np.tile(np.arange(mem_cols), mem_rows).astype("int32")
+        )
+        key_positions = key_rows * cols + key_cols
+        allowed = ops.logical_and(
+            ops.logical_and(key_rows >= 0, key_cols >= 0),
+            ops.logical_and(key_cols < cols, key_positions <= index),
+        )
+        slots = ops.clip(key_positions, 0, rows * cols - 1)
+        # (batch, heads, M, dim)
+        memory_keys = ops.take(cache["keys"], slots, axis=2)
+        memory_values = ops.take(cache["values"], slots, axis=2)
+        output, _ = self.attend(
+            queries, memory_keys, memory_values, allowed[None, None, None], False
+        )
+        return output, cache
+
+    # ------------------------------------------------------------ Keras glue
+    def build(self, inputs_shape: Sequence[int | None]) -> None:
+        rows, cols = self._grid(inputs_shape)
+        self.grid_shape = (rows, cols)
+        sequence_shape = (inputs_shape[0], rows * cols, inputs_shape[-1])
+        super().build(sequence_shape)
+
+    def compute_output_shape(
+        self, inputs_shape: Sequence[int | None]
+    ) -> tuple[int | None, ...]:
+        return (*tuple(inputs_shape[:-1]), self.output_dim or inputs_shape[-1])
+
+    def compute_output_spec(
+        self,
+        inputs: Any,
+        use_causal_mask: bool = False,
+        return_attention_scores: bool = False,
+        training: bool | None = None,
+    ) -> Any:
+        output = keras.KerasTensor(
+            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
+        )
+        if not return_attention_scores:
+            return output
+        rows, cols = self._grid(inputs.shape)
+        (h_q, w_q), (mem_rows, mem_cols) = self.query_block, self.memory_shape
+        scores_shape = (
+            inputs.shape[0],
+            self.num_heads,
+            rows // h_q,
+            cols // w_q,
+            h_q * w_q,
+            mem_rows * mem_cols,
+        )
+        return output, keras.KerasTensor(scores_shape, dtype="float32")
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            {
+                "query_block": list(self.query_block),
+                "memory_flange": list(self.memory_flange),
+            }
+        )
+        return config
