@@ -31,10 +31,15 @@ Reference: Vaswani et al. (2017), §6.1 (checkpoint averaging).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import glob
 import json
+import logging
 import os
-from collections.abc import Mapping
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +62,27 @@ __all__ = [
     "TOKENIZER_DIR",
     "TRANSLATIONS_DIR",
     "WEIGHTS",
+    "CheckpointDamagedError",
+    "CheckpointManager",
+    "CheckpointWriteError",
     "RunFolder",
     "check_tokenizer",
+    "checkpoint_files",
     "checkpoint_paths",
+    "checkpoint_problem",
     "checkpoint_step",
+    "forget_checkpoint",
     "is_export_dir",
     "is_run_dir",
     "load_export",
+    "quarantine_checkpoint",
     "restore_checkpoint",
+    "restore_newest_checkpoint",
+    "save_checkpoint",
     "write_checkpoint_metadata",
 ]
+
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -87,6 +103,27 @@ WEIGHTS = ("last", "best", "average")
 
 
 # ------------------------------------------------------------- checkpoints
+#: The suffix of a damaged checkpoint file moved aside (never deleted).
+DAMAGED_SUFFIX = ".corrupt"
+#: The name of the CheckpointManager's state file in a checkpoint folder.
+CHECKPOINT_STATE = "checkpoint"
+
+
+class CheckpointDamagedError(ValueError):
+    """A checkpoint file is truncated, empty, missing or unreadable.
+
+    Not a config mismatch: the files themselves are broken. The message
+    names the file and what is wrong with it.
+    """
+
+
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (full disk, I/O error); nothing was recorded.
+
+    The previous checkpoint is intact and still the latest.
+    """
+
+
 def checkpoint_paths(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
     """The checkpoints in a folder, oldest first (``.../ckpt-<step>``)."""
     state = tf.train.get_checkpoint_state(str(checkpoint_dir))
@@ -100,9 +137,390 @@ def checkpoint_step(path: str) -> int:
     return int(path.rsplit("-", 1)[-1])
 
 
-def restore_checkpoint(model: keras.Model, path: str) -> None:
-    """Loads the model weights of a tf.train checkpoint (not the optimizer's)."""
+def checkpoint_files(prefix: str | os.PathLike[str]) -> list[Path]:
+    """The files of a checkpoint that exist: ``<prefix>.index`` and its data shards."""
+    prefix = Path(prefix)
+    index = Path(f"{prefix}.index")
+    shards = sorted(
+        Path(p) for p in glob.glob(glob.escape(str(prefix)) + ".data-?????-of-?????")
+    )
+    return ([index] if index.exists() else []) + shards
+
+
+def _short(error: BaseException) -> str:
+    """The first line of an error message (TensorFlow's are long)."""
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    return " ".join(text.strip().splitlines()[0].split())[:200]
+
+
+def _file_problem(path: Path) -> str | None:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except OSError as e:
+        return f"{path} cannot be read ({e.strerror or _short(e)})"
+    if not os.access(path, os.R_OK):
+        return f"{path} cannot be read (permission denied)"
+    if size == 0:
+        return f"{path} is empty (0 bytes)"
+    return None
+
+
+def checkpoint_problem(
+    prefix: str | os.PathLike[str], read_tensors: bool = True
+) -> str | None:
+    """What is wrong with the files of a checkpoint, or None when it is intact.
+
+    Checks that ``<prefix>.index`` and every data shard exist, are readable
+    and not empty, that the index parses, and (with `read_tensors`) that
+    every tensor reads back whole with its checksum: a truncated, empty or
+    missing file is found here, a model of another configuration is not
+    (that is a mismatch, not damage).
+
+    Returns:
+        ``"<file> is <what>"`` naming the damaged file, or None.
+    """
+    prefix = Path(prefix)
+    index = Path(f"{prefix}.index")
+    problem = _file_problem(index)
+    if problem:
+        return problem
+    pattern = glob.escape(str(prefix)) + ".data-?????-of-?????"
+    shards = sorted(Path(p) for p in glob.glob(pattern))
+    if not shards:
+        return f"{prefix}.data-00000-of-NNNNN (its data file) is missing"
+    count = int(shards[0].name.rsplit("-of-", 1)[1])
+    names = {shard.name for shard in shards}
+    for i in range(count):
+        name = f"{prefix.name}.data-{i:05d}-of-{count:05d}"
+        if name not in names:
+            return f"{prefix.parent / name} is missing"
+    for shard in shards:
+        problem = _file_problem(shard)
+        if problem and not (problem.endswith("(0 bytes)") and count > 1):
+            return problem
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+        keys = list(reader.get_variable_to_dtype_map())
+    except Exception as e:  # noqa: BLE001 - any failure to parse is damage
+        return f"{index} is damaged ({_short(e)})"
+    if not read_tensors:
+        return None
+    data = str(shards[0]) if count == 1 else f"a data shard {prefix}.data-*"
+    for key in keys:
+        try:
+            reader.get_tensor(key)
+        except Exception as e:  # noqa: BLE001 - a tensor that does not read back
+            return f"{data} is damaged ({_short(e)})"
+    return None
+
+
+def _free_name(path: Path) -> Path:
+    candidate, number = path, 0
+    while candidate.exists():
+        number += 1
+        candidate = path.with_name(f"{path.name}.{number}")
+    return candidate
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Writes `text` to `path` so that readers see the old or the new file."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    _fsync_directory(path.parent)
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))
+
+
+def forget_checkpoint(
+    checkpoint_dir: str | os.PathLike[str], prefix: str | os.PathLike[str]
+) -> None:
+    """Removes `prefix` from the folder's ``checkpoint`` state file (atomically).
+
+    The files are not touched. When no checkpoint is left, the state file
+    is removed (it would list nothing).
+    """
+    from google.protobuf import text_format
+
+    directory = Path(checkpoint_dir)
+    state = tf.train.get_checkpoint_state(str(directory))
+    if state is None:
+        return
+    paths = list(state.all_model_checkpoint_paths)
+    stamps = list(state.all_model_checkpoint_timestamps)
+    if len(stamps) != len(paths):
+        stamps = []
+    keep = [i for i, p in enumerate(paths) if not _same_path(p, str(prefix))]
+    if len(keep) == len(paths) and not _same_path(
+        state.model_checkpoint_path, str(prefix)
+    ):
+        return
+    if not keep:
+        (directory / CHECKPOINT_STATE).unlink(missing_ok=True)
+        _fsync_directory(directory)
+        return
+
+    def relative(path: str) -> str:
+        inside = os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory)
+        return os.path.basename(path) if inside else path
+
+    del state.all_model_checkpoint_paths[:]
+    state.all_model_checkpoint_paths.extend(relative(paths[i]) for i in keep)
+    del state.all_model_checkpoint_timestamps[:]
+    if stamps:
+        state.all_model_checkpoint_timestamps.extend(stamps[i] for i in keep)
+    state.model_checkpoint_path = relative(paths[keep[-1]])
+    _write_atomically(directory / CHECKPOINT_STATE, text_format.MessageToString(state))
+
+
+def quarantine_checkpoint(prefix: str | os.PathLike[str]) -> list[Path]:
+    """Moves a damaged checkpoint's files aside and forgets it; deletes nothing.
+
+    ``ckpt-6.index`` becomes ``ckpt-6.index.corrupt`` (``.corrupt.1``, ...
+    when that exists), and so does every data shard; the checkpoint leaves
+    the ``checkpoint`` state file, so the newest intact one is the latest.
+
+    Returns:
+        The new paths of the moved files.
+    """
+    prefix = Path(prefix)
+    moved = []
+    for path in checkpoint_files(prefix):
+        target = _free_name(path.with_name(path.name + DAMAGED_SUFFIX))
+        try:
+            os.replace(path, target)
+        except OSError as e:
+            raise CheckpointDamagedError(
+                f"{path} is damaged and cannot be moved aside ({e.strerror or e}): "
+                f"move or rename it by hand (e.g. to {target.name}), then retry."
+            ) from e
+        moved.append(target)
+    forget_checkpoint(prefix.parent, prefix)
+    return moved
+
+
+def damaged_files(checkpoint_dir: str | os.PathLike[str]) -> list[Path]:
+    """The files of damaged checkpoints moved aside earlier (``*.corrupt``)."""
+    directory = Path(checkpoint_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(
+        p for p in directory.iterdir() if DAMAGED_SUFFIX in p.name and p.is_file()
+    )
+
+
+def restore_newest_checkpoint(
+    checkpoint_dir: str | os.PathLike[str], restore: Callable[[str], Any]
+) -> str | None:
+    """Restores the newest intact checkpoint of a folder with ``restore(prefix)``.
+
+    The one place where every reader of a run's checkpoints (training's
+    resume, `RunFolder.restore`, hence translate, evaluate and export) goes.
+    A checkpoint whose files are damaged (truncated, empty, missing shard,
+    unreadable) is moved aside with `quarantine_checkpoint`, never deleted,
+    a warning names the file and what is wrong, and the next older one is
+    tried. Every tensor is read back first, so an error of `restore` on an
+    intact checkpoint (a model of another configuration) is raised as it is
+    and never taken for damage.
+
+    Returns:
+        The prefix restored, or None when the folder lists no checkpoint.
+
+    Raises:
+        CheckpointDamagedError: when checkpoints existed but all are damaged.
+    """
+    directory = Path(checkpoint_dir)
+    problems: list[str] = []
+    for prefix in reversed(checkpoint_paths(directory)):
+        # Every tensor is read back (with its checksum) before the restore:
+        # a model restore reads only some of them, and an error it raises
+        # must mean a model of another configuration, not a damaged file.
+        problem = checkpoint_problem(prefix)
+        if problem is None:
+            restore(prefix)
+            if problems:
+                logger.warning(
+                    "Restored %s, the newest intact checkpoint of %s.",
+                    Path(prefix).name,
+                    directory,
+                )
+            return prefix
+        moved = quarantine_checkpoint(prefix)
+        problems.append(problem)
+        logger.warning(
+            "Checkpoint %s is damaged: %s. Its files were moved aside (%s), not "
+            "deleted; falling back to the previous checkpoint.",
+            Path(prefix).name,
+            problem,
+            ", ".join(p.name for p in moved) or "no file left",
+        )
+    if problems:
+        raise CheckpointDamagedError(
+            f"Every checkpoint in {directory} is damaged ({'; '.join(problems)}); "
+            f"their files were moved aside as *{DAMAGED_SUFFIX}, nothing was "
+            "deleted. Restore the checkpoints from a backup, or move the "
+            f"*{DAMAGED_SUFFIX} files out of {directory} to start again from step 0."
+        )
+    return None
+
+
+class CheckpointManager(tf.train.CheckpointManager):
+    """`tf.train.CheckpointManager` whose state never names a deleted checkpoint.
+
+    TensorFlow's manager deletes the files of the checkpoints beyond
+    `max_to_keep` and then rewrites its ``checkpoint`` state file, so a
+    process killed in between leaves a state that lists missing files.
+    This one writes the state without them first, then deletes their files.
+    Everything else (`max_to_keep`, `keep_checkpoint_every_n_hours`,
+    `latest_checkpoint`, the layout) is TensorFlow's.
+    """
+
+    def _sweep(self) -> None:
+        if not hasattr(self, "_maybe_delete") or not self._max_to_keep:
+            return super()._sweep()
+        doomed = []
+        while len(self._maybe_delete) > self._max_to_keep:
+            filename, timestamp = self._maybe_delete.popitem(last=False)
+            hours = self._keep_checkpoint_every_n_hours
+            if hours and timestamp - hours * 3600.0 >= self._last_preserved_timestamp:
+                self._last_preserved_timestamp = timestamp
+                continue
+            doomed.append(filename)
+        if doomed:
+            self._record_state()
+            for filename in doomed:
+                for path in checkpoint_files(filename):
+                    path.unlink(missing_ok=True)
+        return None
+
+
+def _remove_unrecorded(prefix: str) -> None:
+    """Removes the files of an interrupted or failed write of `prefix`.
+
+    Only when `prefix` is not a recorded checkpoint: these files were never
+    a checkpoint (the state file is written after them).
+    """
+    directory = os.path.dirname(prefix)
+    if any(_same_path(p, prefix) for p in checkpoint_paths(directory)):
+        return
+    for path in checkpoint_files(prefix):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(f"{prefix}_temp", ignore_errors=True)
+
+
+def _sync(prefix: str) -> None:
+    for path in checkpoint_files(prefix):
+        with open(path, "rb") as file:
+            os.fsync(file.fileno())
+    _fsync_directory(Path(prefix).parent)
+
+
+def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
+    """Writes checkpoint ``ckpt-<number>`` so that it is complete or not seen.
+
+    The files are written, flushed to disk and read back (every tensor and
+    its checksum) before the manager records the checkpoint in its state
+    file (which TensorFlow replaces atomically); the manager's `max_to_keep`
+    then removes the oldest. A write that fails (a full disk, an I/O error,
+    a file that does not read back) records nothing: its partial files are
+    removed, and the previous checkpoint stays intact and the latest.
+
+    Returns:
+        The prefix of the new checkpoint.
+
+    Raises:
+        CheckpointWriteError: naming what failed and what to do.
+    """
+    previous = manager.latest_checkpoint
+    prefix = os.path.join(manager.directory, f"ckpt-{number}")
+    _remove_unrecorded(prefix)
+
+    def verify(path: str) -> None:
+        _sync(path)
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise CheckpointWriteError(
+                f"the new checkpoint does not read back: {problem}"
+            )
+
+    options = tf.train.CheckpointOptions(experimental_write_callbacks=[verify])
+    try:
+        return manager.save(checkpoint_number=number, options=options)
+    except (OSError, tf.errors.OpError) as e:
+        # The error of the write is the one to report.
+        with contextlib.suppress(OSError):
+            _remove_unrecorded(prefix)
+        full = getattr(e, "errno", None) == errno.ENOSPC or (
+            "no space left" in str(e).lower()
+        )
+        what = (
+            f"no space left on the device of {manager.directory}"
+            if full
+            else (e.strerror if isinstance(e, OSError) and e.strerror else _short(e))
+        )
+        advice = (
+            "Free disk space (or lower train.keep_checkpoints)"
+            if full
+            else "Check the disk and the folder's permissions"
+        )
+        keep = (
+            f"{Path(previous).name} is intact and still the latest"
+            if previous
+            else "no earlier checkpoint exists"
+        )
+        error = CheckpointWriteError(
+            f"Could not write checkpoint {prefix}: {what}. {keep}; nothing of the "
+            f"failed write was kept. {advice}, then run the same command again to "
+            "resume."
+        )
+        error.errno = errno.ENOSPC if full else getattr(e, "errno", None)
+        raise error from e
+
+
+def _restore_weights(model: keras.Model, path: str) -> None:
     tf.train.Checkpoint(model=model).restore(path).expect_partial()
+
+
+def restore_checkpoint(model: keras.Model, path: str) -> None:
+    """Loads the model weights of a tf.train checkpoint (not the optimizer's).
+
+    Raises:
+        CheckpointDamagedError: when the checkpoint's files are damaged.
+    """
+    try:
+        _restore_weights(model, path)
+    except Exception as e:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            raise
+        raise CheckpointDamagedError(
+            f"Cannot restore {path}: {problem}. Pick another checkpoint "
+            "(--weights), or restore the file from a backup."
+        ) from e
 
 
 def write_checkpoint_metadata(
@@ -182,6 +600,12 @@ class RunFolder:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(
+                f"{self.path} is a file, not a run folder: pass the folder of a "
+                "`keras-transformer train` run (--workdir), or a new folder to "
+                "train in."
+            )
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -222,6 +646,16 @@ class RunFolder:
     # -- reading --------------------------------------------------------------
     def check(self) -> RunFolder:
         """Returns self if the folder is a run; raises FileNotFoundError if not."""
+        if not self.path.exists():
+            raise FileNotFoundError(
+                f"{self.path} does not exist: pass the --workdir of a "
+                "`keras-transformer train` run."
+            )
+        if not os.access(self.path, os.R_OK | os.X_OK):
+            raise PermissionError(
+                f"{self.path} cannot be read (permission denied): fix its "
+                "permissions or pass another run folder."
+            )
         if not self.config_file.is_file():
             raise FileNotFoundError(
                 f"{self.path} is not a training work directory: {CONFIG_FILE} is "
@@ -267,19 +701,33 @@ class RunFolder:
 
         Args:
             model: a model of the run's configuration (`build_model`).
-            weights: ``"last"`` (the newest checkpoint), ``"best"`` (best
-                validation BLEU), ``"average"`` (``average-checkpoints``,
-                §6.1), or the path of a checkpoint prefix or a
-                ``.weights.h5`` file.
+            weights: ``"last"`` (the newest intact checkpoint: a damaged
+                one is moved aside with a warning, see
+                `restore_newest_checkpoint`), ``"best"`` (best validation
+                BLEU), ``"average"`` (``average-checkpoints``, §6.1), or the
+                path of a checkpoint prefix or a ``.weights.h5`` file.
+
+        Raises:
+            CheckpointDamagedError: when every checkpoint (or the one named)
+                is damaged.
         """
         if weights == "last":
-            paths = self.checkpoints()
-            if not paths:
+            # The newest intact checkpoint; damaged ones are moved aside.
+            restored = restore_newest_checkpoint(
+                self.checkpoint_dir, lambda path: _restore_weights(model, path)
+            )
+            if restored is None and damaged_files(self.checkpoint_dir):
+                names = ", ".join(p.name for p in damaged_files(self.checkpoint_dir))
+                raise CheckpointDamagedError(
+                    f"{self.checkpoint_dir} holds no intact checkpoint, only damaged "
+                    f"files moved aside earlier ({names[:200]}): restore them from "
+                    "a backup, or pass --weights best/average/<file>."
+                )
+            if restored is None:
                 raise FileNotFoundError(
                     f"{self.checkpoint_dir} holds no checkpoint yet: train first, "
                     "or pass --weights best/average/<file>."
                 )
-            restore_checkpoint(model, paths[-1])
         elif weights in ("best", "average"):
             path = self.best_weights if weights == "best" else self.averaged_weights
             if not path.is_file():

@@ -454,10 +454,16 @@ def load_translator(
     if is_export_dir(path):
         model, tokenizer, _ = load_export(path)
         return model, tokenizer
-    if not path.is_dir():
+    if not path.exists():
         raise FileNotFoundError(
             f"{path} does not exist. Pass the --workdir of a `keras-transformer "
             "train` run or a folder written by `keras-transformer export`."
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"{path} is a file, not a folder. Pass the --workdir of a "
+            "`keras-transformer train` run or a folder written by "
+            "`keras-transformer export`."
         )
     return RunFolder(path).load(weights)
 

@@ -132,12 +132,26 @@ def _labels(name: str, labels: Sequence[Any] | None, size: int) -> list[str]:
     return labels
 
 
+def _token_fontsize(num_tokens: int) -> float:
+    """Points per label: 10 for short sentences, down to 6 for 64 tokens."""
+    return float(np.clip(11.0 - num_tokens / 12.0, 6.0, 10.0))
+
+
+def _label_width(labels: Sequence[str], fontsize: float) -> float:
+    """Inches the longest label takes (about 0.6 em per character)."""
+    longest = max((len(label) for label in labels), default=1)
+    return 0.6 * fontsize / 72 * longest + 0.1
+
+
 def plot_attention(
     weights: Any,
     x_labels: Sequence[Any] | None = None,
     y_labels: Sequence[Any] | None = None,
     ax: Axes | None = None,
     title: str | None = None,
+    fontsize: float | str | None = None,
+    show_x_labels: bool = True,
+    show_y_labels: bool = True,
 ) -> Figure:
     """A labelled heat map of one attention matrix.
 
@@ -151,6 +165,12 @@ def plot_attention(
         y_labels: labels of the queries (rows), likewise.
         ax: draw into these axes; a new figure when `None`.
         title: title of the axes.
+        fontsize: size of the token labels, in points or a Matplotlib name
+            such as ``"small"``; `None` scales it to the number of tokens
+            (10 points for a short sentence, down to 6 for 64 tokens).
+        show_x_labels, show_y_labels: whether to write the token labels
+            along each axis (`plot_heads` writes them once per row and
+            column of its grid).
 
     Returns:
         The figure that holds the plot.
@@ -164,9 +184,16 @@ def plot_attention(
     x_labels = _labels("x_labels", x_labels, weights.shape[1])
     y_labels = _labels("y_labels", y_labels, weights.shape[0])
     weights = weights[: len(y_labels), : len(x_labels)]
+    if fontsize is None:
+        fontsize = _token_fontsize(max(len(x_labels), len(y_labels)))
     if ax is None:
+        points = fontsize if isinstance(fontsize, (int, float)) else 8.0
+        cell = 1.6 * points / 72
         figure = Figure(
-            figsize=(1.5 + 0.35 * len(x_labels), 1.0 + 0.35 * len(y_labels))
+            figsize=(
+                max(2.5, 1.0 + _label_width(y_labels, points) + cell * len(x_labels)),
+                max(2.0, 0.8 + _label_width(x_labels, points) + cell * len(y_labels)),
+            )
         )
         FigureCanvasAgg(figure)
         ax = figure.add_subplot()
@@ -174,8 +201,15 @@ def plot_attention(
     else:
         colorbar = False
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, aspect="auto")
-    ax.set_xticks(range(len(x_labels)), x_labels, rotation=90, fontsize="small")
-    ax.set_yticks(range(len(y_labels)), y_labels, fontsize="small")
+    ax.set_xticks(
+        range(len(x_labels)),
+        x_labels if show_x_labels else [],
+        rotation=90,
+        fontsize=fontsize,
+    )
+    ax.set_yticks(
+        range(len(y_labels)), y_labels if show_y_labels else [], fontsize=fontsize
+    )
     ax.tick_params(length=0)
     if title is not None:
         ax.set_title(title, fontsize="medium")
@@ -185,6 +219,21 @@ def plot_attention(
     return ax.figure
 
 
+def grid_shape(num_heads: int, columns: int | None = None) -> tuple[int, int]:
+    """(rows, columns) of the grid `plot_heads` draws `num_heads` heads in.
+
+    With `columns` `None` the grid is as square as it can be with no more
+    rows than columns: 2 x 2 for 4 heads, 2 x 4 for 8, 4 x 4 for 16.
+    """
+    if num_heads < 1:
+        raise ValueError(f"`num_heads` must be positive. Received: {num_heads}")
+    if columns is None:
+        rows = max(1, math.isqrt(num_heads))
+        columns = math.ceil(num_heads / rows)
+    columns = max(1, min(columns, num_heads))
+    return math.ceil(num_heads / columns), columns
+
+
 def plot_heads(
     maps: dict[str, np.ndarray],
     layer: int,
@@ -192,9 +241,15 @@ def plot_heads(
     x_labels: Sequence[Any] | None = None,
     y_labels: Sequence[Any] | None = None,
     example: int = 0,
-    columns: int = 4,
+    columns: int | None = None,
+    fontsize: float | None = None,
+    label_outer: bool = True,
 ) -> Figure:
-    """Every head of one layer side by side (as the paper's Figures 4-5).
+    """Every head of one layer in a grid (as the paper's Figures 4-5).
+
+    The figure grows with the number of tokens and the token labels shrink
+    (from 10 to 6 points), so that every label keeps its own row or column
+    and stays legible; the key labels are rotated.
 
     Args:
         maps: from `attention_maps`.
@@ -205,7 +260,14 @@ def plot_heads(
             the decoder self-attention).
         y_labels: labels of the queries.
         example: which example of the batch.
-        columns: number of heads per row of the grid.
+        columns: number of heads per row of the grid; `None` (the default)
+            makes the grid as square as possible (`grid_shape`: 2 x 4 for 8
+            heads).
+        fontsize: size of the token labels in points; `None` scales it to
+            the number of tokens.
+        label_outer: write the key labels under the bottom row and the query
+            labels left of the first column only (all heads share them);
+            `False` labels every head.
 
     Returns:
         A figure with one heat map per head.
@@ -223,12 +285,26 @@ def plot_heads(
         raise ValueError(
             f"`example` must be in [{-batch}, {batch}). Received: example={example!r}"
         )
-    columns = max(1, min(columns, num_heads))
-    rows = math.ceil(num_heads / columns)
-    width = len(x_labels) if x_labels is not None else weights.shape[-1]
-    height = len(y_labels) if y_labels is not None else weights.shape[-2]
+    rows, columns = grid_shape(num_heads, columns)
+    x_names = _labels("x_labels", x_labels, weights.shape[-1])
+    y_names = _labels("y_labels", y_labels, weights.shape[-2])
+    if fontsize is None:
+        fontsize = _token_fontsize(max(len(x_names), len(y_names)))
+    # One token per 1.6 label heights; room for the labels and titles.
+    cell = 1.6 * fontsize / 72
+    panel_width = max(1.2, cell * len(x_names))
+    panel_height = max(1.0, cell * len(y_names))
+    label_columns = 1 if label_outer else columns
+    label_rows = 1 if label_outer else rows
     figure = Figure(
-        figsize=(columns * (1.0 + 0.3 * width), rows * (1.2 + 0.3 * height)),
+        figsize=(
+            columns * (panel_width + 0.15)
+            + label_columns * _label_width(y_names, fontsize)
+            + 0.3,
+            rows * (panel_height + 0.35)
+            + label_rows * _label_width(x_names, fontsize)
+            + 0.5,
+        ),
         layout="constrained",
     )
     FigureCanvasAgg(figure)
@@ -237,12 +313,17 @@ def plot_heads(
         if head >= num_heads:
             ax.set_axis_off()
             continue
+        # The last head of a column: in the bottom row or above an empty cell.
+        last_in_column = head + columns >= num_heads
         plot_attention(
             weights[layer, example, head],
             x_labels,
             y_labels,
             ax=ax,
             title=f"head {head}",
+            fontsize=fontsize,
+            show_x_labels=not label_outer or last_in_column,
+            show_y_labels=not label_outer or head % columns == 0,
         )
     layer_number = layer % num_layers
     figure.suptitle(f"{_TITLES[kind]}, layer {layer_number}")
@@ -277,6 +358,7 @@ __all__ = [
     "KINDS",
     "attention_maps",
     "figure_to_image",
+    "grid_shape",
     "plot_attention",
     "plot_heads",
 ]

@@ -122,3 +122,70 @@ def test_plot_heads(maps):
         visualize.plot_heads(maps, 0, "cross", None, None)
     with pytest.raises(ValueError, match="layer"):
         visualize.plot_heads(maps, 2, "encoder_self", None, None)
+
+
+def test_grid_shape():
+    assert visualize.grid_shape(8) == (2, 4)
+    assert visualize.grid_shape(4) == (2, 2)
+    assert visualize.grid_shape(16) == (4, 4)
+    assert visualize.grid_shape(2) == (1, 2) and visualize.grid_shape(1) == (1, 1)
+    assert visualize.grid_shape(6) == (2, 3)
+    assert visualize.grid_shape(4, columns=4) == (1, 4)  # the old default
+    assert visualize.grid_shape(3, columns=10) == (1, 3)
+    with pytest.raises(ValueError, match="num_heads"):
+        visualize.grid_shape(0)
+
+
+def _heat_maps(figure):
+    return [ax for ax in figure.axes if ax.images]
+
+
+def _font_points(labels) -> set[float]:
+    return {label.get_fontsize() for label in labels if label.get_text()}
+
+
+@pytest.mark.parametrize("num_tokens", [6, 40])
+def test_plot_heads_grid_readable_labels(num_tokens):
+    rng = np.random.default_rng(0)
+    weights = rng.random((1, 1, 8, num_tokens, num_tokens)).astype("float32")
+    maps = {"encoder_self": weights}
+    tokens = [f"tok{i}" for i in range(num_tokens)]
+    figure = visualize.plot_heads(maps, 0, "encoder_self", tokens, tokens)
+    axes = _heat_maps(figure)
+    assert len(axes) == 8
+    # Two rows of four heads: the axes' positions make a 2 x 4 grid.
+    rows = sorted({round(ax.get_position().y0, 3) for ax in axes})
+    columns = sorted({round(ax.get_position().x0, 3) for ax in axes})
+    assert len(rows) == 2 and len(columns) == 4
+    # Labels once per row and column: keys under the bottom row (rotated),
+    # queries left of the first column, every token its own tick.
+    labelled_x = [ax for ax in axes if any(t.get_text() for t in ax.get_xticklabels())]
+    labelled_y = [ax for ax in axes if any(t.get_text() for t in ax.get_yticklabels())]
+    assert len(labelled_x) == 4 and len(labelled_y) == 2
+    x_labels = labelled_x[0].get_xticklabels()
+    assert [t.get_text() for t in x_labels] == tokens
+    assert {t.get_rotation() for t in x_labels} == {90.0}
+    (points,) = _font_points(x_labels)
+    assert 6 <= points <= 10
+    # The figure grows with the tokens so that each one gets a label's room.
+    width, height = figure.get_size_inches()
+    assert width / (4 * num_tokens) >= 1.4 * points / 72
+    assert height / (2 * num_tokens) >= 1.4 * points / 72
+    # Every head labelled when asked, and an explicit font size is kept.
+    figure = visualize.plot_heads(
+        maps, 0, "encoder_self", tokens, tokens, label_outer=False, fontsize=9
+    )
+    for ax in _heat_maps(figure):
+        assert _font_points(ax.get_xticklabels()) == {9.0}
+        assert [t.get_text() for t in ax.get_yticklabels()] == tokens
+
+
+def test_font_size_shrinks_with_the_number_of_tokens():
+    rng = np.random.default_rng(1)
+    sizes = []
+    for num_tokens in (5, 30, 60):
+        maps = {"decoder_self": rng.random((1, 1, 2, num_tokens, num_tokens))}
+        figure = visualize.plot_heads(maps, 0, "decoder_self")
+        (points,) = _font_points(_heat_maps(figure)[0].get_yticklabels())
+        sizes.append(points)
+    assert sizes[0] == 10 and sizes[0] > sizes[1] > sizes[2] >= 6

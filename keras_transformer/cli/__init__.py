@@ -137,8 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as e:
         print(f"keras-transformer {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        # Configuration, data and divergence problems carry their own
+    except (ValueError, OSError, RuntimeError) as e:
+        # Configuration, data, file (a full disk, a damaged checkpoint, a path
+        # of the wrong kind) and divergence problems carry their own
         # explanation; anything else keeps its traceback.
         if isinstance(e, RuntimeError):
             from keras_transformer.training.loop import TrainingDivergedError

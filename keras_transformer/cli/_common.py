@@ -6,14 +6,124 @@ Pure Python: the parser is built without importing TensorFlow or Keras.
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
 
-__all__ = ["CommandError", "add_model_arguments", "add_search_arguments"]
+__all__ = [
+    "PATH_KINDS",
+    "CommandError",
+    "add_model_arguments",
+    "add_search_arguments",
+    "check_path",
+    "check_paths",
+    "check_weights",
+]
 
 
 class CommandError(Exception):
     """A user error: printed without a traceback, exit status 2."""
+
+
+#: What a path argument must be: an existing folder or file to read, or a
+#: folder or file that the command creates (or replaces) and so may not
+#: exist yet.
+PATH_KINDS = ("folder", "file", "new folder", "new file")
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists():
+            return parent
+    return Path(".")
+
+
+def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
+    """`value` as a `Path`, if it is the `kind` of thing the argument needs.
+
+    One check for every path argument of every command, so that a file
+    given for a folder (or the reverse), a missing path or one without
+    permission is refused with one true line, before anything is loaded.
+
+    Args:
+        value: the path given.
+        kind: one of `PATH_KINDS`.
+        argument: how the user wrote it (``--workdir``, ``config file``).
+
+    Raises:
+        CommandError: naming the argument, the path, what is wrong, and what
+            to pass instead.
+    """
+    if kind not in PATH_KINDS:
+        raise ValueError(f"kind must be one of {PATH_KINDS}. Received: {kind!r}")
+    path = Path(value)
+    noun = "folder" if kind.endswith("folder") else "file"
+    if path.exists():
+        if noun == "folder" and not path.is_dir():
+            raise CommandError(
+                f"{argument} {path} is a file, not a folder: pass a folder."
+            )
+        if noun == "file" and path.is_dir():
+            raise CommandError(
+                f"{argument} {path} is a folder, not a file: pass a file."
+            )
+        need = os.R_OK | (os.X_OK if noun == "folder" else 0)
+        if kind.startswith("new"):
+            need |= os.W_OK
+        if not os.access(path, need):
+            what = "written" if kind.startswith("new") else "read"
+            raise CommandError(
+                f"{argument} {path} cannot be {what} (permission denied): fix its "
+                f"permissions or pass another {noun}."
+            )
+        return path
+    if not kind.startswith("new"):
+        raise CommandError(
+            f"{argument} {path} does not exist: pass an existing {noun}."
+        )
+    parent = _nearest_existing(path.parent)
+    if not parent.is_dir():
+        raise CommandError(
+            f"{argument} {path} cannot be created: {parent} is a file, not a "
+            "folder. Pass a path inside a folder."
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CommandError(
+            f"{argument} {path} cannot be created: {parent} is not writable "
+            f"(permission denied). Pass a {noun} in a folder you can write to."
+        )
+    return path
+
+
+def check_paths(args: argparse.Namespace, **kinds: str) -> None:
+    """`check_path` for several arguments: ``check_paths(args, workdir="folder")``.
+
+    Arguments that are unset (None) or ``-`` (standard input or output)
+    are skipped. The argument is named as the user writes it: ``--dest``,
+    or ``config file`` for the positional ``config``.
+    """
+    for dest, kind in kinds.items():
+        value = getattr(args, dest, None)
+        if value is None or (kind.endswith("file") and str(value) == "-"):
+            continue
+        name = "config file" if dest == "config" else "--" + dest.replace("_", "-")
+        check_path(value, kind, name)
+
+
+def check_weights(args: argparse.Namespace) -> None:
+    """``--weights``: a named choice, a ``.weights.h5`` file or a checkpoint prefix."""
+    weights = getattr(args, "weights", None)
+    if weights is None or weights in ("last", "best", "average"):
+        return
+    if str(weights).endswith(".weights.h5"):
+        check_path(weights, "file", "--weights")
+    elif Path(weights).is_dir():
+        raise CommandError(
+            f"--weights {weights} is a folder: pass last, best, average, a "
+            ".weights.h5 file or a checkpoint prefix (e.g. <workdir>/checkpoints/"
+            "ckpt-600)."
+        )
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

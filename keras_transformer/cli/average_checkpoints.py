@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from keras_transformer.cli._common import CommandError
+from keras_transformer.cli._common import CommandError, check_paths
 
 NAME = "average-checkpoints"
 HELP = "Average the weights of the last N checkpoints into one model (§6.1)."
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Writes the averaged weights and says where."""
+    check_paths(args, workdir="folder", output="new file")
     from keras_transformer.training import average_checkpoints
 
     try:

@@ -10,7 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.cli._common import add_model_arguments, add_search_arguments
+from keras_transformer.cli._common import (
+    add_model_arguments,
+    add_search_arguments,
+    check_paths,
+    check_weights,
+)
 from keras_transformer.conventions import TASK_NAMES
 
 NAME = "evaluate"
@@ -142,6 +147,16 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
 
 def run(args: argparse.Namespace) -> int:
     """Translates the test set with `Translator`, prints (and logs) the scores."""
+    check_paths(
+        args,
+        workdir="folder",
+        source="file",
+        reference="file",
+        data_dir="folder",
+        hypotheses="new file",
+        log_dir="new folder",
+    )
+    check_weights(args)
     from keras_transformer.runs import WEIGHTS, RunFolder, is_export_dir
     from keras_transformer.translation import Translator
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from keras_transformer.cli._common import add_model_arguments, add_search_arguments
+from keras_transformer.cli._common import (
+    add_model_arguments,
+    add_search_arguments,
+    check_paths,
+    check_weights,
+)
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
 
 NAME = "export"
@@ -36,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Loads the model, writes the SavedModel, says how to inspect it."""
+    check_paths(args, workdir="folder", output="new folder")
+    check_weights(args)
     from keras_transformer import export
     from keras_transformer.translation import load_translator
 

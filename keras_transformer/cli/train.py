@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
-from keras_transformer.cli._common import CommandError
+from keras_transformer.cli._common import CommandError, check_paths
 from keras_transformer.conventions import STRATEGIES, TASK_NAMES
 
 NAME = "train"
@@ -90,6 +91,7 @@ def _load_raw_config(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Resolves the config, then trains (or prints it with --print-config)."""
+    check_paths(args, config="file", workdir="new folder")
     # Logical CPU devices must be set before TensorFlow initialises.
     if args.cpu_devices is not None:
         from keras_transformer.training.distribute import configure_cpu_devices
@@ -107,5 +109,28 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.training import train
     from keras_transformer.training.distribute import make_strategy
 
-    train(config, args.workdir, make_strategy(args.strategy), force=args.force)
+    result = train(config, args.workdir, make_strategy(args.strategy), force=args.force)
+    if result.preempted:
+        print(f"To resume, run the same command again: {resume_command(args)}")
     return 0
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that resumes the run of `args` (the same command)."""
+    words = ["keras-transformer", NAME]
+    if args.config:
+        words.append(args.config)
+    words += ["--workdir", str(args.workdir)]
+    if args.preset:
+        words += ["--preset", args.preset]
+    if args.task:
+        words += ["--task", args.task]
+    for override in args.overrides:
+        words += ["--set", override]
+    if args.strategy != "default":
+        words += ["--strategy", args.strategy]
+    if args.cpu_devices is not None:
+        words += ["--cpu-devices", str(args.cpu_devices)]
+    if args.force:
+        words.append("--force")
+    return shlex.join(words)

@@ -6,7 +6,12 @@ import argparse
 import contextlib
 import sys
 
-from keras_transformer.cli._common import add_model_arguments, add_search_arguments
+from keras_transformer.cli._common import (
+    add_model_arguments,
+    add_search_arguments,
+    check_paths,
+    check_weights,
+)
 
 NAME = "translate"
 HELP = "Translate a file or standard input, one output line per input line."
@@ -36,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Reads the lines, translates them with `Translator`, writes them."""
+    check_paths(args, workdir="folder", input="file", output="new file")
+    check_weights(args)
     from keras_transformer.translation import Translator, read_lines, write_lines
 
     lines = read_lines(args.input)

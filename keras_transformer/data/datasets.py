@@ -385,6 +385,7 @@ def load_tatoeba_spa_eng(
         tuple(pairs.sources[i] for i in keep),
         tuple(pairs.targets[i] for i in keep),
         pairs.skipped,
+        pairs.files,
     )
     return selected if direction == "en-es" else selected.reversed()
 

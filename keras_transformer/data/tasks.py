@@ -51,6 +51,16 @@ class TaskSettings(Protocol):
     test_target: str | None
     num_train_examples: int
     num_eval_examples: int
+    # Also read, when the settings have it: ``on_bad_line`` ("skip" or
+    # "raise"; "skip" when absent), what the file readers do with a bad line.
+
+
+#: What the readers do with a bad line when the settings do not say.
+DEFAULT_ON_BAD_LINE = "skip"
+
+
+def _on_bad_line(settings: TaskSettings) -> Any:
+    return getattr(settings, "on_bad_line", None) or DEFAULT_ON_BAD_LINE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +77,53 @@ class TaskData:
     validation: TextPairs
     test: TextPairs
     test_name: str
+
+    def skipped(self) -> list[dict[str, Any]]:
+        """The pairs each split dropped while reading (bad lines), split by split.
+
+        Returns:
+            One dict per split read from files: ``{"split", "files",
+            "kept", "skipped": {reason: count}, "summary"}`` (the summary in
+            words, e.g. ``"skipped 1 pair (invalid UTF-8: 1), kept 299"``).
+            Generated splits (the dates) are left out; so is the test split
+            when it is the validation split again. Splits cut from one file
+            (Tatoeba) count that file's skips once, with the first of them.
+        """
+        splits = [("train", self.train), ("validation", self.validation)]
+        if self.test_name != "validation":
+            splits.append((self.test_name, self.test))
+        found: list[dict[str, Any]] = []
+        counted: set[tuple[str, ...]] = set()
+        for split, pairs in splits:
+            if not (pairs.files or pairs.num_skipped):
+                continue
+            if pairs.files and pairs.files in counted:
+                pairs = dataclasses.replace(pairs, skipped={})
+            counted.add(pairs.files)
+            found.append(
+                {
+                    "split": split,
+                    "files": list(pairs.files),
+                    "kept": len(pairs),
+                    "skipped": dict(sorted(pairs.skipped.items())),
+                    "summary": pairs.skip_summary(),
+                }
+            )
+        return found
+
+    def skip_messages(self) -> list[str]:
+        """One line per split that dropped pairs, naming its files.
+
+        For example ``"train split (corpus/train.de, corpus/train.en):
+        skipped 1 pair (invalid UTF-8: 1), kept 299"``; empty when nothing
+        was dropped.
+        """
+        return [
+            f"{entry['split']} split ({', '.join(entry['files']) or 'generated'}): "
+            f"{entry['summary']}"
+            for entry in self.skipped()
+            if sum(entry["skipped"].values())
+        ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +212,7 @@ def _multi30k(split: str, settings: TaskSettings, seed: int) -> TextPairs:
         settings.source_language,  # type: ignore[arg-type]
         settings.target_language,  # type: ignore[arg-type]
         data_dir=settings.data_dir,
+        on_bad_line=_on_bad_line(settings),
     )
 
 
@@ -165,6 +223,7 @@ def _tatoeba(split: str, settings: TaskSettings, seed: int) -> TextPairs:
         split,  # type: ignore[arg-type]
         data_dir=settings.data_dir,
         direction=f"{settings.source_language}-{settings.target_language}",  # type: ignore[arg-type]
+        on_bad_line=_on_bad_line(settings),
     )
 
 
@@ -187,8 +246,10 @@ def _files(split: str, settings: TaskSettings, seed: int) -> TextPairs:
                 f".tsv.gz). Set data.{split}_target to the matching target file "
                 "for line-aligned files."
             )
-        return read_tsv_pairs(source, num_columns=None, on_bad_line="skip")
-    return read_parallel_files(source, target, on_bad_line="skip")
+        return read_tsv_pairs(
+            source, num_columns=None, on_bad_line=_on_bad_line(settings)
+        )
+    return read_parallel_files(source, target, on_bad_line=_on_bad_line(settings))
 
 
 #: Every task by name, in the order of `TASK_NAMES`.

@@ -35,9 +35,11 @@ from typing import Literal
 import tensorflow as tf
 
 __all__ = [
+    "BAD_LINE_POLICIES",
     "BadLinePolicy",
     "SKIP_EMPTY",
     "SKIP_INVALID_UTF8",
+    "SKIP_REASON_NAMES",
     "SKIP_TOO_LONG",
     "SKIP_WRONG_COLUMNS",
     "TextPairs",
@@ -53,7 +55,17 @@ SKIP_INVALID_UTF8 = "invalid_utf8"
 SKIP_TOO_LONG = "too_long"
 SKIP_WRONG_COLUMNS = "wrong_columns"
 
-_BAD_LINE_POLICIES = ("raise", "skip")
+#: How :meth:`TextPairs.skip_summary` names each reason.
+SKIP_REASON_NAMES = {
+    SKIP_EMPTY: "empty line",
+    SKIP_INVALID_UTF8: "invalid UTF-8",
+    SKIP_TOO_LONG: "too long",
+    SKIP_WRONG_COLUMNS: "wrong number of columns",
+}
+
+#: The values of ``on_bad_line`` (and of ``data.on_bad_line`` in a run).
+BAD_LINE_POLICIES = ("raise", "skip")
+_BAD_LINE_POLICIES = BAD_LINE_POLICIES
 _DEFAULT_MAX_CHARS = 2000
 
 
@@ -67,12 +79,16 @@ class TextPairs:
             ``sources[i]``.
         skipped: Number of pairs dropped while reading, by reason (for example
             ``{"empty": 2, "invalid_utf8": 1}``). Empty when nothing was
-            dropped.
+            dropped. :meth:`skip_summary` says it in words.
+        files: The files the pairs were read from (source file first), as
+            given to the reader; empty for generated or hand-built pairs. Not
+            part of equality or the hash.
     """
 
     sources: tuple[str, ...]
     targets: tuple[str, ...]
     skipped: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    files: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         # Accept any sequence (lists included) but store tuples, so that the
@@ -80,6 +96,7 @@ class TextPairs:
         object.__setattr__(self, "sources", tuple(self.sources))
         object.__setattr__(self, "targets", tuple(self.targets))
         object.__setattr__(self, "skipped", MappingProxyType(dict(self.skipped)))
+        object.__setattr__(self, "files", tuple(str(f) for f in self.files))
         if len(self.sources) != len(self.targets):
             raise ValueError(
                 f"TextPairs needs as many targets as sources, got "
@@ -108,6 +125,29 @@ class TextPairs:
         skipped = dict(self.skipped)
         return f"TextPairs({len(self)} pairs, skipped={skipped})"
 
+    @property
+    def num_skipped(self) -> int:
+        """The number of pairs dropped while reading, all reasons together."""
+        return sum(self.skipped.values())
+
+    def skip_summary(self) -> str:
+        """What was dropped and kept, in words.
+
+        Returns:
+            For example ``"skipped 1 pair (invalid UTF-8: 1), kept 299"``, or
+            ``"skipped 0 pairs, kept 300"``.
+        """
+        total = self.num_skipped
+        text = f"skipped {total} pair{'' if total == 1 else 's'}"
+        if total:
+            reasons = ", ".join(
+                f"{SKIP_REASON_NAMES.get(reason, reason)}: {count}"
+                for reason, count in sorted(self.skipped.items())
+                if count
+            )
+            text += f" ({reasons})"
+        return f"{text}, kept {len(self)}"
+
     def to_dataset(self) -> tf.data.Dataset:
         """Returns the pairs as a ``tf.data.Dataset``.
 
@@ -130,7 +170,7 @@ class TextPairs:
         """
         if n < 0:
             raise ValueError(f"take(n) needs n >= 0, got n={n}.")
-        return TextPairs(self.sources[:n], self.targets[:n], self.skipped)
+        return TextPairs(self.sources[:n], self.targets[:n], self.skipped, self.files)
 
     def reversed(self) -> TextPairs:
         """Returns the pairs with source and target swapped.
@@ -138,7 +178,7 @@ class TextPairs:
         Returns:
             A new :class:`TextPairs` translating in the opposite direction.
         """
-        return TextPairs(self.targets, self.sources, self.skipped)
+        return TextPairs(self.targets, self.sources, self.skipped, self.files)
 
 
 # ---------------------------------------------------------------------------
@@ -212,8 +252,8 @@ def _check_length(text: str, max_chars: int | None) -> None:
 
 
 def _bad_line_error(path: Path, line_number: int, bad: _BadLineError) -> ValueError:
-    fixes = "pass on_bad_line='skip' to drop such pairs (they are counted in "
-    fixes += "TextPairs.skipped)"
+    fixes = "pass on_bad_line='skip' (in a training config: data.on_bad_line="
+    fixes += "skip) to drop such pairs (they are counted in TextPairs.skipped)"
     if bad.reason == SKIP_TOO_LONG:
         fixes += ", or raise max_chars (None disables the limit)"
     elif bad.reason == SKIP_INVALID_UTF8:
@@ -287,7 +327,12 @@ def read_parallel_files(
         else:
             sources.append(pair[0])
             targets.append(pair[1])
-    return TextPairs(tuple(sources), tuple(targets), dict(skipped))
+    return TextPairs(
+        tuple(sources),
+        tuple(targets),
+        dict(skipped),
+        (str(source_path), str(target_path)),
+    )
 
 
 def read_tsv_pairs(
@@ -393,4 +438,4 @@ def read_tsv_pairs(
             continue
         sources.append(source)
         targets.append(target)
-    return TextPairs(tuple(sources), tuple(targets), dict(skipped))
+    return TextPairs(tuple(sources), tuple(targets), dict(skipped), (str(path),))

@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,11 +29,15 @@ __all__ = [
     "AttentionImages",
     "CheckpointCallback",
     "NaNGuard",
+    "PlainProgressLogger",
+    "PreemptionCheckpoint",
     "StopAtStep",
+    "TrainingPreempted",
     "TrainingSummaries",
     "TranslationEvaluator",
     "ValidationTranslations",
     "write_hparams",
+    "write_skipped_pairs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,7 +132,10 @@ class CheckpointCallback(keras.callbacks.Callback):
 
     The checkpoint is numbered by the optimizer step and holds the model and
     the optimizer (its step counter and moments), so a restart resumes with
-    the same step and learning rate. Nothing is saved after a NaN loss.
+    the same step and learning rate. Nothing is saved after a NaN loss. The
+    write is complete or not seen (`keras_transformer.runs.save_checkpoint`):
+    a full disk stops training with a `CheckpointWriteError`, and the
+    previous checkpoint stays the latest.
     """
 
     def __init__(
@@ -141,14 +152,19 @@ class CheckpointCallback(keras.callbacks.Callback):
         latest = self.manager.latest_checkpoint
         if latest is not None and latest.endswith(f"-{step}"):
             return
-        self.manager.save(checkpoint_number=step)
+        from keras_transformer.runs import save_checkpoint
+
+        save_checkpoint(self.manager, step)
 
 
 class TrainingSummaries(keras.callbacks.Callback):
     """Scalars every `log_every` updates: loss, accuracy, perplexity, learning rate.
 
     Written into ``<log_dir>/train`` with the optimizer step as the x axis;
-    the validation values of each epoch go to ``<log_dir>/validation``.
+    the validation values of each epoch (``loss``, ``token_accuracy``,
+    ``perplexity``) go to ``<log_dir>/validation``. This is the one writer of
+    these scalars: a run has no `keras.callbacks.TensorBoard` (whose
+    ``epoch_*`` copies would show each quantity twice).
     """
 
     def __init__(self, log_dir: Path, log_every: int) -> None:
@@ -158,6 +174,12 @@ class TrainingSummaries(keras.callbacks.Callback):
         self.validation_writer = tf.summary.create_file_writer(
             str(log_dir / "validation")
         )
+        self._rate_step: int | None = None
+
+    def _write_learning_rate(self, step: int) -> None:
+        if step != self._rate_step:  # one point per step
+            tf.summary.scalar("learning_rate", _learning_rate(self.model), step=step)
+            self._rate_step = step
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step = _step(self.model)
@@ -167,13 +189,13 @@ class TrainingSummaries(keras.callbacks.Callback):
             for name in ("loss", "token_accuracy", "perplexity"):
                 if name in logs:
                     tf.summary.scalar(name, float(logs[name]))
-            tf.summary.scalar("learning_rate", _learning_rate(self.model))
+            self._write_learning_rate(step)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         step = _step(self.model)
         logs = logs or {}
         with self.train_writer.as_default(step=step):
-            tf.summary.scalar("learning_rate", _learning_rate(self.model))
+            self._write_learning_rate(step)
         with self.validation_writer.as_default(step=step):
             for name in ("loss", "token_accuracy", "perplexity"):
                 if f"val_{name}" in logs:
@@ -280,13 +302,15 @@ class ValidationTranslations(keras.callbacks.Callback):
 
 
 class AttentionImages(keras.callbacks.Callback):
-    """The encoder-decoder attention of one fixed sentence, as a TensorBoard image.
+    """The attention of one fixed sentence, as TensorBoard images.
 
-    Every `every` epochs the model translates `sentence` greedily and the
-    attention of its last decoder layer, one panel per head, is written to
-    ``<log_dir>/validation`` as ``attention/encoder_decoder`` (Figures 3-5
-    of the paper show such maps). A failure to draw is logged, never raised:
-    a picture must not stop training.
+    Every `every` epochs the model translates `sentence` greedily and its
+    attention maps (Figures 3-5 of the paper show such maps) are written to
+    ``<log_dir>/validation``, one image per layer and kind of attention with
+    every head of the layer in a grid: ``attention/encoder_self/layer_<i>``,
+    ``attention/decoder_self/layer_<i>`` and
+    ``attention/encoder_decoder/layer_<i>``. A failure to draw is logged,
+    never raised: a picture must not stop training.
 
     Args:
         transformer: the model being trained.
@@ -315,9 +339,7 @@ class AttentionImages(keras.callbacks.Callback):
         self.every = every
         self.writer = tf.summary.create_file_writer(str(log_dir / "validation"))
 
-    def image(self) -> np.ndarray:
-        """The attention maps of the model's translation of `sentence`."""
-        from keras_transformer.training.attention_images import attention_image
+    def _translation(self) -> tuple[list[int], Any]:
         from keras_transformer.training.evaluation import greedy_output_ids
 
         longest = self.config.data.max_sentence_length
@@ -329,19 +351,59 @@ class AttentionImages(keras.callbacks.Callback):
             extra_length=self.config.train.extra_length,
             output_max_length=self.config.model.max_length,
         )
+        return source_ids, output
+
+    def image(self) -> np.ndarray:
+        """The encoder-decoder attention of the last layer (every head)."""
+        from keras_transformer.training.attention_images import attention_image
+
+        source_ids, output = self._translation()
         return attention_image(self.transformer, self.tokenizer, source_ids, output)
+
+    def images(self) -> dict[str, np.ndarray]:
+        """Every layer and kind: ``{"attention/<kind>/layer_<i>": image}``."""
+        from keras_transformer.training.attention_images import attention_images
+
+        source_ids, output = self._translation()
+        return attention_images(self.transformer, self.tokenizer, source_ids, output)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if (epoch + 1) % self.every or (logs is not None and not _finite(logs)):
             return
         try:
-            image = self.image()
+            images = self.images()
         except Exception as e:  # noqa: BLE001 - a picture must not stop training
             logger.warning("Could not draw the attention maps: %s", e)
             return
         with self.writer.as_default(step=_step(self.model)):
-            tf.summary.image("attention/encoder_decoder", image)
+            for tag, image in images.items():
+                tf.summary.image(tag, image)
         self.writer.flush()
+
+
+def write_skipped_pairs(
+    log_dir: Path, skipped: list[dict[str, Any]], step: int = 0
+) -> None:
+    """Writes what reading the data dropped as the text ``data/skipped``.
+
+    Args:
+        log_dir: the run's log folder; the text goes to its ``train`` run.
+        skipped: `TaskData.skipped()`: per split its files, the pairs kept
+            and the pairs skipped by reason.
+        step: the step of the summary (0 on a fresh run).
+    """
+    lines = [
+        f"* **{entry['split']}** ({', '.join(entry['files']) or 'generated'}): "
+        f"{entry['summary']}"
+        for entry in skipped
+    ]
+    if not any(sum(entry["skipped"].values()) for entry in skipped):
+        lines.insert(0, "No sentence pairs were skipped while reading the data.\n")
+    writer = tf.summary.create_file_writer(str(log_dir / "train"))
+    with writer.as_default(step=step):
+        tf.summary.text("data/skipped", "\n".join(lines))
+    writer.flush()
+    writer.close()
 
 
 def write_hparams(
@@ -349,17 +411,51 @@ def write_hparams(
     hparams: dict[str, Any],
     trial_id: str,
     metrics: list[tuple[str, str]],
+    session: str | None = None,
 ) -> None:
     """Records the run's settings with TensorBoard's HParams plugin.
 
+    TensorBoard finds a metric in the run ``<session>/<group>``, where the
+    session is the run that holds the settings. A session in the log folder
+    itself is the run ``"."``, and ``./validation`` is no run (the run is
+    ``validation``): its metrics would stay empty. So the settings go into
+    the metrics' run (``<log_dir>/<session>``), and the metrics' groups are
+    taken relative to it.
+
     Args:
-        log_dir: the run's log folder (the HParams "session").
+        log_dir: the run's log folder.
         hparams: flat settings; lists become strings.
         trial_id: a name for the run.
-        metrics: ``(tag, group)`` pairs shown next to the settings, e.g.
-            ``("bleu", "validation")``.
+        metrics: ``(tag, run)`` pairs shown next to the settings, the run
+            relative to `log_dir`, e.g. ``("bleu", "validation")``.
+        session: the run (below `log_dir`) that records the settings; every
+            metric's run must be it or below it. `None`: the metrics' run
+            when they all have the same one.
+
+    Raises:
+        ValueError: when the metrics are not all in `session` (or, without a
+            session, not all in one run).
     """
     from tensorboard.plugins.hparams import api as hp
+
+    runs = {group.strip("/") for _, group in metrics}
+    if session is None:
+        if len(runs) != 1 or "" in runs:
+            raise ValueError(
+                "write_hparams needs `session` when the metrics are not all in "
+                f"one run below the log folder. Received runs: {sorted(runs)}"
+            )
+        session = runs.pop()
+    session = session.strip("/")
+    relative: list[tuple[str, str, str]] = []
+    for tag, group in metrics:
+        group = group.strip("/")
+        if group != session and not group.startswith(f"{session}/"):
+            raise ValueError(
+                f"The metric {group}/{tag} is not in the session run {session!r} "
+                "or below it, so TensorBoard's HParams could not find it."
+            )
+        relative.append((tag, group[len(session) :].strip("/"), f"{group}/{tag}"))
 
     values: dict[str, Any] = {}
     for key, value in hparams.items():
@@ -368,15 +464,284 @@ def write_hparams(
         elif isinstance(value, (list, tuple)):
             value = ",".join(map(str, value))
         values[key] = value
-    writer = tf.summary.create_file_writer(str(log_dir))
+    writer = tf.summary.create_file_writer(str(log_dir / session))
     with writer.as_default():
         hp.hparams_config(
             hparams=[hp.HParam(key) for key in values],
             metrics=[
-                hp.Metric(tag, group=group, display_name=f"{group}/{tag}")
-                for tag, group in metrics
+                hp.Metric(tag, group=group, display_name=name)
+                for tag, group, name in relative
             ],
         )
         hp.hparams(values, trial_id=trial_id)
     writer.flush()
     writer.close()
+
+
+# ---------------------------------------------------------------- preemption
+class TrainingPreempted(Exception):  # noqa: N818 - a stop, not an error
+    """Raised out of `fit` by `PreemptionCheckpoint` once its checkpoint is saved.
+
+    `train()` catches it and returns a `TrainResult` with ``preempted=True``;
+    code that calls `fit` with a `PreemptionCheckpoint` itself catches it
+    the same way.
+
+    Attributes:
+        step: the optimizer step the checkpoint holds.
+        signal_name: the signal that asked for the stop (``"SIGTERM"``, ...).
+        checkpoint: the path of the checkpoint.
+    """
+
+    def __init__(self, step: int, signal_name: str, checkpoint: str | None) -> None:
+        super().__init__(
+            f"Training stopped by {signal_name} at step {step}; checkpoint: "
+            f"{checkpoint}."
+        )
+        self.step = step
+        self.signal_name = signal_name
+        self.checkpoint = checkpoint
+
+
+class PreemptionCheckpoint(keras.callbacks.Callback):
+    """Saves a checkpoint and stops at the next step boundary on SIGTERM or SIGINT.
+
+    Cloud schedulers and Kubernetes send SIGTERM some seconds before they
+    kill a job. From `on_train_begin` to `on_train_end` this callback
+    replaces the handlers of SIGTERM and SIGINT (Ctrl-C) with one that only
+    sets a flag. At the end of the update that is running (or at the start
+    of the next epoch, when the signal came during validation) the model
+    and optimizer are saved through `manager`, the same
+    `tf.train.CheckpointManager` the `CheckpointCallback` uses, numbered by
+    the optimizer step, and `TrainingPreempted` is raised out of `fit`. So
+    the stop skips the validation pass, BLEU decoding and epoch-end work of
+    the unfinished epoch, which can take longer than a scheduler's grace
+    period. A second SIGINT while the stop is pending raises
+    `KeyboardInterrupt` at once, as Ctrl-C usually does (the last checkpoint
+    written stays intact: a checkpoint becomes the latest only once it is
+    complete). After a NaN loss (`nan_guard`) nothing is saved.
+
+    The previous handlers are restored at the end of training; call
+    `uninstall` in a ``finally`` block too, since `on_train_end` does not run
+    when `fit` raises. Handlers can only be installed from the main thread;
+    elsewhere the callback does nothing.
+
+    Distribution: with one device or a `MirroredStrategy` (all replicas in
+    this process) every replica stops after the same update. Under
+    `MultiWorkerMirroredStrategy` the signal may reach the workers at
+    different steps, and a worker that stopped alone would leave the others
+    waiting in their next all-reduce; there the handlers are not installed:
+    SIGTERM ends the process as before, and a restart resumes from the last
+    epoch checkpoint.
+
+    Args:
+        manager: the run's checkpoint manager.
+        nan_guard: the run's `NaNGuard`, or ``None``.
+        signals: the signals handled.
+    """
+
+    def __init__(
+        self,
+        manager: tf.train.CheckpointManager,
+        nan_guard: NaNGuard | None = None,
+        signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+    ) -> None:
+        super().__init__()
+        self.manager = manager
+        self.nan_guard = nan_guard
+        self.signals = tuple(signals)
+        self.requested: int | None = None
+        self.step: int | None = None
+        self.checkpoint: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def signal_name(self) -> str | None:
+        """The name of the signal that asked for the stop, if one did."""
+        if self.requested is None:
+            return None
+        return signal.Signals(self.requested).name
+
+    @property
+    def installed(self) -> bool:
+        """Whether the handlers are in place."""
+        return bool(self._previous)
+
+    def install(self) -> None:
+        """Installs the handlers (main thread, not multi-worker); idempotent."""
+        if self._previous:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            logger.info("Not in the main thread: no preemption checkpoints.")
+            return
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            logger.info(
+                "MultiWorkerMirroredStrategy: SIGTERM and SIGINT keep their "
+                "handlers; a restart resumes from the last epoch checkpoint."
+            )
+            return
+        for signum in self.signals:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        """Restores the handlers that were there before; idempotent."""
+        previous, self._previous = self._previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested is not None and signum == signal.SIGINT:
+            self.uninstall()
+            raise KeyboardInterrupt
+        if self.requested is None:
+            self.requested = signum
+            logger.warning(
+                "%s received: saving a checkpoint after this update, then stopping%s.",
+                signal.Signals(signum).name,
+                "; press Ctrl-C again to abort at once"
+                if signum == signal.SIGINT
+                else "",
+            )
+
+    def save(self) -> str | None:
+        """Saves a checkpoint of the current step (unless there is one); its path."""
+        step = _step(self.model)
+        latest = self.manager.latest_checkpoint
+        if latest is None or not latest.endswith(f"-{step}"):
+            latest = self.manager.save(checkpoint_number=step)
+        self.step, self.checkpoint = step, latest
+        return latest
+
+    def _stop_if_requested(self) -> None:
+        if self.requested is None:
+            return
+        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
+            return  # the NaN guard ends the run; broken weights are not saved
+        checkpoint = self.save()
+        self.model.stop_training = True
+        raise TrainingPreempted(self.step, self.signal_name, checkpoint)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.install()
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._stop_if_requested()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._stop_if_requested()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self.uninstall()
+
+
+# ------------------------------------------------------------ plain progress
+def _scalar(value: Any) -> float:
+    return float(np.mean(np.asarray(value, dtype=np.float64)))
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+class PlainProgressLogger(keras.callbacks.Callback):
+    """One plain line every `every` updates, for logs that are files, not terminals.
+
+    Keras' progress bar redraws itself with carriage returns, which a log
+    file (a cluster job, CI, ``> train.log``) keeps as one endless line.
+    This callback prints instead, every `every` optimizer steps::
+
+        step 150/2000  loss 3.4521  tokens/s 12345  lr 5.24e-04  elapsed 0:01:23
+
+    (the loss is the epoch's running mean, as in the progress bar; tokens/s
+    counts the real target tokens since the previous line, from the
+    trainer's `TokenStatistics`, and is left out where it cannot be read,
+    e.g. under `MultiWorkerMirroredStrategy`) and at the end of every epoch
+    a line with its training and validation values::
+
+        epoch 2/10  step 400  loss 3.1022  token_accuracy 0.4120  val_loss 2.9876
+        val_bleu 12.3000  elapsed 0:03:05
+
+    (one line, wrapped here). Each line is flushed at once. `train()` uses
+    it with ``verbose=0`` when standard output is not a terminal.
+
+    Args:
+        every: updates between two lines (`train.log_every`).
+        total_steps: the run's length, shown as ``step <n>/<total>``.
+        printer: where the lines go.
+    """
+
+    def __init__(
+        self,
+        every: int,
+        total_steps: int | None = None,
+        printer: Callable[[str], None] = print,
+    ) -> None:
+        super().__init__()
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"`every` must be a positive integer. Received: {every!r}")
+        self.every = every
+        self.total_steps = total_steps
+        self.printer = printer
+        self._start = time.monotonic()
+        self._mark: tuple[float, float] | None = None
+
+    def _say(self, line: str) -> None:
+        self.printer(line)
+        stream = sys.stdout
+        if stream is not None and not stream.closed:
+            stream.flush()
+
+    def _tokens(self) -> float | None:
+        """Real target tokens of this epoch so far, summed over replicas."""
+        variable = getattr(getattr(self.model, "statistics", None), "tokens", None)
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if variable is None or isinstance(
+            strategy, tf.distribute.MultiWorkerMirroredStrategy
+        ):
+            return None
+        try:
+            return float(keras.ops.convert_to_numpy(variable))
+        except Exception as e:  # noqa: BLE001 - a log line must not stop training
+            logger.debug("Cannot read the token count: %s", e)
+            return None
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._start = time.monotonic()
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        # The trainer's metrics (and its token count) restart every epoch.
+        self._mark = (time.monotonic(), 0.0)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        step = _step(self.model)
+        if step % self.every:
+            return
+        now = time.monotonic()
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"step {step}{total}"]
+        if logs and "loss" in logs:
+            parts.append(f"loss {_scalar(logs['loss']):.4f}")
+        tokens = self._tokens()
+        if tokens is not None and self._mark is not None:
+            since, before = self._mark
+            if now > since and tokens >= before:
+                parts.append(f"tokens/s {(tokens - before) / (now - since):.0f}")
+            self._mark = (now, tokens)
+        parts.append(f"lr {_learning_rate(self.model):.3g}")
+        parts.append(f"elapsed {_duration(now - self._start)}")
+        self._say("  ".join(parts))
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        epochs = (self.params or {}).get("epochs")
+        parts = [f"epoch {epoch + 1}" + (f"/{epochs}" if epochs else "")]
+        parts.append(f"step {_step(self.model)}")
+        for name, value in (logs or {}).items():
+            try:
+                parts.append(f"{name} {_scalar(value):.4f}")
+            except (TypeError, ValueError):
+                continue
+        parts.append(f"elapsed {_duration(time.monotonic() - self._start)}")
+        self._say("  ".join(parts))

@@ -38,11 +38,19 @@ from keras_transformer.runs import (
     CHECKPOINT_METADATA,
     CONFIG_FILE,
     TOKENIZER_DIR,
+    CheckpointDamagedError,
+    CheckpointManager,
+    CheckpointWriteError,
     RunFolder,
     check_tokenizer,
     checkpoint_paths,
+    checkpoint_problem,
     checkpoint_step,
+    damaged_files,
+    quarantine_checkpoint,
     restore_checkpoint,
+    restore_newest_checkpoint,
+    save_checkpoint,
     write_checkpoint_metadata,
 )
 from keras_transformer.training.config import (
@@ -58,6 +66,8 @@ __all__ = [
     "CHECKPOINT_DIR",
     "CONFIG_FILE",
     "TOKENIZER_DIR",
+    "CheckpointDamagedError",
+    "CheckpointWriteError",
     "ConfigMismatchError",
     "average_checkpoints",
     "checkpoint_paths",
@@ -67,6 +77,7 @@ __all__ = [
     "load_trained_model",
     "prepare_run_config",
     "resume_checkpoints",
+    "save_checkpoint",
     "weights_checksum",
     "weights_to_evaluate",
     "write_checkpoint_metadata",
@@ -188,31 +199,49 @@ def check_vocabulary_size(config: TrainConfig, tokenizer: SubwordTokenizer) -> N
 def resume_checkpoints(
     checkpoint_dir: Path, model: keras.Model, optimizer: Any, keep: int
 ) -> tf.train.CheckpointManager:
-    """The run's checkpoint manager, with the newest checkpoint restored.
+    """The run's checkpoint manager, with the newest intact checkpoint restored.
 
     A checkpoint holds the weights and the optimizer (its moments and step
     counter, hence the learning rate of Eq. 7), so a restart goes on where
     the checkpoint left off; with no checkpoint yet, the run starts from its
-    initialisation. The last `keep` checkpoints are kept.
+    initialisation. The last `keep` checkpoints are kept. A damaged
+    checkpoint (truncated, empty or missing file) is moved aside as
+    ``*.corrupt`` with a warning and the previous one restored
+    (`keras_transformer.runs.restore_newest_checkpoint`).
 
     Raises:
-        ValueError: when the newest checkpoint does not fit the model.
+        CheckpointDamagedError: when every checkpoint is damaged, or only
+            damaged files moved aside earlier remain (the run would start
+            from step 0: that is left to the user, who moves them away).
+        ValueError: when the newest intact checkpoint does not fit the model.
     """
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-    manager = tf.train.CheckpointManager(
-        checkpoint, str(checkpoint_dir), max_to_keep=keep
-    )
-    latest = manager.latest_checkpoint
-    if latest is not None:
-        try:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as e:
-            raise ValueError(
-                f"Cannot restore {latest}: it does not match the model built from "
-                f"the config ({e}). Resume with the config the checkpoint was "
-                "trained with, or start a new run in another work directory."
-            ) from e
-    return manager
+    tried: list[str] = []
+
+    def restore(prefix: str) -> None:
+        tried.append(prefix)
+        checkpoint.restore(prefix).assert_existing_objects_matched()
+
+    try:
+        restored = restore_newest_checkpoint(checkpoint_dir, restore)
+    except CheckpointDamagedError:
+        raise
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        raise ValueError(
+            f"Cannot restore {tried[-1] if tried else checkpoint_dir}: it does not "
+            f"match the model built from the config ({e}). Resume with the config "
+            "the checkpoint was trained with, or start a new run in another work "
+            "directory."
+        ) from e
+    if restored is None and damaged_files(checkpoint_dir):
+        names = ", ".join(p.name for p in damaged_files(checkpoint_dir)[:4])
+        raise CheckpointDamagedError(
+            f"{checkpoint_dir} holds no intact checkpoint, only damaged files moved "
+            f"aside earlier ({names}): training would start again from step 0. "
+            "Restore the checkpoints from a backup, or move the *.corrupt files "
+            f"out of {checkpoint_dir} to start from step 0."
+        )
+    return CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=keep)
 
 
 def weights_to_evaluate(
@@ -249,6 +278,34 @@ def weights_to_evaluate(
     return model
 
 
+def _newest_intact(checkpoint_dir: Path, count: int) -> list[str]:
+    """Up to `count` newest intact checkpoints, oldest first.
+
+    Damaged ones are moved aside (never deleted) with a warning naming the
+    file, as `keras_transformer.runs.restore_newest_checkpoint` does.
+    """
+    paths = checkpoint_paths(checkpoint_dir)
+    if len(paths) < count:
+        return paths
+    found: list[str] = []
+    for prefix in reversed(paths):
+        if len(found) == count:
+            break
+        problem = checkpoint_problem(prefix)
+        if problem is None:
+            found.append(prefix)
+            continue
+        moved = quarantine_checkpoint(prefix)
+        logger.warning(
+            "Checkpoint %s is damaged: %s. Its files were moved aside (%s), not "
+            "deleted; averaging the intact checkpoints before it.",
+            Path(prefix).name,
+            problem,
+            ", ".join(p.name for p in moved) or "no file left",
+        )
+    return found[::-1]
+
+
 def average_checkpoints(
     workdir: str | os.PathLike[str],
     last: int = 5,
@@ -282,16 +339,16 @@ def average_checkpoints(
     config, tokenizer = _load_run(workdir)
     checkpoint_dir = workdir / CHECKPOINT_DIR
     check_tokenizer(checkpoint_dir, tokenizer)
-    paths = checkpoint_paths(checkpoint_dir)
+    paths = _newest_intact(checkpoint_dir, last)
     if len(paths) < last:
         raise ValueError(
             f"Cannot average the last {last} checkpoints: {checkpoint_dir} has "
-            f"{len(paths)} ({[Path(p).name for p in paths]}). Average fewer "
+            f"{len(paths)} intact ({[Path(p).name for p in paths]}). Average fewer "
             "(--last), or keep more with train.keep_checkpoints."
         )
     model = _build(config, tokenizer)
     total: list[np.ndarray] | None = None
-    for path in paths[-last:]:
+    for path in paths:
         _restore_model(model, path)
         values = [np.asarray(w, "float64") for w in model.get_weights()]
         total = (
@@ -309,8 +366,8 @@ def average_checkpoints(
     output.parent.mkdir(parents=True, exist_ok=True)
     model.save_weights(output)
     info = {
-        "checkpoints": [Path(p).name for p in paths[-last:]],
-        "steps": [checkpoint_step(p) for p in paths[-last:]],
+        "checkpoints": [Path(p).name for p in paths],
+        "steps": [checkpoint_step(p) for p in paths],
     }
     output.with_name(output.name.replace(".weights.h5", ".json")).write_text(
         json.dumps(info, indent=2) + "\n"

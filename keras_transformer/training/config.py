@@ -71,6 +71,8 @@ TASKS = TASK_NAMES
 PAPER_LABEL_SMOOTHING = 0.1
 EVALUATE_WITH = ("last", "best", "average")
 TOO_LONG = ("drop", "truncate")
+#: `data.on_bad_line` (the readers' policy in `kt.data.text`).
+BAD_LINE_POLICIES = ("skip", "raise")
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
 
 #: Keys that may differ between a run and its restart without `--force`:
@@ -263,6 +265,13 @@ class DataConfig:
         too_long: ``"drop"`` or ``"truncate"`` training pairs over
             ``max_sentence_length``.
         shuffle_buffer: pairs in the shuffle buffer (``None``: all).
+        on_bad_line: what reading the ``files``, ``multi30k`` and
+            ``tatoeba`` data does with a bad line (empty, invalid UTF-8,
+            longer than 2000 characters, or a wrong number of TSV columns):
+            ``"skip"`` drops the pair on both sides (training prints, logs to
+            TensorBoard and writes to ``result.json`` how many, per file and
+            reason), ``"raise"`` stops at the first one with an error naming
+            its file and line number.
     """
 
     task: str = "dates"
@@ -285,10 +294,12 @@ class DataConfig:
     bucket_boundaries: tuple[int, ...] = DEFAULT_BUCKET_BOUNDARIES
     too_long: str = "drop"
     shuffle_buffer: int | None = None
+    on_bad_line: str = "skip"
 
     def __post_init__(self) -> None:
         owner = "data"
         _choice(owner, "task", self.task, TASKS)
+        _choice(owner, "on_bad_line", self.on_bad_line, BAD_LINE_POLICIES)
         _choice(
             owner,
             "tokenizer_model_type",
@@ -406,7 +417,9 @@ class TrainingConfig:
         extra_length: the decoder may emit the source length plus this many
             tokens (§6.1: "input length + 50"; `conventions.EXTRA_LENGTH`).
             (Old name: ``decode_extra_length``.)
-        log_every: updates between two training summaries in TensorBoard.
+        log_every: updates between two training summaries in TensorBoard,
+            and between two printed progress lines when standard output is
+            not a terminal (see `verbose`).
         attention_example: index of the validation pair whose attention maps
             are drawn into TensorBoard.
         test_samples: test pairs translated at the end (``None``: all).
@@ -414,8 +427,10 @@ class TrainingConfig:
             ``"best"`` (best validation BLEU) or ``"average"`` (the average
             of the kept checkpoints, §6.1).
         num_translations: translations printed at the end.
-        verbose: Keras progress output: 0 silent, 1 progress bar, 2 one line
-            per epoch.
+        verbose: progress output: 0 silent; 1 Keras' progress bar, 2 one
+            line per epoch, when standard output is a terminal. Otherwise (a
+            cluster job, CI, a file) 1 and 2 print one plain line every
+            `log_every` updates and one per epoch, never carriage returns.
     """
 
     train_steps: int | None = None

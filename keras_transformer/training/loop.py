@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,15 @@ from keras_transformer.training.callbacks import (
     AttentionImages,
     CheckpointCallback,
     NaNGuard,
+    PlainProgressLogger,
+    PreemptionCheckpoint,
     StopAtStep,
+    TrainingPreempted,
     TrainingSummaries,
     TranslationEvaluator,
     ValidationTranslations,
     write_hparams,
+    write_skipped_pairs,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
 from keras_transformer.training.config import TrainConfig
@@ -86,6 +91,13 @@ class TrainResult:
         weights_checksum: a checksum of the final weights.
         model: the trained `build_transformer` model.
         tokenizer: its tokenizer.
+        skipped_pairs: what reading the data dropped (bad lines, see
+            `data.on_bad_line`), per split: its files, the pairs kept and
+            the pairs skipped by reason (`TaskData.skipped`).
+        preempted: whether SIGTERM or SIGINT stopped the run early (see
+            `PreemptionCheckpoint`): a checkpoint of step `steps` was
+            saved, there was no final evaluation and no ``result.json``;
+            calling `train` again resumes the run.
     """
 
     workdir: Path
@@ -100,6 +112,8 @@ class TrainResult:
     weights_checksum: str
     model: keras.Model = dataclasses.field(repr=False)
     tokenizer: SubwordTokenizer = dataclasses.field(repr=False)
+    skipped_pairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    preempted: bool = False
 
     def save(self, path: Path, num_translations: int = 5) -> None:
         """Writes `to_dict` as JSON (``result.json``)."""
@@ -119,6 +133,8 @@ class TrainResult:
                 self.evaluation.to_dict(num_translations) if self.evaluation else None
             ),
             "weights_checksum": self.weights_checksum,
+            "skipped_pairs": self.skipped_pairs,
+            "preempted": self.preempted,
         }
 
 
@@ -252,6 +268,11 @@ def train(
             (unless `force`).
         ValueError: when the tokenizer does not match the checkpoints.
         TrainingDivergedError: when the loss becomes NaN or infinite.
+        CheckpointDamagedError: when every checkpoint of the run is damaged
+            (damaged ones are moved aside and the newest intact one resumed).
+        CheckpointWriteError: when a checkpoint cannot be written (full
+            disk); the previous one stays intact and the latest.
+        NotADirectoryError: when `workdir` is a file.
     """
     say = printer or (lambda _: None)
     if not isinstance(config, TrainConfig):
@@ -260,13 +281,17 @@ def train(
         )
     if strategy is None or isinstance(strategy, str):
         strategy = make_strategy(strategy or "default")
-    chief, root = is_chief(strategy), Path(workdir)
+    # RunFolder refuses a workdir that is a file (NotADirectoryError).
+    chief, root = is_chief(strategy), runs.RunFolder(workdir).path
     directory, log_dir = _directories(root, strategy)
     ckpt.prepare_run_config(config, directory, force)
 
     # Data and the tokenizer (learned once, then reloaded on every restart).
     keras.utils.set_random_seed(config.train.seed)
     data = load_task(config.data, seed=config.train.seed)
+    for line in data.skip_messages():  # bad lines are never dropped silently
+        logger.warning("%s", line)
+        say(line)
     tokenizer = _tokenizer(config, directory, data.train)
     _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
     total_steps, per_epoch = schedule = _steps(config, data, tokenizer)
@@ -290,21 +315,51 @@ def train(
     nan_guard, validation = NaNGuard(), None
     run_callbacks: list[keras.callbacks.Callback] = [nan_guard, StopAtStep(total_steps)]
     if chief:
+        if initial_step == 0:
+            write_skipped_pairs(log_dir, data.skipped(), step=0)
         validation = _validation(config, root, transformer, tokenizer, data, log_dir)
         run_callbacks += _chief_callbacks(
             config, root, validation, log_dir, initial_step
         )
     run_callbacks += [CheckpointCallback(manager, nan_guard), *callbacks]
-    history = _fit(
-        config, trainer, data, tokenizer, run_callbacks, initial_step, schedule
-    )
+    verbose, progress = _progress(config, say if printer else None, total_steps)
+    # Last, so that an epoch's other callbacks have run when it stops.
+    preemption = PreemptionCheckpoint(manager, nan_guard)
+    run_callbacks += [*progress, preemption]
+    try:
+        history = _fit(
+            config,
+            trainer,
+            data,
+            tokenizer,
+            run_callbacks,
+            initial_step,
+            schedule,
+            verbose,
+        )
+    except TrainingPreempted:
+        # `fit` ended without `on_train_end`: flush the summaries here.
+        for callback in run_callbacks:
+            callback.on_train_end()
+        history = _history_so_far(trainer)
+    finally:
+        preemption.uninstall()
     if nan_guard.bad_step is not None:
         raise _diverged(nan_guard, manager.latest_checkpoint)
+    preempted = preemption.requested is not None
+    if preempted and preemption.checkpoint is None:
+        preemption.save()  # the signal came after the last update
 
     # The final evaluation (chief only) and the results.
     steps = int(optimizer.iterations.numpy())
     evaluation = None
-    if chief:
+    if preempted:
+        say(
+            f"Training stopped by {preemption.signal_name} after update {steps}; "
+            f"saved {preemption.checkpoint}. Train again with the same config "
+            f"and work directory to resume."
+        )
+    elif chief:
         evaluation = _final_evaluation(
             config, root, transformer, tokenizer, data, log_dir, steps, say
         )
@@ -321,7 +376,11 @@ def train(
         weights_checksum=ckpt.weights_checksum(transformer),
         model=transformer,
         tokenizer=tokenizer,
+        skipped_pairs=data.skipped(),
+        preempted=preempted,
     )
+    if preempted:
+        return result
     result.save(directory / runs.RESULT_FILE, config.train.num_translations)
     if chief:
         say(f"TensorBoard logs: {log_dir}  (tensorboard --logdir {log_dir})")
@@ -390,16 +449,11 @@ def _chief_callbacks(
                 every=train_config.validation_every,
             )
         )
-    found += [
-        TrainingSummaries(log_dir, train_config.log_every),
-        keras.callbacks.TensorBoard(
-            log_dir=str(log_dir),
-            update_freq="epoch",
-            write_graph=False,
-            profile_batch=0,
-        ),
-    ]
+    # The one writer of the training and validation scalars (no
+    # keras.callbacks.TensorBoard: its epoch_* copies showed everything twice).
+    found.append(TrainingSummaries(log_dir, train_config.log_every))
     if initial_step == 0:
+        # The HParams session is the validation run, where its metrics are.
         write_hparams(
             log_dir,
             config.flat(),
@@ -407,9 +461,10 @@ def _chief_callbacks(
             metrics=[
                 ("bleu", "validation"),
                 ("chrf", "validation"),
+                ("exact_match", "validation"),
                 ("loss", "validation"),
-                ("loss", "train"),
             ],
+            session="validation",
         )
     return found
 
@@ -422,6 +477,7 @@ def _fit(
     callbacks: list[keras.callbacks.Callback],
     initial_step: int,
     schedule: tuple[int, int],
+    verbose: int | None = None,
 ) -> dict[str, list[float]]:
     """Runs `fit` from `initial_step` to the last update; Keras' history.
 
@@ -448,9 +504,45 @@ def _fit(
         validation_freq=config.train.validation_every,
         shuffle=False,
         callbacks=callbacks,
-        verbose=config.train.verbose,
+        verbose=config.train.verbose if verbose is None else verbose,
     )
     return {k: [float(v) for v in values] for k, values in fit.history.items()}
+
+
+def _history_so_far(trainer: TranslationTrainer) -> dict[str, list[float]]:
+    """Keras' history of the epochs `fit` finished before it was stopped."""
+    history = getattr(getattr(trainer, "history", None), "history", None) or {}
+    return {k: [float(v) for v in values] for k, values in history.items()}
+
+
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def _progress(
+    config: TrainConfig,
+    printer: Callable[[str], None] | None,
+    total_steps: int,
+    stream: Any = None,
+) -> tuple[int, list[keras.callbacks.Callback]]:
+    """(`fit`'s verbose, progress callbacks): Keras' progress bar on a terminal.
+
+    When standard output (`stream`) is not a terminal (a cluster job, CI, a
+    redirect to a file) the carriage returns of the progress bar would make
+    one endless line: `fit` is then silent and a `PlainProgressLogger`
+    prints one line every `train.log_every` updates (and one per epoch)
+    through `printer`. ``train.verbose=0`` stays silent either way.
+    """
+    verbose = config.train.verbose
+    if verbose == 0 or _is_terminal(sys.stdout if stream is None else stream):
+        return verbose, []
+    if printer is None:
+        return 0, []
+    return 0, [PlainProgressLogger(config.train.log_every, total_steps, printer)]
 
 
 def _diverged(nan_guard: NaNGuard, latest: str | None) -> TrainingDivergedError:

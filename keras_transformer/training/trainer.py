@@ -122,6 +122,11 @@ class TranslationTrainer(keras.Model):
     Compile it with an optimizer only (``trainer.compile(optimizer=...)``):
     the loss and the metrics are built in. The logged values are ``loss``
     (label-smoothed, per real token), ``token_accuracy`` and ``perplexity``.
+    Besides `fit` and `evaluate` on datasets of ``((source, target_input),
+    labels)``, ``train_on_batch((source, target_input), labels)``,
+    ``test_on_batch`` (the same arguments) and
+    ``predict_on_batch((source, target_input))`` (the logits) work on single
+    batches; `sample_weight` is refused (every real token counts once).
 
     Reference: Vaswani et al. (2017), §5.1 (batching), §5.3 (optimizer),
     §5.4 (label smoothing).
@@ -219,8 +224,29 @@ class TranslationTrainer(keras.Model):
         return [g * scale / replicas for g in clipped]
 
     # ---------------------------------------------------------- train/test
+    @staticmethod
+    def _unpack(data: Any) -> tuple[Any, Any, Any]:
+        """(source, target_input, labels) of ``((source, target_input), labels)``.
+
+        Keras hands `fit`'s elements over as they are, but `train_on_batch`
+        and `test_on_batch` as ``(x, y, sample_weight)``.
+        """
+        x, labels, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if sample_weight is not None:
+            raise ValueError(
+                "TranslationTrainer weighs every real target token equally "
+                "(padding, id 0, is left out); `sample_weight` is not supported."
+            )
+        if labels is None or not isinstance(x, (tuple, list)) or len(x) != 2:
+            raise ValueError(
+                "TranslationTrainer trains on ((source_ids, target_input_ids), "
+                "labels); received no labels or another input structure."
+            )
+        source, target_input = x
+        return source, target_input, labels
+
     def train_step(self, data: Any) -> dict[str, Any]:
-        (source, target_input), labels = data
+        source, target_input, labels = self._unpack(data)
         tokens = _sum_over_replicas(
             tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
         )
@@ -256,7 +282,7 @@ class TranslationTrainer(keras.Model):
         return self._logs()
 
     def test_step(self, data: Any) -> dict[str, Any]:
-        (source, target_input), labels = data
+        source, target_input, labels = self._unpack(data)
         logits = self.transformer([source, target_input], training=False)
         self.statistics.update_sums(*self._token_sums(labels, logits))
         return self._logs()

@@ -143,3 +143,74 @@ def test_text_pairs_api() -> None:
         TextPairs((b"a",), ("x",))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         pairs.skipped["new"] = 1  # type: ignore[index]
+
+
+# ------------------------------------------------- skipped pairs, in words
+def _bad_corpus(tmp_path: Path) -> tuple[Path, Path]:
+    """Five pairs: invalid UTF-8, an overlong line and an empty line among them."""
+    src = write(
+        tmp_path / "train.de",
+        b"eins\n\xff kaputt\ndrei\n" + b"x" * 100_000 + b"\nfuenf\n\n",
+    )
+    tgt = write(tmp_path / "train.en", b"one\ntwo\nthree\nfour\nfive\nsix\n")
+    return src, tgt
+
+
+def test_skip_summary_and_files(tmp_path: Path) -> None:
+    src, tgt = _bad_corpus(tmp_path)
+    pairs = read_parallel_files(src, tgt, on_bad_line="skip")
+    assert list(pairs) == [("eins", "one"), ("drei", "three"), ("fuenf", "five")]
+    assert pairs.skipped == {"invalid_utf8": 1, "too_long": 1, "empty": 1}
+    assert pairs.num_skipped == 3
+    assert pairs.skip_summary() == (
+        "skipped 3 pairs (empty line: 1, invalid UTF-8: 1, too long: 1), kept 3"
+    )
+    assert pairs.files == (str(src), str(tgt))
+    # The files follow the pairs but are not part of their identity.
+    assert pairs.take(1).files == pairs.files == pairs.reversed().files
+    assert pairs == TextPairs(pairs.sources, pairs.targets, pairs.skipped)
+    one = TextPairs(["a"], ["b"], {"invalid_utf8": 1})
+    assert one.skip_summary() == "skipped 1 pair (invalid UTF-8: 1), kept 1"
+    assert TextPairs(["a"], ["b"]).skip_summary() == "skipped 0 pairs, kept 1"
+    tsv = write(tmp_path / "x.tsv", b"a\tb\nonly\nc\td\n")
+    tsv_pairs = read_tsv_pairs(tsv, on_bad_line="skip")
+    assert tsv_pairs.files == (str(tsv),)
+    assert tsv_pairs.skip_summary() == (
+        "skipped 1 pair (wrong number of columns: 1), kept 2"
+    )
+
+
+def test_files_task_reports_and_raises(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from keras_transformer.data.tasks import get_task
+
+    src, tgt = _bad_corpus(tmp_path)
+    dev_src = write(tmp_path / "dev.de", b"sieben\n")
+    dev_tgt = write(tmp_path / "dev.en", b"seven\n")
+    settings = SimpleNamespace(
+        task="files",
+        train_source=str(src),
+        train_target=str(tgt),
+        validation_source=str(dev_src),
+        validation_target=str(dev_tgt),
+        test_source=None,
+        test_target=None,
+        on_bad_line="skip",
+    )
+    data = get_task("files").load(settings)  # type: ignore[arg-type]
+    assert len(data.train) == 3 and data.test_name == "validation"
+    assert data.skip_messages() == [
+        f"train split ({src}, {tgt}): skipped 3 pairs (empty line: 1, "
+        "invalid UTF-8: 1, too long: 1), kept 3"
+    ]
+    train_entry, validation_entry = data.skipped()  # test = validation: once
+    assert train_entry["skipped"] == {"empty": 1, "invalid_utf8": 1, "too_long": 1}
+    assert train_entry["files"] == [str(src), str(tgt)] and train_entry["kept"] == 3
+    assert validation_entry["skipped"] == {} and validation_entry["kept"] == 1
+    # The default (settings without on_bad_line) skips, as before.
+    del settings.on_bad_line
+    assert len(get_task("files").load_split("train", settings)) == 3  # type: ignore[arg-type]
+    settings.on_bad_line = "raise"
+    with pytest.raises(ValueError, match=r"train\.de, line 2: invalid UTF-8"):
+        get_task("files").load_split("train", settings)  # type: ignore[arg-type]

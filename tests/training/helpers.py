@@ -94,3 +94,34 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+#: Overrides that make `SMALL_CONFIG` write a checkpoint every update and
+#: skip validation: for tests of checkpoint faults.
+FAST_CHECKPOINTS = (
+    "train.steps_per_epoch=1",
+    "train.validation_every=1000",
+    "train.keep_best=false",
+    "train.test_samples=2",
+    "train.keep_checkpoints=2",
+)
+
+
+def damage_file(path: Path, how: str) -> int:
+    """Damages a file the way disks and copies do; returns its size before.
+
+    `how`: ``"truncate"`` (cut to half its size), ``"empty"`` (0 bytes) or
+    ``"delete"``.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    if how == "truncate":
+        with open(path, "r+b") as file:
+            file.truncate(size // 2)
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "delete":
+        path.unlink()
+    else:
+        raise ValueError(f"how must be truncate, empty or delete. Received: {how!r}")
+    return size

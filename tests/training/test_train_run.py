@@ -78,8 +78,9 @@ def test_tensorboard_events(run):
     assert {"loss", "token_accuracy", "perplexity", "learning_rate"} <= train_tags[
         "scalars"
     ]
-    # keras.callbacks.TensorBoard's epoch summaries.
-    assert {"epoch_loss", "epoch_learning_rate"} <= train_tags["scalars"]
+    # One writer per quantity: no keras.callbacks.TensorBoard epoch_* copies.
+    assert not any(tag.startswith("epoch_") for tag in train_tags["scalars"])
+    assert "data/skipped" in train_tags["text"]
     validation_tags = _tags(logs / "validation")
     assert {
         "loss",
@@ -88,12 +89,12 @@ def test_tensorboard_events(run):
         "bleu",
         "chrf",
         "exact_match",
-        "epoch_loss",
-    } <= validation_tags["scalars"]
-    assert "attention/encoder_decoder" in validation_tags["images"]
+    } == validation_tags["scalars"]
+    assert "attention/encoder_decoder/layer_0" in validation_tags["images"]
     assert "translation" in validation_tags["text"]
     assert {"bleu", "chrf"} <= _tags(logs / "test")["scalars"]
-    hparams = _tags(logs)["hparams"]
+    # The HParams session is the run of its metrics (see test_monitoring.py).
+    hparams = _tags(logs / "validation")["hparams"]
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
 
     # Summaries are indexed by optimizer step; the image is a real RGBA picture.
@@ -102,7 +103,7 @@ def test_tensorboard_events(run):
     )
     accumulator.Reload()
     assert [e.step for e in accumulator.Tensors("bleu")] == [3, 6]
-    image = accumulator.Tensors("attention/encoder_decoder")[-1]
+    image = accumulator.Tensors("attention/encoder_decoder/layer_0")[-1]
     width, height = (int(v) for v in tf.make_ndarray(image.tensor_proto)[:2])
     assert width > 50 and height > 50
 
@@ -111,7 +112,9 @@ def test_hparams_record_the_config(run):
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     config, workdir, _ = run
-    accumulator = EventAccumulator(str(workdir / "logs"), size_guidance={"tensors": 0})
+    accumulator = EventAccumulator(
+        str(workdir / "logs" / "validation"), size_guidance={"tensors": 0}
+    )
     accumulator.Reload()
     content = accumulator.SummaryMetadata(
         "_hparams_/session_start_info"

@@ -146,3 +146,61 @@ def test_xla_compiled_accumulation_step_matches_the_plain_one():
     scale = max(np.abs(d).max() for d in plain)
     for a, b in zip(compiled, plain, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-4 * scale, rtol=0)
+
+
+def test_train_on_batch_is_one_fit_step():
+    """Keras hands `train_on_batch` data as ``(x, y, sample_weight)``."""
+    (source, target), labels = _batch(5)
+    expected = _one_step(
+        _trainer(keras.optimizers.SGD(1.0)), ((source, target), labels)
+    )
+    trainer = _trainer(keras.optimizers.SGD(1.0))
+    before = [np.array(w) for w in trainer.transformer.trainable_weights]
+    logs = trainer.train_on_batch((source, target), labels, return_dict=True)
+    assert set(logs) == {"loss", "token_accuracy", "perplexity"}
+    assert np.isfinite(logs["loss"]) and int(trainer.optimizer.iterations) == 1
+    after = [np.array(w) for w in trainer.transformer.trainable_weights]
+    scale = max(np.abs(d).max() for d in expected)
+    for a, b, change in zip(after, before, expected, strict=True):
+        np.testing.assert_allclose(a - b, change, atol=1e-5 * scale, rtol=0)
+    # Without return_dict: the values alone (Keras' default).
+    assert np.all(np.isfinite(trainer.train_on_batch((source, target), labels)))
+    assert int(trainer.optimizer.iterations) == 2
+    # And with accumulated batches (a new trainer: another input rank).
+    trainer = _trainer(keras.optimizers.SGD(1.0))
+    element = next(
+        iter(
+            accumulation_dataset(
+                tf.data.Dataset.from_tensors(((source, target), labels)), 2
+            )
+        )
+    )
+    trainer.train_on_batch(*element)
+    assert int(trainer.optimizer.iterations) == 1
+
+
+def test_test_on_batch_and_predict_on_batch():
+    trainer = _trainer(keras.optimizers.SGD(0.0))
+    (source, target), labels = _batch(4)
+    logs = trainer.test_on_batch((source, target), labels, return_dict=True)
+    expected = trainer.evaluate(
+        tf.data.Dataset.from_tensors(((source, target), labels)),
+        verbose=0,
+        return_dict=True,
+    )
+    for name in ("loss", "token_accuracy", "perplexity"):
+        np.testing.assert_allclose(logs[name], expected[name], rtol=1e-6)
+    logits = trainer.predict_on_batch((source, target))
+    assert logits.shape == (4, 7, 50)
+    np.testing.assert_allclose(
+        logits, trainer.transformer([source, target]), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_sample_weights_and_missing_labels_are_refused():
+    trainer = _trainer(keras.optimizers.SGD(0.1))
+    (source, target), labels = _batch(4)
+    with pytest.raises(ValueError, match="sample_weight"):
+        trainer.train_on_batch((source, target), labels, sample_weight=np.ones(4))
+    with pytest.raises(ValueError, match="labels"):
+        trainer.test_on_batch((source, target))

@@ -1,0 +1,483 @@
+"""Faults that lose nothing: damaged checkpoints, a full disk, wrong paths.
+
+A damaged checkpoint (truncated, empty or missing file) is moved aside as
+``*.corrupt``, never deleted, with a message naming the file, and every
+reader (training's resume, translate, evaluate, average-checkpoints) falls
+back to the newest intact one. A checkpoint write that fails (a full disk)
+stops training with one line and leaves the previous checkpoint the
+latest. Every path argument of the wrong kind is refused with one line.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import cli, runs
+from keras_transformer.runs import (
+    CheckpointDamagedError,
+    CheckpointWriteError,
+    RunFolder,
+    checkpoint_paths,
+    checkpoint_problem,
+    checkpoint_step,
+)
+from keras_transformer.training import average_checkpoints, train
+from keras_transformer.translation import load_translator
+from tests.training.helpers import (
+    REPO_ROOT,
+    SMALL_CONFIG,
+    damage_file,
+    small_config,
+    subprocess_env,
+    write_config,
+)
+
+#: Three checkpoints (ckpt-3, ckpt-6, ckpt-9), no validation pass.
+RUN_OVERRIDES = (
+    "train.train_steps=9",
+    "train.validation_every=1000",
+    "train.keep_best=false",
+    "train.test_samples=2",
+)
+DATA = "ckpt-9.data-00000-of-00001"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished tiny run with checkpoints at steps 3, 6 and 9."""
+    workdir = tmp_path_factory.mktemp("faults") / "run"
+    train(small_config(*RUN_OVERRIDES), workdir, printer=None)
+    assert _names(workdir) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    return workdir
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A copy of the trained run that a test may damage."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _names(workdir: Path) -> list[str]:
+    return [Path(p).name for p in checkpoint_paths(workdir / "checkpoints")]
+
+
+def _weights_of(workdir: Path, name: str) -> list[np.ndarray]:
+    folder = RunFolder(workdir)
+    model = folder.build_model()
+    runs.restore_checkpoint(model, str(folder.checkpoint_dir / name))
+    return model.get_weights()
+
+
+def _assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def _one_line_error(capsys, *names: str) -> str:
+    """The one ``keras-transformer <command>: error: ...`` line, checked."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert len(lines) == 1, err
+    start = err.index(lines[0])
+    rest = err[start + len(lines[0]) :].strip()
+    assert not rest, f"the error continues on more lines: {err}"
+    for name in names:
+        assert name in lines[0], err
+    return lines[0]
+
+
+# ------------------------------------------------------ damaged checkpoints
+@pytest.mark.parametrize(
+    "name, how, expected",
+    [
+        ("ckpt-9.index", "truncate", "is damaged"),
+        ("ckpt-9.index", "empty", "is empty (0 bytes)"),
+        (DATA, "truncate", "is damaged"),
+        (DATA, "empty", "is empty (0 bytes)"),
+        (DATA, "delete", "(its data file) is missing"),
+    ],
+)
+def test_damaged_newest_checkpoint_falls_back_and_is_kept(
+    run, name, how, expected, caplog
+):
+    checkpoints = run / "checkpoints"
+    intact = _weights_of(run, "ckpt-6")
+    size = damage_file(checkpoints / name, how)
+    assert checkpoint_problem(checkpoints / "ckpt-9") is not None
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        model, _ = RunFolder(run).load()
+    _assert_same(model.get_weights(), intact)
+    # The message names the file and what is wrong with it.
+    message = " ".join(r.getMessage() for r in caplog.records)
+    named = checkpoints / name if how != "delete" else checkpoints / "ckpt-9.data-"
+    assert str(named) in message and expected in message, message
+    assert "moved aside" in message
+    # Nothing was deleted: the damaged files were renamed, ckpt-9 forgotten.
+    assert _names(run) == ["ckpt-3", "ckpt-6"]
+    assert not list(checkpoints.glob("ckpt-9.index")) and not list(
+        checkpoints.glob("ckpt-9.data-*-of-?????")
+    )
+    corrupt = sorted(p.name for p in checkpoints.glob("ckpt-9.*.corrupt"))
+    kept = {"ckpt-9.index.corrupt", f"{DATA}.corrupt"}
+    if how == "delete":
+        kept.discard(f"{DATA}.corrupt")
+    assert set(corrupt) == kept
+    if how == "truncate":
+        assert (checkpoints / f"{name}.corrupt").stat().st_size == size // 2
+    assert RunFolder(run).weights_step() == 6
+
+
+@pytest.mark.parametrize("name", ["ckpt-9.index", DATA])
+def test_train_resumes_from_the_newest_intact_checkpoint(run, name, caplog):
+    damage_file(run / "checkpoints" / name, "truncate")
+    config = small_config(*RUN_OVERRIDES, "train.train_steps=12")
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        result = train(config, run, printer=None)
+    assert result.initial_step == 6 and result.steps == 12
+    message = " ".join(r.getMessage() for r in caplog.records)
+    assert name in message and "does not match" not in message
+    assert (run / "checkpoints" / f"{name}.corrupt").is_file()
+    assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9", "ckpt-12"]
+    for path in checkpoint_paths(run / "checkpoints"):
+        assert checkpoint_problem(path) is None
+
+
+def test_only_damaged_checkpoints_never_restart_silently_from_zero(run):
+    for step in (3, 6, 9):
+        damage_file(run / "checkpoints" / f"ckpt-{step}.index", "empty")
+    config = small_config(*RUN_OVERRIDES)
+    with pytest.raises(CheckpointDamagedError, match="Every checkpoint") as error:
+        train(config, run, printer=None)
+    assert "ckpt-3.index is empty" in str(error.value)
+    assert len(list((run / "checkpoints").glob("*.corrupt"))) == 6
+    # Again: the damaged files are still there, so it still refuses.
+    with pytest.raises(CheckpointDamagedError, match="step 0"):
+        train(config, run, printer=None)
+    with pytest.raises(CheckpointDamagedError, match="only damaged files"):
+        RunFolder(run).load()
+    # Once the user moves them away, the run starts again from step 0.
+    aside = run / "damaged"
+    aside.mkdir()
+    for path in (run / "checkpoints").glob("*.corrupt"):
+        path.rename(aside / path.name)
+    result = train(small_config(*RUN_OVERRIDES, "train.train_steps=3"), run)
+    assert result.initial_step == 0 and result.steps == 3
+
+
+def test_a_model_of_another_config_is_a_mismatch_not_damage(run):
+    from keras_transformer.training import apply_overrides
+
+    other = apply_overrides(small_config(*RUN_OVERRIDES), ["model.d_ff=128"])
+    with pytest.raises(ValueError, match="does not match the model") as error:
+        train(other, run, force=True, printer=None)
+    assert "damaged" not in str(error.value)
+    assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    assert not list((run / "checkpoints").glob("*.corrupt"))
+
+
+def test_average_checkpoints_skips_a_damaged_one(run, caplog):
+    damage_file(run / "checkpoints" / DATA, "truncate")
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        path = average_checkpoints(run, last=2)
+    assert DATA in caplog.text
+    info = json.loads(path.with_name("averaged.json").read_text())
+    assert info["steps"] == [3, 6]
+    assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "average-checkpoints"])
+def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplog):
+    damage_file(run / "checkpoints" / DATA, "truncate")
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\nFreitag, 1. März 2024\n")
+    argv = {
+        "translate": [
+            "--input",
+            str(source),
+            "--output",
+            str(tmp_path / "out.txt"),
+            "--beam-size",
+            "1",
+            "--no-progress",
+        ],
+        "evaluate": [
+            "--source",
+            str(source),
+            "--reference",
+            str(source),
+            "--beam-size",
+            "1",
+            "--no-progress",
+        ],
+        "average-checkpoints": ["--last", "2"],
+    }[command]
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        status = cli.main([command, "--workdir", str(run), *argv])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert DATA in caplog.text and "moved aside" in caplog.text
+    assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
+    if command == "translate":
+        assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+
+
+def test_a_named_damaged_checkpoint_is_one_clear_error(run, tmp_path, capsys):
+    damage_file(run / "checkpoints" / "ckpt-6.index", "truncate")
+    weights = str(run / "checkpoints" / "ckpt-6")
+    with pytest.raises(CheckpointDamagedError, match="ckpt-6.index is damaged"):
+        load_translator(run, weights)
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    argv = ["--workdir", str(run), "--weights", weights, "--input", str(source)]
+    status = cli.main(["translate", *argv])
+    assert status == 1
+    _one_line_error(capsys, "ckpt-6.index")
+    # A checkpoint the user named is reported, not moved.
+    assert (run / "checkpoints" / "ckpt-6.index").is_file()
+
+
+# ----------------------------------------------------------------- full disk
+def _full_disk(kind: str):
+    def write(self, prefix, options=None):
+        # Half a data file, then the disk is full.
+        Path(f"{prefix}.data-00000-of-00001").write_bytes(b"\0" * 100)
+        if kind == "oserror":
+            raise OSError(errno.ENOSPC, "No space left on device", prefix)
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"{prefix}.data-00000-of-00001; No space left on device"
+        )
+
+    return write
+
+
+@pytest.mark.parametrize("kind", ["oserror", "tensorflow"])
+def test_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(
+    run, tmp_path, kind, monkeypatch, capsys
+):
+    before = _weights_of(run, "ckpt-9")
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", _full_disk(kind))
+    config = small_config(*RUN_OVERRIDES, "train.train_steps=12")
+    with pytest.raises(CheckpointWriteError) as error:
+        train(config, run, printer=None)
+    message = str(error.value)
+    assert error.value.errno == errno.ENOSPC
+    assert "ckpt-12" in message and "no space left" in message
+    assert "ckpt-9 is intact and still the latest" in message
+    assert "Free disk space" in message and "\n" not in message
+    # Nothing of the failed write is left; ckpt-9 is intact and the latest.
+    assert not list((run / "checkpoints").glob("ckpt-12*"))
+    assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    assert checkpoint_problem(run / "checkpoints" / "ckpt-9") is None
+    monkeypatch.undo()
+    model, _ = RunFolder(run).load()
+    _assert_same(model.get_weights(), before)
+
+    # The command line: one line, exit status 1, no traceback.
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", _full_disk(kind))
+    path = write_config(tmp_path, SMALL_CONFIG, name="config.json")
+    argv = ["train", str(path), "--workdir", str(run)]
+    for override in (*RUN_OVERRIDES, "train.train_steps=12"):
+        argv += ["--set", override]
+    assert cli.main(argv) == 1
+    _one_line_error(capsys, "ckpt-12", "no space left")
+    assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+
+
+# ------------------------------------------------------ paths of wrong kind
+def _paths(tmp_path: Path) -> tuple[Path, Path]:
+    file = tmp_path / "a_file.txt"
+    file.write_text("x\n")
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    return file, folder
+
+
+def _wrong_paths(tmp_path: Path) -> list[tuple[list[str], str]]:
+    """(argv, what the one line must say) for every command's path arguments."""
+    file, folder = _paths(tmp_path)
+    config = write_config(tmp_path, SMALL_CONFIG, name="c.json")
+    w = str(folder)
+    return [
+        (["train", str(config), "--workdir", str(file)], "is a file, not a folder"),
+        (["train", str(folder), "--workdir", w], "is a folder, not a file"),
+        (
+            ["train", str(config), "--workdir", str(file / "run")],
+            "cannot be created",
+        ),
+        (["translate", "--workdir", str(file)], "is a file, not a folder"),
+        (["translate", "--workdir", str(tmp_path / "nope")], "does not exist"),
+        (["translate", "--workdir", w, "--input", w], "is a folder, not a file"),
+        (["translate", "--workdir", w, "--output", w], "is a folder, not a file"),
+        (
+            ["translate", "--workdir", w, "--weights", f"{w}/x.weights.h5"],
+            "does not exist",
+        ),
+        (["evaluate", "--workdir", str(file)], "is a file, not a folder"),
+        (
+            ["evaluate", "--workdir", w, "--source", w, "--reference", str(file)],
+            "is a folder, not a file",
+        ),
+        (
+            ["evaluate", "--workdir", w, "--hypotheses", w, "--task", "dates"],
+            "is a folder, not a file",
+        ),
+        (
+            ["evaluate", "--workdir", w, "--log-dir", str(file), "--task", "dates"],
+            "is a file, not a folder",
+        ),
+        (["export", "--workdir", str(file), "--output", "x"], "is a file, not a"),
+        (["export", "--workdir", w, "--output", str(file)], "is a file, not a"),
+        (["average-checkpoints", "--workdir", str(file)], "is a file, not a"),
+        (
+            ["average-checkpoints", "--workdir", w, "--output", w],
+            "is a folder, not a file",
+        ),
+    ]
+
+
+def test_every_path_argument_of_the_wrong_kind_is_one_true_line(tmp_path, capsys):
+    for argv, expected in _wrong_paths(tmp_path):
+        status = cli.main(argv)
+        assert status in (1, 2), argv
+        line = _one_line_error(capsys, expected)
+        assert "--" in line or "config file" in line, line
+
+
+def test_library_refuses_a_file_for_a_run_folder(tmp_path):
+    file, _ = _paths(tmp_path)
+    with pytest.raises(NotADirectoryError, match="is a file, not a run folder"):
+        RunFolder(file)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        RunFolder(tmp_path / "missing").check()
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        load_translator(file)
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        train(small_config(*RUN_OVERRIDES), file, printer=None)
+    assert file.read_text() == "x\n"
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0,
+    reason="root reads and writes everything",
+)
+def test_unreadable_paths_are_one_line(tmp_path, capsys):
+    _, folder = _paths(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0)
+    try:
+        assert cli.main(["translate", "--workdir", str(locked)]) in (1, 2)
+        _one_line_error(capsys, "permission denied")
+        argv = ["train", "--workdir", str(locked / "run")]
+        assert cli.main(argv) in (1, 2)
+        _one_line_error(capsys, "permission denied")
+    finally:
+        locked.chmod(0o755)
+
+
+# ------------------------------------------------- killed while writing
+CHILD = """
+import sys
+from keras_transformer.training import train
+from tests.training.helpers import FAST_CHECKPOINTS, small_config
+
+config = small_config(f"train.train_steps={sys.argv[2]}", *FAST_CHECKPOINTS)
+train(config, sys.argv[1])
+print("FINISHED", flush=True)
+"""
+
+
+def _start(workdir: Path, steps: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-u", "-c", CHILD, str(workdir), str(steps)],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _resumed_from(output: str) -> int:
+    found = re.search(r"Resuming .* from step (\d+)", output)
+    return int(found.group(1)) if found else 0
+
+
+def _leftovers(directory: Path, listed: list[str]) -> bool:
+    """Whether files of an unrecorded (interrupted) write are in `directory`."""
+    names = {Path(p).name for p in listed}
+    for path in directory.iterdir():
+        stem = path.name.split(".")[0].removesuffix("_temp")
+        if stem.startswith("ckpt-") and stem not in names:
+            return True
+    return False
+
+
+@pytest.mark.slow
+def test_sigkill_during_checkpoint_writes_never_loses_the_run(tmp_path):
+    """20 SIGKILLs at random moments of a run that checkpoints every update.
+
+    After each kill every listed checkpoint reads back whole, and the next
+    start resumes from the newest of them (never from garbage, never from
+    step 0 once a checkpoint existed). Prints the fault-matrix row.
+    """
+    workdir, rng = tmp_path / "run", random.Random(11)
+    checkpoint_dir = workdir / "checkpoints"
+    trials, interrupted_writes, expected = 20, 0, 0
+    started = time.monotonic()
+    for trial in range(trials):
+        child = _start(workdir, 100_000)
+        deadline = time.monotonic() + 180
+        while True:
+            paths = checkpoint_paths(checkpoint_dir) if checkpoint_dir.is_dir() else []
+            if paths and checkpoint_step(paths[-1]) > expected:
+                break
+            assert child.poll() is None, child.communicate()[0]
+            assert time.monotonic() < deadline, "no new checkpoint in 180 s"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.25))
+        child.kill()
+        output = child.communicate()[0]
+        assert _resumed_from(output) == expected, (trial, expected, output[-2000:])
+        listed = checkpoint_paths(checkpoint_dir)
+        assert listed, output[-2000:]
+        for path in listed:
+            assert checkpoint_problem(path) is None, (trial, path)
+        interrupted_writes += _leftovers(checkpoint_dir, listed)
+        assert checkpoint_step(listed[-1]) > expected
+        expected = checkpoint_step(listed[-1])
+        print(
+            f"trial {trial + 1}: resumed from the intact ckpt-{_resumed_from(output)}"
+            f", killed; newest intact now ckpt-{expected}; interrupted writes "
+            f"so far {interrupted_writes}; {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
+    child = _start(workdir, expected + 2)
+    output = child.communicate(timeout=300)[0]
+    assert child.returncode == 0 and "FINISHED" in output, output[-3000:]
+    assert _resumed_from(output) == expected
+    assert not list(checkpoint_dir.glob("*.corrupt"))
+    print(
+        f"\nSIGKILL during training with a checkpoint every update: {trials} "
+        f"trials, {trials} survived (resumed from the newest listed checkpoint, "
+        f"all listed checkpoints intact), {interrupted_writes} kills left files of "
+        f"an interrupted write, 0 checkpoints lost; {time.monotonic() - started:.0f} s"
+    )

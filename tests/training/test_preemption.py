@@ -1,0 +1,365 @@
+"""Faults that lose nothing: SIGTERM/SIGINT checkpoints, and plain progress logs.
+
+A preempted run (SIGTERM from a scheduler, or one Ctrl-C) saves a
+checkpoint at the next step boundary, exits 0 with the command that
+resumes it, and the rerun goes on from that step; a second Ctrl-C aborts
+at once and leaves the last regular checkpoint intact. When standard
+output is not a terminal, training prints plain lines, never a progress
+bar's carriage returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.models import build_transformer, presets
+from keras_transformer.training import TranslationTrainer, checkpoint_paths, train
+from keras_transformer.training.callbacks import (
+    PlainProgressLogger,
+    PreemptionCheckpoint,
+    TrainingPreempted,
+)
+from keras_transformer.training.loop import _progress
+from tests.training.helpers import (
+    REPO_ROOT,
+    SMALL_CONFIG,
+    run_cli,
+    small_config,
+    subprocess_env,
+    write_config,
+)
+
+#: One progress line: step, running loss, tokens/s, learning rate, elapsed.
+STEP_LINE = re.compile(
+    r"step (\d+)/(\d+)  loss \d+\.\d{4}  tokens/s \d+  lr \S+  elapsed \d+:\d\d:\d\d"
+)
+STOPPED = re.compile(r"Training stopped by (SIG\w+) after update (\d+); saved (\S+)\.")
+
+
+def _steps(directory: Path) -> list[int]:
+    return [int(Path(p).name.split("-")[-1]) for p in checkpoint_paths(directory)]
+
+
+class SignalAt(keras.callbacks.Callback):
+    """Sends this process `signals` after update `step` (checking first that
+    a `PreemptionCheckpoint` handles them, so a bug cannot kill pytest)."""
+
+    def __init__(self, step: int, *signals: int) -> None:
+        super().__init__()
+        self.step, self.signals = step, signals
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (
+            int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            != self.step
+        ):
+            return
+        for signum in self.signals:
+            handler = signal.getsignal(signum)
+            assert isinstance(getattr(handler, "__self__", None), PreemptionCheckpoint)
+            os.kill(os.getpid(), signum)
+
+
+# ------------------------------------------------------------- the callback
+def _dense_run(tmp_path: Path):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.01)
+    model.compile(optimizer=optimizer, loss="mse")
+    optimizer.build(model.trainable_variables)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=optimizer), str(tmp_path), 5
+    )
+    data = tf.data.Dataset.from_tensors((np.ones((4, 3)), np.ones((4, 1)))).repeat()
+    return model, manager, data
+
+
+def test_sigterm_saves_at_the_step_boundary_and_stops(tmp_path):
+    model, manager, data = _dense_run(tmp_path)
+    preemption = PreemptionCheckpoint(manager)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(TrainingPreempted) as stop:
+            model.fit(
+                data,
+                epochs=3,
+                steps_per_epoch=5,
+                verbose=0,
+                shuffle=False,
+                callbacks=[SignalAt(7, signal.SIGTERM), preemption],
+            )
+    finally:
+        preemption.uninstall()
+    assert (stop.value.step, stop.value.signal_name) == (7, "SIGTERM")
+    assert stop.value.checkpoint == manager.latest_checkpoint
+    assert _steps(tmp_path) == [7] and model.stop_training
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_handlers_are_restored_after_a_run_without_signals(tmp_path):
+    model, manager, data = _dense_run(tmp_path)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    preemption = PreemptionCheckpoint(manager)
+
+    class Check(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            assert preemption.installed
+
+    model.fit(
+        data,
+        epochs=1,
+        steps_per_epoch=2,
+        verbose=0,
+        shuffle=False,
+        callbacks=[Check(), preemption],
+    )
+    assert not preemption.installed and preemption.requested is None
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert _steps(tmp_path) == []
+
+
+def test_a_second_sigint_aborts_at_once(tmp_path):
+    model, manager, data = _dense_run(tmp_path)
+    manager.save(checkpoint_number=0)
+    before = signal.getsignal(signal.SIGINT)
+    preemption = PreemptionCheckpoint(manager)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(
+                data,
+                epochs=1,
+                steps_per_epoch=5,
+                verbose=0,
+                shuffle=False,
+                callbacks=[SignalAt(3, signal.SIGINT, signal.SIGINT), preemption],
+            )
+    finally:
+        preemption.uninstall()
+    assert preemption.requested == signal.SIGINT
+    assert _steps(tmp_path) == [0]  # nothing saved after the abort
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+# -------------------------------------------------------- progress as lines
+def _tiny_trainer() -> TranslationTrainer:
+    keras.utils.set_random_seed(3)
+    config = presets["tiny"].replace(
+        vocabulary_size=50,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+    )
+    trainer = TranslationTrainer(build_transformer(config))
+    optimizer = keras.optimizers.Adam(1e-3)
+    trainer.compile(optimizer=optimizer)
+    optimizer.build(trainer.transformer.trainable_variables)
+    return trainer
+
+
+def test_plain_progress_lines(capsys):
+    ids = np.random.default_rng(0).integers(4, 50, size=(3, 4, 6)).astype("int32")
+    data = tf.data.Dataset.from_tensors(((ids[0], ids[1]), ids[2])).repeat()
+    _tiny_trainer().fit(
+        data,
+        epochs=2,
+        steps_per_epoch=3,
+        verbose=0,
+        shuffle=False,
+        callbacks=[PlainProgressLogger(2, total_steps=6)],
+    )
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\b" not in out
+    lines = out.splitlines()
+    steps = [line for line in lines if line.startswith("step ")]
+    assert all(STEP_LINE.fullmatch(line) for line in steps), steps
+    assert [int(STEP_LINE.fullmatch(line)[1]) for line in steps] == [2, 4, 6]
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split("  ")[:2] for line in epochs] == [
+        ["epoch 1/2", "step 3"],
+        ["epoch 2/2", "step 6"],
+    ]
+    assert all("token_accuracy " in line for line in epochs)
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_bar_on_a_terminal_plain_lines_elsewhere():
+    config = small_config("train.verbose=1", "train.log_every=7")
+    assert _progress(config, print, 10, stream=_Stream(True)) == (1, [])
+    verbose, callbacks = _progress(config, print, 10, stream=_Stream(False))
+    assert verbose == 0 and len(callbacks) == 1
+    assert isinstance(callbacks[0], PlainProgressLogger) and callbacks[0].every == 7
+    assert _progress(config, None, 10, stream=_Stream(False)) == (0, [])
+    quiet = small_config("train.verbose=0")
+    assert _progress(quiet, print, 10, stream=_Stream(False)) == (0, [])
+
+
+# ------------------------------------------------------------------ train()
+def test_train_stops_on_sigterm_and_a_rerun_resumes(tmp_path, capsys):
+    """In-process: stopped after update 4 of 6 (mid-epoch), then resumed."""
+    config = small_config("train.verbose=1")
+    before = signal.getsignal(signal.SIGTERM)
+    result = train(config, tmp_path, callbacks=[SignalAt(4, signal.SIGTERM)])
+    out = capsys.readouterr().out
+    assert result.preempted and result.steps == 4 and result.evaluation is None
+    assert _steps(tmp_path / "checkpoints") == [3, 4]
+    assert not (tmp_path / "result.json").exists()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert STOPPED.search(out).groups()[:2] == ("SIGTERM", "4")
+    assert [
+        int(STEP_LINE.search(line)[1])
+        for line in out.splitlines()
+        if line.startswith("step ")
+    ] == [1, 2, 3, 4]
+    assert "\r" not in out
+    assert result.history["loss"] and len(result.history["loss"]) == 1
+
+    resumed = train(config, tmp_path, printer=None)
+    assert not resumed.preempted
+    assert (resumed.initial_step, resumed.steps) == (4, 6)
+    assert resumed.evaluation is not None
+    assert _steps(tmp_path / "checkpoints") == [3, 4, 6]
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
+
+
+# ------------------------------------------------------ the command, for real
+def _cli_args(config: Path, workdir: Path, *overrides: str) -> list[str]:
+    words = ["train", str(config), "--workdir", str(workdir)]
+    for override in overrides:
+        words += ["--set", override]
+    return words
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"]
+)
+def test_the_command_stops_on_a_signal_and_resumes(tmp_path, signum):
+    """A run of (almost) endless length gets `signum` once it has printed
+    step 6 (after the checkpoint of epoch 1): exit 0, the resume command,
+    a checkpoint of the step it stopped at; the rerun, shortened, finishes."""
+    config = write_config(tmp_path, SMALL_CONFIG)
+    workdir = tmp_path / "run"
+    overrides = [
+        "train.train_steps=100000",
+        "train.steps_per_epoch=5",
+        "train.validation_every=1000",
+        "train.verbose=1",
+    ]
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keras_transformer",
+            *_cli_args(config, workdir, *overrides),
+        ],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    errors: list[str] = []
+    drain = threading.Thread(target=lambda: errors.append(child.stderr.read()))
+    drain.start()
+    watchdog = threading.Timer(360, child.kill)  # a hung child fails the test
+    watchdog.start()
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    try:
+        for line in child.stdout:
+            lines.append(line)
+            step = STEP_LINE.match(line)
+            if step and int(step[1]) >= 6:
+                child.send_signal(signum)
+                break
+            assert time.monotonic() < deadline, "no progress line in time"
+        lines += child.stdout.read().splitlines(keepends=True)
+        assert child.wait(timeout=120) == 0, "".join(lines) + "".join(errors)
+    finally:
+        watchdog.cancel()
+        if child.poll() is None:
+            child.kill()
+        drain.join()
+    out = "".join(lines)
+    assert "\r" not in out
+    name, step, saved = STOPPED.search(out).groups()
+    step = int(step)
+    assert name == signal.Signals(signum).name and step >= 6
+    assert _steps(workdir / "checkpoints")[-1] == step and saved.endswith(f"-{step}")
+    resume = re.search(r"To resume, run the same command again: (.+)", out)[1]
+    assert resume.startswith(f"keras-transformer train {config} --workdir {workdir}")
+    assert "--set train.train_steps=100000" in resume
+
+    shorter = [*overrides[1:], f"train.train_steps={step + 2}"]
+    rerun = run_cli(_cli_args(config, workdir, *shorter))
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"from step {step} " in rerun.stdout
+    assert json.loads((workdir / "result.json").read_text())["steps"] == step + 2
+
+
+CHILD = """
+import os, signal, sys
+import keras
+from keras_transformer.training import train
+from tests.training.helpers import small_config
+
+class Twice(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+train(
+    small_config("train.train_steps=20", "train.steps_per_epoch=5"),
+    sys.argv[1],
+    callbacks=[Twice()],
+    printer=None,
+)
+"""
+
+
+@pytest.mark.slow
+def test_two_sigints_abort_and_keep_the_last_checkpoint(tmp_path):
+    from keras_transformer.training import load_trained_model
+
+    workdir = tmp_path / "run"
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(workdir)],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert child.returncode != 0 and "KeyboardInterrupt" in child.stderr
+    assert _steps(workdir / "checkpoints") == [5]
+    model, _, _ = load_trained_model(workdir)  # the checkpoint reads back
+    assert model.count_params() > 0
+    resumed = train(
+        small_config("train.train_steps=7", "train.steps_per_epoch=5"),
+        workdir,
+        printer=None,
+    )
+    assert (resumed.initial_step, resumed.steps) == (5, 7)
