@@ -8,12 +8,21 @@ System", Eq. 14: `lp(Y) = ((5 + |Y|) / 6) ** alpha`, and a finished
 hypothesis is ranked by `log P(Y | X) / lp(Y)`.
 
 Every decoder runs the encoder once (`TransformerStack.encode`) and then feeds
-one token per step through `TransformerStack.decode_step` (key/value caches of
-static size, written by index). The whole loop is a single `tf.while_loop`
-inside one `tf.function` (optionally compiled with XLA), cached per model by
-`Decoder`; `Decoder.greedy_graph` and `Decoder.beam_search_graph` are the same
-loops for use inside a caller's own `tf.function` (e.g. an exported
-SavedModel).
+one token per hypothesis and step through `TransformerStack.decode_beam_step`
+(greedy decoding and sampling are its one-hypothesis case). The hypotheses of
+an example share its encoder-decoder keys and values, and self-attention
+caches with one slot per hypothesis and position that beam search never
+reorders: after a step it reorders a small table of which slot holds each
+hypothesis' past, not the caches. The whole loop is a single
+`tf.while_loop` inside one `tf.function`, cached per model by `Decoder`. In a
+TensorFlow graph (the default) the caches grow by one position per step and
+an example leaves the batch as soon as it has finished, so the remaining
+steps compute only the unfinished ones; compiled with XLA
+(`jit_compile=True`) every shape stays static: caches of the maximum length
+written by index, and every example computed until all have finished. Both
+give the same outputs. `Decoder.greedy_graph` and `Decoder.beam_search_graph`
+are the same loops for use inside a caller's own `tf.function` (e.g. an
+exported SavedModel).
 
 The search algorithms (`run_greedy`, `run_beam_search`) only see a *step
 function* `step_fn(token_ids, state, index) -> (log_probs, state)`, so they can
@@ -37,26 +46,28 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer.conventions import END_ID, EXTRA_LENGTH, PAD_ID, START_ID
-from keras_transformer.models.transformer import DecoderCaches, TransformerStack
+from keras_transformer.models.transformer import TransformerStack
 
 #: Former name of `keras_transformer.conventions.PAD_ID`, kept importable.
 PADDING_ID = PAD_ID
-#: Cache entries of a `DecoderBlock` that do not change while decoding and are
-#: the same for every beam of one example (so beam search never reorders them).
-_STATIC_CACHE_KEYS = ("cross_keys", "cross_values")
 #: The static length of the caches is rounded up to a multiple of this (when
 #: `max_length` is not given), so sources of similar lengths share one trace.
 _LENGTH_BUCKET = 16
 
 StepFunction = Callable[[tf.Tensor, Any, tf.Tensor], tuple[tf.Tensor, Any]]
 """`(token_ids (n,), state, index) -> (log_probs (n, vocabulary), state)`."""
+GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
+"""`(state, examples, parents) -> state`: keeps the examples `examples` (int32
+`(kept,)`, or None for all) of the state and, in beam search, puts each new
+hypothesis in the place of its parent (`parents`, int32 `(kept, beam)`)."""
 
 
 @dataclasses.dataclass
@@ -146,15 +157,132 @@ def _write(buffer: tf.Tensor, index: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
 
 
 # ------------------------------------------------------------ search drivers
+class _Beams(NamedTuple):
+    """What beam search keeps per example (one row each) between steps."""
+
+    examples: tf.Tensor  # (n,) the example's row in the whole batch
+    limits: tf.Tensor  # (n,) maximum output length
+    max_penalty: tf.Tensor  # (n,) lp(limit), the largest penalty still possible
+    alive_ids: tf.Tensor  # (n, beam, max_length)
+    alive_log_probs: tf.Tensor  # (n, beam)
+    alive_last: tf.Tensor  # (n, beam) the last token of each live hypothesis
+    finished_ids: tf.Tensor  # (n, beam, max_length)
+    finished_scores: tf.Tensor  # (n, beam) log P / lp(length), best first
+    finished_lengths: tf.Tensor  # (n, beam)
+    done: tf.Tensor  # (n,)
+
+
+def _gather_rows(beam_size: int | None) -> GatherFunction:
+    """The default `gather_state`: every state tensor has one row per
+    hypothesis (`batch * beam_size` rows, or `batch` for greedy decoding)."""
+
+    def gather(
+        state: Any, examples: tf.Tensor | None, parents: tf.Tensor | None
+    ) -> Any:
+        if parents is None:  # greedy: one row per example
+            rows = examples
+        else:
+            if examples is None:
+                examples = tf.range(tf.shape(parents)[0])
+            # (examples, beam) -> (examples * beam,)
+            rows = tf.reshape(examples[:, None] * beam_size + parents, [-1])
+        return tf.nest.map_structure(lambda x: tf.gather(x, rows), state)
+
+    return gather
+
+
+def _leading_dimension_free(structure: Any) -> Any:
+    """Shape invariants with an unknown first dimension (examples leave)."""
+    return tf.nest.map_structure(
+        lambda x: tf.TensorShape([None, *x.shape[1:]]), structure
+    )
+
+
+def _shape_invariants(
+    per_example: Any,
+    state: Any,
+    outputs: Any,
+    drop_finished: bool,
+    state_shape_invariants: Any,
+) -> Any:
+    """`tf.while_loop` shape invariants of `(index, per_example, state,
+    outputs)`, or None when every shape stays as it is."""
+    if not drop_finished and state_shape_invariants is None:
+        return None
+
+    def shapes(structure: Any) -> Any:
+        return tf.nest.map_structure(lambda x: x.shape, structure)
+
+    if state_shape_invariants is None:
+        state_shape_invariants = _leading_dimension_free(state)
+    return (
+        tf.TensorShape([]),
+        _leading_dimension_free(per_example) if drop_finished else shapes(per_example),
+        state_shape_invariants,
+        shapes(outputs),
+    )
+
+
+def _drop(
+    done: tf.Tensor,
+    per_example: tuple[tf.Tensor, ...],
+    state: Any,
+    gather_state: GatherFunction,
+    parents: tf.Tensor | None,
+) -> tuple[tuple[tf.Tensor, ...], Any]:
+    """Removes the finished examples from the batch, or only reorders.
+
+    Every tensor of `per_example` has one row per example; `state` goes
+    through `gather_state` with the kept examples (and their hypotheses'
+    parents), or with `examples=None` when no example finished (then only
+    beam search reorders anything).
+    """
+
+    def keep_all() -> tuple[tuple[tf.Tensor, ...], Any]:
+        if parents is None:
+            return per_example, state
+        return per_example, gather_state(state, None, parents)
+
+    def keep_unfinished() -> tuple[tuple[tf.Tensor, ...], Any]:
+        kept = tf.reshape(tf.where(tf.logical_not(done)), [-1])
+        kept = tf.cast(kept, tf.int32)
+        kept_parents = None if parents is None else tf.gather(parents, kept)
+        return (
+            tf.nest.map_structure(lambda x: tf.gather(x, kept), per_example),
+            gather_state(state, kept, kept_parents),
+        )
+
+    return tf.cond(tf.reduce_any(done), keep_unfinished, keep_all)
+
+
+def _scatter_finished(
+    outputs: tuple[tf.Tensor, ...],
+    examples: tf.Tensor,
+    done: tf.Tensor,
+    values: tuple[tf.Tensor, ...],
+) -> tuple[tf.Tensor, ...]:
+    """`outputs[i][examples[done]] = values[i][done]`: finished examples'
+    results, written at their place in the whole batch."""
+    finished = tf.where(done)  # (finished, 1)
+    rows = tf.gather_nd(examples, finished)[:, None]
+    return tuple(
+        tf.tensor_scatter_nd_update(output, rows, tf.gather_nd(value, finished))
+        for output, value in zip(outputs, values, strict=True)
+    )
+
+
 def run_greedy(
     step_fn: StepFunction,
     state: Any,
     limits: Any,
     *,
-    max_length: int,
+    max_length: int | tf.Tensor,
     start_id: int = START_ID,
     end_id: int | None = END_ID,
     select_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
+    drop_finished: bool = False,
+    gather_state: GatherFunction | None = None,
+    state_shape_invariants: Any = None,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Greedy (or sampled) decoding as one `tf.while_loop`.
 
@@ -163,12 +291,24 @@ def run_greedy(
             vocabulary), state)`; `index` is the position of `token_ids`.
         state: the initial state (any nest of tensors), passed through.
         limits: int `(batch,)`: the maximum output length of each example.
-        max_length: static bound on `limits`, the size of the outputs.
+        max_length: bound on `limits`, the size of the outputs: a Python
+            int, or a scalar int32 tensor where shapes need not be static
+            (not under XLA).
         start_id: the first decoder input.
         end_id: the token that finishes a sequence; `None` never finishes
             early (always `limits` tokens).
         select_fn: `(log_probs, index) -> token_ids` choosing the next tokens;
             the argmax when `None`.
+        drop_finished: remove an example from the batch as soon as it has
+            finished, so that the following steps compute only the unfinished
+            ones (the batch shrinks: a TensorFlow graph, not XLA). The outputs
+            do not change.
+        gather_state: with `drop_finished`, `(state, examples, None) -> state`
+            keeping the examples `examples` (int32 `(kept,)`, in order) of the
+            state; by default every state tensor's rows are gathered.
+        state_shape_invariants: the `tf.while_loop` shape invariants of the
+            state, for a state whose shapes change from step to step; by
+            default (with `drop_finished`) the first dimension is left free.
 
     Returns:
         `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`:
@@ -177,11 +317,27 @@ def run_greedy(
     limits = tf.cast(tf.convert_to_tensor(limits), tf.int32)
     batch = tf.shape(limits)[0]
     end = -1 if end_id is None else end_id
+    gather_state = gather_state or _gather_rows(None)
 
-    def cond(index, token_ids, last, scores, lengths, done, state):
-        return tf.logical_not(tf.reduce_all(done))
+    def finish(per_example, state, outputs):
+        """Writes the finished examples to `outputs` and drops them (with
+        `drop_finished`)."""
+        if not drop_finished:
+            return per_example, state, outputs
+        examples, _, token_ids, _, scores, lengths, done = per_example
+        outputs = _scatter_finished(
+            outputs, examples, done, (token_ids, scores, lengths)
+        )
+        per_example, state = _drop(done, per_example, state, gather_state, None)
+        return per_example, state, outputs
 
-    def body(index, token_ids, last, scores, lengths, done, state):
+    def cond(index, per_example, state, outputs) -> tf.Tensor:
+        if drop_finished:
+            return tf.size(per_example[0]) > 0
+        return tf.logical_not(tf.reduce_all(per_example[-1]))
+
+    def body(index, per_example, state, outputs):
+        examples, limits, token_ids, last, scores, lengths, done = per_example
         log_probs, state = step_fn(last, state, index)
         log_probs = _mask_padding(tf.cast(log_probs, tf.float32))
         if select_fn is None:
@@ -194,21 +350,39 @@ def run_greedy(
         lengths += tf.cast(tf.logical_not(done), tf.int32)
         token_ids = _write(token_ids, index, chosen)
         done = done | tf.equal(chosen, end) | (index + 1 >= limits)
-        return index + 1, token_ids, chosen, scores, lengths, done, state
+        per_example = (examples, limits, token_ids, chosen, scores, lengths, done)
+        per_example, state, outputs = finish(per_example, state, outputs)
+        return index + 1, per_example, state, outputs
 
-    loop_vars = (
-        tf.constant(0, tf.int32),
+    per_example = (
+        tf.range(batch),
+        limits,
         tf.zeros((batch, max_length), tf.int32),
         tf.fill((batch,), tf.constant(start_id, tf.int32)),
         tf.zeros((batch,), tf.float32),
         tf.zeros((batch,), tf.int32),
         limits <= 0,
-        state,
     )
-    _, token_ids, _, scores, lengths, _, _ = tf.while_loop(
-        cond, body, loop_vars, maximum_iterations=max_length
+    outputs = (per_example[2], per_example[4], per_example[5])
+    # Examples without any token to generate are finished before the loop.
+    per_example, state, outputs = finish(per_example, state, outputs)
+    _, per_example, _, outputs = tf.while_loop(
+        cond,
+        body,
+        (tf.constant(0, tf.int32), per_example, state, outputs),
+        shape_invariants=_shape_invariants(
+            per_example, state, outputs, drop_finished, state_shape_invariants
+        ),
+        maximum_iterations=max_length,
     )
-    return token_ids, scores, lengths
+    if not drop_finished:
+        _, _, token_ids, _, scores, lengths, _ = per_example
+        return token_ids, scores, lengths
+    # Examples still running when `max_length` stopped the loop.
+    examples, _, token_ids, _, scores, lengths, done = per_example
+    return _scatter_finished(
+        outputs, examples, tf.ones_like(done), (token_ids, scores, lengths)
+    )
 
 
 def run_beam_search(
@@ -216,11 +390,14 @@ def run_beam_search(
     state: Any,
     limits: Any,
     *,
-    max_length: int,
+    max_length: int | tf.Tensor,
     beam_size: int = 4,
     length_penalty_alpha: float | tf.Tensor = 0.6,
     start_id: int = START_ID,
     end_id: int | None = END_ID,
+    drop_finished: bool = False,
+    gather_state: GatherFunction | None = None,
+    state_shape_invariants: Any = None,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Beam search with the GNMT length penalty (§6.1; Wu et al. 2016).
 
@@ -239,17 +416,34 @@ def run_beam_search(
     Args:
         step_fn: `(token_ids (batch * beam,), state, index) -> (log_probs
             (batch * beam, vocabulary), state)`. Row `b * beam_size + k` is
-            hypothesis `k` of example `b`; every tensor of `state` (leading
-            dimension `batch * beam_size`) is gathered by the parent hypothesis
-            after each step.
-        state: the initial state, already repeated `beam_size` times per
-            example (`tf.repeat(x, beam_size, axis=0)`).
+            hypothesis `k` of example `b`.
+        state: the initial state. By default every tensor of it has one row
+            per hypothesis (leading dimension `batch * beam_size`, e.g.
+            `tf.repeat(x, beam_size, axis=0)`) and is gathered by the parent
+            hypothesis after each step; `gather_state` replaces that.
         limits: int `(batch,)`: the maximum output length of each example.
-        max_length: static bound on `limits`, the size of the outputs.
+        max_length: bound on `limits`, the size of the outputs: a Python
+            int, or a scalar int32 tensor where shapes need not be static
+            (not under XLA).
         beam_size: number of hypotheses kept per example.
         length_penalty_alpha: `alpha`; 0 ranks by raw log-probability.
         start_id: the first decoder input.
         end_id: the token that finishes a hypothesis; `None` for none.
+        drop_finished: remove an example from the batch as soon as it is
+            done, so that the following steps compute only the unfinished ones
+            (the batch shrinks: a TensorFlow graph, not XLA). The outputs do
+            not change.
+        gather_state: `(state, examples, parents) -> state`, called after
+            every step: `parents` int32 `(kept, beam_size)` is the parent
+            hypothesis (in `0 .. beam_size - 1`) of each new live hypothesis
+            of the kept examples, and `examples` is `None` (all examples kept,
+            in order) or, with `drop_finished`, int32 `(kept,)`: the rows of
+            the examples that stay. E.g. a state with per-example tensors and
+            a small table of each hypothesis' ancestry (what `Decoder` uses)
+            reorders only the table.
+        state_shape_invariants: the `tf.while_loop` shape invariants of the
+            state, for a state whose shapes change from step to step; by
+            default (with `drop_finished`) the first dimension is left free.
 
     Returns:
         `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`
@@ -259,55 +453,74 @@ def run_beam_search(
     batch = tf.shape(limits)[0]
     beam = beam_size
     end = -1 if end_id is None else end_id
+    gather_state = gather_state or _gather_rows(beam)
     neg_inf = tf.constant(-np.inf, tf.float32)
-    # The largest penalty a hypothesis of each example can still receive.
-    max_penalty = length_penalty(limits, length_penalty_alpha)
-    # (batch, beam): only the first live hypothesis exists at the start.
-    initial_log_probs = tf.tile(
-        tf.constant([[0.0] + [-np.inf] * (beam - 1)], tf.float32), [batch, 1]
-    )
     candidate_in_beam = tf.range(2 * beam) < beam
-    example_offsets = (tf.range(batch) * beam)[:, None]
 
-    def cond(index, *loop_vars: Any) -> tf.Tensor:
-        done = loop_vars[-2]
-        return tf.logical_not(tf.reduce_all(done))
+    def best(beams: _Beams) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The result of each example: its best finished hypothesis, or its
+        best live one scored with `lp(limit)` when none finished."""
+        has_finished = beams.finished_scores[:, 0] > neg_inf
+        return (
+            tf.where(
+                has_finished[:, None], beams.finished_ids[:, 0], beams.alive_ids[:, 0]
+            ),
+            tf.where(
+                has_finished,
+                beams.finished_scores[:, 0],
+                beams.alive_log_probs[:, 0] / beams.max_penalty,
+            ),
+            tf.where(
+                has_finished,
+                beams.finished_lengths[:, 0],
+                tf.maximum(beams.limits, 0),
+            ),
+        )
 
-    def body(
-        index,
-        alive_ids,
-        alive_log_probs,
-        alive_last,
-        finished_ids,
-        finished_scores,
-        finished_lengths,
-        done,
-        state,
-    ):
-        log_probs, state = step_fn(tf.reshape(alive_last, [-1]), state, index)
+    def finish(
+        beams: _Beams, parents: tf.Tensor | None, state: Any, outputs: Any
+    ) -> tuple[_Beams, Any, Any]:
+        """Reorders the state by parent; with `drop_finished`, also writes the
+        finished examples to `outputs` and drops them."""
+        if not drop_finished:
+            if parents is not None:
+                state = gather_state(state, None, parents)
+            return beams, state, outputs
+        outputs = _scatter_finished(outputs, beams.examples, beams.done, best(beams))
+        beams, state = _drop(beams.done, beams, state, gather_state, parents)
+        return beams, state, outputs
+
+    def cond(index: tf.Tensor, beams: _Beams, state: Any, outputs: Any) -> tf.Tensor:
+        if drop_finished:
+            return tf.size(beams.examples) > 0
+        return tf.logical_not(tf.reduce_all(beams.done))
+
+    def body(index: tf.Tensor, beams: _Beams, state: Any, outputs: Any) -> Any:
+        size = tf.shape(beams.limits)[0]
+        log_probs, state = step_fn(tf.reshape(beams.alive_last, [-1]), state, index)
         log_probs = _mask_padding(tf.cast(log_probs, tf.float32))
         vocabulary = tf.shape(log_probs)[-1]
-        # (batch, beam * vocabulary): log P of every one-token extension.
+        # (size, beam * vocabulary): log P of every one-token extension.
         candidates = tf.reshape(
-            alive_log_probs[:, :, None]
-            + tf.reshape(log_probs, [batch, beam, vocabulary]),
-            [batch, beam * vocabulary],
+            beams.alive_log_probs[:, :, None]
+            + tf.reshape(log_probs, [size, beam, vocabulary]),
+            [size, beam * vocabulary],
         )
         top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam)
         parents = top_indices // vocabulary
         tokens = top_indices % vocabulary
-        # (batch, 2 * beam, max_length)
+        # (size, 2 * beam, max_length)
         candidate_ids = _write(
-            tf.gather(alive_ids, parents, batch_dims=1), index, tokens
+            tf.gather(beams.alive_ids, parents, batch_dims=1), index, tokens
         )
         is_end = tf.equal(tokens, end)
 
         # Live hypotheses: the best `beam` candidates not ending in END.
-        new_alive_log_probs, picked = tf.math.top_k(
+        alive_log_probs, picked = tf.math.top_k(
             tf.where(is_end, neg_inf, top_log_probs), k=beam
         )
-        new_alive_ids = tf.gather(candidate_ids, picked, batch_dims=1)
-        new_alive_last = tf.gather(tokens, picked, batch_dims=1)
+        alive_ids = tf.gather(candidate_ids, picked, batch_dims=1)
+        alive_last = tf.gather(tokens, picked, batch_dims=1)
         new_parents = tf.gather(parents, picked, batch_dims=1)
 
         # Finished hypotheses: merge the new ones with those kept so far.
@@ -316,76 +529,78 @@ def run_beam_search(
             top_log_probs / length_penalty(index + 1, length_penalty_alpha),
             neg_inf,
         )
-        merged_scores = tf.concat([finished_scores, new_scores], axis=1)
-        new_finished_scores, picked = tf.math.top_k(merged_scores, k=beam)
-        merged_ids = tf.concat([finished_ids, candidate_ids], axis=1)
-        new_finished_ids = tf.gather(merged_ids, picked, batch_dims=1)
+        merged_scores = tf.concat([beams.finished_scores, new_scores], axis=1)
+        finished_scores, picked = tf.math.top_k(merged_scores, k=beam)
+        merged_ids = tf.concat([beams.finished_ids, candidate_ids], axis=1)
+        finished_ids = tf.gather(merged_ids, picked, batch_dims=1)
         merged_lengths = tf.concat(
-            [finished_lengths, tf.fill([batch, 2 * beam], index + 1)], axis=1
+            [beams.finished_lengths, tf.fill([size, 2 * beam], index + 1)], axis=1
         )
-        new_finished_lengths = tf.gather(merged_lengths, picked, batch_dims=1)
+        finished_lengths = tf.gather(merged_lengths, picked, batch_dims=1)
 
         # Examples already done keep their hypotheses.
         def keep(old: tf.Tensor, new: tf.Tensor) -> tf.Tensor:
-            frozen = tf.reshape(done, [-1] + [1] * (len(new.shape) - 1))
+            frozen = tf.reshape(beams.done, [-1] + [1] * (len(new.shape) - 1))
             return tf.where(frozen, old, new)
 
-        alive_ids = keep(alive_ids, new_alive_ids)
-        alive_log_probs = keep(alive_log_probs, new_alive_log_probs)
-        alive_last = keep(alive_last, new_alive_last)
-        finished_ids = keep(finished_ids, new_finished_ids)
-        finished_scores = keep(finished_scores, new_finished_scores)
-        finished_lengths = keep(finished_lengths, new_finished_lengths)
-
-        # Reorder the state (e.g. the self-attention caches) by parent.
-        rows = tf.reshape(example_offsets + new_parents, [-1])
-        state = tf.nest.map_structure(lambda x: tf.gather(x, rows), state)
-
-        # GNMT early stopping: no live hypothesis can beat the worst finished.
-        best_possible = alive_log_probs[:, 0] / max_penalty
-        cannot_improve = finished_scores[:, -1] > best_possible
-        done = done | cannot_improve | (index + 1 >= limits)
-        return (
-            index + 1,
-            alive_ids,
-            alive_log_probs,
-            alive_last,
-            finished_ids,
-            finished_scores,
-            finished_lengths,
-            done,
-            state,
+        beams = beams._replace(
+            alive_ids=keep(beams.alive_ids, alive_ids),
+            alive_log_probs=keep(beams.alive_log_probs, alive_log_probs),
+            alive_last=keep(beams.alive_last, alive_last),
+            finished_ids=keep(beams.finished_ids, finished_ids),
+            finished_scores=keep(beams.finished_scores, finished_scores),
+            finished_lengths=keep(beams.finished_lengths, finished_lengths),
         )
+        # GNMT early stopping: no live hypothesis can beat the worst finished.
+        best_possible = beams.alive_log_probs[:, 0] / beams.max_penalty
+        cannot_improve = beams.finished_scores[:, -1] > best_possible
+        beams = beams._replace(
+            done=beams.done | cannot_improve | (index + 1 >= beams.limits)
+        )
+        # Reorder the state (e.g. the self-attention caches) by parent.
+        beams, state, outputs = finish(beams, new_parents, state, outputs)
+        return index + 1, beams, state, outputs
 
-    loop_vars = (
-        tf.constant(0, tf.int32),
-        tf.zeros((batch, beam, max_length), tf.int32),
-        initial_log_probs,
-        tf.fill((batch, beam), tf.constant(start_id, tf.int32)),
-        tf.zeros((batch, beam, max_length), tf.int32),
-        tf.fill((batch, beam), neg_inf),
-        tf.zeros((batch, beam), tf.int32),
-        limits <= 0,
-        state,
+    beams = _Beams(
+        examples=tf.range(batch),
+        limits=limits,
+        max_penalty=length_penalty(limits, length_penalty_alpha),
+        alive_ids=tf.zeros((batch, beam, max_length), tf.int32),
+        # Only the first live hypothesis exists at the start.
+        alive_log_probs=tf.tile(
+            tf.constant([[0.0] + [-np.inf] * (beam - 1)], tf.float32), [batch, 1]
+        ),
+        alive_last=tf.fill((batch, beam), tf.constant(start_id, tf.int32)),
+        finished_ids=tf.zeros((batch, beam, max_length), tf.int32),
+        finished_scores=tf.fill((batch, beam), neg_inf),
+        finished_lengths=tf.zeros((batch, beam), tf.int32),
+        done=limits <= 0,
     )
-    (
-        _,
-        alive_ids,
-        alive_log_probs,
-        _,
-        finished_ids,
-        finished_scores,
-        finished_lengths,
-        _,
-        _,
-    ) = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_length)
-    has_finished = finished_scores[:, 0] > neg_inf
-    token_ids = tf.where(has_finished[:, None], finished_ids[:, 0], alive_ids[:, 0])
-    scores = tf.where(
-        has_finished, finished_scores[:, 0], alive_log_probs[:, 0] / max_penalty
+    outputs = (
+        tf.zeros((batch, max_length), tf.int32),
+        tf.zeros((batch,), tf.float32),
+        tf.zeros((batch,), tf.int32),
     )
-    lengths = tf.where(has_finished, finished_lengths[:, 0], tf.maximum(limits, 0))
-    return token_ids, scores, lengths
+    # Examples without any token to generate are done before the loop (their
+    # hypotheses are all alike: nothing to reorder).
+    identity = tf.tile(tf.range(beam)[None], [batch, 1])
+    beams, state, outputs = finish(
+        beams, identity if drop_finished else None, state, outputs
+    )
+    _, beams, _, outputs = tf.while_loop(
+        cond,
+        body,
+        (tf.constant(0, tf.int32), beams, state, outputs),
+        shape_invariants=_shape_invariants(
+            beams, state, outputs, drop_finished, state_shape_invariants
+        ),
+        maximum_iterations=max_length,
+    )
+    if not drop_finished:
+        return best(beams)
+    # Examples still running when `max_length` stopped the loop.
+    running = tf.ones_like(beams.done)
+    return _scatter_finished(outputs, beams.examples, running, best(beams))
 
 
 # ------------------------------------------------------------- model decoder
@@ -393,11 +608,13 @@ class Decoder:
     """Compiled greedy, beam-search and sampling decoders for one model.
 
     Runs the model through its `TransformerStack`: the encoder once, then one
-    `decode_step` per output token. Holds one `tf.function` per search
-    (traced again only for new static arguments or input shapes; the static
-    output length is rounded up to a multiple of 16 so that nearby source
-    lengths share a trace). The module functions `greedy_decode`,
-    `beam_search` and `sample_decode` use a `Decoder` cached per model.
+    `decode_beam_step` per output token. Holds one `tf.function` per search,
+    traced again only for new static arguments (and once more to relax the
+    input shapes). In a graph the output length is a tensor, so every length
+    shares one trace; with XLA it is static, rounded up to a multiple of 16
+    so that nearby source lengths share a compilation. The module functions
+    `greedy_decode`, `beam_search` and `sample_decode` use a `Decoder`
+    cached per model.
 
     `greedy`, `beam_search`, `sample` and `uncached_greedy` take NumPy-like
     inputs, check them and return a `DecodeResult`. `greedy_graph`,
@@ -434,9 +651,12 @@ class Decoder:
         def compiled(graph: Callable[..., Any], jit_compile: bool) -> Any:
             return tf.function(graph, jit_compile=jit_compile, reduce_retracing=True)
 
-        self._greedy_fn = compiled(self.greedy_graph, jit_compile)
-        self._sample_fn = compiled(self.sample_graph, jit_compile)
-        self._beam_fn = compiled(self.beam_search_graph, jit_compile)
+        # XLA needs static shapes; a graph lets caches grow and finished
+        # examples leave the batch.
+        static = {"static_shapes": jit_compile}
+        self._greedy_fn = compiled(partial(self.greedy_graph, **static), jit_compile)
+        self._sample_fn = compiled(partial(self.sample_graph, **static), jit_compile)
+        self._beam_fn = compiled(partial(self.beam_search_graph, **static), jit_compile)
         self._uncached_fn = compiled(self._uncached_graph, False)  # its prefix grows
 
     # ---------------------------------------------------------- public API
@@ -534,28 +754,36 @@ class Decoder:
         source_ids: tf.Tensor,
         limits: tf.Tensor,
         *,
-        max_length: int,
+        max_length: int | tf.Tensor,
         start_id: int = START_ID,
         end_id: int | None = END_ID,
         select_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
+        static_shapes: bool = False,
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Greedy decoding with KV caches, as TensorFlow ops.
 
         What `greedy` runs in its `tf.function`, without its checks: call it
-        inside your own `tf.function` (e.g. a SavedModel signature; graph
-        and XLA friendly, all shapes static for a given `max_length`).
+        inside your own `tf.function` (e.g. a SavedModel signature).
 
         Args:
             source_ids: int32 `(batch, source_length)`, 0 for padding.
             limits: int32 `(batch,)`: the maximum output length of each
                 example, END included, at most `max_length` (§6.1: its real
                 source tokens + `extra_length`); 0 gives an empty output.
-            max_length: static size of the outputs and the caches.
+            max_length: size of the outputs: a Python int, or with
+                `static_shapes=False` also a scalar int32 tensor (one trace
+                for every length).
             start_id: the first decoder input.
             end_id: the token that ends a sequence; `None` for none.
             select_fn: `(log_probs, index) -> token_ids` choosing the next
                 tokens instead of the argmax (as in `run_greedy`; `sample_graph`
                 passes a sampler).
+            static_shapes: keep every shape static, as XLA needs
+                (`jit_compile=True`): key/value caches of `max_length`
+                positions written by index, finished examples computed until
+                the whole batch has finished. By default (a TensorFlow graph)
+                the caches grow by one position per step and an example leaves
+                the batch when it finishes. Both give the same outputs.
 
         Returns:
             `(token_ids (batch, max_length), scores (batch,), lengths
@@ -563,7 +791,9 @@ class Decoder:
 
         Reference: Vaswani et al. (2017), §6.1.
         """
-        step, state = self._cached_step(source_ids, max_length)
+        step, state, gather, invariants = self._cached_step(
+            source_ids, max_length, 1, static_shapes
+        )
         return run_greedy(
             step,
             state,
@@ -572,6 +802,10 @@ class Decoder:
             start_id=start_id,
             end_id=end_id,
             select_fn=select_fn,
+            # A sample must not depend on which other examples are running.
+            drop_finished=not static_shapes and select_fn is None,
+            gather_state=gather,
+            state_shape_invariants=invariants,
         )
 
     def sample_graph(
@@ -579,18 +813,21 @@ class Decoder:
         source_ids: tf.Tensor,
         limits: tf.Tensor,
         *,
-        max_length: int,
+        max_length: int | tf.Tensor,
         temperature: float | tf.Tensor = 1.0,
         top_k: int | None = None,
         seed: int | tf.Tensor = 0,
         start_id: int = START_ID,
         end_id: int | None = END_ID,
+        static_shapes: bool = False,
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Ancestral sampling with KV caches, as TensorFlow ops.
 
         Args:
-            source_ids, limits, max_length, start_id, end_id: as for
-                `greedy_graph`.
+            source_ids, limits, max_length, start_id, end_id, static_shapes:
+                as for `greedy_graph` (every example stays in the batch until
+                all have finished, so that a draw does not depend on which
+                other examples are still running).
             temperature: float32 scalar > 0.
             top_k: sample only among the `top_k` most likely tokens (static).
             seed: int32 scalar; step `i` draws with the seed `(seed, i)`.
@@ -605,6 +842,7 @@ class Decoder:
             start_id=start_id,
             end_id=end_id,
             select_fn=_sampler(seed, temperature, top_k),
+            static_shapes=static_shapes,
         )
 
     def beam_search_graph(
@@ -612,17 +850,24 @@ class Decoder:
         source_ids: tf.Tensor,
         limits: tf.Tensor,
         *,
-        max_length: int,
+        max_length: int | tf.Tensor,
         beam_size: int = 4,
         length_penalty: float | tf.Tensor = 0.6,
         start_id: int = START_ID,
         end_id: int | None = END_ID,
+        static_shapes: bool = False,
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Beam search with KV caches and the GNMT length penalty, as TensorFlow ops.
 
+        The hypotheses of an example share its encoder-decoder keys and
+        values, and self-attention caches with one slot per hypothesis and
+        position that are never reordered: after each step only a small
+        table of each hypothesis' ancestry moves (see
+        `TransformerStack.decode_beam_step`).
+
         Args:
-            source_ids, limits, max_length, start_id, end_id: as for
-                `greedy_graph`.
+            source_ids, limits, max_length, start_id, end_id, static_shapes:
+                as for `greedy_graph`.
             beam_size: hypotheses kept per example (static).
             length_penalty: `alpha` (§6.1: 0.6), a number or float32 scalar.
 
@@ -633,7 +878,9 @@ class Decoder:
 
         Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
         """
-        step, state = self._cached_step(source_ids, max_length, repeats=beam_size)
+        step, state, gather, invariants = self._cached_step(
+            source_ids, max_length, beam_size, static_shapes
+        )
         return run_beam_search(
             step,
             state,
@@ -643,6 +890,9 @@ class Decoder:
             length_penalty_alpha=length_penalty,
             start_id=start_id,
             end_id=end_id,
+            drop_finished=not static_shapes,
+            gather_state=gather,
+            state_shape_invariants=invariants,
         )
 
     # ------------------------------------------------------------ checking
@@ -659,6 +909,9 @@ class Decoder:
         """Checks the arguments, runs one compiled search, collects the result."""
         source, limits, length = self._prepare(source_ids, max_length, extra_length)
         self._check_ids(start_id, end_id)
+        if graph_fn is self._uncached_fn or not self.jit_compile:
+            # Shapes may change in a graph: one trace serves every length.
+            length = tf.constant(length, tf.int32)
         outputs = graph_fn(
             source,
             limits,
@@ -730,47 +983,90 @@ class Decoder:
 
     # ------------------------------------------------------- traced graphs
     def _cached_step(
-        self, source_ids: tf.Tensor, max_length: int, repeats: int = 1
-    ) -> tuple[StepFunction, DecoderCaches]:
-        """Encodes once; returns a step function and its initial state.
+        self,
+        source_ids: tf.Tensor,
+        max_length: int | tf.Tensor,
+        beam_size: int,
+        static_shapes: bool,
+    ) -> tuple[StepFunction, dict[str, Any], GatherFunction, Any]:
+        """Encodes once; returns a step function, its initial state, how to
+        gather the state and its shape invariants.
 
-        The state is the self-attention caches of the decoder blocks. The
-        encoder-decoder keys and values and the source padding mask are
-        constants of the loop, repeated `repeats` times per example for
-        beam search, which reorders only the state.
+        The state holds, per example: the decoder blocks' caches
+        (`TransformerStack.init_cache(..., beam_size=beam_size)`: the
+        encoder-decoder keys and values once, and one self-attention slot per
+        hypothesis and position), the source padding mask, and `history`
+        `(batch, beam, max_length)`: the slot that holds the keys and values
+        of hypothesis `k` at position `t`. Reordering the hypotheses after a
+        step gathers `history` only; dropping finished examples gathers
+        every tensor of the state.
         """
         stack = self.stack
+        beam = beam_size
         encoder_output = stack.encode(source_ids, training=False)
-        caches = stack.init_cache(encoder_output, max_length)
-
-        def repeat(x: tf.Tensor) -> tf.Tensor:
-            return x if repeats == 1 else tf.repeat(x, repeats, axis=0)
-
-        padding_mask = repeat(tf.not_equal(source_ids, PAD_ID))
-        static = [
-            {key: repeat(cache[key]) for key in _STATIC_CACHE_KEYS} for cache in caches
-        ]
+        grow = not static_shapes
+        state = {
+            "caches": stack.init_cache(
+                encoder_output, 0 if grow else max_length, beam_size=beam
+            ),
+            "padding_mask": tf.not_equal(source_ids, PAD_ID),
+            "history": tf.zeros((tf.shape(source_ids)[0], beam, max_length), tf.int32),
+        }
+        slots = tf.range(beam)
 
         def step(token_ids: tf.Tensor, state: Any, index: tf.Tensor) -> Any:
-            full = [{**s, **d} for s, d in zip(static, state, strict=True)]
-            logits, full = stack.decode_step(
-                token_ids[:, None], full, index, padding_mask
+            size = tf.shape(state["history"])[0]
+            # Hypothesis k writes its keys and values at slot k of `index`.
+            history = _write(state["history"], index, tf.tile(slots[None], [size, 1]))
+            length = index + 1 if grow else max_length
+            # (size, beam, length, beam) -> (size, beam, length * beam): which
+            # slot of each position belongs to each hypothesis' history.
+            mask = tf.equal(history[:, :, :length, None], slots)
+            if not grow:  # positions not decoded yet
+                mask &= (tf.range(max_length) <= index)[:, None]
+            mask = tf.reshape(mask, [size, beam, length * beam])
+            logits, caches = stack.decode_beam_step(
+                tf.reshape(token_ids, [size, beam]),
+                state["caches"],
+                index,
+                state["padding_mask"],
+                mask,
+                append=grow,
             )
-            log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
-            return log_probs, [_changing_entries(cache) for cache in full]
+            log_probs = tf.nn.log_softmax(
+                tf.reshape(tf.cast(logits, tf.float32), [size * beam, -1])
+            )
+            return log_probs, {**state, "caches": caches, "history": history}
 
-        state = [
-            {key: repeat(value) for key, value in _changing_entries(cache).items()}
-            for cache in caches
-        ]
-        return step, state
+        def gather(
+            state: Any, examples: tf.Tensor | None, parents: tf.Tensor | None
+        ) -> Any:
+            if examples is not None:
+                state = tf.nest.map_structure(lambda x: tf.gather(x, examples), state)
+            if parents is None:
+                return state
+            history = tf.gather(state["history"], parents, batch_dims=1)
+            return {**state, "history": history}
+
+        invariants = None
+        if grow:
+            # Examples leave (first dimension) and the self-attention caches
+            # grow (their third).
+            invariants = tf.nest.map_structure(
+                lambda x: tf.TensorShape([None, *x.shape[1:]]), state
+            )
+            for cache in invariants["caches"]:
+                for key in ("self_keys", "self_values"):
+                    shape = cache[key].as_list()
+                    cache[key] = tf.TensorShape([None, shape[1], None, *shape[3:]])
+        return step, state, gather, invariants
 
     def _uncached_graph(
         self,
         source_ids: tf.Tensor,
         limits: tf.Tensor,
         *,
-        max_length: int,
+        max_length: int | tf.Tensor,
         start_id: int,
         end_id: int | None,
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -809,11 +1105,6 @@ class Decoder:
             start_id=start_id,
             end_id=end_id,
         )
-
-
-def _changing_entries(cache: dict[str, Any]) -> dict[str, Any]:
-    """The entries of a block's cache that decoding updates (self-attention)."""
-    return {key: value for key, value in cache.items() if key not in _STATIC_CACHE_KEYS}
 
 
 def _sampler(

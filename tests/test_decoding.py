@@ -18,7 +18,7 @@ from keras_transformer.decoding import (
     sample_decode,
     uncached_greedy_decode,
 )
-from keras_transformer.models import build_transformer, presets
+from keras_transformer.models import TransformerStack, build_transformer, presets
 
 # The eager references call the model on one-token prefixes, where Keras warns
 # about a softmax over a single key.
@@ -240,6 +240,124 @@ def test_beam_reorders_the_caches_like_full_recomputation(model):
     np.testing.assert_array_equal(cached.token_ids, tokens.numpy())
     np.testing.assert_allclose(cached.scores, scores.numpy(), atol=1e-4)
     np.testing.assert_array_equal(cached.lengths, lengths.numpy())
+
+
+def _former_beam_search(model, sources, beam_size, extra_length, end_id, xla):
+    """The beam search of the previous release, as the reference: every
+    hypothesis has its own key/value caches (its example's, repeated
+    `beam_size` times), and the driver gathers all of them by parent after
+    every step (`run_beam_search`'s default)."""
+    stack = TransformerStack.of(model)
+    limits = (sources != PAD).sum(axis=1) + extra_length
+    max_length = int(limits.max())
+
+    @tf.function(jit_compile=xla)
+    def search(source_ids, limits):
+        encoded = stack.encode(source_ids, training=False)
+        caches = [
+            {key: tf.repeat(value, beam_size, axis=0) for key, value in c.items()}
+            for c in stack.init_cache(encoded, max_length)
+        ]
+        mask = tf.repeat(tf.not_equal(source_ids, PAD), beam_size, axis=0)
+
+        def step(token_ids, caches, index):
+            logits, caches = stack.decode_step(token_ids[:, None], caches, index, mask)
+            return tf.nn.log_softmax(logits[:, 0]), caches
+
+        return run_beam_search(
+            step,
+            caches,
+            limits,
+            max_length=max_length,
+            beam_size=beam_size,
+            end_id=end_id,
+        )
+
+    tokens, scores, lengths = search(tf.constant(sources), tf.constant(limits))
+    return decoding._result(tokens, scores, lengths)
+
+
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("beam_size", [2, 4])
+@pytest.mark.parametrize(("fixture", "end_id"), CASES)
+def test_beam_search_equals_the_former_algorithm(
+    request, fixture, end_id, beam_size, xla
+):
+    """Caches that are never reordered (a history table of slots instead),
+    shared encoder-decoder keys and values, growing caches and finished
+    examples leaving the batch (graph) give the former outputs."""
+    model = request.getfixturevalue(fixture)
+    sources = np.concatenate([SOURCES, SOURCES[::-1]])  # six, finishing apart
+    former = _former_beam_search(model, sources, beam_size, EXTRA, end_id, xla)
+    result = beam_search(
+        model,
+        sources,
+        beam_size=beam_size,
+        extra_length=EXTRA,
+        end_id=end_id,
+        jit_compile=xla,
+    )
+    assert result.to_list() == former.to_list()
+    np.testing.assert_array_equal(result.lengths, former.lengths)
+    np.testing.assert_allclose(result.scores, former.scores, atol=1e-5)
+    if end_id is not None:  # examples finished at different steps
+        assert len(set(result.lengths)) > 1
+
+
+def _drop_or_not(search, limits, **kwargs):
+    """The outputs of `search` with and without `drop_finished`, in graph."""
+    outputs = []
+    for drop in (False, True):
+
+        @tf.function(autograph=False)
+        def run(limits, drop=drop):
+            return search(limits, drop_finished=drop, **kwargs)
+
+        outputs.append([x.numpy() for x in run(tf.constant(limits, tf.int32))])
+    return outputs
+
+
+def test_finished_examples_leave_the_batch_without_changing_outputs():
+    """`drop_finished` (what a graph decoder does): same tokens, scores and
+    lengths, with examples that finish early, late, or have nothing to do."""
+    rng = np.random.default_rng(3)
+    table = tf.constant(
+        tf.nn.log_softmax(rng.normal(size=(97, 6)) * 2.0).numpy(), tf.float32
+    )
+    limits, beam = [4, 0, 1, 6, 2, 5], 3
+    codes = tf.constant(np.arange(11, 17), tf.int64)
+
+    def greedy(limits, **kwargs):
+        return run_greedy(_hash_step(table), codes, limits, max_length=6, **kwargs)
+
+    def beams(limits, **kwargs):
+        return run_beam_search(
+            _hash_step(table),
+            tf.repeat(codes, beam),
+            limits,
+            max_length=6,
+            beam_size=beam,
+            **kwargs,
+        )
+
+    for search in (greedy, beams):
+        kept, dropped = _drop_or_not(search, limits)
+        for a, b in zip(kept, dropped, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+        lengths = kept[2]
+        assert lengths[1] == 0 and len(set(lengths)) > 1  # finished apart
+        assert np.all(kept[0][1] == PAD)
+
+
+def test_one_trace_serves_every_output_length(model):
+    """In a graph the output length is a tensor: sources of other lengths
+    reuse the trace (after the one relaxing the input shape)."""
+    decoder = decoding.Decoder(model)
+    for width in (2, 9, 40, 3):
+        decoder.beam_search(
+            SOURCES[:, :1].repeat(width, 1), beam_size=2, extra_length=3
+        )
+    assert decoder._beam_fn.experimental_get_tracing_count() <= 2
 
 
 # ----------------------------------------------- beam search on fake models

@@ -378,15 +378,28 @@ class MultiHeadAttention(keras.layers.Layer):
         return self.combine_heads(heads_output), scores
 
     # ------------------------------------------------------ cached decoding
-    def empty_cache(self, batch_size: Any, max_length: int) -> tuple[Any, Any]:
+    def empty_cache(
+        self, batch_size: Any, max_length: int, beam_size: int | None = None
+    ) -> tuple[Any, Any]:
         """A zero self-attention cache for incremental decoding.
+
+        Args:
+            batch_size: number of sequences (examples).
+            max_length: number of positions the cache holds; 0 for a cache
+                that `cached_beam_self_attention(..., append=True)` grows.
+            beam_size: with a number, one slot per hypothesis at every
+                position (for `cached_beam_self_attention`).
 
         Returns:
             `(keys, values)` of shapes `(batch, heads, max_length, key_dim)` and
-            `(batch, heads, max_length, value_dim)`. The size is fixed, so a
-            decoding loop keeps static shapes (XLA).
+            `(batch, heads, max_length, value_dim)`, or with `beam_size`
+            `(batch, heads, max_length, beam_size, key_dim)` and the same for
+            the values. The size is fixed, so a decoding loop keeps static
+            shapes (XLA).
         """
         shape = (batch_size, self.num_heads, max_length)
+        if beam_size is not None:
+            shape = (*shape, beam_size)
         return (
             ops.zeros((*shape, self.key_dim), self.compute_dtype),
             ops.zeros((*shape, self.value_dim), self.compute_dtype),
@@ -434,6 +447,85 @@ class MultiHeadAttention(keras.layers.Layer):
         mask = mask[None, None]
         output, scores = self.attend(
             self.project_query(query_step), cache[0], cache[1], mask, training=False
+        )
+        return output, scores, cache
+
+    def cached_beam_self_attention(
+        self,
+        hypotheses: Any,
+        cache: tuple[Any, Any],
+        cache_index: Any,
+        beam_mask: Any,
+        window: int | None = None,
+        append: bool = False,
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
+        """Causal self-attention of one position of several hypotheses per
+        sequence (beam search), over caches that are never reordered.
+
+        Hypothesis `k` writes its keys and values of position `cache_index`
+        into slot `k` of that position; the slots of earlier positions hold
+        what the hypotheses of those steps computed. Which slot of position
+        `t` belongs to the history of hypothesis `k` is given by
+        `beam_mask`, so a search that reorders its hypotheses moves that
+        small mask, not the caches. One matrix product per head scores the
+        `beam` queries of a sequence against every slot; the slots outside a
+        hypothesis' history get exactly zero weight (Eq. 1 with a mask).
+
+        Args:
+            hypotheses: `(batch, beam, query_dim)`: the inputs of the `beam`
+                hypotheses of each sequence, all at position `cache_index`.
+            cache: `(keys, values)` `(batch, heads, length, beam, dim)` from
+                `empty_cache(..., beam_size=beam)` or the previous step.
+            cache_index: integer scalar (may be a tensor): the position.
+            beam_mask: boolean `(batch, beam, cached_length * beam)`: `True`
+                where hypothesis `k` may attend to slot `j` of position `t`
+                (flat index `t * beam + j`), with `cached_length` the length
+                of the cache after this step's write.
+            window: restrict attention to this distance (§4).
+            append: the cache holds exactly the positions before
+                `cache_index` and grows by this one (shapes change every
+                step: a TensorFlow graph, not XLA); otherwise the step is
+                written at `cache_index` into a fixed-size cache.
+
+        Returns:
+            `(output, scores, cache)`: `(batch, beam, output_dim)`,
+            `(batch, heads, beam, cached_length * beam)` and the new cache.
+
+        Reference: Vaswani et al. (2017), §3.2.3 and §6.1.
+        """
+        # (batch, heads, beam, dim) -> (batch, heads, 1, beam, dim)
+        keys, values = (
+            ops.expand_dims(x, 2) for x in self.project_key_value(hypotheses)
+        )
+        index = ops.cast(cache_index, "int32")
+        if append:
+            cache = (
+                ops.concatenate([cache[0], keys], axis=2),
+                ops.concatenate([cache[1], values], axis=2),
+            )
+        else:
+            start = (0, 0, index, 0, 0)
+            cache = (
+                ops.slice_update(cache[0], start, keys),
+                ops.slice_update(cache[1], start, values),
+            )
+        batch = ops.shape(hypotheses)[0]
+        # (batch, heads, length * beam, dim): position-major slots.
+        flat_keys = ops.reshape(cache[0], (batch, self.num_heads, -1, self.key_dim))
+        flat_values = ops.reshape(cache[1], (batch, self.num_heads, -1, self.value_dim))
+        # (batch, 1, beam, length * beam): one mask for every head.
+        mask = ops.expand_dims(ops.cast(beam_mask, "bool"), 1)
+        if window is not None:
+            beam = ops.shape(hypotheses)[1]
+            slots = ops.shape(flat_keys)[2]
+            positions = ops.floor_divide(ops.arange(slots, dtype="int32"), beam)
+            mask = ops.logical_and(mask, ops.less_equal(index - positions, window))
+        output, scores = self.attend(
+            self.project_query(hypotheses),
+            flat_keys,
+            flat_values,
+            mask,
+            training=False,
         )
         return output, scores, cache
 

@@ -185,19 +185,26 @@ class DecoderBlock(TransformerBlockBase):
         return outputs, scores["self"], scores["cross"]
 
     # ------------------------------------------------------ cached decoding
-    def init_cache(self, encoder_sequence: Any, max_length: int) -> dict[str, Any]:
+    def init_cache(
+        self, encoder_sequence: Any, max_length: int, beam_size: int | None = None
+    ) -> dict[str, Any]:
         """An empty self-attention cache and the encoder-decoder keys/values.
 
         Args:
             encoder_sequence: the encoder output `(batch, source_length,
                 d_model)`.
-            max_length: the number of target positions the cache can hold.
+            max_length: the number of target positions the cache can hold
+                (0 for a cache that `call_beam_step(..., append=True)` grows).
+            beam_size: with a number, a cache for `call_beam_step`: one
+                self-attention slot per hypothesis at every position, and the
+                encoder-decoder keys and values once per sequence.
 
         Returns:
             A dict of four tensors: `self_keys` and `self_values`
-            `(batch, heads, max_length, head_dim)` filled with zeros, and
-            `cross_keys`, `cross_values` `(batch, heads, source_length,
-            head_dim)`.
+            `(batch, heads, max_length, head_dim)` filled with zeros
+            (`(batch, heads, max_length, beam_size, head_dim)` with
+            `beam_size`), and `cross_keys`, `cross_values` `(batch, heads,
+            source_length, head_dim)`.
         """
         if not self.built:
             raise ValueError(
@@ -208,7 +215,7 @@ class DecoderBlock(TransformerBlockBase):
             encoder_sequence
         )
         self_keys, self_values = self.self_attention.empty_cache(
-            ops.shape(encoder_sequence)[0], max_length
+            ops.shape(encoder_sequence)[0], max_length, beam_size
         )
         return {
             "self_keys": self_keys,
@@ -250,18 +257,86 @@ class DecoderBlock(TransformerBlockBase):
             new_cache["self_keys"], new_cache["self_values"] = keys, values
             return output, lambda: scores
 
+        outputs = self._cached_forward(
+            decoder_step, cached_self_attend, cache, encoder_padding_mask
+        )
+        return outputs, new_cache
+
+    def call_beam_step(
+        self,
+        hypotheses: Any,
+        cache: dict[str, Any],
+        cache_index: Any,
+        beam_mask: Any,
+        encoder_padding_mask: Any | None = None,
+        append: bool = False,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Runs the block on one position of `beam` hypotheses per sequence.
+
+        The hypotheses of a sequence share its encoder-decoder keys and
+        values (computed once, never repeated per hypothesis) and a
+        self-attention cache with one slot per hypothesis and position,
+        which is never reordered: `beam_mask` says which slots make up each
+        hypothesis' history (see
+        `MultiHeadAttention.cached_beam_self_attention`). Inference only.
+
+        Args:
+            hypotheses: `(batch, beam, d_model)`, the inputs at position
+                `cache_index` of every hypothesis.
+            cache: from `init_cache(..., beam_size=beam)` or the previous step.
+            cache_index: integer scalar (may be a tensor): the position.
+            beam_mask: boolean `(batch, beam, cached_length * beam)`.
+            encoder_padding_mask: boolean `(batch, source_length)`.
+            append: grow the cache by this position instead of writing it at
+                `cache_index` (a cache holding exactly the earlier positions;
+                graph mode only, as shapes change).
+
+        Returns:
+            `(outputs, cache)`: `(batch, beam, d_model)` and the new cache.
+
+        Reference: Vaswani et al. (2017), §3.1 and §6.1.
+        """
+        new_cache = dict(cache)
+
+        def beam_self_attend(x: Any) -> tuple[Any, Callable[[], Any]]:
+            attention = self.self_attention
+            output, scores, (keys, values) = attention.cached_beam_self_attention(
+                x,
+                (cache["self_keys"], cache["self_values"]),
+                cache_index,
+                beam_mask,
+                window=self.attention_window,
+                append=append,
+            )
+            new_cache["self_keys"], new_cache["self_values"] = keys, values
+            return output, lambda: scores
+
+        outputs = self._cached_forward(
+            hypotheses, beam_self_attend, cache, encoder_padding_mask
+        )
+        return outputs, new_cache
+
+    def _cached_forward(
+        self,
+        decoder_step: Any,
+        self_attend: Callable[[Any], tuple[Any, Callable[[], Any]]],
+        cache: dict[str, Any],
+        encoder_padding_mask: Any | None,
+    ) -> Any:
+        """`_forward` at inference over the cached encoder-decoder keys/values."""
         cross_mask = None
         if encoder_padding_mask is not None:
             masking.check_padding_mask("encoder_padding_mask", encoder_padding_mask)
+            # (batch, 1, source_length): the same for every query.
             cross_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), -2)
         outputs, _, _ = self._forward(
             ops.cast(decoder_step, self.compute_dtype),
-            cached_self_attend,
+            self_attend,
             cross_keys_values=(cache["cross_keys"], cache["cross_values"]),
             cross_mask=_per_head(cross_mask),
             training=False,
         )
-        return outputs, new_cache
+        return outputs
 
     # ----------------------------------------------------------- Keras glue
     def compute_output_spec(

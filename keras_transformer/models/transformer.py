@@ -299,18 +299,24 @@ class TransformerStack:
         return (logits, scores) if return_attention_scores else logits
 
     # ---------------------------------------------------- cached decoding
-    def init_cache(self, encoder_output: Any, max_length: int) -> DecoderCaches:
+    def init_cache(
+        self, encoder_output: Any, max_length: int, beam_size: int | None = None
+    ) -> DecoderCaches:
         """Empty key/value caches for decoding `max_length` target positions.
 
         Args:
             encoder_output: `(batch, source_length, d_model)` from `encode`.
-            max_length: the number of target positions the caches hold.
+            max_length: the number of target positions the caches hold (0:
+                caches that `decode_beam_step(..., append=True)` grows).
+            beam_size: with a number, caches for `decode_beam_step`, with one
+                self-attention slot per hypothesis and position.
 
         Returns:
             One `DecoderBlock.init_cache` dict per decoder block: the
             encoder-decoder keys and values (computed here, once per source)
             and zero-filled self-attention caches `(batch, heads,
-            max_length, head_dim)`.
+            max_length, head_dim)` (`(batch, heads, max_length, beam_size,
+            head_dim)` with `beam_size`).
         """
         supported = self.max_target_length
         if supported is not None and max_length > supported:
@@ -320,7 +326,7 @@ class TransformerStack:
                 "train a model with a larger max_length."
             )
         return [
-            block.init_cache(encoder_output, max_length)
+            block.init_cache(encoder_output, max_length, beam_size)
             for block in self.decoder_blocks
         ]
 
@@ -358,6 +364,68 @@ class TransformerStack:
         for block, cache in zip(self.decoder_blocks, caches, strict=True):
             hidden, cache = block.call_cached(
                 hidden, cache, index, encoder_padding_mask=source_padding_mask
+            )
+            new_caches.append(cache)
+        return self._logits(hidden), new_caches
+
+    def decode_beam_step(
+        self,
+        token_ids: Any,
+        caches: DecoderCaches,
+        index: Any,
+        source_padding_mask: Any,
+        beam_mask: Any,
+        append: bool = False,
+    ) -> tuple[Any, DecoderCaches]:
+        """One decoder step of `beam` hypotheses per example (beam search).
+
+        Every hypothesis of an example is at position `index`. They share
+        the example's encoder-decoder keys and values, and self-attention
+        caches with one slot per hypothesis and position: hypothesis `k`
+        writes slot `k` of position `index`, and `beam_mask` names the slots
+        of its history, so a search that reorders hypotheses after a step
+        (§6.1) moves a mask rather than the caches. For `beam = 1` this is
+        `decode_step` with one token.
+
+        Args:
+            token_ids: int `(batch, beam)`: each hypothesis' previous output
+                (the start token at index 0).
+            caches: from `init_cache(..., beam_size=beam)` or the previous
+                step.
+            index: the position (int or scalar tensor).
+            source_padding_mask: boolean `(batch, source_length)`.
+            beam_mask: boolean `(batch, beam, cached_length * beam)`, `True`
+                where hypothesis `k` may attend to slot `j` of position `t`
+                (flat index `t * beam + j`); `cached_length` is the length of
+                the caches after this step (`index + 1` with `append`).
+            append: the caches hold exactly the positions before `index` and
+                grow by one (shapes change every step: a TensorFlow graph,
+                not XLA); otherwise they have a fixed size and the step is
+                written at `index`.
+
+        Returns:
+            `(logits, caches)`: float32 `(batch, beam, vocabulary)` and the
+            updated caches.
+
+        Reference: Vaswani et al. (2017), §3 and §6.1.
+        """
+        token_ids = ops.convert_to_tensor(token_ids, "int32")
+        batch, beam = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
+        # Every hypothesis sits at the same position: embed them as `batch *
+        # beam` sequences of one token. (batch * beam, 1, d_model)
+        hidden = self.target_embedding(ops.reshape(token_ids, (-1, 1)))
+        hidden = self.target_position(hidden, start_index=index)
+        # (batch, beam, d_model)
+        hidden = ops.reshape(hidden, (batch, beam, hidden.shape[-1]))
+        new_caches = []
+        for block, cache in zip(self.decoder_blocks, caches, strict=True):
+            hidden, cache = block.call_beam_step(
+                hidden,
+                cache,
+                index,
+                beam_mask,
+                encoder_padding_mask=source_padding_mask,
+                append=append,
             )
             new_caches.append(cache)
         return self._logits(hidden), new_caches

@@ -290,6 +290,58 @@ def test_stack_decode_step_equals_decode():
     np.testing.assert_allclose(stepwise[real], full[real], atol=1e-4)
 
 
+@pytest.mark.parametrize("append", [False, True])
+@pytest.mark.parametrize("window", [None, 1])
+def test_stack_decode_beam_step_follows_each_hypothesis_history(append, window):
+    """Hypotheses that branch off each other at random, as in beam search:
+    each one's logits equal `decode` on its own prefix, although the caches
+    are never reordered (only the history table of slots is)."""
+    model = build_transformer(presets["tiny"].replace(attention_window=window))
+    stack = TransformerStack.of(model)
+    source_mask = ops.not_equal(SOURCE, 0)
+    encoded = stack.encode(SOURCE, training=False)
+    batch, beam, steps = SOURCE.shape[0], 3, 5
+    rng = np.random.default_rng(0)
+    prefixes = [[[2] for _ in range(beam)] for _ in range(batch)]
+    # history[b, k, t]: the slot holding hypothesis k's keys/values at t.
+    history = np.zeros((batch, beam, steps), "int32")
+    caches = stack.init_cache(encoded, 0 if append else steps, beam_size=beam)
+    for index in range(steps):
+        history[:, :, index] = np.arange(beam)
+        length = index + 1 if append else steps
+        # (batch, beam, length, beam) -> (batch, beam, length * beam)
+        mask = history[:, :, :length, None] == np.arange(beam)
+        mask &= (np.arange(length) <= index)[:, None]
+        tokens = np.array([[p[-1] for p in rows] for rows in prefixes], "int32")
+        logits, caches = stack.decode_beam_step(
+            tokens,
+            caches,
+            index,
+            source_mask,
+            mask.reshape(batch, beam, length * beam),
+            append=append,
+        )
+        assert tuple(logits.shape) == (batch, beam, 1000)
+        for b in range(batch):
+            expected = stack.decode(
+                np.array(prefixes[b], "int32"),
+                ops.repeat(encoded[b : b + 1], beam, axis=0),
+                ops.repeat(source_mask[b : b + 1], beam, axis=0),
+            )[:, -1]
+            np.testing.assert_allclose(
+                ops.convert_to_numpy(logits[b]),
+                ops.convert_to_numpy(expected),
+                atol=1e-4,
+            )
+        # A new generation: each hypothesis continues a random parent.
+        parents = rng.integers(0, beam, size=(batch, beam))
+        history = np.take_along_axis(history, parents[:, :, None], axis=1)
+        prefixes = [
+            [[*prefixes[b][parent], int(rng.integers(4, 100))] for parent in row]
+            for b, row in enumerate(parents)
+        ]
+
+
 def test_former_name_of_the_stack_still_works():
     assert TransformerLayers is TransformerStack
 
