@@ -18,7 +18,8 @@ from keras_transformer.decoding import (
     sample_decode,
     uncached_greedy_decode,
 )
-from keras_transformer.models import TransformerStack, build_transformer, presets
+from keras_transformer.models import build_transformer, presets
+from tests.former_decoding import former_beam_search_graph
 
 # The eager references call the model on one-token prefixes, where Keras warns
 # about a softmax over a single key.
@@ -243,36 +244,20 @@ def test_beam_reorders_the_caches_like_full_recomputation(model):
 
 
 def _former_beam_search(model, sources, beam_size, extra_length, end_id, xla):
-    """The beam search of the previous release, as the reference: every
-    hypothesis has its own key/value caches (its example's, repeated
-    `beam_size` times), and the driver gathers all of them by parent after
-    every step (`run_beam_search`'s default)."""
-    stack = TransformerStack.of(model)
+    """The previous release's beam search (`tests.former_decoding`)."""
     limits = (sources != PAD).sum(axis=1) + extra_length
     max_length = int(limits.max())
-
-    @tf.function(jit_compile=xla)
-    def search(source_ids, limits):
-        encoded = stack.encode(source_ids, training=False)
-        caches = [
-            {key: tf.repeat(value, beam_size, axis=0) for key, value in c.items()}
-            for c in stack.init_cache(encoded, max_length)
-        ]
-        mask = tf.repeat(tf.not_equal(source_ids, PAD), beam_size, axis=0)
-
-        def step(token_ids, caches, index):
-            logits, caches = stack.decode_step(token_ids[:, None], caches, index, mask)
-            return tf.nn.log_softmax(logits[:, 0]), caches
-
-        return run_beam_search(
-            step,
-            caches,
+    search = tf.function(
+        lambda source_ids, limits: former_beam_search_graph(
+            model,
+            source_ids,
             limits,
             max_length=max_length,
             beam_size=beam_size,
             end_id=end_id,
-        )
-
+        ),
+        jit_compile=xla,
+    )
     tokens, scores, lengths = search(tf.constant(sources), tf.constant(limits))
     return decoding._result(tokens, scores, lengths)
 

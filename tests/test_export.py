@@ -27,6 +27,7 @@ from keras_transformer.data.batching import encode_sources
 from keras_transformer.losses import MaskedSparseCrossEntropy
 from keras_transformer.models import build_transformer, presets
 from keras_transformer.translation import translate_lines
+from tests.former_decoding import former_beam_search_graph
 
 START, END = SubwordTokenizer.START_ID, SubwordTokenizer.END_ID
 LONG = "Donnerstag, 5. Januar 2023 " * 60  # ~300 subword tokens
@@ -214,6 +215,54 @@ def test_the_export_folder_keeps_the_keras_model_tokenizer_and_settings(
     assert info["max_input_length"] == 128 and info["extra_length"] == 50
     assert info["max_output_length"] == 178
     assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
+
+
+def test_exports_translate_as_the_former_search_did(
+    exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same weights exported with the previous release's beam search
+    (per-hypothesis caches gathered by parent, every sentence in the batch
+    until the last has finished) give the same signatures and outputs."""
+    model, tokenizer = tiny_translator()
+
+    def former(self, source_ids, limits, **settings):
+        return former_beam_search_graph(self.model, source_ids, limits, **settings)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(decoding.Decoder, "beam_search_graph", former)
+        former_dir = export.export_translator(model, tokenizer, tmp_path / "former")
+    loaded = {
+        "former": tf.saved_model.load(str(former_dir)),
+        "current": tf.saved_model.load(str(exported)),
+    }
+    for name in ("serving_default", "translate", "translate_ids"):
+        signatures = [loaded[key].signatures[name] for key in loaded]
+        assert signatures[0].structured_input_signature == (
+            signatures[1].structured_input_signature
+        )
+        assert signatures[0].structured_outputs == signatures[1].structured_outputs
+    # A batch in no particular order: sentences finish at different steps.
+    sentences = tf.constant([*INPUTS, *synthetic_dates(40, seed=5).sources])
+    ids = {
+        key: loaded[key].signatures["translate_ids"](sentences=sentences)
+        for key in loaded
+    }
+    np.testing.assert_array_equal(ids["current"]["lengths"], ids["former"]["lengths"])
+    assert len(set(ids["current"]["lengths"].numpy())) > 3
+    np.testing.assert_array_equal(
+        ids["current"]["token_ids"], ids["former"]["token_ids"]
+    )
+    np.testing.assert_allclose(
+        ids["current"]["scores"], ids["former"]["scores"], atol=1e-5
+    )
+    texts = {
+        key: loaded[key].signatures["serving_default"](sentences=sentences)
+        for key in loaded
+    }
+    assert (
+        texts["current"]["translations"].numpy().tolist()
+        == texts["former"]["translations"].numpy().tolist()
+    )
 
 
 def test_sources_are_cut_like_batch_for_eval() -> None:
