@@ -407,11 +407,14 @@ def run_beam_search(
     hypotheses, scored `log P / lp(length)`; the `beam_size` best finished ones
     are kept. The `beam_size` best candidates not ending in END are the new
     live hypotheses (there are always enough: at most `beam_size` candidates
-    end in END). An example stops early when its worst kept finished score
-    beats the best live log-probability divided by the largest penalty it may
-    still get, `lp(limit)`, because log-probabilities only decrease. An
-    example without any finished hypothesis returns its best live one, scored
-    with `lp(limit)`.
+    end in END). An example stops early when its best finished score beats
+    the best live log-probability divided by the largest penalty it may
+    still get, `lp(limit)`: log-probabilities only decrease, so no live
+    hypothesis can still beat it, and only the best hypothesis is returned
+    (waiting until the worst kept finished one is beaten, as the previous
+    release did, gives the same result after more steps). An example
+    without any finished hypothesis returns its best live one, scored with
+    `lp(limit)`.
 
     Args:
         step_fn: `(token_ids (batch * beam,), state, index) -> (log_probs
@@ -551,9 +554,10 @@ def run_beam_search(
             finished_scores=keep(beams.finished_scores, finished_scores),
             finished_lengths=keep(beams.finished_lengths, finished_lengths),
         )
-        # GNMT early stopping: no live hypothesis can beat the worst finished.
+        # Early stopping (§6.1: "terminate early when possible"): no live
+        # hypothesis, nor any extension of one, can beat the best finished.
         best_possible = beams.alive_log_probs[:, 0] / beams.max_penalty
-        cannot_improve = beams.finished_scores[:, -1] > best_possible
+        cannot_improve = beams.finished_scores[:, 0] > best_possible
         beams = beams._replace(
             done=beams.done | cannot_improve | (index + 1 >= beams.limits)
         )

@@ -19,7 +19,7 @@ from keras_transformer.decoding import (
     uncached_greedy_decode,
 )
 from keras_transformer.models import build_transformer, presets
-from tests.former_decoding import former_beam_search_graph
+from tests.former_decoding import former_beam_search_graph, former_run_beam_search
 
 # The eager references call the model on one-token prefixes, where Keras warns
 # about a softmax over a single key.
@@ -332,6 +332,33 @@ def test_finished_examples_leave_the_batch_without_changing_outputs():
         lengths = kept[2]
         assert lengths[1] == 0 and len(set(lengths)) > 1  # finished apart
         assert np.all(kept[0][1] == PAD)
+
+
+@pytest.mark.parametrize("drop", [False, True])
+@pytest.mark.parametrize("beam", [2, 4])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_driver_equals_the_former_driver_on_random_tables(alpha, beam, drop):
+    """Stopping an example once its best finished hypothesis can no longer be
+    beaten (not its worst), and dropping it from the batch, change no output:
+    16 examples, limits from 0 to 9."""
+    rng = np.random.default_rng(int(alpha * 10) + beam)
+    logits = rng.normal(size=(211, 7)) * 2.0
+    table = tf.constant(tf.nn.log_softmax(logits).numpy(), tf.float32)
+    limits = tf.constant([0, *rng.integers(1, 10, size=15)], tf.int32)
+    codes = tf.constant(np.repeat(rng.integers(1, 10**6, size=16), beam), tf.int64)
+    common = {"max_length": 9, "beam_size": beam, "length_penalty_alpha": alpha}
+    former = tf.function(
+        lambda: former_run_beam_search(_hash_step(table), codes, limits, **common)
+    )()
+    current = tf.function(
+        lambda: run_beam_search(
+            _hash_step(table), codes, limits, drop_finished=drop, **common
+        )
+    )()
+    np.testing.assert_array_equal(current[0], former[0])
+    np.testing.assert_array_equal(current[2], former[2])
+    np.testing.assert_allclose(current[1], former[1], atol=1e-6)
+    assert len(set(former[2].numpy())) > 3  # examples finished apart
 
 
 def test_one_trace_serves_every_output_length(model):
