@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
+from keras_transformer.runs import save_checkpoint
 from keras_transformer.training.config import TrainConfig
 
 __all__ = [
@@ -152,8 +153,6 @@ class CheckpointCallback(keras.callbacks.Callback):
         latest = self.manager.latest_checkpoint
         if latest is not None and latest.endswith(f"-{step}"):
             return
-        from keras_transformer.runs import save_checkpoint
-
         save_checkpoint(self.manager, step)
 
 
@@ -605,13 +604,37 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
             )
 
     def save(self) -> str | None:
-        """Saves a checkpoint of the current step (unless there is one); its path."""
+        """Saves a checkpoint of the current step (unless there is one); its path.
+
+        The write is complete or not seen (`keras_transformer.runs.save_checkpoint`).
+        """
         step = _step(self.model)
         latest = self.manager.latest_checkpoint
         if latest is None or not latest.endswith(f"-{step}"):
-            latest = self.manager.save(checkpoint_number=step)
+            latest = save_checkpoint(self.manager, step)
         self.step, self.checkpoint = step, latest
         return latest
+
+    def finish(self) -> None:
+        """After `fit`: saves the checkpoint of a stop asked for after the last update.
+
+        A signal that arrives once the last update has run finds no step
+        boundary left to stop at; its checkpoint is written here. Nothing is
+        saved after a NaN loss.
+        """
+        if self.requested is None or self.checkpoint is not None:
+            return
+        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
+            return
+        self.save()
+
+    def resume_message(self) -> str:
+        """The line that tells the user how to go on after a stop."""
+        return (
+            f"Training stopped by {self.signal_name} after update {self.step}; "
+            f"saved {self.checkpoint}. Train again with the same config and work "
+            "directory to resume."
+        )
 
     def _stop_if_requested(self) -> None:
         if self.requested is None:
