@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
+from keras_transformer.data.batching import encode_sources
 from keras_transformer.runs import save_checkpoint
 from keras_transformer.training.config import TrainConfig
 
@@ -341,9 +342,11 @@ class AttentionImages(keras.callbacks.Callback):
     def _translation(self) -> tuple[list[int], Any]:
         from keras_transformer.training.evaluation import greedy_output_ids
 
-        longest = self.config.data.max_sentence_length
-        source_ids = self.tokenizer.encode([self.sentence])[0][: longest - 1]
-        source_ids = [*source_ids, self.tokenizer.END_ID]
+        # The source as every translation sees it (the one source-cut rule).
+        encoded = encode_sources(
+            self.tokenizer, [self.sentence], self.config.data.max_sentence_length
+        )
+        source_ids = [int(i) for i in encoded[0].numpy()]
         output = greedy_output_ids(
             self.transformer,
             source_ids,

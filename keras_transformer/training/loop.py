@@ -213,7 +213,12 @@ def _build(
 def _steps(
     config: TrainConfig, data: Any, tokenizer: SubwordTokenizer
 ) -> tuple[int, int]:
-    """(total updates, updates per epoch)."""
+    """(total updates, updates per epoch).
+
+    Raises:
+        ValueError: when the warm-up of Eq. 7 is longer than the run: the
+            learning rate would only rise, and the run end at its peak.
+    """
     train_config = config.train
     per_epoch = train_config.steps_per_epoch
     if per_epoch is None:
@@ -221,6 +226,14 @@ def _steps(
             data.train, tokenizer, config.data, train_config.gradient_accumulation
         )
     total = train_config.train_steps or (train_config.epochs or 1) * per_epoch
+    warmup = config.model.optimizer.warmup_steps
+    if warmup > total:
+        raise ValueError(
+            f"The warm-up of Eq. 7 (model.optimizer.warmup_steps={warmup}) is "
+            f"longer than the run ({total} updates): the learning rate would only "
+            "rise and never decay. Set model.optimizer.warmup_steps to at most "
+            f"{total}, or train longer (train.train_steps or train.epochs)."
+        )
     return total, min(per_epoch, total)
 
 
