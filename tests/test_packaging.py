@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -39,7 +40,7 @@ DISTRIBUTIONS = {
     "yaml": "pyyaml",
 }
 #: Modules of this repository that the scripts import by path.
-LOCAL = {"keras_transformer", "tests", "build_notebooks", "train_step"}
+LOCAL = {"keras_transformer", "tests", "train_step"}
 
 
 def _setup() -> dict:
@@ -192,9 +193,19 @@ def _usage_example() -> str:
 @pytest.mark.slow
 def test_the_wheel_installs_and_runs_on_the_core_alone(tmp_path: Path) -> None:
     """Build, check, install into a fresh venv without TensorFlow, run."""
+    # A copy of the tree (setuptools writes its egg-info next to setup.py),
+    # built as `python -m build` does: the sdist, then the wheel from it.
+    source = tmp_path / "source"
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "runs", "site", "dist", "build", "*.egg-info",
+            "__pycache__", ".*_cache",
+        ),
+    )  # fmt: skip
     dist = tmp_path / "dist"
-    # The sdist first, then the wheel built from the unpacked sdist.
-    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)])
+    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(source)])
     (wheel,) = dist.glob("keras3_transformer-*.whl")
     (sdist,) = dist.glob("keras3_transformer-*.tar.gz")
     _run([sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)])
@@ -212,21 +223,25 @@ def test_the_wheel_installs_and_runs_on_the_core_alone(tmp_path: Path) -> None:
     ]
     assert _names(required) == {"keras", "numpy"}
 
+    # Nothing of this checkout may leak into the venv.
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
+    env["KERAS_BACKEND"] = "jax"
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
+    _run([sys.executable, "-m", "venv", str(venv)], env=env)
     python = venv / "bin" / "python"
     jax = _setup()["extras_require"]["jax"]
     _run(
         [str(python), "-m", "pip", "install", "--quiet", str(wheel), *jax],
         timeout=900,
+        env=env,
     )
-    installed = _run([str(python), "-m", "pip", "list", "--format=freeze"]).stdout
-    assert "tensorflow" not in installed.lower()
-
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")
-    }
-    env["KERAS_BACKEND"] = "jax"
+    installed = _run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], env=env
+    ).stdout.lower()
+    assert re.search(r"^keras3[-_]transformer==", installed, re.M), installed
+    assert "tensorflow" not in installed
     # From a folder without the checkout, so that the installed copy is used.
     help_text = _run(
         [str(venv / "bin" / "keras-transformer"), "--help"], cwd=tmp_path, env=env
