@@ -1,13 +1,14 @@
 """Training at scale: the paper's recipe (§5) as a resumable library function.
 
-Example::
-
+Example:
+    ```python
     from keras_transformer import training
 
     config = training.TrainConfig.load("configs/dates_tiny.json")
     config = training.apply_overrides(config, ["train.train_steps=1000"])
     result = training.train(config, "runs/dates")
     print(result.evaluation.summary())
+    ```
 
 See `docs/training.md` for the command line (`keras-transformer train`),
 distribution, mixed precision, TensorBoard, resuming and checkpoint

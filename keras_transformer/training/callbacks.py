@@ -677,18 +677,22 @@ class PlainProgressLogger(keras.callbacks.Callback):
 
     Keras' progress bar redraws itself with carriage returns, which a log
     file (a cluster job, CI, ``> train.log``) keeps as one endless line.
-    This callback prints instead, every `every` optimizer steps::
+    This callback prints instead, every `every` optimizer steps:
 
-        step 150/2000  loss 3.4521  tokens/s 12345  lr 5.24e-04  elapsed 0:01:23
+    ```text
+    step 150/2000  loss 3.4521  tokens/s 12345  lr 5.24e-04  elapsed 0:01:23
+    ```
 
     (the loss is the epoch's running mean, as in the progress bar; tokens/s
     counts the real target tokens since the previous line, from the
     trainer's `TokenStatistics`, and is left out where it cannot be read,
     e.g. under `MultiWorkerMirroredStrategy`) and at the end of every epoch
-    a line with its training and validation values::
+    a line with its training and validation values:
 
-        epoch 2/10  step 400  loss 3.1022  token_accuracy 0.4120  val_loss 2.9876
-        val_bleu 12.3000  elapsed 0:03:05
+    ```text
+    epoch 2/10  step 400  loss 3.1022  token_accuracy 0.4120  val_loss 2.9876
+    val_bleu 12.3000  elapsed 0:03:05
+    ```
 
     (one line, wrapped here). Each line is flushed at once. `train()` uses
     it with ``verbose=0`` when standard output is not a terminal.
