@@ -31,7 +31,7 @@ QUICK = [
     "--set=data.bucket_boundaries=[8,12,16,24,32]",
     "--set=data.max_tokens_per_batch=2048",
     "--set=model.max_length=64",
-    "--set=model.optimizer.warmup_steps=1000",
+    "--set=model.optimizer.warmup_steps=300",
     "--set=train.bleu_samples=50",
     "--set=train.verbose=0",
 ]
