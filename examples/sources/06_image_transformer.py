@@ -20,7 +20,7 @@
 # its bits per dimension on the held-out patches with lossless PNG and WebP,
 # and completes the lower half of held-out patches (the paper's Figure 1).
 #
-# The full run trains for 1,500 updates (about 20 minutes on two free CPU
+# The full run trains for 1,200 updates (about 15 minutes on two free CPU
 # cores, more when they are shared); `FAST=1` trains a tiny model for a few
 # updates as a smoke test, whose numbers mean nothing.
 
@@ -174,7 +174,8 @@ plt.show()
 # attention over the 32 x 32 pixels (query blocks of 8 x 8, 4 rows above and
 # 8 columns on each side), $d_{model} = 64$, and a DMOL output with 5
 # components, whose channel coefficients let green depend on red and blue on
-# both. The inputs are shifted by one position inside the model, so it is
+# both. Each pixel enters the model as the linear map of its three
+# intensities scaled to $[-1, 1]$ (the paper's "1x3 strided convolution"). The inputs are shifted by one position inside the model, so it is
 # trained with the images as input and target: the loss is the bits per
 # dimension,
 #
@@ -195,8 +196,8 @@ run_config = training.ImageRunConfig(
     data=training.ImageDataConfig(patch_size=32, train_stride=16),
     train=training.ImageTrainingConfig(
         batch_size=4 if FAST else 8,
-        train_steps=6 if FAST else 1500,
-        steps_per_epoch=3 if FAST else 250,
+        train_steps=6 if FAST else 1200,
+        steps_per_epoch=3 if FAST else 200,
         log_every=3 if FAST else 50,
         flip=True,
         jit_compile=True,

@@ -9,12 +9,14 @@ An image of `height x width x channels` 8-bit intensities becomes a grid of
   with one of `channels x 256` learned vectors, one table per channel;
 - `positions="pixel"` (the DMOL output): every pixel is a position, the grid
   is `height x width`, and a pixel is the linear map of its `channels`
-  embedded intensities concatenated (the paper's "1x3 window, 1x3 strided
-  convolution" over the channel-wise embeddings).
+  intensities as real numbers in [-1, 1] (`v / 127.5 - 1`, the scale of
+  the DMOL output): the paper's "1x3 window, 1x3 strided convolution" over
+  the channels, as the DMOL models of the Image Transformer's code base
+  embed pixels.
 
-The embeddings are multiplied by `sqrt(d_model)` (Vaswani et al., §3.4) and
-**shifted right by one raster position**: position `p` holds the embedding
-of position `p - 1`, position 0 a zero vector, so that a causal stack never
+The intensity embeddings are multiplied by `sqrt(d_model)` (Vaswani et al.,
+§3.4). The result is **shifted right by one raster position**: position `p`
+holds the embedding of position `p - 1`, position 0 a zero vector, so that a causal stack never
 sees the value it predicts. A position encoding is added: sinusoids (Eqs.
 5-6) of the row on the first `d_model / 2` dimensions and of the column on
 the other half (§3.1: "d/2 of the dimensions to encode the row number and
@@ -102,9 +104,14 @@ class ImageEmbedding(keras.layers.Layer):
             `height x width`).
         num_classes: the number of classes of class-conditional generation,
             or `None`.
-        embeddings_initializer: initializer of the intensity and class
-            tables (the embeddings are multiplied by `sqrt(d_model)`).
-        kernel_initializer: initializer of the pixel map (`"pixel"`).
+        embeddings_initializer: initializer of the intensity (`"channel"`)
+            and class tables (the embeddings are multiplied by
+            `sqrt(d_model)`).
+        kernel_initializer: initializer of the pixel map (`"pixel"`): the
+            map of the `channels` scaled intensities to `d_model`, which
+            starts with unit variance (a normal of standard deviation
+            `sqrt(3 / channels)` on values of variance about 1/3) when
+            `None`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -134,7 +141,7 @@ class ImageEmbedding(keras.layers.Layer):
         positions: str = "channel",
         num_classes: int | None = None,
         embeddings_initializer: str | keras.initializers.Initializer | None = None,
-        kernel_initializer: str | keras.initializers.Initializer = "glorot_uniform",
+        kernel_initializer: str | keras.initializers.Initializer | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -156,7 +163,12 @@ class ImageEmbedding(keras.layers.Layer):
             embeddings_initializer
             or keras.initializers.RandomNormal(stddev=d_model**-0.5)
         )
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer
+            or keras.initializers.RandomNormal(
+                stddev=math.sqrt(3.0 / self.image_shape[2])
+            )
+        )
 
     # ------------------------------------------------------------ geometry
     @property
@@ -175,17 +187,18 @@ class ImageEmbedding(keras.layers.Layer):
     # --------------------------------------------------------------- build
     def build(self, images_shape: Any = None, labels_shape: Any = None) -> None:
         channels = self.image_shape[2]
-        # One table of 256 intensities per channel: (channels * 256, d_model).
-        self.intensity_embeddings = self.add_weight(
-            name="intensity_embeddings",
-            shape=(channels * NUM_INTENSITIES, self.d_model),
-            initializer=self.embeddings_initializer,
-        )
-        if self.positions == "pixel":
-            # The 1x3 strided convolution: (channels * d_model, d_model).
+        if self.positions == "channel":
+            # One table of 256 intensities per channel: (channels * 256, d_model).
+            self.intensity_embeddings = self.add_weight(
+                name="intensity_embeddings",
+                shape=(channels * NUM_INTENSITIES, self.d_model),
+                initializer=self.embeddings_initializer,
+            )
+        else:
+            # The 1x3 strided convolution: (channels, d_model).
             self.pixel_kernel = self.add_weight(
                 name="pixel_kernel",
-                shape=(channels * self.d_model, self.d_model),
+                shape=(channels, self.d_model),
                 initializer=self.kernel_initializer,
             )
             self.pixel_bias = self.add_weight(
@@ -210,13 +223,11 @@ class ImageEmbedding(keras.layers.Layer):
         )
         return embedded * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
 
-    def _embed_pixels(self, embedded: Any) -> Any:
-        """`(..., channels, d_model)` -> `(..., d_model)`: the pixel map."""
-        channels = self.image_shape[2]
-        leading = tuple(ops.shape(embedded)[:-2])
-        # (..., channels * d_model)
-        flat = ops.reshape(embedded, (*leading, channels * self.d_model))
-        return linear(flat, self.pixel_kernel, self.pixel_bias)
+    def _embed_pixels(self, pixels: Any) -> Any:
+        """Integer `(..., channels)` -> `(..., d_model)`: the pixel map of the
+        intensities scaled to [-1, 1]."""
+        scaled = ops.cast(pixels, self.compute_dtype) / 127.5 - 1.0
+        return linear(scaled, self.pixel_kernel, self.pixel_bias)
 
     def _conditioning(self, labels: Any) -> Any | None:
         """`(batch, 1, 1, d_model)` class embeddings, or None."""
@@ -243,11 +254,12 @@ class ImageEmbedding(keras.layers.Layer):
         _check_images(images, self.image_shape)
         rows, cols = self.grid_shape
         batch = ops.shape(images)[0]
-        # (batch, height, width, channels, d_model)
-        embedded = self._embed_values(images)
-        if self.positions == "pixel":
+        if self.positions == "channel":
+            # (batch, height, width, channels, d_model)
+            embedded = self._embed_values(images)
+        else:
             # (batch, height, width, d_model)
-            embedded = self._embed_pixels(embedded)
+            embedded = self._embed_pixels(images)
         # (batch, n, d_model) in raster order, channels innermost.
         sequence = ops.reshape(embedded, (batch, rows * cols, self.d_model))
         # Shift right by one raster position: p holds p - 1, 0 holds zeros.
@@ -293,7 +305,7 @@ class ImageEmbedding(keras.layers.Layer):
                 math.sqrt(self.d_model), self.compute_dtype
             )
         else:
-            embedded = self._embed_pixels(self._embed_values(previous))
+            embedded = self._embed_pixels(previous)
         # (batch, d_model): nothing before the first position.
         embedded = embedded * ops.cast(index > 0, self.compute_dtype)
         row, col = index // cols, index % cols

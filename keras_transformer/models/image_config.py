@@ -199,8 +199,8 @@ def _check_positive_int(name: str, value: Any) -> None:
 #: 32 x 32 RGB images trained on a CPU (the example notebook's): 4 layers of
 #: local 2D attention, query blocks of 8 x 8 pixels with 4 rows above and 8
 #: columns on each side, DMOL with 5 components, 0.2M parameters, and a
-#: learning rate of 0.3 x Eq. 7 (Eq. 7 peaks at 0.009 for d_model = 64 and
-#: 200 warm-up steps, too high for a model this small).
+#: learning rate of 0.2 x Eq. 7 (Eq. 7 alone peaks at 0.009 for d_model = 64
+#: and 200 warm-up steps, too high for a model this small).
 image_presets: dict[str, ImageTransformerConfig] = {
     "paper_cifar10": ImageTransformerConfig(),
     "small": ImageTransformerConfig(
@@ -212,6 +212,6 @@ image_presets: dict[str, ImageTransformerConfig] = {
         query_block=(8, 8),
         memory_flange=(4, 8),
         dropout=0.0,
-        optimizer=OptimizerConfig(warmup_steps=200, learning_rate_scale=0.3),
+        optimizer=OptimizerConfig(warmup_steps=200, learning_rate_scale=0.2),
     ),
 }

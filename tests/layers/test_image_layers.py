@@ -57,16 +57,15 @@ def test_channel_positions_are_the_shifted_intensity_embeddings() -> None:
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
-def test_pixel_positions_map_the_concatenated_channels() -> None:
+def test_pixel_positions_map_the_scaled_intensities() -> None:
     layer = ImageEmbedding((HEIGHT, WIDTH, CHANNELS), D_MODEL, positions="pixel")
     images = _images()
     out = _numpy(layer(images))
     assert out.shape == (2, HEIGHT, WIDTH, D_MODEL)
-    table = _numpy(layer.intensity_embeddings) * math.sqrt(D_MODEL)
+    assert [w.name for w in layer.weights] == ["pixel_kernel", "pixel_bias"]
     kernel, bias = _numpy(layer.pixel_kernel), _numpy(layer.pixel_bias)
-    flat = images.reshape(2, -1, CHANNELS)
-    embedded = table[np.arange(CHANNELS) * 256 + flat]  # (batch, n, C, d)
-    pixels = embedded.reshape(2, -1, CHANNELS * D_MODEL) @ kernel + bias
+    # The 1x3 strided convolution on intensities scaled to [-1, 1].
+    pixels = (images.reshape(2, -1, CHANNELS) / 127.5 - 1.0) @ kernel + bias
     shifted = np.concatenate([np.zeros_like(pixels[:, :1]), pixels[:, :-1]], 1)
     codes = _numpy(grid_position_encoding(HEIGHT, WIDTH, D_MODEL))
     np.testing.assert_allclose(out, shifted.reshape(out.shape) + codes[None], atol=1e-4)
