@@ -175,9 +175,9 @@ plt.show()
 # 8 columns on each side), $d_{model} = 64$, and a DMOL output with 5
 # components, whose channel coefficients let green depend on red and blue on
 # both. Each pixel enters the model as the linear map of its three
-# intensities scaled to $[-1, 1]$ (the paper's "1x3 strided convolution"). The inputs are shifted by one position inside the model, so it is
-# trained with the images as input and target: the loss is the bits per
-# dimension,
+# intensities scaled to $[-1, 1]$ (the paper's "1x3 strided convolution").
+# The inputs are shifted by one position inside the model, so it is trained
+# with the images as input and target: the loss is the bits per dimension,
 #
 # $$
 # \text{bits/dim} = -\frac{1}{N} \sum_{i=1}^{N} \log_2 p(x_i \mid x_{<i}),
