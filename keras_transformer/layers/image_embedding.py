@@ -19,10 +19,10 @@ The intensity embeddings are multiplied by `sqrt(d_model)` (Vaswani et al.,
 holds the embedding of position `p - 1`, position 0 a zero vector, so that
 a causal stack never sees the value it predicts. A position encoding is
 added: sinusoids (Eqs. 5-6) of the row on the first `d_model / 2`
-dimensions and of the column on the other half (§3.1: "d/2 of the dimensions to encode the row number and
-the other d/2 to encode the column and the color channel"), and, with
-`num_classes`, a learned class embedding at every position (§4,
-class-conditional generation).
+dimensions and of the column on the other half (§3.1: "d/2 of the
+dimensions to encode the row number and the other d/2 to encode the column
+and the color channel"), and, with `num_classes`, a learned class embedding
+at every position (§4, class-conditional generation).
 """
 
 from __future__ import annotations
