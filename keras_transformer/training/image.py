@@ -13,10 +13,10 @@ the loss. A run lives in a work directory::
     result.json   the final numbers
 
 Running `train_image_model` again on the same directory resumes from the
-newest checkpoint: the weights, the optimizer's moments and step (hence the
-learning rate), and the batches, which are a function of the seed and the
-step (`image_batches`), so a resumed run sees what an uninterrupted one
-would. SIGTERM or SIGINT saves a checkpoint at the next step and returns
+newest checkpoint (with more `train.train_steps`, a finished run goes on):
+the weights, the optimizer's moments and step (hence the learning rate),
+and the batches, which are a function of the seed and the step
+(`image_batches`), so a resumed run sees what an uninterrupted one would. SIGTERM or SIGINT saves a checkpoint at the next step and returns
 (`ImageTrainResult.preempted`).
 """
 
@@ -63,6 +63,7 @@ from keras_transformer.training.callbacks import (
 from keras_transformer.training.checkpoints import ConfigMismatchError
 
 __all__ = [
+    "IMAGE_RESUMABLE_CHANGES",
     "IMAGE_SOURCES",
     "ImageDataConfig",
     "ImageRunConfig",
@@ -77,6 +78,20 @@ __all__ = [
 #: Where the images come from: the scikit-image photographs cut into patches,
 #: or a local CIFAR-10 folder.
 IMAGE_SOURCES = ("sample_patches", "cifar10")
+#: Settings a run may change and still resume: its length, logging and
+#: evaluation (`train.train_steps` lengthens a finished run).
+IMAGE_RESUMABLE_CHANGES = frozenset(
+    {
+        "data.directory",
+        "data.validation_images",
+        "train.train_steps",
+        "train.keep_checkpoints",
+        "train.log_every",
+        "train.evaluation_batch_size",
+        "train.jit_compile",
+        "train.verbose",
+    }
+)
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
 LOG_DIR = "logs"
@@ -443,22 +458,28 @@ class ImageTrainResult:
 
 # -------------------------------------------------------------------- train
 def _prepare_config(config: ImageRunConfig, workdir: Path, force: bool) -> None:
+    """Writes config.json, or checks it against the stored one.
+
+    Once checkpoints exist, a changed setting is refused (unless `force`),
+    except for the `IMAGE_RESUMABLE_CHANGES`; before that the new config
+    replaces the old one.
+    """
     path = workdir / CONFIG_FILE
     text = config.to_json() + "\n"
-    if path.is_file() and not force:
-        stored = json.loads(path.read_text())
-        if stored != json.loads(text):
-            changed = sorted(
-                f"{section}.{key}"
-                for section in set(stored) | set(config.to_dict())
-                for key in set(stored.get(section, {}))
-                | set(config.to_dict().get(section, {}))
-                if stored.get(section, {}).get(key)
-                != config.to_dict().get(section, {}).get(key)
-            )
+    resumed = any((workdir / CHECKPOINT_DIR).glob("ckpt-*.index"))
+    if path.is_file() and resumed and not force:
+        stored, new = json.loads(path.read_text()), config.to_dict()
+        changed = sorted(
+            f"{section}.{key}"
+            for section in set(stored) | set(new)
+            for key in set(stored.get(section, {})) | set(new.get(section, {}))
+            if stored.get(section, {}).get(key) != new.get(section, {}).get(key)
+        )
+        blocking = [name for name in changed if name not in IMAGE_RESUMABLE_CHANGES]
+        if blocking:
             raise ConfigMismatchError(
                 f"{workdir} holds a run with another config (differences: "
-                f"{', '.join(changed)}). Use another work directory, or "
+                f"{', '.join(blocking)}). Use another work directory, or "
                 "force=True to continue it with the new config."
             )
     workdir.mkdir(parents=True, exist_ok=True)
