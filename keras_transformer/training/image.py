@@ -16,7 +16,8 @@ Running `train_image_model` again on the same directory resumes from the
 newest checkpoint (with more `train.train_steps`, a finished run goes on):
 the weights, the optimizer's moments and step (hence the learning rate),
 and the batches, which are a function of the seed and the step
-(`image_batches`), so a resumed run sees what an uninterrupted one would. SIGTERM or SIGINT saves a checkpoint at the next step and returns
+(`image_batches`), so a resumed run sees what an uninterrupted one would.
+SIGTERM or SIGINT saves a checkpoint at the next step and returns
 (`ImageTrainResult.preempted`).
 """
 
