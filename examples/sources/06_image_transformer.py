@@ -20,8 +20,8 @@
 # its bits per dimension on the held-out patches with lossless PNG and WebP,
 # and completes the lower half of held-out patches (the paper's Figure 1).
 #
-# The full run trains for 1,200 updates (about 15 minutes on two free CPU
-# cores, more when they are shared); `FAST=1` trains a tiny model for a few
+# The full run trains for 2,400 updates (about 45 minutes on two CPU cores
+# shared with other jobs); `FAST=1` trains a tiny model for a few
 # updates as a smoke test, whose numbers mean nothing.
 
 # %%
@@ -196,7 +196,7 @@ run_config = training.ImageRunConfig(
     data=training.ImageDataConfig(patch_size=32, train_stride=16),
     train=training.ImageTrainingConfig(
         batch_size=4 if FAST else 8,
-        train_steps=6 if FAST else 1200,
+        train_steps=6 if FAST else 2400,
         steps_per_epoch=3 if FAST else 200,
         log_every=3 if FAST else 50,
         flip=True,
@@ -301,7 +301,7 @@ print("given rows unchanged in every completion:", unchanged)
 #   of each intensity given all those before it in its memory block.
 # * The paper's models are far larger (12 layers, $d_{model} = 512$, trained
 #   on 50,000 CIFAR-10 images for days on GPUs: 2.90 bits/dim); this one has
-#   0.2M parameters and trains on a few thousand patches on a CPU.
+#   0.14M parameters and trains on a few thousand patches on a CPU.
 # * `kt.data.images.load_cifar10(folder)` reads CIFAR-10 from the standard
 #   python batches, and `ImageDataConfig(source="cifar10", directory=...)`
 #   trains on it the same way.

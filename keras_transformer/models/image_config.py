@@ -198,7 +198,7 @@ def _check_positive_int(name: str, value: Any) -> None:
 #: Named configurations: the paper's CIFAR-10 sizes and a small one for
 #: 32 x 32 RGB images trained on a CPU (the example notebook's): 4 layers of
 #: local 2D attention, query blocks of 8 x 8 pixels with 4 rows above and 8
-#: columns on each side, DMOL with 5 components, 0.2M parameters, and a
+#: columns on each side, DMOL with 5 components, 0.14M parameters, and a
 #: learning rate of 0.2 x Eq. 7 (Eq. 7 alone peaks at 0.009 for d_model = 64
 #: and 200 warm-up steps, too high for a model this small).
 image_presets: dict[str, ImageTransformerConfig] = {
