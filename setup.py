@@ -43,6 +43,8 @@ EXAMPLES_REQUIRES = [
     *TRAIN_REQUIRES,
     "jupyterlab>=4,<5",
     "ipykernel>=6.29,<8",
+    # The photographs of the Image Transformer example (bundled in its wheel).
+    "scikit-image>=0.24,<0.27",
 ]
 #: benchmarks/: keras-hub's layers are the reference the training step and
 #: decoding are measured against.

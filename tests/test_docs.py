@@ -72,6 +72,8 @@ MODULES = {
     "keras_transformer.visualize",
     "keras_transformer.export",
     "keras_transformer.translation",
+    "keras_transformer.data.images",
+    "keras_transformer.image_sampling",
 }
 
 
@@ -106,6 +108,10 @@ MODULES = {
                 "IncrementalDecoder",
                 "encoder_model",
                 "decoder_model",
+                "ImageTransformerConfig",
+                "build_image_transformer",
+                "ImageTransformerStack",
+                "image_bits_per_dim",
             ],
         ),
         (
@@ -127,6 +133,9 @@ MODULES = {
                 "synthetic_dates",
                 "make_translation_dataset",
                 "load_imdb",
+                "load_cifar10",
+                "load_sample_patches",
+                "lossless_bits_per_dim",
             ],
         ),
         (
@@ -137,9 +146,23 @@ MODULES = {
                 "train",
                 "make_strategy",
                 "TranslationTrainer",
+                "train_image_model",
+                "ImageRunConfig",
+                "ImageTrainer",
             ],
         ),
-        ("api/decoding", ["beam_search", "greedy_decode", "Decoder", "DecodeResult"]),
+        (
+            "api/decoding",
+            [
+                "beam_search",
+                "greedy_decode",
+                "Decoder",
+                "DecodeResult",
+                "ImageSampler",
+                "complete_images",
+                "sample_images",
+            ],
+        ),
         ("api/visualize", ["attention_maps", "plot_attention", "plot_heads"]),
         (
             "api/export",

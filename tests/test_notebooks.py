@@ -44,7 +44,11 @@ builder = _load("build_notebooks")
 
 #: Notebooks committed without outputs until their full run (a long
 #: Multi30k training) is executed with `examples/execute_notebooks.py`.
-AWAITING_FULL_RUN = {"02_translation.ipynb", "05_attention_visualisation.ipynb"}
+AWAITING_FULL_RUN = {
+    "02_translation.ipynb",
+    "05_attention_visualisation.ipynb",
+    "06_image_transformer.ipynb",
+}
 
 
 def outputs(notebook) -> Iterator[dict]:
@@ -204,12 +208,25 @@ def check_attention(notebook, fast: bool = True) -> None:
     assert count_figures(notebook) >= 8
 
 
+def check_image_transformer(notebook, fast: bool = True) -> None:
+    text = text_of(notebook)
+    assert "PNG   lossless, one file per test patch:" in text
+    assert re.search(
+        r"test bits/dim: \d+\.\d+ \(Image Transformer, 216 patches\)", text
+    )
+    assert "given rows unchanged in every completion: True" in text
+    # Figure 2's blocks, the patches, the completions (the curve needs two
+    # epochs, which FAST mode has too).
+    assert count_figures(notebook) >= 4
+
+
 NOTEBOOK_CHECKS = {
     "01_quickstart.ipynb": check_quickstart,
     "02_translation.ipynb": check_translation,
     "03_text_classification.ipynb": check_text_classification,
     "04_distributed_training.ipynb": check_distributed,
     "05_attention_visualisation.ipynb": check_attention,
+    "06_image_transformer.ipynb": check_image_transformer,
 }
 
 
@@ -234,3 +251,8 @@ def test_04_distributed_training(run) -> None:
 @pytest.mark.slow
 def test_05_attention_visualisation(run) -> None:
     check_attention(run("05_attention_visualisation.ipynb"))
+
+
+@pytest.mark.slow
+def test_06_image_transformer(run) -> None:
+    check_image_transformer(run("06_image_transformer.ipynb"))

@@ -48,9 +48,9 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
     ),
     (
         1,
-        ("data", "decoding"),
+        ("data", "decoding", "image_sampling"),
         "TensorFlow, tensorflow-text, sentencepiece",
-        "tokenizer, data sets, tf.data batches; greedy and beam search",
+        "tokenizer, data sets, tf.data batches; beam search; image completion",
     ),
     (
         0,

@@ -38,6 +38,16 @@ from keras_transformer.training.evaluation import (
     evaluate_translations,
     translate,
 )
+from keras_transformer.training.image import (
+    ImageDataConfig,
+    ImageRunConfig,
+    ImageTrainer,
+    ImageTrainingConfig,
+    ImageTrainResult,
+    image_batches,
+    load_image_data,
+    train_image_model,
+)
 from keras_transformer.training.loop import (
     ConfigMismatchError,
     TrainingDivergedError,
@@ -55,6 +65,11 @@ __all__ = [
     "ConfigMismatchError",
     "DataConfig",
     "EvaluationResult",
+    "ImageDataConfig",
+    "ImageRunConfig",
+    "ImageTrainResult",
+    "ImageTrainer",
+    "ImageTrainingConfig",
     "TokenStatistics",
     "TrainConfig",
     "TrainResult",
@@ -69,11 +84,14 @@ __all__ = [
     "config_differences",
     "configure_cpu_devices",
     "evaluate_translations",
+    "image_batches",
     "is_chief",
+    "load_image_data",
     "load_trained_model",
     "make_strategy",
     "parse_override",
     "train",
+    "train_image_model",
     "translate",
     "weights_checksum",
 ]

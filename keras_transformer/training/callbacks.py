@@ -164,12 +164,19 @@ class TrainingSummaries(keras.callbacks.Callback):
     the validation values of each epoch (``loss``, ``token_accuracy``,
     ``perplexity``) go to ``<log_dir>/validation``. This is the one writer of
     these scalars: a run has no `keras.callbacks.TensorBoard` (whose
-    ``epoch_*`` copies would show each quantity twice).
+    ``epoch_*`` copies would show each quantity twice). `names` chooses the
+    logged quantities (an image model logs ``loss`` and ``bits_per_dim``).
     """
 
-    def __init__(self, log_dir: Path, log_every: int) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        log_every: int,
+        names: tuple[str, ...] = ("loss", "token_accuracy", "perplexity"),
+    ) -> None:
         super().__init__()
         self.log_every = log_every
+        self.names = tuple(names)
         self.train_writer = tf.summary.create_file_writer(str(log_dir / "train"))
         self.validation_writer = tf.summary.create_file_writer(
             str(log_dir / "validation")
@@ -186,7 +193,7 @@ class TrainingSummaries(keras.callbacks.Callback):
         if step % self.log_every or not logs:
             return
         with self.train_writer.as_default(step=step):
-            for name in ("loss", "token_accuracy", "perplexity"):
+            for name in self.names:
                 if name in logs:
                     tf.summary.scalar(name, float(logs[name]))
             self._write_learning_rate(step)
@@ -197,7 +204,7 @@ class TrainingSummaries(keras.callbacks.Callback):
         with self.train_writer.as_default(step=step):
             self._write_learning_rate(step)
         with self.validation_writer.as_default(step=step):
-            for name in ("loss", "token_accuracy", "perplexity"):
+            for name in self.names:
                 if f"val_{name}" in logs:
                     tf.summary.scalar(name, float(logs[f"val_{name}"]))
         self.train_writer.flush()
