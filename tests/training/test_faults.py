@@ -203,7 +203,9 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
 
 
-@pytest.mark.parametrize("command", ["translate", "evaluate", "average-checkpoints"])
+@pytest.mark.parametrize(
+    "command", ["translate", "evaluate", "average-checkpoints", "export"]
+)
 def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplog):
     damage_file(run / "checkpoints" / DATA, "truncate")
     source = tmp_path / "source.txt"
@@ -228,6 +230,7 @@ def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplo
             "--no-progress",
         ],
         "average-checkpoints": ["--last", "2"],
+        "export": ["--output", str(tmp_path / "exported")],
     }[command]
     with caplog.at_level(logging.WARNING, logger="keras_transformer"):
         status = cli.main([command, "--workdir", str(run), *argv])
@@ -237,6 +240,8 @@ def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplo
     assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
     if command == "translate":
         assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+    if command == "export":
+        assert list((tmp_path / "exported").rglob("saved_model.pb"))
 
 
 def test_a_named_damaged_checkpoint_is_one_clear_error(run, tmp_path, capsys):
