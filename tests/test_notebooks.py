@@ -45,7 +45,6 @@ builder = _load("build_notebooks")
 #: Notebooks committed without outputs until their full run (a long
 #: Multi30k training) is executed with `examples/execute_notebooks.py`.
 AWAITING_FULL_RUN = {
-    "05_attention_visualisation.ipynb",
     "06_image_transformer.ipynb",
 }
 
