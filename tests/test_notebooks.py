@@ -44,9 +44,7 @@ builder = _load("build_notebooks")
 
 #: Notebooks committed without outputs until their full run (a long
 #: Multi30k training) is executed with `examples/execute_notebooks.py`.
-AWAITING_FULL_RUN = {
-    "06_image_transformer.ipynb",
-}
+AWAITING_FULL_RUN: set[str] = set()
 
 
 def outputs(notebook) -> Iterator[dict]:
