@@ -35,6 +35,9 @@ TRAIN_REQUIRES = [
     "sentencepiece>=0.2,<0.3",
     "babel>=2.12,<3",
     "matplotlib>=3.8,<4",
+    # The photographs that image training learns from by default (bundled in
+    # its wheel; nothing is downloaded).
+    "scikit-image>=0.24,<0.27",
 ]
 #: The JAX backend for the core (CPU wheel).
 JAX_REQUIRES = ["jax[cpu]>=0.10,<0.11"]
@@ -43,8 +46,6 @@ EXAMPLES_REQUIRES = [
     *TRAIN_REQUIRES,
     "jupyterlab>=4,<5",
     "ipykernel>=6.29,<8",
-    # The photographs of the Image Transformer example (bundled in its wheel).
-    "scikit-image>=0.24,<0.27",
 ]
 #: benchmarks/: keras-hub's layers are the reference the training step and
 #: decoding are measured against.

@@ -36,6 +36,7 @@ DISTRIBUTIONS = {
     "google": "tensorflow",  # protobuf, pinned by TensorFlow
     "keras_hub": "keras-hub",
     "sklearn": "scikit-learn",
+    "skimage": "scikit-image",
     "tensorflow_text": "tensorflow-text",
     "yaml": "pyyaml",
 }

@@ -256,7 +256,7 @@ def load_sample_images(names: Sequence[str]) -> dict[str, np.ndarray]:
     except ImportError as e:
         raise ImportError(
             "The sample photographs come with scikit-image: pip install "
-            "scikit-image (or keras-transformer[examples])."
+            "scikit-image (or keras-transformer[train])."
         ) from e
     found = {}
     for name in names:
