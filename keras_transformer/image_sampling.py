@@ -17,7 +17,6 @@ distribution; `temperature = 0` takes the most likely value at each step
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
@@ -26,24 +25,10 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.data.images import check_image_batch
+from keras_transformer.layers.pixel_outputs import check_temperature
 from keras_transformer.models.image_transformer import ImageTransformerStack
 
 __all__ = ["ImageSampler", "complete_images", "sample_images"]
-
-
-def _check_temperature(temperature: Any) -> float:
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not math.isfinite(temperature)
-        or temperature < 0
-    ):
-        raise ValueError(
-            "`temperature` must be a non-negative number (1: the model's "
-            "distribution, 0: the most likely value). Received: "
-            f"temperature={temperature!r}"
-        )
-    return float(temperature)
 
 
 class ImageSampler:
@@ -148,7 +133,7 @@ class ImageSampler:
                 f"{height}. Received: given_rows={given_rows!r}. Pass e.g. "
                 f"given_rows={height // 2} to complete the lower half."
             )
-        temperature = _check_temperature(temperature)
+        temperature = check_temperature(temperature)
         conditional = self.stack.embedding.num_classes is not None
         if conditional and labels is None:
             raise ValueError(

@@ -679,6 +679,16 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}"
 
 
+def is_terminal(stream: Any) -> bool:
+    """Whether `stream` is an open terminal: Keras' progress bar there, else
+    `PlainProgressLogger`'s lines (a file or pipe keeps no carriage returns)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
 class PlainProgressLogger(keras.callbacks.Callback):
     """One plain line every `every` updates, for logs that are files, not terminals.
 

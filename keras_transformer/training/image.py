@@ -59,6 +59,7 @@ from keras_transformer.training.callbacks import (
     StopAtStep,
     TrainingPreempted,
     TrainingSummaries,
+    is_terminal,
     write_hparams,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
@@ -507,14 +508,6 @@ def _check_data(config: ImageRunConfig, data: ImageData) -> None:
                 )
 
 
-def _is_terminal(stream: Any) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:
-        return False
-
-
 def train_image_model(
     config: ImageRunConfig,
     workdir: str | os.PathLike[str],
@@ -602,7 +595,7 @@ def train_image_model(
         *callbacks,
     ]
     verbose = train_config.verbose
-    if verbose and not _is_terminal(sys.stdout):
+    if verbose and not is_terminal(sys.stdout):
         verbose = 0
         if printer is not None:
             run_callbacks.append(

@@ -41,6 +41,7 @@ from keras_transformer.training.callbacks import (
     TrainingSummaries,
     TranslationEvaluator,
     ValidationTranslations,
+    is_terminal,
     write_hparams,
     write_skipped_pairs,
 )
@@ -533,14 +534,6 @@ def _history_so_far(trainer: TranslationTrainer) -> dict[str, list[float]]:
     return {k: [float(v) for v in values] for k, values in history.items()}
 
 
-def _is_terminal(stream: Any) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:  # a closed stream
-        return False
-
-
 def _progress(
     config: TrainConfig,
     printer: Callable[[str], None] | None,
@@ -556,7 +549,7 @@ def _progress(
     through `printer`. ``train.verbose=0`` stays silent either way.
     """
     verbose = config.train.verbose
-    if verbose == 0 or _is_terminal(sys.stdout if stream is None else stream):
+    if verbose == 0 or is_terminal(sys.stdout if stream is None else stream):
         return verbose, []
     if printer is None:
         return 0, []
