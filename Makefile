@@ -4,7 +4,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cksum setup.py | cut -d' ' -f1)
 WORKDIR ?= runs/dates_tiny
 
-.PHONY: setup demo test test-slow test-core test-jax lint format docs bench clean
+.PHONY: setup demo test test-slow test-core test-jax lint format docs dist notebooks bench clean
 
 $(INSTALLED): setup.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -24,7 +24,7 @@ demo: $(INSTALLED)
 test: $(INSTALLED)
 	$(PYTHON) -m pytest
 
-## The longer tests (multi-process training, full notebooks).
+## The longer tests (multi-process training, notebooks, the wheel in a fresh venv).
 test-slow: $(INSTALLED)
 	$(PYTHON) -m pytest -m slow
 
@@ -33,15 +33,12 @@ test-slow: $(INSTALLED)
 test-jax: $(INSTALLED)
 	KERAS_BACKEND=jax $(PYTHON) -m pytest tests/layers tests/models tests/test_schedules_losses_metrics.py tests/backend -q
 
-## The core on its own: a fresh venv with the package's core dependencies
-## (keras, numpy) and JAX, no TensorFlow; builds a model and trains one step.
-CORE_VENV ?= .venv-core
-test-core:
-	test -x $(CORE_VENV)/bin/python || python3 -m venv $(CORE_VENV)
-	$(CORE_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CORE_VENV)/bin/python -m pip install --quiet . "jax[cpu]>=0.10,<0.11"
-	cd /tmp && KERAS_BACKEND=jax $(abspath $(CORE_VENV))/bin/python \
-		$(abspath tests/scripts/core_without_tensorflow.py) --installed
+## The package as users get it: build the sdist and the wheel, `twine check`
+## them, install the wheel into a fresh venv with only keras, numpy and JAX
+## (no TensorFlow), run `keras-transformer --help`, the README's usage
+## example and a training step of the core there. Part of `make test-slow`.
+test-core: $(INSTALLED)
+	$(PYTHON) -m pytest -m slow -q tests/test_packaging.py
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
@@ -54,10 +51,21 @@ format: $(INSTALLED)
 docs: $(INSTALLED)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
+## The sdist and the wheel in dist/, checked for the package index.
+dist: $(INSTALLED)
+	rm -rf dist
+	$(PYTHON) -m build --outdir dist .
+	$(PYTHON) -m twine check --strict dist/*
+
+## Execute notebooks in full and store their outputs in examples/, e.g.
+## make notebooks NOTEBOOKS="01_quickstart 04_distributed_training"
+notebooks: $(INSTALLED)
+	$(PYTHON) examples/execute_notebooks.py $(NOTEBOOKS)
+
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/train_step.py
 	$(PYTHON) benchmarks/decode.py
 	$(PYTHON) benchmarks/attention_scaling.py
 
 clean:
-	rm -rf site runs .pytest_cache
+	rm -rf site runs dist .pytest_cache

@@ -1,11 +1,32 @@
-"""Packaging for keras-transformer."""
+"""Packaging for keras3-transformer (import name: `keras_transformer`).
 
+The distribution is called ``keras3-transformer`` because ``keras-transformer``
+on the package index is an older, unrelated Keras 2 package that also
+installs a top-level ``keras_transformer`` module.
+"""
+
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 
+#: The distribution's name on the package index (`conventions.DISTRIBUTION`).
+NAME = "keras3-transformer"
+#: One owner: `keras_transformer.__version__`.
+VERSION = re.search(
+    r'^__version__ = "([^"]+)"$',
+    (HERE / "keras_transformer" / "__init__.py").read_text(encoding="utf-8"),
+    re.M,
+).group(1)
+
+#: What the core needs: layers, models, losses, metrics, schedules, optimizers.
+CORE_REQUIRES = [
+    "keras>=3.8,<4",
+    "numpy>=1.26,<3",
+]
+#: Training, data, decoding, export, evaluation and the command line.
 TRAIN_REQUIRES = [
     "tensorflow>=2.18,<2.22",
     "tensorflow-text>=2.18,<2.22",
@@ -14,12 +35,39 @@ TRAIN_REQUIRES = [
     "sentencepiece>=0.2,<0.3",
     "babel>=2.12,<3",
     "matplotlib>=3.8,<4",
+    # The photographs that image training learns from by default (bundled in
+    # its wheel; nothing is downloaded).
+    "scikit-image>=0.24,<0.27",
 ]
+#: The JAX backend for the core (CPU wheel).
 JAX_REQUIRES = ["jax[cpu]>=0.10,<0.11"]
+#: The notebooks of examples/ in JupyterLab (`jupyter lab examples/`).
+EXAMPLES_REQUIRES = [
+    *TRAIN_REQUIRES,
+    "jupyterlab>=4,<5",
+    "ipykernel>=6.29,<8",
+]
+#: benchmarks/: keras-hub's layers are the reference the training step and
+#: decoding are measured against.
+BENCHMARK_REQUIRES = [*TRAIN_REQUIRES, "keras-hub>=0.21,<0.33"]
+#: Tests, linters, the documentation site and the release tools.
+TOOLS_REQUIRES = [
+    "pytest>=8,<10",
+    "ruff>=0.6,<1",
+    "mkdocs>=1.6,<2",
+    "mkdocstrings[python]>=0.26,<2",
+    "mkdocs-jupyter>=0.25,<1",
+    "pyyaml>=6,<7",
+    "nbclient>=0.10,<1",
+    "nbformat>=5.9,<6",
+    "build>=1.2,<2",
+    "twine>=5,<8",
+    "setuptools>=68",  # tests/test_packaging.py reads setup.py with it
+]
 
 setup(
-    name="keras-transformer",
-    version="0.1.0",
+    name=NAME,
+    version=VERSION,
     description=(
         "The Transformer of 'Attention Is All You Need' as Keras 3 layers, "
         "with training, decoding and export on TensorFlow."
@@ -29,34 +77,27 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*"]),
-    # The core (layers, models, losses, metrics, schedules, optimizers) needs
-    # only Keras and NumPy and runs on every Keras backend.
-    install_requires=[
-        "keras>=3.8,<4",
-        "numpy>=1.26,<3",
-    ],
+    # The core needs only Keras and NumPy and runs on every Keras backend.
+    install_requires=CORE_REQUIRES,
     extras_require={
-        # Training, data, decoding, export, evaluation and the command line.
         "train": TRAIN_REQUIRES,
         "all": TRAIN_REQUIRES,
-        # The JAX backend for the core (CPU wheel).
         "jax": JAX_REQUIRES,
-        "dev": [
-            *TRAIN_REQUIRES,
-            *JAX_REQUIRES,
-            "keras-hub>=0.21,<0.33",  # the reference model of the benchmarks
-            "pytest>=8,<10",
-            "ruff>=0.6,<1",
-            "mkdocs>=1.6,<2",
-            "mkdocstrings[python]>=0.26,<2",
-            "nbclient>=0.10,<1",
-            "nbformat>=5.9,<6",
-            "ipykernel>=6.29,<8",
-        ],
+        "examples": EXAMPLES_REQUIRES,
+        "benchmark": BENCHMARK_REQUIRES,
+        "dev": sorted(
+            {
+                *EXAMPLES_REQUIRES,
+                *BENCHMARK_REQUIRES,
+                *JAX_REQUIRES,
+                *TOOLS_REQUIRES,
+            }
+        ),
     },
     entry_points={
         "console_scripts": ["keras-transformer=keras_transformer.cli:main"],
     },
+    keywords=["keras", "transformer", "attention", "translation", "tensorflow"],
     classifiers=[
         "Programming Language :: Python :: 3",
         "Framework :: Keras",

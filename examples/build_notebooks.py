@@ -14,9 +14,12 @@ In code cells, a commented magic such as `# %matplotlib inline` becomes the
 magic itself.
 
 `python examples/build_notebooks.py` writes `examples/<name>.ipynb` for
-every `examples/sources/<name>.py`, without outputs and with stable cell
-ids, so a rebuild of unchanged sources changes nothing. `--check` only reports the
-notebooks that are out of date (exit status 1), which the tests run.
+every `examples/sources/<name>.py` whose cells (code and markdown, with
+stable cell ids) differ from the notebook's, without outputs; a notebook
+whose cells equal its source's is left as it is, outputs included. Give a
+rebuilt notebook its outputs again with `examples/execute_notebooks.py`.
+`--check` only reports the notebooks whose cells differ from their sources
+(exit status 1), which the tests run.
 """
 
 from __future__ import annotations
@@ -93,6 +96,13 @@ def build_notebook(source: Path) -> nbformat.NotebookNode:
     return notebook
 
 
+def cells(notebook: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
+    """`(cell_type, id, source)` of every cell: what must equal the source's."""
+    return [
+        (cell.cell_type, cell.get("id", ""), cell.source) for cell in notebook.cells
+    ]
+
+
 def render(notebook: nbformat.NotebookNode) -> str:
     return nbformat.writes(notebook) + "\n"
 
@@ -112,21 +122,21 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for source in sources():
         target = EXAMPLES / f"{source.stem}.ipynb"
-        text = render(build_notebook(source))
-        current = target.read_text("utf-8") if target.is_file() else None
-        if current == text:
+        built = build_notebook(source)
+        if target.is_file() and cells(nbformat.read(target, 4)) == cells(built):
             continue
         stale.append(target.name)
         if not args.check:
-            target.write_text(text, encoding="utf-8")
+            target.write_text(render(built), encoding="utf-8")
     if args.check and stale:
         print(
-            "Out of date (run `python examples/build_notebooks.py`): "
+            "Out of date (run `python examples/build_notebooks.py`, then "
+            "`python examples/execute_notebooks.py` for their outputs): "
             + ", ".join(stale)
         )
         return 1
     if not args.check:
-        print(f"Wrote {len(stale)} notebook(s).")
+        print(f"Wrote {len(stale)} notebook(s) without outputs: {', '.join(stale)}")
     return 0
 
 

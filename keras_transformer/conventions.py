@@ -36,8 +36,15 @@ STRATEGIES = ("default", "mirrored", "multiworker")
 #: one loads is registered in `keras_transformer.data.tasks`.
 TASK_NAMES = ("dates", "multi30k", "tatoeba", "files")
 
+#: The package's name on the package index, for install commands
+#: (``pip install "keras3-transformer[train]"``); it imports as
+#: ``keras_transformer``. (``keras-transformer`` on the index is an older,
+#: unrelated Keras 2 package with the same import name.)
+DISTRIBUTION = "keras3-transformer"
+
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
+    "DISTRIBUTION",
     "END_ID",
     "EXTRA_LENGTH",
     "PAD_ID",

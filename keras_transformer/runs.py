@@ -1,16 +1,18 @@
 """Folders on disk: a training run (`RunFolder`) and an export (`is_export_dir`).
 
-A training run's folder (``keras-transformer train --workdir``) holds::
+A training run's folder (``keras-transformer train --workdir``) holds:
 
-    config.json           the resolved TrainConfig
-    tokenizer/            the shared SubwordTokenizer (tokenizer.model/.json)
-    checkpoints/          tf.train checkpoints ckpt-<step> (model + optimizer),
-                          and checkpoints.json (the tokenizer they belong to)
-    best.weights.h5       the weights with the best validation BLEU (+ best.json)
-    averaged.weights.h5   the average of the last checkpoints (§6.1, + averaged.json)
-    logs/                 TensorBoard logs
-    translations/         hypotheses written by ``keras-transformer evaluate``
-    result.json           the final scores
+```text
+config.json           the resolved TrainConfig
+tokenizer/            the shared SubwordTokenizer (tokenizer.model/.json)
+checkpoints/          tf.train checkpoints ckpt-<step> (model + optimizer),
+                      and checkpoints.json (the tokenizer they belong to)
+best.weights.h5       the weights with the best validation BLEU (+ best.json)
+averaged.weights.h5   the average of the last checkpoints (§6.1, + averaged.json)
+logs/                 TensorBoard logs
+translations/         hypotheses written by ``keras-transformer evaluate``
+result.json           the final scores
+```
 
 An export folder (``keras-transformer export``) holds a SavedModel plus
 ``model.keras``, ``tokenizer/`` and ``export.json``.

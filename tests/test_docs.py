@@ -2,11 +2,15 @@
 
 `mkdocs build --strict` fails on any warning: a broken link between pages, a
 nav entry without a file, an API object that mkdocstrings cannot find. The
-API pages must then name the classes and functions the package exports.
+API pages must then name the classes and functions the package exports, the
+example notebooks must be pages with their pictures, and no docstring may
+show a reStructuredText literal marker (``Example::``).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +21,16 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
+
+
+def _hook_pages() -> list[str]:
+    """The pages docs/notebooks_hook.py adds (the notebooks and their index)."""
+    spec = importlib.util.spec_from_file_location(
+        "notebooks_hook", DOCS / "notebooks_hook.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.pages()
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +72,8 @@ MODULES = {
     "keras_transformer.visualize",
     "keras_transformer.export",
     "keras_transformer.translation",
+    "keras_transformer.data.images",
+    "keras_transformer.image_sampling",
 }
 
 
@@ -92,6 +108,10 @@ MODULES = {
                 "IncrementalDecoder",
                 "encoder_model",
                 "decoder_model",
+                "ImageTransformerConfig",
+                "build_image_transformer",
+                "ImageTransformerStack",
+                "image_bits_per_dim",
             ],
         ),
         (
@@ -113,6 +133,9 @@ MODULES = {
                 "synthetic_dates",
                 "make_translation_dataset",
                 "load_imdb",
+                "load_cifar10",
+                "load_sample_patches",
+                "lossless_bits_per_dim",
             ],
         ),
         (
@@ -123,9 +146,23 @@ MODULES = {
                 "train",
                 "make_strategy",
                 "TranslationTrainer",
+                "train_image_model",
+                "ImageRunConfig",
+                "ImageTrainer",
             ],
         ),
-        ("api/decoding", ["beam_search", "greedy_decode", "Decoder", "DecodeResult"]),
+        (
+            "api/decoding",
+            [
+                "beam_search",
+                "greedy_decode",
+                "Decoder",
+                "DecodeResult",
+                "ImageSampler",
+                "complete_images",
+                "sample_images",
+            ],
+        ),
         ("api/visualize", ["attention_maps", "plot_attention", "plot_heads"]),
         (
             "api/export",
@@ -156,7 +193,7 @@ def test_every_page_is_in_the_nav() -> None:
 
     def pages(node: object) -> list[str]:
         if isinstance(node, str):
-            return [node] if node.endswith(".md") else []
+            return [node] if node.endswith((".md", ".ipynb")) else []
         if isinstance(node, dict):
             return [p for value in node.values() for p in pages(value)]
         if isinstance(node, list):
@@ -165,6 +202,7 @@ def test_every_page_is_in_the_nav() -> None:
 
     in_nav = set(pages(config["nav"]))
     on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    on_disk |= set(_hook_pages())
     assert not on_disk - in_nav, (
         f"add these pages to the nav of mkdocs.yml: {sorted(on_disk - in_nav)}"
     )
@@ -179,3 +217,57 @@ def test_site_pages(site: Path) -> None:
     paper_map = (site / "paper-to-code" / "index.html").read_text(encoding="utf-8")
     for name in ("scaled_dot_product_attention", "NoamSchedule", "beam_search"):
         assert name in paper_map
+
+
+def test_notebook_pages_show_their_outputs(site: Path) -> None:
+    """Each notebook is a page; an executed one shows its figures."""
+    for src_uri in _hook_pages():
+        if not src_uri.endswith(".ipynb"):
+            continue
+        notebook = json.loads((REPO / src_uri).read_text(encoding="utf-8"))
+        figures = sum(
+            "image/png" in output.get("data", {})
+            for cell in notebook["cells"]
+            for output in cell.get("outputs", [])
+        )
+        html = (site / src_uri.removesuffix(".ipynb") / "index.html").read_text(
+            encoding="utf-8"
+        )
+        assert html.count("data:image/png;base64,") >= figures, src_uri
+        first_code = next(c for c in notebook["cells"] if c["cell_type"] == "code")
+        assert "import" in "".join(first_code["source"])
+        assert "import</span>" in html or "import " in html
+
+
+def test_no_page_shows_a_literal_block_marker(site: Path) -> None:
+    """Docstrings use Markdown code blocks, not reStructuredText's `::`."""
+    for page in site.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        shown = re.findall(r"<p>[^<]*::</p>", html)
+        assert not shown, f"{page.relative_to(site)}: {shown}"
+
+
+def test_pictures_are_shown_where_they_explain() -> None:
+    """The pictures in docs/images/ are each used by a page."""
+    pages = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
+    for image in sorted((DOCS / "images").iterdir()):
+        if image.suffix in (".png", ".svg"):
+            assert f"images/{image.name}" in pages, f"no page shows {image.name}"
+
+
+def test_the_architecture_picture_is_the_import_table() -> None:
+    """docs/images/architecture.svg: up to date, and the floors of test_imports."""
+    script = DOCS / "diagrams" / "architecture.py"
+    check = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    spec = importlib.util.spec_from_file_location("architecture", script)
+    diagram = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diagram)
+    from tests.test_imports import LEVELS
+
+    drawn = {
+        module: floor for floor, modules, *_ in diagram.FLOORS for module in modules
+    }
+    assert drawn == LEVELS

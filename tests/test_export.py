@@ -354,3 +354,51 @@ def test_the_old_name_of_the_output_allowance_still_exports(tmp_path: Path) -> N
     info["max_output_extra"] = info.pop("extra_length")
     info_path.write_text(json.dumps(info), encoding="utf-8")
     assert export.load_export(path)[2]["extra_length"] == 7
+
+
+_TWO_EXPORTS_CHILD = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+
+first, second = (tf.saved_model.load(path) for path in sys.argv[1:3])
+tf.random.set_seed(1)  # clears the kernel cache after loading
+sentences = tf.constant(json.loads(sys.stdin.read()))
+print(json.dumps([
+    [t.decode("utf-8") for t in loaded.translate(sentences)["translations"].numpy()]
+    for loaded in (first, second)
+]))
+"""
+
+
+def test_an_export_holding_the_sentencepiece_resource_op_translates_the_same(
+    exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exports written while unigram vocabularies were applied by
+    `tf_text.SentencepieceTokenizer` (a resource in the graph) translate like
+    today's (`FastSentencepieceTokenizer`, a constant), also after
+    `tf.random.set_seed` in the serving process."""
+    from keras_transformer.data import tokenizer as tokenizer_module
+
+    model, tokenizer = tiny_translator()
+    monkeypatch.setattr(
+        tokenizer_module,
+        "_in_graph_tokenizer",
+        lambda proto, _, fingerprint: tokenizer_module._shared_resource_tokenizer(
+            proto, fingerprint
+        ),
+    )
+    resource_op = SubwordTokenizer.from_proto(tokenizer.model_proto)
+    assert type(resource_op._tokenizer).__name__ == "SentencepieceTokenizer"
+    old_style = export.export_translator(model, resource_op, tmp_path / "1")
+    child = subprocess.run(
+        [sys.executable, "-c", _TWO_EXPORTS_CHILD, str(old_style), str(exported)],
+        input=json.dumps(INPUTS),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_child_env(),
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    old, new = json.loads(child.stdout.strip().splitlines()[-1])
+    assert old == new == translate_lines(model, tokenizer, INPUTS)

@@ -35,6 +35,7 @@ LEVELS: dict[str, int] = {
     ),
     "data": 1,
     "decoding": 1,
+    "image_sampling": 1,
     "runs": 2,
     "translation": 3,
     **dict.fromkeys(("training", "export", "visualize"), 4),

@@ -8,7 +8,8 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_usage_example_runs():
-    code = re.search(r"```python\n(.*?)```", README, re.S).group(1)
+    usage = README.split("## Usage", 1)[1]
+    code = re.search(r"```python\n(.*?)```", usage, re.S).group(1)
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
     assert namespace["model"].output_shape == (None, None, 8000)

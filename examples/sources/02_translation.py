@@ -123,7 +123,7 @@ if FAST:
     model_config = {"preset": "tiny", "max_length": 64}
     schedule = {"train_steps": 20, "steps_per_epoch": 10, "bleu_samples": 8}
     schedule.update(test_samples=16, log_every=5)
-    warmup = 100
+    warmup = 20
 else:
     model_config = {
         "preset": "small",

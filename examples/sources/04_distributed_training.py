@@ -70,7 +70,8 @@ def dates_config(
             "preset": "tiny",
             "max_length": 32,
             "dropout": dropout,
-            "optimizer": {"warmup_steps": 200 if FAST else 1000},
+            # Eq. 7's warm-up, never longer than the run.
+            "optimizer": {"warmup_steps": min(200 if FAST else 1000, steps)},
         },
         data=training.DataConfig(
             task="dates",

@@ -59,7 +59,11 @@ print("FAST:", FAST, "| runs in", RUNS)
 
 # %%
 dates_config = training.TrainConfig(
-    model={"preset": "tiny", "max_length": 32, "optimizer": {"warmup_steps": 400}},
+    model={
+        "preset": "tiny",
+        "max_length": 32,
+        "optimizer": {"warmup_steps": 60 if FAST else 400},
+    },
     data=training.DataConfig(
         task="dates",
         num_train_examples=5_000 if FAST else 50_000,
@@ -219,7 +223,7 @@ else:
             "d_ff": 512,
             "num_heads": 4,
             "max_length": 64,
-            "optimizer": {"warmup_steps": 1000},
+            "optimizer": {"warmup_steps": 10 if FAST else 1000},
         },
         data=training.DataConfig(
             task="multi30k",

@@ -4,12 +4,14 @@ Argument parsing lives here and only here: one module per subcommand
 (`train`, `average_checkpoints`, `evaluate`, `translate`, `export`), each
 with ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args)``.
 `main` builds the parser from the table `COMMANDS`; a new subcommand plugs
-in with `command`::
+in with `command`:
 
-    @command("hello", "Say hello.", lambda p: p.add_argument("--name"))
-    def hello(args: argparse.Namespace) -> int:
-        print(f"hello {args.name}")
-        return 0
+```python
+@command("hello", "Say hello.", lambda p: p.add_argument("--name"))
+def hello(args: argparse.Namespace) -> int:
+    print(f"hello {args.name}")
+    return 0
+```
 
 The modules of this package import only the standard library and
 `keras_transformer.conventions` at import time; each ``run`` imports
@@ -35,6 +37,7 @@ from keras_transformer.cli import (
     translate,
 )
 from keras_transformer.cli._common import CommandError
+from keras_transformer.conventions import DISTRIBUTION
 
 __all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "command", "main"]
 
@@ -130,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"keras-transformer {args.command}: error: {e.name!r} is not "
             "installed; the command line needs the `train` extra: "
-            "pip install 'keras-transformer[train]'",
+            f"pip install '{DISTRIBUTION}[train]'",
             file=sys.stderr,
         )
         return 2

@@ -1,7 +1,7 @@
 """Text data for the Transformer: reading, named data sets, subwords, batching.
 
-Typical use::
-
+Example:
+    ```python
     from keras_transformer import data
 
     train = data.load_multi30k("train", "de", "en")
@@ -9,6 +9,7 @@ Typical use::
         [*train.sources, *train.targets], vocabulary_size=8000
     )
     batches = data.make_translation_dataset(train, tokenizer)
+    ```
 """
 
 from keras_transformer.data.batching import (

@@ -24,8 +24,10 @@ data sets here are small stand-ins for WMT 2014.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keras_transformer.conventions import TASK_NAMES
@@ -33,7 +35,15 @@ from keras_transformer.conventions import TASK_NAMES
 if TYPE_CHECKING:
     from keras_transformer.data.text import TextPairs
 
-__all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskSettings", "get_task"]
+__all__ = [
+    "TASKS",
+    "TASK_NAMES",
+    "Task",
+    "TaskData",
+    "TaskSettings",
+    "get_task",
+    "held_out_splits",
+]
 
 
 class TaskSettings(Protocol):
@@ -51,8 +61,10 @@ class TaskSettings(Protocol):
     test_target: str | None
     num_train_examples: int
     num_eval_examples: int
-    # Also read, when the settings have it: ``on_bad_line`` ("skip" or
-    # "raise"; "skip" when absent), what the file readers do with a bad line.
+    # Also read, when the settings have them: ``on_bad_line`` ("skip" or
+    # "raise"; "skip" when absent), what the file readers do with a bad line,
+    # and ``held_out_pairs`` (None when absent), the validation and test
+    # sentences a ``files`` task holds out of its training file.
 
 
 #: What the readers do with a bad line when the settings do not say.
@@ -61,6 +73,10 @@ DEFAULT_ON_BAD_LINE = "skip"
 
 def _on_bad_line(settings: TaskSettings) -> Any:
     return getattr(settings, "on_bad_line", None) or DEFAULT_ON_BAD_LINE
+
+
+def _held_out_pairs(settings: TaskSettings) -> int | None:
+    return getattr(settings, "held_out_pairs", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +201,11 @@ class Task:
 
     def test_name(self, settings: TaskSettings) -> str:
         """The name of the test pairs (``files`` without test files: validation)."""
-        if self.name == "files" and not settings.test_source:
+        if (
+            self.name == "files"
+            and not settings.test_source
+            and not _held_out_pairs(settings)
+        ):
             return "validation"
         return self.test_split
 
@@ -227,17 +247,90 @@ def _tatoeba(split: str, settings: TaskSettings, seed: int) -> TextPairs:
     )
 
 
-def _files(split: str, settings: TaskSettings, seed: int) -> TextPairs:
+def held_out_splits(sources: Sequence[str], held_out: int) -> list[str]:
+    """The split of each pair when a file's pairs are held out by source sentence.
+
+    The distinct source sentences are ordered by their BLAKE2b hash: the
+    first `held_out` go to ``"test"``, the next `held_out` to
+    ``"validation"``, the rest to ``"train"``. The order depends only on the
+    sentences, not on the file's order, the machine or the seed, and every
+    pair of one source sentence lands in the same split, so no source
+    sentence is both trained on and scored.
+
+    Args:
+        sources: the source sentence of each pair.
+        held_out: source sentences per held-out split (``data.held_out_pairs``).
+
+    Returns:
+        ``"train"``, ``"validation"`` or ``"test"`` for each pair.
+
+    Raises:
+        ValueError: when the held-out splits would leave nothing to train on.
+    """
+    distinct = sorted(set(sources), key=lambda s: (_sentence_hash(s), s))
+    if 2 * held_out >= len(distinct):
+        raise ValueError(
+            f"data.held_out_pairs={held_out} holds out {2 * held_out} source "
+            f"sentences for validation and test, but there are only "
+            f"{len(distinct)} distinct ones: nothing would be left to train "
+            "on. Lower data.held_out_pairs."
+        )
+    names = ("test", "validation")
+    split_of = {
+        sentence: names[rank // held_out] if rank < 2 * held_out else "train"
+        for rank, sentence in enumerate(distinct)
+    }
+    return [split_of[source] for source in sources]
+
+
+def _sentence_hash(sentence: str) -> bytes:
+    return hashlib.blake2b(sentence.encode("utf-8"), digest_size=8).digest()
+
+
+def _held_out(split: str, pairs: TextPairs, held_out: int) -> TextPairs:
+    """The pairs of `split` when `held_out` sources each go to validation and test."""
+    from keras_transformer.data.text import TextPairs
+
+    keep = [
+        i
+        for i, name in enumerate(held_out_splits(pairs.sources, held_out))
+        if name == split
+    ]
+    return TextPairs(
+        tuple(pairs.sources[i] for i in keep),
+        tuple(pairs.targets[i] for i in keep),
+        pairs.skipped,
+        pairs.files,
+    )
+
+
+def _read_files(
+    source: str, target: str | None, on_bad_line: Any, split: str
+) -> TextPairs:
+    """The pairs of one split's files; held-out splits read the same file
+    three times in a row, so the last reading is kept (files unchanged)."""
+    stamp = tuple(
+        (path, os.stat(path).st_mtime_ns, os.stat(path).st_size)
+        for path in (source, target)
+        if path and os.path.exists(path)
+    )
+    key = (source, target, on_bad_line, split, stamp)
+    if _last_read and _last_read[0] == key:
+        return _last_read[1]
+    pairs = _read_files_uncached(source, target, on_bad_line, split)
+    _last_read[:] = [key, pairs]
+    return pairs
+
+
+#: ``[key, pairs]`` of the last `_read_files`.
+_last_read: list[Any] = []
+
+
+def _read_files_uncached(
+    source: str, target: str | None, on_bad_line: Any, split: str
+) -> TextPairs:
     from keras_transformer.data.text import read_parallel_files, read_tsv_pairs
 
-    if split == "test" and not settings.test_source:
-        split = "validation"  # no test files: the end evaluates on validation
-    source = getattr(settings, f"{split}_source")
-    target = getattr(settings, f"{split}_target")
-    if not source:
-        raise ValueError(
-            f"task='files' needs `data.{split}_source` to load its {split} pairs."
-        )
     if target is None:
         if not re.search(r"\.tsv(\.gz)?$", source):
             raise ValueError(
@@ -246,10 +339,29 @@ def _files(split: str, settings: TaskSettings, seed: int) -> TextPairs:
                 f".tsv.gz). Set data.{split}_target to the matching target file "
                 "for line-aligned files."
             )
-        return read_tsv_pairs(
-            source, num_columns=None, on_bad_line=_on_bad_line(settings)
+        return read_tsv_pairs(source, num_columns=None, on_bad_line=on_bad_line)
+    return read_parallel_files(source, target, on_bad_line=on_bad_line)
+
+
+def _files(split: str, settings: TaskSettings, seed: int) -> TextPairs:
+    held_out = _held_out_pairs(settings)
+    if held_out:
+        source, target = settings.train_source, settings.train_target
+        if not source:
+            raise ValueError(
+                "task='files' needs `data.train_source` to hold pairs out of it."
+            )
+        pairs = _read_files(source, target, _on_bad_line(settings), "train")
+        return _held_out(split, pairs, held_out)
+    if split == "test" and not settings.test_source:
+        split = "validation"  # no test files: the end evaluates on validation
+    source = getattr(settings, f"{split}_source")
+    target = getattr(settings, f"{split}_target")
+    if not source:
+        raise ValueError(
+            f"task='files' needs `data.{split}_source` to load its {split} pairs."
         )
-    return read_parallel_files(source, target, on_bad_line=_on_bad_line(settings))
+    return _read_files(source, target, _on_bad_line(settings), split)
 
 
 #: Every task by name, in the order of `TASK_NAMES`.
@@ -276,7 +388,8 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "files",
-            "your own line-aligned or tab-separated files",
+            "your own line-aligned or tab-separated files (or one file with "
+            "data.held_out_pairs)",
             ("train", "validation", "test"),
             _files,
         ),

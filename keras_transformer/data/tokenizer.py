@@ -4,11 +4,18 @@ The Transformer paper encodes sentences with a shared source-target
 vocabulary of subword units (byte-pair encoding for English-German, a
 word-piece vocabulary for English-French). :class:`SubwordTokenizer` learns
 such a vocabulary with SentencePiece (Kudo & Richardson, 2018), unigram
-language model by default or BPE, and tokenizes with
-``tensorflow_text.SentencepieceTokenizer``, a TensorFlow op, so that
-tokenization can run inside ``tf.data`` pipelines and be exported inside a
-SavedModel. The tokenizer is a ``tf.Module``: assigning it to an attribute of
-an exported module tracks its resources.
+language model by default or BPE, and tokenizes with TensorFlow ops, so
+that tokenization can run inside ``tf.data`` pipelines and be exported inside
+a SavedModel. The tokenizer is a ``tf.Module``: assigning it to an attribute
+of an exported module tracks what it holds.
+
+The ops come from tensorflow-text. A unigram vocabulary (the default) is
+applied by ``tensorflow_text.FastSentencepieceTokenizer``, which keeps the
+model in a constant tensor; it gives the ids of the SentencePiece library
+(``tests/data/test_data_tokenizer.py`` compares them). A BPE or byte-fallback
+vocabulary, for which that op gives other ids, is applied by
+``tensorflow_text.SentencepieceTokenizer`` with its model in a shared
+resource (see ``docs/architecture.md``, "The tokenizer inside the graph").
 
 Special ids are fixed for every tokenizer this class trains or loads:
 ``PAD_ID = 0``, ``UNK_ID = 1``, ``START_ID = 2`` (``<s>``) and
@@ -34,13 +41,12 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import sentencepiece_model_pb2
-from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sp
 
 __all__ = ["SubwordTokenizer"]
 
@@ -54,47 +60,84 @@ def _fingerprint(proto: bytes) -> str:
     return hashlib.sha256(proto).hexdigest()
 
 
-def _model_type_name(proto: bytes) -> str:
+def _parse(proto: bytes) -> sentencepiece_model_pb2.ModelProto:
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(proto)
+    return model
+
+
+def _model_type_name(model: sentencepiece_model_pb2.ModelProto) -> str:
     type_enum = sentencepiece_model_pb2.TrainerSpec.ModelType
     return type_enum.Name(model.trainer_spec.model_type).lower()
 
 
-class _SharedSentencepieceResource(_tf_text_sp._SentencepieceModelResource):
-    """The SentencePiece model resource of ``tf_text``, under a shared name.
+class _InGraphTokenizer(Protocol):
+    """What ``SubwordTokenizer`` calls: tensorflow-text's tokenizer interface."""
 
-    ``tf_text`` creates the model resource as owned by the op kernel that
+    def tokenize(self, inputs: tf.Tensor) -> tf.RaggedTensor: ...
+
+    def detokenize(self, inputs: tf.RaggedTensor) -> tf.Tensor: ...
+
+
+def _fast_op_applies(model: sentencepiece_model_pb2.ModelProto) -> bool:
+    """Whether ``FastSentencepieceTokenizer`` gives SentencePiece's ids.
+
+    It runs the unigram model's best segmentation; a BPE model (merges in
+    order) or a byte-fallback model (unknown characters as UTF-8 bytes) come
+    out with other ids.
+    """
+    spec = model.trainer_spec
+    return (
+        spec.model_type == sentencepiece_model_pb2.TrainerSpec.UNIGRAM
+        and not spec.byte_fallback
+    )
+
+
+def _shared_resource_tokenizer(
+    model_proto: bytes, fingerprint: str
+) -> tf_text.SentencepieceTokenizer:
+    """``tf_text.SentencepieceTokenizer`` with its model in a shared resource.
+
+    tensorflow-text creates the model resource as owned by the op kernel that
     built it, so clearing TensorFlow's eager kernel cache deletes it, and
     ``tf.random.set_seed`` / ``keras.utils.set_random_seed`` clear that cache:
     afterwards every tokenization fails with "Resource ... does not exist".
     A ``shared_name`` (derived from the model's fingerprint) makes the
     resource live in the resource manager for the life of the process, where
-    a re-created kernel finds it again. Tokenizers of the same model share
-    it.
+    a re-created kernel finds it again; tokenizers of the same model share
+    it. tensorflow-text has no public argument for the shared name, hence the
+    private classes below; only BPE and byte-fallback models need them (see
+    `_fast_op_applies`).
     """
+    from tensorflow_text.python.ops import sentencepiece_tokenizer as tf_text_sp
 
-    def __init__(self, model: bytes, shared_name: str) -> None:
-        self._shared_name = shared_name
-        super().__init__(model, None)
+    class SharedResource(tf_text_sp._SentencepieceModelResource):
+        def __init__(self, model: bytes, shared_name: str) -> None:
+            self._shared_name = shared_name
+            super().__init__(model, None)
 
-    def _create_resource(self) -> tf.Tensor:
-        return _tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
-            model=self._model, shared_name=self._shared_name
-        )
+        def _create_resource(self) -> tf.Tensor:
+            return tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._model, shared_name=self._shared_name
+            )
 
-
-def _make_tf_text_tokenizer(
-    model_proto: bytes, fingerprint: str
-) -> tf_text.SentencepieceTokenizer:
     tokenizer = tf_text.SentencepieceTokenizer(
         model=model_proto, out_type=tf.int32, add_bos=False, add_eos=False
     )
-    # Replace the kernel-owned resource by a shared one (see above).
-    tokenizer._model_resource = _SharedSentencepieceResource(
+    tokenizer._model_resource = SharedResource(
         model_proto, f"keras_transformer_sentencepiece_{fingerprint[:32]}"
     )
     return tokenizer
+
+
+def _in_graph_tokenizer(
+    model_proto: bytes, model: sentencepiece_model_pb2.ModelProto, fingerprint: str
+) -> _InGraphTokenizer:
+    if _fast_op_applies(model):
+        # The model is a constant tensor: no resource, nothing for
+        # tf.random.set_seed to delete, and a SavedModel holds it as a constant.
+        return tf_text.FastSentencepieceTokenizer(model_proto)
+    return _shared_resource_tokenizer(model_proto, fingerprint)
 
 
 class SubwordTokenizer(tf.Module):
@@ -154,8 +197,9 @@ class SubwordTokenizer(tf.Module):
         self._proto = model_proto
         self._processor = processor
         self._fingerprint = _fingerprint(model_proto)
-        self._model_type = _model_type_name(model_proto)
-        self._tokenizer = _make_tf_text_tokenizer(model_proto, self._fingerprint)
+        model = _parse(model_proto)
+        self._model_type = _model_type_name(model)
+        self._tokenizer = _in_graph_tokenizer(model_proto, model, self._fingerprint)
 
     # -- construction -------------------------------------------------------
 
@@ -464,10 +508,16 @@ class SubwordTokenizer(tf.Module):
 
         Returns:
             ``int32`` ids: a ``tf.RaggedTensor`` of shape ``[..., (tokens)]``
-            for an input of rank >= 1; a 1-D ``tf.Tensor`` for a scalar.
+            (``int64`` row splits) for an input of rank >= 1; a 1-D
+            ``tf.Tensor`` for a scalar.
         """
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
-        return self._tokenizer.tokenize(strings)
+        ids = self._tokenizer.tokenize(strings)
+        if isinstance(ids, tf.RaggedTensor):
+            # One row-split dtype whichever op tokenized, so that batches of
+            # either kind can be concatenated.
+            ids = ids.with_row_splits_dtype(tf.int64)
+        return ids
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Turns ids back into strings.

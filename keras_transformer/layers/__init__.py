@@ -16,6 +16,8 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import ScaledEmbedding
 from keras_transformer.layers.encoder_block import EncoderBlock
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.image_block import ImageTransformerBlock
+from keras_transformer.layers.image_embedding import ImageEmbedding
 from keras_transformer.layers.local_attention import (
     LocalBlockAttention,
     RestrictedMultiHeadAttention,
@@ -49,6 +51,8 @@ __all__ = [
     "Dropout",
     "EncoderBlock",
     "FeedForward",
+    "ImageEmbedding",
+    "ImageTransformerBlock",
     "LayerNormalization",
     "LocalAttention2D",
     "LocalBlockAttention",

@@ -585,6 +585,8 @@ class LocalBlockAttention(_BlockedSelfAttention):
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 10, 8), (2, 2, 3, 4, 12))
 
+    Sampling one position at a time: `init_cache` and `call_cached`.
+
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 1D
     attention); Vaswani et al. (2017), §4 and Table 1.
     """
@@ -611,6 +613,65 @@ class LocalBlockAttention(_BlockedSelfAttention):
         if causal:
             return distance >= 0
         return np.ones_like(distance, dtype=bool)
+
+    # ---------------------------------------------------- cached sampling
+    def init_cache(self, batch_size: Any, length: int) -> dict[str, Any]:
+        """An empty cache for `call_cached`: keys and values of `length` positions.
+
+        Args:
+            batch_size: the batch size of the sampling.
+            length: the sequence length `n` (static).
+
+        Returns:
+            `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
+            n, value_dim)}`, zeros.
+        """
+        check_positive_int("length", length)
+        keys, values = self.empty_cache(batch_size, length)
+        return {"keys": keys, "values": values}
+
+    def call_cached(
+        self, position_inputs: Any, cache: dict[str, Any], index: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """The causal output of one position, from the cached earlier positions.
+
+        The keys and values of position `index` are written into the cache;
+        its query attends to the `l_m + l_q` cached slots of its memory
+        window, `[s - l_m, s + l_q)` with `s = l_q floor(index / l_q)`,
+        masked to the positions `<= index` that exist, at a cost of
+        `O(l_m + l_q)`, not `O(n)`. Feeding positions `0, 1, ..., n - 1`
+        reproduces `layer(x, use_causal_mask=True)` at every position.
+
+        Args:
+            position_inputs: `(batch, 1, features)`, the input of position
+                `index`.
+            cache: from `init_cache` or the previous call.
+            index: the position, a Python or scalar tensor integer (may vary
+                inside a compiled loop).
+
+        Returns:
+            `(output, cache)`: `(batch, 1, output_dim)` and the updated cache.
+        """
+        length = cache["keys"].shape[2]
+        width = self.memory_length + self.query_block_length
+        queries, keys, values = self.project_self_attention(position_inputs)
+        index = ops.cast(index, "int32")
+        cache = {
+            "keys": ops.slice_update(cache["keys"], (0, 0, index, 0), keys),
+            "values": ops.slice_update(cache["values"], (0, 0, index, 0), values),
+        }
+        # (W,): the positions of the memory window of the query's block.
+        start = index // self.query_block_length * self.query_block_length
+        positions = start - self.memory_length + ops.arange(width, dtype="int32")
+        allowed = ops.logical_and(positions >= 0, positions <= index)
+        slots = ops.clip(positions, 0, length - 1)
+        # (batch, heads, W, dim)
+        memory_keys = ops.take(cache["keys"], slots, axis=2)
+        memory_values = ops.take(cache["values"], slots, axis=2)
+        output, _ = self.attend(
+            queries, memory_keys, memory_values, allowed[None, None, None], False
+        )
+        return output, cache
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

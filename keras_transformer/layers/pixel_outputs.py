@@ -101,7 +101,9 @@ def check_pixels(name: str, pixels: Any) -> Any:
     return pixels
 
 
-def _check_temperature(temperature: Any) -> float:
+def check_temperature(temperature: Any) -> float:
+    """`temperature` as a float, or a `ValueError` naming it: a non-negative
+    number (1: the model's distribution, 0: the most likely value)."""
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
@@ -109,8 +111,9 @@ def _check_temperature(temperature: Any) -> float:
         or temperature < 0
     ):
         raise ValueError(
-            "`temperature` must be a non-negative number (0: the mode). "
-            f"Received: temperature={temperature!r}"
+            "`temperature` must be a non-negative number (1: the model's "
+            "distribution, 0: the most likely value). Received: "
+            f"temperature={temperature!r}"
         )
     return float(temperature)
 
@@ -193,7 +196,7 @@ def sample_categorical(logits: Any, temperature: float = 1.0, seed: Any = None) 
     Returns:
         int32 `(...)` intensities in `[0, 255]`.
     """
-    temperature = _check_temperature(temperature)
+    temperature = check_temperature(temperature)
     logits = ops.cast(logits, "float32")
     noise = None
     if temperature > 0.0:
@@ -407,7 +410,7 @@ def sample_dmol(
     Returns:
         int32 `(..., C)` intensities in `[0, 255]`.
     """
-    temperature = _check_temperature(temperature)
+    temperature = check_temperature(temperature)
     logits, means, log_scales, coefficients = _split_parameters(
         params, num_mixtures, channels, min_log_scale
     )

@@ -1,9 +1,19 @@
-"""The paper's model: configuration, presets (Table 3), the builder and its stack.
+"""The paper's model: configuration, presets (Table 3), the builder and its stack;
+and the Image Transformer (Parmar et al., 2018): its configuration and builder.
 
 `TransformerLayers` is the former name of `TransformerStack` (still importable).
 """
 
 from keras_transformer.models.config import TransformerConfig
+from keras_transformer.models.image_config import (
+    ImageTransformerConfig,
+    image_presets,
+)
+from keras_transformer.models.image_transformer import (
+    ImageTransformerStack,
+    build_image_transformer,
+    image_bits_per_dim,
+)
 from keras_transformer.models.presets import (
     PAPER_PARAMETER_COUNTS_M,
     get_preset,
@@ -20,13 +30,18 @@ from keras_transformer.models.transformer import (
 
 __all__ = [
     "PAPER_PARAMETER_COUNTS_M",
+    "ImageTransformerConfig",
+    "ImageTransformerStack",
     "IncrementalDecoder",
     "TransformerConfig",
     "TransformerLayers",
     "TransformerStack",
+    "build_image_transformer",
     "build_transformer",
     "decoder_model",
     "encoder_model",
     "get_preset",
+    "image_bits_per_dim",
+    "image_presets",
     "presets",
 ]

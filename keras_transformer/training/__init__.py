@@ -1,13 +1,14 @@
 """Training at scale: the paper's recipe (§5) as a resumable library function.
 
-Example::
-
+Example:
+    ```python
     from keras_transformer import training
 
     config = training.TrainConfig.load("configs/dates_tiny.json")
     config = training.apply_overrides(config, ["train.train_steps=1000"])
     result = training.train(config, "runs/dates")
     print(result.evaluation.summary())
+    ```
 
 See `docs/training.md` for the command line (`keras-transformer train`),
 distribution, mixed precision, TensorBoard, resuming and checkpoint
@@ -37,6 +38,16 @@ from keras_transformer.training.evaluation import (
     evaluate_translations,
     translate,
 )
+from keras_transformer.training.image import (
+    ImageDataConfig,
+    ImageRunConfig,
+    ImageTrainer,
+    ImageTrainingConfig,
+    ImageTrainResult,
+    image_batches,
+    load_image_data,
+    train_image_model,
+)
 from keras_transformer.training.loop import (
     ConfigMismatchError,
     TrainingDivergedError,
@@ -54,6 +65,11 @@ __all__ = [
     "ConfigMismatchError",
     "DataConfig",
     "EvaluationResult",
+    "ImageDataConfig",
+    "ImageRunConfig",
+    "ImageTrainResult",
+    "ImageTrainer",
+    "ImageTrainingConfig",
     "TokenStatistics",
     "TrainConfig",
     "TrainResult",
@@ -68,11 +84,14 @@ __all__ = [
     "config_differences",
     "configure_cpu_devices",
     "evaluate_translations",
+    "image_batches",
     "is_chief",
+    "load_image_data",
     "load_trained_model",
     "make_strategy",
     "parse_override",
     "train",
+    "train_image_model",
     "translate",
     "weights_checksum",
 ]

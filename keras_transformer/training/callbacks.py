@@ -23,6 +23,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
+from keras_transformer.data.batching import encode_sources
+from keras_transformer.runs import save_checkpoint
 from keras_transformer.training.config import TrainConfig
 
 __all__ = [
@@ -152,8 +154,6 @@ class CheckpointCallback(keras.callbacks.Callback):
         latest = self.manager.latest_checkpoint
         if latest is not None and latest.endswith(f"-{step}"):
             return
-        from keras_transformer.runs import save_checkpoint
-
         save_checkpoint(self.manager, step)
 
 
@@ -164,12 +164,19 @@ class TrainingSummaries(keras.callbacks.Callback):
     the validation values of each epoch (``loss``, ``token_accuracy``,
     ``perplexity``) go to ``<log_dir>/validation``. This is the one writer of
     these scalars: a run has no `keras.callbacks.TensorBoard` (whose
-    ``epoch_*`` copies would show each quantity twice).
+    ``epoch_*`` copies would show each quantity twice). `names` chooses the
+    logged quantities (an image model logs ``loss`` and ``bits_per_dim``).
     """
 
-    def __init__(self, log_dir: Path, log_every: int) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        log_every: int,
+        names: tuple[str, ...] = ("loss", "token_accuracy", "perplexity"),
+    ) -> None:
         super().__init__()
         self.log_every = log_every
+        self.names = tuple(names)
         self.train_writer = tf.summary.create_file_writer(str(log_dir / "train"))
         self.validation_writer = tf.summary.create_file_writer(
             str(log_dir / "validation")
@@ -186,7 +193,7 @@ class TrainingSummaries(keras.callbacks.Callback):
         if step % self.log_every or not logs:
             return
         with self.train_writer.as_default(step=step):
-            for name in ("loss", "token_accuracy", "perplexity"):
+            for name in self.names:
                 if name in logs:
                     tf.summary.scalar(name, float(logs[name]))
             self._write_learning_rate(step)
@@ -197,7 +204,7 @@ class TrainingSummaries(keras.callbacks.Callback):
         with self.train_writer.as_default(step=step):
             self._write_learning_rate(step)
         with self.validation_writer.as_default(step=step):
-            for name in ("loss", "token_accuracy", "perplexity"):
+            for name in self.names:
                 if f"val_{name}" in logs:
                     tf.summary.scalar(name, float(logs[f"val_{name}"]))
         self.train_writer.flush()
@@ -342,9 +349,11 @@ class AttentionImages(keras.callbacks.Callback):
     def _translation(self) -> tuple[list[int], Any]:
         from keras_transformer.training.evaluation import greedy_output_ids
 
-        longest = self.config.data.max_sentence_length
-        source_ids = self.tokenizer.encode([self.sentence])[0][: longest - 1]
-        source_ids = [*source_ids, self.tokenizer.END_ID]
+        # The source as every translation sees it (the one source-cut rule).
+        encoded = encode_sources(
+            self.tokenizer, [self.sentence], self.config.data.max_sentence_length
+        )
+        source_ids = [int(i) for i in encoded[0].numpy()]
         output = greedy_output_ids(
             self.transformer,
             source_ids,
@@ -605,13 +614,37 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
             )
 
     def save(self) -> str | None:
-        """Saves a checkpoint of the current step (unless there is one); its path."""
+        """Saves a checkpoint of the current step (unless there is one); its path.
+
+        The write is complete or not seen (`keras_transformer.runs.save_checkpoint`).
+        """
         step = _step(self.model)
         latest = self.manager.latest_checkpoint
         if latest is None or not latest.endswith(f"-{step}"):
-            latest = self.manager.save(checkpoint_number=step)
+            latest = save_checkpoint(self.manager, step)
         self.step, self.checkpoint = step, latest
         return latest
+
+    def finish(self) -> None:
+        """After `fit`: saves the checkpoint of a stop asked for after the last update.
+
+        A signal that arrives once the last update has run finds no step
+        boundary left to stop at; its checkpoint is written here. Nothing is
+        saved after a NaN loss.
+        """
+        if self.requested is None or self.checkpoint is not None:
+            return
+        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
+            return
+        self.save()
+
+    def resume_message(self) -> str:
+        """The line that tells the user how to go on after a stop."""
+        return (
+            f"Training stopped by {self.signal_name} after update {self.step}; "
+            f"saved {self.checkpoint}. Train again with the same config and work "
+            "directory to resume."
+        )
 
     def _stop_if_requested(self) -> None:
         if self.requested is None:
@@ -646,23 +679,37 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}"
 
 
+def is_terminal(stream: Any) -> bool:
+    """Whether `stream` is an open terminal: Keras' progress bar there, else
+    `PlainProgressLogger`'s lines (a file or pipe keeps no carriage returns)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
 class PlainProgressLogger(keras.callbacks.Callback):
     """One plain line every `every` updates, for logs that are files, not terminals.
 
     Keras' progress bar redraws itself with carriage returns, which a log
     file (a cluster job, CI, ``> train.log``) keeps as one endless line.
-    This callback prints instead, every `every` optimizer steps::
+    This callback prints instead, every `every` optimizer steps:
 
-        step 150/2000  loss 3.4521  tokens/s 12345  lr 5.24e-04  elapsed 0:01:23
+    ```text
+    step 150/2000  loss 3.4521  tokens/s 12345  lr 5.24e-04  elapsed 0:01:23
+    ```
 
     (the loss is the epoch's running mean, as in the progress bar; tokens/s
     counts the real target tokens since the previous line, from the
     trainer's `TokenStatistics`, and is left out where it cannot be read,
     e.g. under `MultiWorkerMirroredStrategy`) and at the end of every epoch
-    a line with its training and validation values::
+    a line with its training and validation values:
 
-        epoch 2/10  step 400  loss 3.1022  token_accuracy 0.4120  val_loss 2.9876
-        val_bleu 12.3000  elapsed 0:03:05
+    ```text
+    epoch 2/10  step 400  loss 3.1022  token_accuracy 0.4120  val_loss 2.9876
+    val_bleu 12.3000  elapsed 0:03:05
+    ```
 
     (one line, wrapped here). Each line is flushed at once. `train()` uses
     it with ``verbose=0`` when standard output is not a terminal.

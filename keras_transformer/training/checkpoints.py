@@ -1,17 +1,19 @@
 """Checkpoints of a run, their averaging (§6.1), and loading a trained model.
 
-A run's work directory holds::
+A run's work directory holds:
 
-    config.json           the resolved TrainConfig
-    tokenizer/            the shared SubwordTokenizer (tokenizer.model/.json)
-    checkpoints/          tf.train checkpoints ckpt-<step> (model + optimizer,
-                          so the step and the learning rate resume exactly),
-                          the last `train.keep_checkpoints` of them, and
-                          checkpoints.json (the tokenizer they were trained with)
-    best.weights.h5       the weights with the best validation BLEU
-    averaged.weights.h5   written by `average_checkpoints`
-    logs/                 TensorBoard logs
-    result.json           the final scores
+```text
+config.json           the resolved TrainConfig
+tokenizer/            the shared SubwordTokenizer (tokenizer.model/.json)
+checkpoints/          tf.train checkpoints ckpt-<step> (model + optimizer,
+                      so the step and the learning rate resume exactly),
+                      the last `train.keep_checkpoints` of them, and
+                      checkpoints.json (the tokenizer they were trained with)
+best.weights.h5       the weights with the best validation BLEU
+averaged.weights.h5   written by `average_checkpoints`
+logs/                 TensorBoard logs
+result.json           the final scores
+```
 """
 
 from __future__ import annotations

@@ -236,9 +236,17 @@ class DataConfig:
             files (plain or ``.gz``), or one tab-separated file in
             ``train_source`` with ``train_target`` left ``None``.
         validation_source, validation_target: the validation pairs of
-            ``task="files"`` (required), in the same layout.
+            ``task="files"``, in the same layout (required unless
+            ``held_out_pairs`` is set).
         test_source, test_target: the test pairs of ``task="files"``;
             ``None`` evaluates on the validation pairs at the end.
+        held_out_pairs: for ``task="files"`` with only training files: hold
+            out this many source sentences of the training file, with their
+            pairs, as the validation split, and as many again as the test
+            split. Which ones is decided by a hash of each source sentence,
+            the same on every machine and run, and all pairs of one source
+            sentence land in the same split (see
+            `keras_transformer.data.tasks.held_out_splits`).
         num_train_examples, num_eval_examples: sizes of the synthetic dates
             splits (the validation and test splits each get
             ``num_eval_examples``).
@@ -284,6 +292,7 @@ class DataConfig:
     validation_target: str | None = None
     test_source: str | None = None
     test_target: str | None = None
+    held_out_pairs: int | None = None
     num_train_examples: int = 50_000
     num_eval_examples: int = 1_000
     vocabulary_size: int | None = None
@@ -309,7 +318,12 @@ class DataConfig:
         _choice(owner, "too_long", self.too_long, TOO_LONG)
         for name in ("num_train_examples", "num_eval_examples", "max_tokens_per_batch"):
             _positive_int(owner, name, getattr(self, name))
-        for name in ("vocabulary_size", "tokenizer_max_sentences", "shuffle_buffer"):
+        for name in (
+            "vocabulary_size",
+            "tokenizer_max_sentences",
+            "shuffle_buffer",
+            "held_out_pairs",
+        ):
             _positive_int(owner, name, getattr(self, name), allow_none=True)
         longest = self.max_sentence_length
         _positive_int(owner, "max_sentence_length", longest, allow_none=True)
@@ -365,14 +379,38 @@ class DataConfig:
                 "`data.source_language` and `data.target_language` must differ. "
                 f"Received: both {self.source_language!r}"
             )
+        if self.held_out_pairs is not None and self.task != "files":
+            raise ValueError(
+                "`data.held_out_pairs` splits your own training file, so it "
+                f"needs data.task='files'. Received: task={self.task!r}"
+            )
         if self.task == "files":
-            for name in ("train_source", "validation_source"):
-                if not getattr(self, name):
-                    raise ValueError(
-                        f"task='files' needs `data.{name}`: the path of a source "
-                        "file (with the matching `*_target` file), or of one "
-                        "tab-separated file of pairs."
-                    )
+            if not self.train_source:
+                raise ValueError(
+                    "task='files' needs `data.train_source`: the path of a source "
+                    "file (with the matching `data.train_target` file), or of one "
+                    "tab-separated file of pairs."
+                )
+            held_out = self.held_out_pairs is not None
+            given = [
+                name
+                for name in ("validation_source", "test_source")
+                if getattr(self, name)
+            ]
+            if held_out and given:
+                raise ValueError(
+                    "`data.held_out_pairs` takes the validation and test pairs "
+                    f"out of the training file, but `data.{given[0]}` is set "
+                    "too. Use one or the other."
+                )
+            if not held_out and not self.validation_source:
+                raise ValueError(
+                    "task='files' needs validation pairs: set "
+                    "`data.validation_source` (a source file with its "
+                    "`data.validation_target`, or one tab-separated file), or "
+                    "`data.held_out_pairs=N` to hold out N source sentences of "
+                    "the training file for validation and N more for test."
+                )
 
     @property
     def direction(self) -> str:

@@ -41,6 +41,7 @@ from keras_transformer.training.callbacks import (
     TrainingSummaries,
     TranslationEvaluator,
     ValidationTranslations,
+    is_terminal,
     write_hparams,
     write_skipped_pairs,
 )
@@ -213,7 +214,12 @@ def _build(
 def _steps(
     config: TrainConfig, data: Any, tokenizer: SubwordTokenizer
 ) -> tuple[int, int]:
-    """(total updates, updates per epoch)."""
+    """(total updates, updates per epoch).
+
+    Raises:
+        ValueError: when the warm-up of Eq. 7 is longer than the run: the
+            learning rate would only rise, and the run end at its peak.
+    """
     train_config = config.train
     per_epoch = train_config.steps_per_epoch
     if per_epoch is None:
@@ -221,6 +227,14 @@ def _steps(
             data.train, tokenizer, config.data, train_config.gradient_accumulation
         )
     total = train_config.train_steps or (train_config.epochs or 1) * per_epoch
+    warmup = config.model.optimizer.warmup_steps
+    if warmup > total:
+        raise ValueError(
+            f"The warm-up of Eq. 7 (model.optimizer.warmup_steps={warmup}) is "
+            f"longer than the run ({total} updates): the learning rate would only "
+            "rise and never decay. Set model.optimizer.warmup_steps to at most "
+            f"{total}, or train longer (train.train_steps or train.epochs)."
+        )
     return total, min(per_epoch, total)
 
 
@@ -279,8 +293,7 @@ def train(
         raise TypeError(
             f"`config` must be a TrainConfig. Received: {type(config).__name__}"
         )
-    if strategy is None or isinstance(strategy, str):
-        strategy = make_strategy(strategy or "default")
+    strategy = make_strategy(strategy or "default") if _named(strategy) else strategy
     # RunFolder refuses a workdir that is a file (NotADirectoryError).
     chief, root = is_chief(strategy), runs.RunFolder(workdir).path
     directory, log_dir = _directories(root, strategy)
@@ -289,14 +302,12 @@ def train(
     # Data and the tokenizer (learned once, then reloaded on every restart).
     keras.utils.set_random_seed(config.train.seed)
     data = load_task(config.data, seed=config.train.seed)
-    for line in data.skip_messages():  # bad lines are never dropped silently
-        logger.warning("%s", line)
-        say(line)
+    _report_skipped(data, say)  # bad lines are never dropped silently
     tokenizer = _tokenizer(config, directory, data.train)
     _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
     total_steps, per_epoch = schedule = _steps(config, data, tokenizer)
 
-    # The model, resumed from the newest checkpoint if there is one.
+    # The model, resumed from the newest intact checkpoint if there is one.
     transformer, trainer, optimizer = _build(config, strategy)
     checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
     manager = ckpt.resume_checkpoints(
@@ -304,61 +315,37 @@ def train(
     )
     ckpt.write_checkpoint_metadata(checkpoint_dir, tokenizer)
     initial_step = int(optimizer.iterations.numpy())
+    latest = manager.latest_checkpoint
     if initial_step:
-        say(
-            f"Resuming {directory} from step {initial_step} "
-            f"({manager.latest_checkpoint})."
-        )
+        say(f"Resuming {directory} from step {initial_step} ({latest}).")
     say(_plan(config, strategy, len(data.train), tokenizer, total_steps, per_epoch))
 
-    # Training: checkpoints, the NaN guard, validation and summaries are callbacks.
-    nan_guard, validation = NaNGuard(), None
+    # Training: checkpoints, the NaN guard, validation, summaries, progress
+    # lines and the preemption checkpoint are callbacks.
+    nan_guard = NaNGuard()
     run_callbacks: list[keras.callbacks.Callback] = [nan_guard, StopAtStep(total_steps)]
+    validation = None
     if chief:
-        if initial_step == 0:
-            write_skipped_pairs(log_dir, data.skipped(), step=0)
         validation = _validation(config, root, transformer, tokenizer, data, log_dir)
         run_callbacks += _chief_callbacks(
-            config, root, validation, log_dir, initial_step
+            config, root, validation, log_dir, initial_step, data
         )
     run_callbacks += [CheckpointCallback(manager, nan_guard), *callbacks]
     verbose, progress = _progress(config, say if printer else None, total_steps)
-    # Last, so that an epoch's other callbacks have run when it stops.
+    # Last, so that an update's other callbacks have run when it stops.
     preemption = PreemptionCheckpoint(manager, nan_guard)
     run_callbacks += [*progress, preemption]
-    try:
-        history = _fit(
-            config,
-            trainer,
-            data,
-            tokenizer,
-            run_callbacks,
-            initial_step,
-            schedule,
-            verbose,
-        )
-    except TrainingPreempted:
-        # `fit` ended without `on_train_end`: flush the summaries here.
-        for callback in run_callbacks:
-            callback.on_train_end()
-        history = _history_so_far(trainer)
-    finally:
-        preemption.uninstall()
+    history = _fit(
+        config, trainer, data, tokenizer, run_callbacks, initial_step, schedule, verbose
+    )
     if nan_guard.bad_step is not None:
         raise _diverged(nan_guard, manager.latest_checkpoint)
-    preempted = preemption.requested is not None
-    if preempted and preemption.checkpoint is None:
-        preemption.save()  # the signal came after the last update
 
-    # The final evaluation (chief only) and the results.
+    # The final evaluation (chief only) and the results; none after a preemption.
     steps = int(optimizer.iterations.numpy())
     evaluation = None
-    if preempted:
-        say(
-            f"Training stopped by {preemption.signal_name} after update {steps}; "
-            f"saved {preemption.checkpoint}. Train again with the same config "
-            f"and work directory to resume."
-        )
+    if preemption.requested is not None:
+        say(preemption.resume_message())
     elif chief:
         evaluation = _final_evaluation(
             config, root, transformer, tokenizer, data, log_dir, steps, say
@@ -377,17 +364,28 @@ def train(
         model=transformer,
         tokenizer=tokenizer,
         skipped_pairs=data.skipped(),
-        preempted=preempted,
+        preempted=preemption.requested is not None,
     )
-    if preempted:
-        return result
-    result.save(directory / runs.RESULT_FILE, config.train.num_translations)
-    if chief:
-        say(f"TensorBoard logs: {log_dir}  (tensorboard --logdir {log_dir})")
+    if not result.preempted:
+        result.save(directory / runs.RESULT_FILE, config.train.num_translations)
+        if chief:
+            say(f"TensorBoard logs: {log_dir}  (tensorboard --logdir {log_dir})")
     return result
 
 
 # -------------------------------------------------------------- train's parts
+def _named(strategy: tf.distribute.Strategy | str | None) -> bool:
+    """Whether `strategy` is a name for `make_strategy` (or None: the default)."""
+    return strategy is None or isinstance(strategy, str)
+
+
+def _report_skipped(data: TaskData, say: Callable[[str], None]) -> None:
+    """Prints (and logs) one line per data file that lost pairs, by reason."""
+    for line in data.skip_messages():
+        logger.warning("%s", line)
+        say(line)
+
+
 def _plan(
     config: TrainConfig,
     strategy: tf.distribute.Strategy,
@@ -433,8 +431,13 @@ def _chief_callbacks(
     validation: ValidationTranslations,
     log_dir: Path,
     initial_step: int,
+    data: TaskData,
 ) -> list[keras.callbacks.Callback]:
-    """What only the chief does: validation, attention images, TensorBoard."""
+    """What only the chief does: validation, attention images, TensorBoard.
+
+    A new run also writes its hyperparameters (HParams) and what reading the
+    data skipped (TensorBoard text) once, at step 0.
+    """
     train_config = config.train
     found: list[keras.callbacks.Callback] = [validation]
     if len(validation.pairs):
@@ -453,6 +456,7 @@ def _chief_callbacks(
     # keras.callbacks.TensorBoard: its epoch_* copies showed everything twice).
     found.append(TrainingSummaries(log_dir, train_config.log_every))
     if initial_step == 0:
+        write_skipped_pairs(log_dir, data.skipped(), step=0)
         # The HParams session is the validation run, where its metrics are.
         write_hparams(
             log_dir,
@@ -482,7 +486,9 @@ def _fit(
     """Runs `fit` from `initial_step` to the last update; Keras' history.
 
     The data stream skips the `initial_step` updates already made, so a
-    resumed run sees the batches an uninterrupted one would (§5.1).
+    resumed run sees the batches an uninterrupted one would (§5.1). A
+    `PreemptionCheckpoint` among the callbacks ends `fit` early on SIGTERM
+    or SIGINT, with a checkpoint; the history then holds the finished epochs.
     """
     total_steps, per_epoch = schedule
     if initial_step >= total_steps:
@@ -495,32 +501,37 @@ def _fit(
         seed=config.train.seed,
         skip_updates=initial_step,
     )
-    fit = trainer.fit(
-        dataset,
-        epochs=math.ceil(total_steps / per_epoch),
-        initial_epoch=initial_step // per_epoch,
-        steps_per_epoch=per_epoch,
-        validation_data=validation_dataset(data.validation, tokenizer, config.data),
-        validation_freq=config.train.validation_every,
-        shuffle=False,
-        callbacks=callbacks,
-        verbose=config.train.verbose if verbose is None else verbose,
+    preemption = next(
+        (c for c in callbacks if isinstance(c, PreemptionCheckpoint)), None
     )
-    return {k: [float(v) for v in values] for k, values in fit.history.items()}
+    try:
+        trainer.fit(
+            dataset,
+            epochs=math.ceil(total_steps / per_epoch),
+            initial_epoch=initial_step // per_epoch,
+            steps_per_epoch=per_epoch,
+            validation_data=validation_dataset(data.validation, tokenizer, config.data),
+            validation_freq=config.train.validation_every,
+            shuffle=False,
+            callbacks=callbacks,
+            verbose=config.train.verbose if verbose is None else verbose,
+        )
+    except TrainingPreempted:
+        # `fit` ended without `on_train_end`: flush the summaries here.
+        for callback in callbacks:
+            callback.on_train_end()
+    finally:
+        if preemption is not None:
+            preemption.uninstall()
+    if preemption is not None:
+        preemption.finish()  # a signal after the last update still gets its checkpoint
+    return _history_so_far(trainer)
 
 
 def _history_so_far(trainer: TranslationTrainer) -> dict[str, list[float]]:
-    """Keras' history of the epochs `fit` finished before it was stopped."""
+    """Keras' history of the epochs `fit` finished (all of them, or before a stop)."""
     history = getattr(getattr(trainer, "history", None), "history", None) or {}
     return {k: [float(v) for v in values] for k, values in history.items()}
-
-
-def _is_terminal(stream: Any) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:  # a closed stream
-        return False
 
 
 def _progress(
@@ -538,7 +549,7 @@ def _progress(
     through `printer`. ``train.verbose=0`` stays silent either way.
     """
     verbose = config.train.verbose
-    if verbose == 0 or _is_terminal(sys.stdout if stream is None else stream):
+    if verbose == 0 or is_terminal(sys.stdout if stream is None else stream):
         return verbose, []
     if printer is None:
         return 0, []

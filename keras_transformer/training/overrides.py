@@ -1,8 +1,9 @@
 """``--set key=value`` overrides of a `TrainConfig`, by dotted key.
 
-Example::
-
+Example:
+    ```python
     config = apply_overrides(config, ["model.d_model=128", "train.seed=3"])
+    ```
 
 `known_keys` lists the valid keys at each level (the error messages show
 them). Old key names (`config.RENAMED_KEYS`, e.g. ``data.max_length``) are

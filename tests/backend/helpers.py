@@ -22,3 +22,16 @@ def train_embedding_model(optimizer: keras.optimizers.Optimizer) -> list[np.ndar
     for _ in range(3):
         model.train_on_batch(x, y)
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def values_and_grads(function, *inputs, upstream=None):
+    """`function(*inputs)` and its gradients with respect to every input
+    (TensorFlow's tape; `upstream` is the gradient flowing into the output)."""
+    import tensorflow as tf
+
+    inputs = [tf.convert_to_tensor(x) for x in inputs]
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        outputs = function(*inputs)
+    grads = tape.gradient(outputs, inputs, output_gradients=upstream)
+    return outputs, grads

@@ -14,7 +14,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.backend import portable
-from tests.backend.helpers import train_embedding_model
+from tests.backend.helpers import train_embedding_model, values_and_grads
 
 tf = pytest.importorskip("tensorflow")
 
@@ -33,19 +33,10 @@ def _tf_losses():
     return losses
 
 
-def _values_and_grads(function, *inputs, upstream=None):
-    inputs = [tf.convert_to_tensor(x) for x in inputs]
-    with tf.GradientTape() as tape:
-        tape.watch(inputs)
-        outputs = function(*inputs)
-    grads = tape.gradient(outputs, inputs, output_gradients=upstream)
-    return outputs, grads
-
-
 def _assert_twins_agree(twin, reference, inputs, upstream, rtol, atol):
     """Values and the gradients of every input agree."""
-    ours = _values_and_grads(twin, *inputs, upstream=upstream)
-    theirs = _values_and_grads(reference, *inputs, upstream=upstream)
+    ours = values_and_grads(twin, *inputs, upstream=upstream)
+    theirs = values_and_grads(reference, *inputs, upstream=upstream)
     assert ours[0].shape == theirs[0].shape
     np.testing.assert_allclose(
         np.asarray(ours[0], "float32"), np.asarray(theirs[0], "float32"), rtol, atol
@@ -196,7 +187,7 @@ def test_dropout_twin_and_portable_agree_statistically():
             x, rate, seed=keras.random.SeedGenerator(5)
         ),
     }.items():
-        outputs, (grad,) = _values_and_grads(function, x)
+        outputs, (grad,) = values_and_grads(function, x)
         results[name] = (
             keras.ops.convert_to_numpy(outputs),
             keras.ops.convert_to_numpy(grad),
@@ -267,7 +258,7 @@ def test_masked_loss_with_padding_is_the_same_with_and_without_fast_paths():
     results = []
     for enabled in (True, False):
         with kt.backend.fast_paths(enabled):
-            results.append(_values_and_grads(lambda z: loss(labels, z), logits))
+            results.append(values_and_grads(lambda z: loss(labels, z), logits))
     (fast_value, (fast_grad,)), (plain_value, (plain_grad,)) = results
     np.testing.assert_allclose(fast_value, plain_value, rtol=1e-6)
     np.testing.assert_allclose(fast_grad, plain_grad, atol=1e-6)

@@ -17,19 +17,10 @@ import keras_transformer as kt
 from keras_transformer.backend import linear
 from keras_transformer.layers import masking
 from keras_transformer.losses import label_smoothed_nll
-from tests.backend.helpers import train_embedding_model
+from tests.backend.helpers import train_embedding_model, values_and_grads
 from tests.layer_testing import run_layer_test
 
 tf = pytest.importorskip("tensorflow")
-
-
-def _values_and_grads(function, *inputs, upstream=None):
-    inputs = [tf.convert_to_tensor(x) for x in inputs]
-    with tf.GradientTape() as tape:
-        tape.watch(inputs)
-        outputs = function(*inputs)
-    grads = tape.gradient(outputs, inputs, output_gradients=upstream)
-    return outputs, grads
 
 
 # ------------------------------------------------------------ LayerNorm
@@ -107,7 +98,7 @@ def test_dropout_rate_scale_and_gradient():
     realised_rate = round(rate * levels) / levels
     layer = kt.layers.Dropout(rate, seed=3)
     x = tf.constant(np.random.default_rng(4).uniform(1, 2, (1001, 999)), "float32")
-    outputs, (grad,) = _values_and_grads(lambda x: layer(x, training=True), x)
+    outputs, (grad,) = values_and_grads(lambda x: layer(x, training=True), x)
     outputs, grad, x = (keras.ops.convert_to_numpy(t) for t in (outputs, grad, x))
     dropped = outputs == 0
     # 1,000,000 Bernoulli draws: the standard error is 3e-4.
@@ -162,10 +153,10 @@ def test_masked_softmax_gradient_equals_the_plain_formula():
         weights = tf.nn.softmax(tf.where(mask, logits, masking.MASK_FILL_VALUE))
         return weights * tf.cast(mask, tf.float32)
 
-    ours = _values_and_grads(
+    ours = values_and_grads(
         lambda z: masking.masked_softmax(z, mask), logits, upstream=upstream
     )
-    reference = _values_and_grads(plain, logits, upstream=upstream)
+    reference = values_and_grads(plain, logits, upstream=upstream)
     np.testing.assert_allclose(ours[0], reference[0], atol=1e-6)
     np.testing.assert_allclose(ours[1][0], reference[1][0], atol=1e-5)
     assert np.all(keras.ops.convert_to_numpy(ours[1][0])[0, :, 1] == 0)
@@ -196,15 +187,15 @@ def test_loss_values_and_gradients_equal_the_plain_formula(eps):
 
         return total
 
-    ours = _values_and_grads(weighted(label_smoothed_nll), logits)
-    reference = _values_and_grads(weighted(_plain_smoothed_nll), logits)
+    ours = values_and_grads(weighted(label_smoothed_nll), logits)
+    reference = values_and_grads(weighted(_plain_smoothed_nll), logits)
     np.testing.assert_allclose(ours[0], reference[0], rtol=1e-5)
     np.testing.assert_allclose(ours[1][0], reference[1][0], atol=1e-5)
     # Only the smoothed loss differentiated (the nll output unused).
-    only_smoothed = _values_and_grads(
+    only_smoothed = values_and_grads(
         lambda z: label_smoothed_nll(labels, z, eps)[0], logits
     )
-    expected = _values_and_grads(
+    expected = values_and_grads(
         lambda z: _plain_smoothed_nll(labels, z, eps)[0], logits
     )
     np.testing.assert_allclose(only_smoothed[1][0], expected[1][0], atol=1e-5)
@@ -281,10 +272,10 @@ def test_linear_gradients_equal_the_plain_products(d_in, d_out):
     kernel = rng.normal(size=(d_in, d_out)).astype("float32")
     bias = rng.normal(size=(d_out,)).astype("float32")
     upstream = tf.constant(rng.normal(size=(2, 3, d_out)).astype("float32"))
-    ours = _values_and_grads(
+    ours = values_and_grads(
         lambda x, k, b: linear(x, k, b, relu=True), x, kernel, bias, upstream=upstream
     )
-    reference = _values_and_grads(
+    reference = values_and_grads(
         lambda x, k, b: tf.nn.relu(tf.einsum("bti,io->bto", x, k) + b),
         x,
         kernel,

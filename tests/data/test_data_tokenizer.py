@@ -7,8 +7,26 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: Inputs the SentencePiece library and the in-graph ops must agree on:
+#: normalisation (NFKC, whitespace, control characters), unknown characters,
+#: empty and long lines.
+EDGE_CASES = [
+    "",
+    "   ",
+    " a  b\t c\n",
+    "ﬁne ＡＢＣ",
+    "汉字 unknown ☃",
+    "\x01ctrl\x7f",
+    "é vs e\u0301",
+    "  lead",
+    "trail  ",
+    "a" * 500,
+]
 
 SENTENCES = [
     "Ein Mann fährt mit dem Fahrrad über die Straße.",
@@ -194,8 +212,111 @@ def test_exports_inside_saved_model(
     assert [s.decode() for s in out.numpy()] == SENTENCES[3:]
 
 
-def test_survives_clearing_the_kernel_cache(tokenizer: SubwordTokenizer) -> None:
+@pytest.fixture(scope="module")
+def tokenizers(multi30k_val: TextPairs, tokenizer: SubwordTokenizer) -> dict:
+    """One tokenizer per model kind: unigram, BPE, and both with byte fallback."""
+    texts = [*multi30k_val.sources, *multi30k_val.targets]
+    return {
+        "unigram": tokenizer,
+        "bpe": SubwordTokenizer.train(texts, 1000, model_type="bpe"),
+        "unigram_byte_fallback": SubwordTokenizer.train(
+            texts, 1000, byte_fallback=True
+        ),
+        "bpe_byte_fallback": SubwordTokenizer.train(
+            texts, 1000, model_type="bpe", byte_fallback=True
+        ),
+    }
+
+
+KINDS = ["unigram", "bpe", "unigram_byte_fallback", "bpe_byte_fallback"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_in_graph_ids_equal_the_sentencepiece_library(
+    tokenizers: dict, kind: str, shared_data_dir: Path
+) -> None:
+    """The TensorFlow ops give the ids and text of the SentencePiece library.
+
+    `encode` and `decode` call the library itself; `tokenize` and
+    `detokenize` the tensorflow-text ops that training, decoding and export
+    use. Run folders and exports hold only the SentencePiece model, so
+    whichever op applies it must agree with the library on every line.
+    """
+    from keras_transformer.data import load_multi30k, load_tatoeba_spa_eng
+
+    tokenizer = tokenizers[kind]
+    test = load_multi30k(
+        "test_2016_flickr", "de", "en", data_dir=shared_data_dir / "multi30k"
+    )
+    spanish = load_tatoeba_spa_eng(
+        "test", data_dir=shared_data_dir / "tatoeba_spa_eng"
+    ).take(1000)
+    texts = [*test.sources, *test.targets, *spanish.targets, *EDGE_CASES]
+    ids = tokenizer.tokenize(texts)
+    expected = tokenizer.encode(texts)
+    assert ids.to_list() == expected
+    if "byte_fallback" not in kind:  # otherwise every character is known
+        assert any(tokenizer.UNK_ID in row for row in expected)  # 汉字, ☃
+    dense = ids.to_tensor()
+    assert [t.decode() for t in tokenizer.detokenize(dense).numpy()] == (
+        tokenizer.decode(expected)
+    )
+
+
+def test_unigram_vocabularies_use_the_public_fast_op(tokenizers: dict) -> None:
+    """The default kind needs no private tensorflow-text class (see the module)."""
+    assert isinstance(
+        tokenizers["unigram"]._tokenizer, tf_text.FastSentencepieceTokenizer
+    )
+    for kind in KINDS[1:]:
+        assert isinstance(tokenizers[kind]._tokenizer, tf_text.SentencepieceTokenizer)
+
+
+def test_files_written_before_read_into_the_same_ids(tmp_path: Path) -> None:
+    """A tokenizer saved by an earlier version (see the fixture's script)."""
+    folder = FIXTURES / "tokenizer_unigram"
+    expected = json.loads((folder / "expected.json").read_text("utf-8"))
+    loaded = SubwordTokenizer.load(folder)  # checks the recorded fingerprint
+    assert loaded.fingerprint == expected["fingerprint"]
+    assert loaded.vocabulary_size == expected["settings"]["vocabulary_size"]
+    ids = loaded.tokenize(expected["probes"])
+    assert ids.to_list() == expected["ids"]
+    assert loaded.encode(expected["probes"]) == expected["ids"]
+    assert [t.decode() for t in loaded.detokenize(ids).numpy()] == (
+        expected["detokenized"]
+    )
+    # Saving it again writes the same bytes.
+    again = loaded.save(tmp_path / "again")
+    for name in ("tokenizer.model", "tokenizer.json"):
+        assert (again / name).read_bytes() == (folder / name).read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_exports_inside_saved_model_of_each_kind(
+    tokenizers: dict, kind: str, tmp_path: Path
+) -> None:
+    tokenizer = tokenizers[kind]
+
+    class RoundTrip(tf.Module):
+        def __init__(self, tokenizer: SubwordTokenizer) -> None:
+            super().__init__()
+            self.tokenizer = tokenizer
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def ids(self, texts: tf.Tensor) -> tf.Tensor:
+            return self.tokenizer.tokenize(texts).to_tensor()
+
+    tf.saved_model.save(RoundTrip(tokenizer), str(tmp_path / "model"))
+    restored = tf.saved_model.load(str(tmp_path / "model"))
+    tf.random.set_seed(3)  # clears the kernel cache of the restored graph too
+    got = restored.ids(tf.constant(SENTENCES)).numpy().tolist()
+    assert [[i for i in row if i] for row in got] == tokenizer.encode(SENTENCES)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_survives_clearing_the_kernel_cache(tokenizers: dict, kind: str) -> None:
     """tf.random.set_seed clears TF's kernel cache, which must not kill the model."""
+    tokenizer = tokenizers[kind]
     before = tokenizer.tokenize(SENTENCES).to_list()
     dataset = tf.data.Dataset.from_tensor_slices(SENTENCES).map(tokenizer.tokenize)
     tf.random.set_seed(7)

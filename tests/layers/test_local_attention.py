@@ -421,3 +421,21 @@ def test_symbolic_output_spec_matches_eager_shapes() -> None:
     )
     assert tuple(eager_output.shape)[1:] == (13, 6)
     assert tuple(eager_scores.shape)[1:] == (HEADS, 4, 4, 8)
+
+
+@pytest.mark.parametrize(("block", "memory"), [(4, 8), (3, 0), (5, 7)])
+def test_local_block_cached_positions_equal_the_full_causal_layer(
+    block: int, memory: int
+) -> None:
+    keras.utils.set_random_seed(7)
+    layer = LocalBlockAttention(
+        num_heads=2, key_dim=4, query_block_length=block, memory_length=memory
+    )
+    x = np.random.default_rng(7).normal(size=(2, 15, 8)).astype("float32")
+    full = keras.ops.convert_to_numpy(layer(x, use_causal_mask=True))
+    cache = layer.init_cache(2, 15)
+    for index in range(15):
+        output, cache = layer.call_cached(x[:, index : index + 1], cache, index)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(output)[:, 0], full[:, index], atol=1e-5
+        )

@@ -7,8 +7,9 @@ than TensorFlow installed, from the repository root, for example
     /tmp/venv-core/bin/pip install keras numpy "jax[cpu]"
     KERAS_BACKEND=jax /tmp/venv-core/bin/python tests/scripts/core_without_tensorflow.py
 
-With `--installed` it imports the package installed in that Python (`make
-test-core` installs it with `pip install .`, which proves that setup.py's
+With `--installed` it imports the package installed in that Python
+(`tests/test_packaging.py`, which `make test-core` runs, installs the built
+wheel with only its core requirements and JAX, which proves that setup.py's
 core requirements are enough) instead of the checkout.
 
 It imports `keras_transformer.layers` and `.models` (and the losses,

@@ -24,7 +24,7 @@ SMALL_CONFIG: dict[str, Any] = {
         "d_ff": 64,
         "num_heads": 2,
         "max_length": 32,
-        "optimizer": {"warmup_steps": 20},
+        "optimizer": {"warmup_steps": 3},
     },
     "data": {
         "task": "dates",

@@ -181,7 +181,7 @@ def test_a_missing_train_extra_is_named_with_the_install_command(monkeypatch, ca
     assert cli.main(["needs-sacrebleu"]) == 2
     error = capsys.readouterr().err
     assert "'sacrebleu' is not installed" in error
-    assert "pip install 'keras-transformer[train]'" in error
+    assert "pip install 'keras3-transformer[train]'" in error
 
 
 def test_other_missing_modules_keep_their_traceback(monkeypatch):

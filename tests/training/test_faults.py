@@ -203,7 +203,9 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
 
 
-@pytest.mark.parametrize("command", ["translate", "evaluate", "average-checkpoints"])
+@pytest.mark.parametrize(
+    "command", ["translate", "evaluate", "average-checkpoints", "export"]
+)
 def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplog):
     damage_file(run / "checkpoints" / DATA, "truncate")
     source = tmp_path / "source.txt"
@@ -228,6 +230,7 @@ def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplo
             "--no-progress",
         ],
         "average-checkpoints": ["--last", "2"],
+        "export": ["--output", str(tmp_path / "exported")],
     }[command]
     with caplog.at_level(logging.WARNING, logger="keras_transformer"):
         status = cli.main([command, "--workdir", str(run), *argv])
@@ -237,6 +240,8 @@ def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplo
     assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
     if command == "translate":
         assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+    if command == "export":
+        assert list((tmp_path / "exported").rglob("saved_model.pb"))
 
 
 def test_a_named_damaged_checkpoint_is_one_clear_error(run, tmp_path, capsys):
@@ -374,23 +379,36 @@ def test_library_refuses_a_file_for_a_run_folder(tmp_path):
     assert file.read_text() == "x\n"
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() == 0,
-    reason="root reads and writes everything",
-)
-def test_unreadable_paths_are_one_line(tmp_path, capsys):
-    _, folder = _paths(tmp_path)
+@pytest.fixture
+def locked_folder(tmp_path, monkeypatch):
+    """A folder this process may not read, write or enter.
+
+    `chmod 0` does that for a normal user; root (as in CI's containers)
+    passes every permission check, so there the folder is locked by
+    denying it in `os.access`, through which every permission check of the
+    package goes.
+    """
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0)
-    try:
-        assert cli.main(["translate", "--workdir", str(locked)]) in (1, 2)
-        _one_line_error(capsys, "permission denied")
-        argv = ["train", "--workdir", str(locked / "run")]
-        assert cli.main(argv) in (1, 2)
-        _one_line_error(capsys, "permission denied")
-    finally:
-        locked.chmod(0o755)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        real_access = os.access
+
+        def access(path, mode, *args, **kwargs):
+            inside = Path(path).resolve().is_relative_to(locked.resolve())
+            return False if inside else real_access(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", access)
+    yield locked
+    locked.chmod(0o755)
+
+
+def test_unreadable_paths_are_one_line(locked_folder, capsys):
+    assert cli.main(["translate", "--workdir", str(locked_folder)]) in (1, 2)
+    _one_line_error(capsys, "permission denied")
+    argv = ["train", "--workdir", str(locked_folder / "run")]
+    assert cli.main(argv) in (1, 2)
+    _one_line_error(capsys, "permission denied")
 
 
 # ------------------------------------------------- killed while writing

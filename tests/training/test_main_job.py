@@ -52,6 +52,8 @@ def test_multi30k_small_config_runs_on_the_shared_data(tmp_path):
             "--set",
             "train.train_steps=4",
             "--set",
+            "model.optimizer.warmup_steps=4",
+            "--set",
             "train.steps_per_epoch=2",
             "--set",
             "train.bleu_samples=8",

@@ -47,3 +47,63 @@ def test_files_task_falls_back_to_validation(tmp_path):
             "train",
             DataConfig(task="files", train_source="x.txt", validation_source="y"),
         )
+
+
+def test_held_out_splits_are_fixed_by_the_sentences_alone():
+    sources = [f"sentence {i}" for i in range(200)]
+    splits = tasks.held_out_splits(sources, 15)
+    assert splits.count("test") == splits.count("validation") == 15
+    assert splits.count("train") == 170
+    # Reordering the file changes nothing: each sentence keeps its split.
+    order = list(reversed(range(200)))
+    reordered = tasks.held_out_splits([sources[i] for i in order], 15)
+    assert [reordered[order.index(i)] for i in range(200)] == splits
+    # More held out: the test split keeps its sentences and gains new ones.
+    wider = tasks.held_out_splits(sources, 20)
+    assert all(w == "test" for s, w in zip(splits, wider, strict=True) if s == "test")
+    with pytest.raises(ValueError, match="only 200 distinct ones"):
+        tasks.held_out_splits(sources, 100)
+
+
+def test_a_single_tsv_file_gives_all_three_splits(tmp_path):
+    lines = [f"Satz {i}\tsentence {i}" for i in range(120)]
+    lines += ["Satz 7\tanother sentence 7", "kaputt"]  # a repeat, a bad line
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    settings = DataConfig(task="files", train_source=str(path), held_out_pairs=10)
+    data = load_task(settings)
+    assert data.test_name == "test"
+    assert (len(data.validation), len(data.test)) in {(10, 11), (11, 10), (10, 10)}
+    assert len(data.train) + len(data.validation) + len(data.test) == 121
+    splits = [set(p.sources) for p in (data.train, data.validation, data.test)]
+    assert not (splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2])
+    both_sevens = [
+        p for p in (data.train, data.validation, data.test) if "Satz 7" in p.sources
+    ]
+    assert len(both_sevens) == 1 and both_sevens[0].sources.count("Satz 7") == 2
+    # The bad line is counted once, for the one file.
+    assert [entry["skipped"] for entry in data.skipped()] == [
+        {"wrong_columns": 1},
+        {},
+        {},
+    ]
+    assert len(data.skip_messages()) == 1
+    # `evaluate` asks for the test split alone: the same pairs.
+    test = tasks.get_task("files").load_split("test", settings)
+    assert test == data.test
+
+
+def test_held_out_pairs_settings_are_checked():
+    with pytest.raises(ValueError, match="data.held_out_pairs=N"):
+        DataConfig(task="files", train_source="pairs.tsv")
+    with pytest.raises(ValueError, match="validation_source` is set too"):
+        DataConfig(
+            task="files",
+            train_source="pairs.tsv",
+            validation_source="dev.tsv",
+            held_out_pairs=5,
+        )
+    with pytest.raises(ValueError, match="needs data.task='files'"):
+        DataConfig(task="dates", held_out_pairs=5)
+    with pytest.raises(ValueError, match="positive integer"):
+        DataConfig(task="files", train_source="pairs.tsv", held_out_pairs=0)

@@ -1,0 +1,333 @@
+"""One layer of the Image Transformer's decoder (Parmar et al., 2018, §3.2).
+
+Masked self-attention over the image's positions, then the position-wise
+feed-forward network, each wrapped in a residual connection, dropout and
+layer normalization as in the Transformer (Vaswani et al., 2017, §3.1). The
+Image Transformer generates unconditionally (or from a class), so the block
+has no encoder-decoder attention. The self-attention is one of three kinds:
+
+- `"full"`: `MultiHeadAttention` with the causal mask over all `n`
+  positions in raster order, `O(n^2)`;
+- `"local_1d"`: `LocalBlockAttention`, blocks of `l_q` positions in raster
+  order attending to themselves and the `l_m` positions before them;
+- `"local_2d"`: `LocalAttention2D`, rectangular query blocks with their
+  memory flanges (Figure 2).
+
+All three are causal in raster order and create the same weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+from keras import ops
+
+from keras_transformer.layers._block import TransformerBlockBase
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.local_attention import LocalBlockAttention
+from keras_transformer.layers.local_attention_2d import (
+    LocalAttention2D,
+    _check_grid,
+    _check_pair,
+)
+from keras_transformer.layers.validation import check_choice, check_positive_int
+
+__all__ = ["ATTENTION_TYPES", "ImageTransformerBlock", "check_local_1d"]
+
+#: The self-attention of an Image Transformer layer.
+ATTENTION_TYPES = ("full", "local_1d", "local_2d")
+
+
+def check_local_1d(length: int, query_block_length: int, memory_length: int) -> None:
+    """Raises `ValueError` unless 1D query blocks tile `length` positions.
+
+    Args:
+        length: the positions of the image, `rows * cols`.
+        query_block_length: `l_q`, must divide `length`.
+        memory_length: `l_m >= 0`.
+    """
+    _check_local_1d_arguments(query_block_length, memory_length)
+    suggestion = max(
+        d for d in range(1, min(length, query_block_length) + 1) if length % d == 0
+    )
+    if query_block_length > length:
+        raise ValueError(
+            f"`query_block_length` is larger than the image's {length} positions. "
+            f"Received: query_block_length={query_block_length}. Choose "
+            f"query_block_length={suggestion}."
+        )
+    if length % query_block_length:
+        padded = -(-length // query_block_length) * query_block_length
+        raise ValueError(
+            f"The 1D query blocks must tile the image's {length} positions. "
+            f"Received: query_block_length={query_block_length}. Pad the image "
+            f"to {padded} positions or choose query_block_length={suggestion}."
+        )
+
+
+def _check_local_1d_arguments(query_block_length: Any, memory_length: Any) -> None:
+    check_positive_int("query_block_length", query_block_length)
+    if (
+        isinstance(memory_length, bool)
+        or not isinstance(memory_length, int)
+        or memory_length < 0
+    ):
+        raise ValueError(
+            "`memory_length` must be a non-negative integer. Received: "
+            f"memory_length={memory_length!r}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ImageTransformerBlock(TransformerBlockBase):
+    """Causal local (or full) self-attention and a feed-forward net over a grid.
+
+    Args:
+        num_heads, d_ff, key_dim, value_dim, dropout, attention_dropout,
+        ffn_dropout, activation, norm_first, layer_norm_epsilon, use_bias,
+        kernel_initializer, bias_initializer: as for `EncoderBlock`.
+        attention: `"full"`, `"local_1d"` or `"local_2d"`.
+        query_block, memory_flange: `(h_q, w_q)` and `(h_m, w_m)` of
+            `"local_2d"` (see `LocalAttention2D`).
+        query_block_length, memory_length: `l_q` and `l_m` of `"local_1d"`
+            (see `LocalBlockAttention`); `l_q` must divide the positions.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: `(batch, rows, cols, d_model)`, the positions of the image
+            (see `ImageEmbedding`), with static `rows` and `cols`.
+        training: whether dropout is active.
+
+    Returns:
+        `(batch, rows, cols, d_model)`; the output at a position depends on
+        the inputs at that position and the earlier ones in raster order.
+
+    Example:
+    >>> import numpy as np
+    >>> block = ImageTransformerBlock(
+    ...     num_heads=2, d_ff=32, query_block=(2, 6), memory_flange=(1, 3)
+    ... )
+    >>> x = np.random.rand(1, 4, 12, 8).astype("float32")
+    >>> tuple(block(x).shape)
+    (1, 4, 12, 8)
+
+    Sampling one position at a time: `init_cache` and `call_cached`.
+
+    Reference: Parmar et al. (2018), "Image Transformer", §3.2; Vaswani et
+    al. (2017), §3.1.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        d_ff: int,
+        attention: str = "local_2d",
+        query_block: Sequence[int] = (8, 8),
+        memory_flange: Sequence[int] = (8, 8),
+        query_block_length: int = 256,
+        memory_length: int = 512,
+        **kwargs: Any,
+    ) -> None:
+        if "attention_window" in kwargs:
+            raise ValueError(
+                "ImageTransformerBlock takes `attention` ('full', 'local_1d', "
+                "'local_2d'), not `attention_window`."
+            )
+        super().__init__(num_heads=num_heads, d_ff=d_ff, **kwargs)
+        check_choice("attention", attention, ATTENTION_TYPES)
+        self.attention = attention
+        self.query_block = _check_pair("query_block", query_block, 1)
+        self.memory_flange = _check_pair("memory_flange", memory_flange, 0)
+        _check_local_1d_arguments(query_block_length, memory_length)
+        self.query_block_length = query_block_length
+        self.memory_length = memory_length
+        self.grid_shape: tuple[int, int] | None = None
+
+    # -------------------------------------------------------------- build
+    def _grid(self, shape: Sequence[int | None]) -> tuple[int, int, int]:
+        if len(shape) != 4 or shape[-1] is None:
+            raise ValueError(
+                "ImageTransformerBlock expects inputs of shape (batch, rows, "
+                "cols, d_model) with a known d_model. Received: "
+                f"{tuple(shape)}"
+            )
+        rows, cols, d_model = shape[1], shape[2], int(shape[-1])
+        if self.attention == "local_2d":
+            _check_grid(rows, cols, self.query_block)
+        elif self.attention == "local_1d":
+            check_local_1d(rows * cols, self.query_block_length, self.memory_length)
+        if self.key_dim is None and d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads="
+                f"{self.num_heads}; pass key_dim explicitly or change one of them."
+            )
+        return int(rows), int(cols), d_model
+
+    def build(self, inputs_shape: Sequence[int | None]) -> None:
+        rows, cols, d_model = self._grid(inputs_shape)
+        self.grid_shape = (rows, cols)
+        sequence_shape = (inputs_shape[0], rows * cols, d_model)
+        # Masked self-attention sub-layer.
+        key_dim = self.key_dim or d_model // self.num_heads
+        common = {
+            "num_heads": self.num_heads,
+            "key_dim": key_dim,
+            "value_dim": self.value_dim or key_dim,
+            "output_dim": d_model,
+            "dropout": self.attention_dropout,
+            "use_bias": self.use_bias,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "dtype": self.dtype_policy,
+            "name": "self_attention",
+        }
+        if self.attention == "local_2d":
+            self.self_attention = LocalAttention2D(
+                query_block=self.query_block, memory_flange=self.memory_flange, **common
+            )
+            self.self_attention.build(tuple(inputs_shape))
+        elif self.attention == "local_1d":
+            self.self_attention = LocalBlockAttention(
+                query_block_length=self.query_block_length,
+                memory_length=self.memory_length,
+                **common,
+            )
+            self.self_attention.build(sequence_shape)
+        else:
+            self.self_attention = MultiHeadAttention(**common)
+            self.self_attention.build(sequence_shape, sequence_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.self_attention_norm = self._norm("self_attention_norm", sequence_shape)
+        # Feed-forward sub-layer.
+        self.feed_forward = self._feed_forward()
+        self.feed_forward.build(sequence_shape)
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self.feed_forward_norm = self._norm("feed_forward_norm", sequence_shape)
+        self.built = True
+
+    # --------------------------------------------------------------- call
+    def _attend(self, sequence: Any, training: bool | None) -> Any:
+        """Causal self-attention of `(batch, n, d_model)` in raster order."""
+        rows, cols = self.grid_shape
+        if self.attention == "local_2d":
+            batch, d_model = ops.shape(sequence)[0], sequence.shape[-1]
+            # (batch, rows, cols, d_model)
+            grid = ops.reshape(sequence, (batch, rows, cols, d_model))
+            output = self.self_attention(grid, use_causal_mask=True, training=training)
+            # (batch, n, d_model)
+            return ops.reshape(output, (batch, rows * cols, d_model))
+        if self.attention == "local_1d":
+            return self.self_attention(
+                sequence, use_causal_mask=True, training=training
+            )
+        return self.self_attention(
+            sequence, sequence, use_causal_mask=True, training=training
+        )
+
+    def _feed_forward_block(self, outputs: Any, training: bool | None) -> Any:
+        return self._sublayer(
+            outputs,
+            lambda x: self.feed_forward(x, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            training,
+        )
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        rows, cols = self.grid_shape
+        batch, d_model = ops.shape(inputs)[0], inputs.shape[-1]
+        # (batch, n, d_model): raster order.
+        sequence = ops.reshape(
+            ops.cast(inputs, self.compute_dtype), (batch, rows * cols, d_model)
+        )
+        # Masked self-attention block.
+        outputs = self._sublayer(
+            sequence,
+            lambda x: self._attend(x, training),
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            training,
+        )
+        # Feed-forward block.
+        outputs = self._feed_forward_block(outputs, training)
+        # (batch, rows, cols, d_model)
+        return ops.reshape(outputs, (batch, rows, cols, d_model))
+
+    # ----------------------------------------------------- cached sampling
+    def init_cache(self, batch_size: Any) -> dict[str, Any]:
+        """Zero keys and values of every position, for `call_cached`.
+
+        Returns:
+            `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
+            n, value_dim)}`.
+        """
+        if self.grid_shape is None:
+            raise ValueError(
+                "ImageTransformerBlock.init_cache needs a built block: call it "
+                "(or the model that holds it) once first."
+            )
+        rows, cols = self.grid_shape
+        keys, values = self.self_attention.empty_cache(batch_size, rows * cols)
+        return {"keys": keys, "values": values}
+
+    def call_cached(
+        self, position_inputs: Any, cache: dict[str, Any], index: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """The block at raster position `index` alone (inference).
+
+        Args:
+            position_inputs: `(batch, 1, d_model)`, the input of position
+                `index`.
+            cache: from `init_cache` or the previous call.
+            index: the raster position (may be a tensor in a compiled loop).
+
+        Returns:
+            `(output, cache)`: `(batch, 1, d_model)`, equal to position
+            `index` of `call` once positions `0 .. index` have been fed in
+            order, and the cache with the position's keys and values.
+        """
+        new_cache = dict(cache)
+
+        def cached_attend(x: Any) -> Any:
+            attention = self.self_attention
+            if self.attention == "full":
+                output, _, (keys, values) = attention.cached_self_attention(
+                    x, (cache["keys"], cache["values"]), index
+                )
+                new_cache.update(keys=keys, values=values)
+                return output
+            output, updated = attention.call_cached(x, cache, index)
+            new_cache.update(updated)
+            return output
+
+        outputs = self._sublayer(
+            ops.cast(position_inputs, self.compute_dtype),
+            cached_attend,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            False,
+        )
+        outputs = self._feed_forward_block(outputs, False)
+        return outputs, new_cache
+
+    # ---------------------------------------------------------- Keras glue
+    def compute_output_shape(
+        self, inputs_shape: Sequence[int | None], *args: Any, **kwargs: Any
+    ) -> tuple[int | None, ...]:
+        return tuple(inputs_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.pop("attention_window", None)
+        config.update(
+            {
+                "attention": self.attention,
+                "query_block": list(self.query_block),
+                "memory_flange": list(self.memory_flange),
+                "query_block_length": self.query_block_length,
+                "memory_length": self.memory_length,
+            }
+        )
+        return config

@@ -1,0 +1,154 @@
+"""Tests of image completion with the cached step (Image Transformer, §5)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.image_sampling import (
+    ImageSampler,
+    complete_images,
+    sample_images,
+)
+from keras_transformer.models import build_image_transformer
+from tests.models.test_image_transformer import ATTENTION, tiny_config
+
+# Some of the combinations; the cached step itself is checked for all six
+# in tests/models/test_image_transformer.py.
+CASES = [("categorical", "local_2d"), ("dmol", "local_1d"), ("dmol", "full")]
+
+
+def _images(batch: int = 3, seed: int = 0) -> np.ndarray:
+    return (
+        np.random.default_rng(seed).integers(0, 256, (batch, 4, 4, 3)).astype("int32")
+    )
+
+
+def _model(output: str, attention: str, seed: int = 0, **changes) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return build_image_transformer(tiny_config(output, attention, **changes))
+
+
+@pytest.mark.parametrize(("output", "attention"), CASES)
+def test_given_rows_never_change(output: str, attention: str) -> None:
+    model = _model(output, attention)
+    images = _images()
+    for given in (0, 1, 3, 4):
+        completed = ImageSampler(model).complete(images, given, temperature=1.0, seed=1)
+        assert completed.shape == images.shape and completed.dtype == np.int32
+        np.testing.assert_array_equal(completed[:, :given], images[:, :given])
+        assert completed.min() >= 0 and completed.max() <= 255
+    # With every row given, nothing is drawn.
+    np.testing.assert_array_equal(complete_images(model, images, 4, seed=0), images)
+
+
+@pytest.mark.parametrize(("output", "attention"), CASES)
+def test_temperature_zero_is_greedy_under_the_full_forward_pass(
+    output: str, attention: str
+) -> None:
+    """Every drawn value is the mode of the model's distribution given the
+    completed image before it: the full pass on the result reproduces it."""
+    model = _model(output, attention, seed=1)
+    images = _images(seed=2)
+    given = 2
+    completed = ImageSampler(model).complete(images, given, temperature=0.0)
+    outputs = model(completed)
+    from keras_transformer.models import ImageTransformerStack
+
+    modes = keras.ops.convert_to_numpy(
+        ImageTransformerStack.of(model).sample(outputs, temperature=0.0)
+    )
+    np.testing.assert_array_equal(completed[:, given:], modes[:, given:])
+    if output == "categorical":
+        argmax = np.argmax(keras.ops.convert_to_numpy(outputs), axis=-1)
+        np.testing.assert_array_equal(completed[:, given:], argmax[:, given:])
+
+
+def test_low_temperature_approaches_the_argmax() -> None:
+    model = _model("categorical", "local_2d", seed=3)
+    images = _images(seed=4)
+    sampler = ImageSampler(model)
+    greedy = sampler.complete(images, 1, temperature=0.0)
+    cold = sampler.complete(images, 1, temperature=1e-4, seed=5)
+    np.testing.assert_array_equal(cold, greedy)
+    warm = sampler.complete(images, 1, temperature=1.0, seed=5)
+    assert not np.array_equal(warm, greedy)
+
+
+def test_seeds_make_draws_reproducible() -> None:
+    model = _model("dmol", "local_2d", seed=6)
+    images = _images(seed=7)
+    sampler = ImageSampler(model)
+    first = sampler.complete(images, 2, temperature=1.0, seed=11)
+    again = sampler.complete(images, 2, temperature=1.0, seed=11)
+    other = sampler.complete(images, 2, temperature=1.0, seed=12)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_draws_follow_the_distribution_at_the_temperature(temperature: float) -> None:
+    """With a zero kernel in the head every intensity has the distribution
+    softmax(bias): values 10, 100, 200 with probabilities 0.5, 0.3, 0.2.
+    The frequencies of the draws match softmax(bias / T)."""
+    model = _model("categorical", "local_2d", seed=8)
+    head = model.get_layer("pixel_head")
+    probabilities = np.full(256, 1e-12)
+    probabilities[[10, 100, 200]] = [0.5, 0.3, 0.2]
+    head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
+    head.bias.assign(np.log(probabilities).astype("float32"))
+    draws = sample_images(model, 100, temperature=temperature, seed=9)
+    sharpened = probabilities ** (1.0 / temperature)
+    sharpened /= sharpened.sum()
+    frequencies = np.bincount(draws.ravel(), minlength=256) / draws.size
+    np.testing.assert_allclose(
+        frequencies[[10, 100, 200]], sharpened[[10, 100, 200]], atol=0.03
+    )
+    assert np.isin(draws, [10, 100, 200]).all()
+
+
+def test_class_conditional_completion() -> None:
+    model = _model("dmol", "local_2d", seed=10, num_classes=3)
+    images = _images(2)
+    labels = np.array([0, 2])
+    completed = complete_images(model, images, 2, seed=1, labels=labels)
+    np.testing.assert_array_equal(completed[:, :2], images[:, :2])
+    with pytest.raises(ValueError, match="class-conditional"):
+        complete_images(model, images, 2)
+
+
+@pytest.mark.parametrize(
+    ("images", "kwargs", "match"),
+    [
+        (np.zeros((1, 4, 4, 3), "float32"), {}, r"images.dtype=float32.*Quantize"),
+        (np.full((1, 4, 4, 3), 256, "int32"), {}, r"to 256 in images"),
+        (-np.ones((1, 4, 4, 3), "int32"), {}, r"from -1"),
+        (np.zeros((1, 8, 8, 3), "int32"), {}, r"images.shape=\(1, 8, 8, 3\)"),
+        (np.zeros((4, 4, 3), "int32"), {}, r"images\[None\]"),
+        (
+            np.zeros((1, 4, 4, 3), "int32"),
+            {"given_rows": 5},
+            r"given_rows=5.*given_rows=2",
+        ),
+        (np.zeros((1, 4, 4, 3), "int32"), {"given_rows": -1}, r"given_rows=-1"),
+        (np.zeros((1, 4, 4, 3), "int32"), {"temperature": -0.5}, r"temperature=-0.5"),
+        (np.zeros((1, 4, 4, 3), "int32"), {"labels": [1]}, r"without classes"),
+    ],
+)
+def test_bad_input_raises_naming_the_argument(
+    images: np.ndarray, kwargs: dict, match: str
+) -> None:
+    model = _model("categorical", "local_2d", seed=12)
+    arguments = {"given_rows": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        complete_images(model, images, **arguments)
+
+
+def test_sample_images_checks_the_count() -> None:
+    with pytest.raises(ValueError, match="num_images=0"):
+        sample_images(_model("dmol", "full"), 0)
+
+
+def test_attention_kinds_are_all_sampled() -> None:
+    assert {attention for _, attention in CASES} == set(ATTENTION)
