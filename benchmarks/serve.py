@@ -1,0 +1,405 @@
+"""Serving speed: the exported SavedModel, loaded without this package.
+
+A trained run (`--workdir`) is exported twice from the same weights:
+
+* with `keras_transformer.export.export_translator` (the SentencePiece
+  tokenizer, beam search with beam 4 and alpha 0.6 over key/value caches, and
+  the detokenizer in one graph; Vaswani et al. 2017, §6.1);
+* as the TensorFlow tutorial "Neural machine translation with a Transformer
+  and Keras" exports its translator: the same tokenizer, then greedy decoding
+  that calls the whole model (encoder included) on the source and the prefix
+  decoded so far at every step, without caches ("tutorial, uncached").
+
+Existing export folders can be measured too (`--export`, repeatable, e.g.
+one written by an earlier version of the package), and without `--workdir`
+the first of them supplies the weights of the tutorial baseline.
+
+A child process that imports only `tensorflow` and `tensorflow_text` (it
+checks that it never imports `keras_transformer`) loads every SavedModel and
+calls its `serving_default` signature (raw strings in, strings out) on the
+source sentences of the test split (Multi30k `test_2016_flickr`, German, by
+default):
+
+* in file order, `--batch-size` sentences per call (64): seconds for all
+  sentences and sentences per second;
+* sorted by length (number of words), same batch size: the cost of mixed
+  lengths is the ratio of the two;
+* one sentence per call (the first `--latency-sentences` sentences): latency
+  p50 and p90.
+
+Every call of every model is interleaved with the same call of the others
+(batch by batch), so that a busy machine slows all of them alike; each call
+runs `--repeats` times and its best time counts ("best of N"). The first call
+of every model (tracing, loading) is not timed. The script prints the load
+average, the model size, the settings and the ratios, and checks that the
+exports of beam search give the same translations.
+
+Usage:
+    python benchmarks/serve.py --workdir runs/m30k_cpu [--weights last]
+    python benchmarks/serve.py --workdir runs/m30k_cpu --export old_export/1
+    python benchmarks/serve.py --export exported/de_en/1 --no-baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TUTORIAL = "tutorial, uncached greedy"
+CURRENT = "this version, beam {beam}"
+
+
+# -------------------------------------------------------------- child process
+def _child(config_path: str) -> None:
+    """Runs in a fresh process with only TensorFlow and TensorFlow Text."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    sentences: list[str] = config["sentences"]
+    batch_size, repeats = config["batch_size"], config["repeats"]
+    models = {
+        label: tf.saved_model.load(path).signatures["serving_default"]
+        for label, path in config["exports"]
+    }
+
+    def call(label: str, batch: list[str]) -> tuple[float, list[str]]:
+        start = time.perf_counter()
+        result = models[label](sentences=tf.constant(batch, tf.string))
+        texts = result["translations"].numpy()
+        return time.perf_counter() - start, [t.decode("utf-8") for t in texts]
+
+    # First calls (loading, tracing): not timed.
+    for label in models:
+        call(label, sentences[:batch_size])
+        call(label, sentences[:1])
+
+    def measure(batches: list[list[str]]) -> dict[str, Any]:
+        """Best-of-`repeats` time of every batch, interleaved across models."""
+        best = {label: [float("inf")] * len(batches) for label in models}
+        texts: dict[str, list[str]] = {label: [] for label in models}
+        for i, batch in enumerate(batches):
+            for round_ in range(repeats):
+                # Rotate the order so that no model always runs first.
+                labels = list(models)
+                shift = (i + round_) % len(labels)
+                for label in labels[shift:] + labels[:shift]:
+                    seconds, output = call(label, batch)
+                    best[label][i] = min(best[label][i], seconds)
+                    if round_ == 0:
+                        texts[label].extend(output)
+        return {"seconds": best, "translations": texts}
+
+    def batches(order: list[int], size: int) -> list[list[str]]:
+        return [
+            [sentences[i] for i in order[start : start + size]]
+            for start in range(0, len(order), size)
+        ]
+
+    file_order = list(range(len(sentences)))
+    by_length = sorted(file_order, key=lambda i: len(sentences[i].split()))
+    results = {
+        "load_start": os.getloadavg()[0],
+        "file_order": measure(batches(file_order, batch_size)),
+        "sorted": measure(batches(by_length, batch_size)),
+        "single": measure(batches(file_order[: config["latency_sentences"]], 1)),
+        "load_end": os.getloadavg()[0],
+        "imported_package": any(m.startswith("keras_transformer") for m in sys.modules),
+        "tensorflow": tf.__version__,
+    }
+    print(json.dumps(results))
+
+
+# ------------------------------------------------------------------ exports
+def _tutorial_export(
+    model: Any, tokenizer: Any, directory: Path, settings: Any
+) -> None:
+    """The tutorial's translator: greedy, the whole model on the prefix per step.
+
+    Same tokenization and output limits as `export_translator` (the source's
+    first `max_input_length - 1` subword tokens and END; at most the source
+    length + `extra_length` output tokens); no key/value cache, and the
+    encoder runs again at every step, as in the tutorial's `Translator`.
+    """
+    import keras
+    import tensorflow as tf
+
+    from keras_transformer.export import INPUT_NAME, source_ids_from_strings
+
+    start_id, end_id = settings.start_id, settings.end_id
+    max_output = settings.max_output_length
+
+    def translate(sentences: tf.Tensor) -> dict[str, tf.Tensor]:
+        source, is_empty = source_ids_from_strings(
+            tokenizer, sentences, settings.max_input_length
+        )
+        real = tf.reduce_sum(tf.cast(source != 0, tf.int32), axis=1)
+        limits = tf.minimum(real + settings.extra_length, max_output)
+        limits = tf.where(is_empty, 0, limits)
+        batch = tf.shape(source)[0]
+        # START, then the outputs; 0 after the end.
+        prefix = tf.concat(
+            [tf.fill([batch, 1], start_id), tf.zeros([batch, max_output], tf.int32)], 1
+        )
+
+        def cond(index, prefix, done):
+            return tf.logical_not(tf.reduce_all(done))
+
+        def body(index, prefix, done):
+            logits = model([source, prefix[:, : index + 1]], training=False)
+            chosen = tf.argmax(logits[:, -1, 1:], axis=-1, output_type=tf.int32) + 1
+            chosen = tf.where(done, 0, chosen)
+            at_index = tf.equal(tf.range(max_output + 1), index + 1)
+            prefix = tf.where(at_index, chosen[:, None], prefix)
+            done = done | tf.equal(chosen, end_id) | (index + 1 >= limits)
+            return index + 1, prefix, done
+
+        _, prefix, _ = tf.while_loop(
+            cond,
+            body,
+            (tf.constant(0), prefix, limits <= 0),
+            maximum_iterations=max_output,
+        )
+        return {"translations": tokenizer.detokenize(prefix[:, 1:])}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(tokenizer)
+    archive.add_endpoint(
+        "serving_default",
+        translate,
+        [tf.TensorSpec([None], tf.string, name=INPUT_NAME)],
+    )
+    archive.write_out(str(directory), verbose=False)
+
+
+def _test_sources(args: argparse.Namespace) -> tuple[list[str], str]:
+    """The source sentences of the test split (of the run's task)."""
+    from keras_transformer.data.tasks import get_task
+    from keras_transformer.runs import is_run_dir
+    from keras_transformer.training import DataConfig, TrainConfig
+    from keras_transformer.training.checkpoints import CONFIG_FILE
+
+    data = DataConfig(task="multi30k", data_dir=args.data_dir)
+    if args.workdir and is_run_dir(args.workdir):
+        data = TrainConfig.load(Path(args.workdir) / CONFIG_FILE).data
+        if args.data_dir:
+            data = data.replace(data_dir=args.data_dir)
+    task = get_task(data.task)
+    split = args.split or task.test_split
+    pairs = task.load_split(split, data)
+    return list(pairs.sources), f"{data.task} {split} ({data.source_language})"
+
+
+def _time_translator(
+    model: Any, tokenizer: Any, sentences: list[str], beam_size: int, repeats: int
+) -> tuple[float, list[str], int]:
+    """Best-of-`repeats` seconds of `Translator.translate` on all sentences
+    (after one untimed call that traces), its translations and batch size."""
+    from keras_transformer.translation import Translator
+
+    translator = Translator(model, tokenizer, beam_size=beam_size)
+    texts = translator.translate(sentences)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        translator.translate(sentences)
+        best = min(best, time.perf_counter() - start)
+    return best, texts, translator.batch_size
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", help="a training run to export and measure")
+    parser.add_argument("--weights", default="last", help="weights of the run")
+    parser.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        help="an existing export folder to measure as well (repeatable)",
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the tutorial")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--latency-sentences", type=int, default=100)
+    parser.add_argument("--sentences", type=int, default=None, help="first N only")
+    parser.add_argument("--repeats", type=int, default=2, help="best of N per call")
+    parser.add_argument("--split", help="default: the task's test split")
+    parser.add_argument("--data-dir", help="default: the run's")
+    parser.add_argument(
+        "--translator",
+        action="store_true",
+        help="also time the package's Translator (what `evaluate` runs) in "
+        "this process, before the serving process starts",
+    )
+    parser.add_argument("--keep", help="write the exports here (default: a temp dir)")
+    args = parser.parse_args()
+    if not args.workdir and not args.export:
+        parser.error("pass --workdir (a training run) and/or --export (a folder)")
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import tensorflow as tf
+
+    from keras_transformer.export import export_translator
+    from keras_transformer.runs import load_export
+    from keras_transformer.translation import load_translator
+
+    load_start = os.getloadavg()[0]
+    sentences, test_name = _test_sources(args)
+    if args.sentences:
+        sentences = sentences[: args.sentences]
+    work = Path(args.keep or tempfile.mkdtemp(prefix="serve_benchmark_"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    exports: list[tuple[str, str]] = []
+    if args.workdir:
+        model, tokenizer = load_translator(args.workdir, args.weights)
+        current = work / "current"
+        export_translator(
+            model, tokenizer, current, beam_size=args.beam_size, overwrite=True
+        )
+        exports.append((CURRENT.format(beam=args.beam_size), str(current)))
+    else:
+        model, tokenizer, _ = load_export(args.export[0])
+    exports += [(f"export {path}", str(path)) for path in args.export]
+    _, _, settings = load_export(exports[0][1])
+    if not args.no_baseline:
+        from keras_transformer.export import ExportSettings
+
+        fields = ExportSettings.__dataclass_fields__
+        tutorial = work / "tutorial"
+        _tutorial_export(
+            model,
+            tokenizer,
+            tutorial,
+            ExportSettings(**{k: v for k, v in settings.items() if k in fields}),
+        )
+        exports.append((TUTORIAL, str(tutorial)))
+
+    translator_result = None
+    if args.translator:
+        translator_result = _time_translator(
+            model, tokenizer, sentences, args.beam_size, args.repeats
+        )
+
+    config_path = work / "child.json"
+    config_path.write_text(
+        json.dumps(
+            {
+                "sentences": sentences,
+                "exports": exports,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "latency_sentences": min(args.latency_sentences, len(sentences)),
+            }
+        ),
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    started = time.perf_counter()
+    child = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", str(config_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+    )
+    if child.returncode:
+        raise SystemExit(f"the serving process failed:\n{child.stderr[-4000:]}")
+    results = json.loads(child.stdout.strip().splitlines()[-1])
+    if results["imported_package"]:
+        raise SystemExit("the serving process imported keras_transformer")
+
+    print(
+        f"model: {model.count_params() / 1e6:.1f}M parameters, vocabulary "
+        f"{settings.get('vocabulary_size')}; exports: beam {settings.get('beam_size')}"
+        f", alpha {settings.get('length_penalty')}, outputs up to the source + "
+        f"{settings.get('extra_length')} tokens (at most "
+        f"{settings.get('max_output_length')})"
+    )
+    print(
+        f"data: {len(sentences)} sentences of {test_name}; batch {args.batch_size} "
+        f"(file order and sorted by words), batch 1 on the first "
+        f"{min(args.latency_sentences, len(sentences))}; best of {args.repeats} "
+        "interleaved calls each"
+    )
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow "
+        f"{results['tensorflow']} (serving process: tensorflow + tensorflow_text "
+        f"only); load average {load_start:.1f} at the start, "
+        f"{results['load_start']:.1f} / {results['load_end']:.1f} around the "
+        f"measurements; {time.perf_counter() - started:.0f} s"
+    )
+    print()
+    width = max(len(label) for label, _ in exports) + 2
+    header = (
+        f"{'model':<{width}}{'file order s':>13}{'sent/s':>8}{'sorted s':>10}"
+        f"{'mixed/sorted':>13}{'p50 ms':>8}{'p90 ms':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    summary = {}
+    for label, _ in exports:
+        file_s = sum(results["file_order"]["seconds"][label])
+        sorted_s = sum(results["sorted"]["seconds"][label])
+        single = [1000 * s for s in results["single"]["seconds"][label]]
+        summary[label] = (file_s, sorted_s, _percentile(single, 0.5))
+        print(
+            f"{label:<{width}}{file_s:>13.1f}{len(sentences) / file_s:>8.1f}"
+            f"{sorted_s:>10.1f}{file_s / sorted_s:>13.2f}"
+            f"{_percentile(single, 0.5):>8.0f}{_percentile(single, 0.9):>8.0f}"
+        )
+    first = exports[0][0]
+    if translator_result is not None:
+        seconds, texts, batch_size = translator_result
+        served = results["file_order"]["translations"][first]
+        same = sum(a == b for a, b in zip(texts, served, strict=True))
+        print(
+            f"{'Translator (evaluate), in-process':<{width}}{seconds:>13.1f}"
+            f"{len(sentences) / seconds:>8.1f}  (sorts by length itself, batch "
+            f"{batch_size}; same translations as {first}: {same} of "
+            f"{len(sentences)})"
+        )
+    print()
+    print("ratios (time of the other / time of " + first + "):")
+    for label, _ in exports[1:]:
+        ours, theirs = summary[first], summary[label]
+        print(
+            f"  {label}: file order {theirs[0] / ours[0]:.1f}x, sorted "
+            f"{theirs[1] / ours[1]:.1f}x, batch-1 p50 {theirs[2] / ours[2]:.1f}x"
+        )
+    translations = results["file_order"]["translations"]
+    for label, _ in exports[1:]:
+        if label == TUTORIAL:
+            continue
+        same = sum(
+            a == b
+            for a, b in zip(translations[first], translations[label], strict=True)
+        )
+        print(f"  identical translations, {label}: {same} of {len(sentences)}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    del tf
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child(sys.argv[2])
+    else:
+        main()
