@@ -40,10 +40,30 @@ from keras_transformer.layers.pixel_outputs import NUM_INTENSITIES, check_pixels
 from keras_transformer.layers.position import sinusoidal_encoding
 from keras_transformer.layers.validation import check_choice, check_positive_int
 
-__all__ = ["IMAGE_POSITIONS", "ImageEmbedding", "grid_position_encoding"]
+__all__ = [
+    "IMAGE_POSITIONS",
+    "ImageEmbedding",
+    "grid_position_encoding",
+    "position_grid_shape",
+]
 
 #: The two layouts of positions: one per intensity, or one per pixel.
 IMAGE_POSITIONS = ("channel", "pixel")
+
+
+def position_grid_shape(
+    image_shape: tuple[int, int, int], positions: str
+) -> tuple[int, int]:
+    """`(rows, cols)` of the positions of an image of `(height, width, channels)`.
+
+    Channel-wise positions (Parmar et al. 2018, §3.1: one per intensity) lay
+    the channels of a pixel side by side, `(height, width * channels)`;
+    pixel positions give `(height, width)`.
+    """
+    height, width, channels = image_shape
+    if positions == "channel":
+        return height, width * channels
+    return height, width
 
 
 def grid_position_encoding(rows: int, cols: int, depth: int) -> Any:
@@ -173,11 +193,8 @@ class ImageEmbedding(keras.layers.Layer):
     # ------------------------------------------------------------ geometry
     @property
     def grid_shape(self) -> tuple[int, int]:
-        """`(rows, cols)` of the positions."""
-        height, width, channels = self.image_shape
-        if self.positions == "channel":
-            return height, width * channels
-        return height, width
+        """`(rows, cols)` of the positions (`position_grid_shape`)."""
+        return position_grid_shape(self.image_shape, self.positions)
 
     @property
     def num_positions(self) -> int:

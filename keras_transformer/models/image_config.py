@@ -7,7 +7,10 @@ import json
 from typing import Any
 
 from keras_transformer.layers.image_block import ATTENTION_TYPES, check_local_1d
-from keras_transformer.layers.image_embedding import _check_image_shape
+from keras_transformer.layers.image_embedding import (
+    _check_image_shape,
+    position_grid_shape,
+)
 from keras_transformer.layers.local_attention_2d import _check_grid, _check_pair
 from keras_transformer.schedules import OptimizerConfig
 
@@ -138,11 +141,8 @@ class ImageTransformerConfig:
 
     @property
     def grid_shape(self) -> tuple[int, int]:
-        """`(rows, cols)` of the positions."""
-        height, width, channels = self.image_shape
-        if self.positions == "channel":
-            return height, width * channels
-        return height, width
+        """`(rows, cols)` of the positions (`position_grid_shape`)."""
+        return position_grid_shape(self.image_shape, self.positions)
 
     @property
     def num_positions(self) -> int:
