@@ -61,9 +61,18 @@ PADDING_ID = PAD_ID
 #: The static length of the caches is rounded up to a multiple of this (when
 #: `max_length` is not given), so sources of similar lengths share one trace.
 _LENGTH_BUCKET = 16
+#: The entries of a decoder block's cache that stay fixed while decoding.
+_STATIC_CACHE_KEYS = ("cross_keys", "cross_values")
 
 StepFunction = Callable[[tf.Tensor, Any, tf.Tensor], tuple[tf.Tensor, Any]]
 """`(token_ids (n,), state, index) -> (log_probs (n, vocabulary), state)`."""
+
+
+def _changing_entries(cache: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a block's cache that decoding updates (self-attention)."""
+    return {key: value for key, value in cache.items() if key not in _STATIC_CACHE_KEYS}
+
+
 GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
 """`(state, examples, parents) -> state`: keeps the examples `examples` (int32
 `(kept,)`, or None for all) of the state and, in beam search, puts each new
@@ -1003,11 +1012,14 @@ class Decoder:
         `(batch, beam, max_length)`: the slot that holds the keys and values
         of hypothesis `k` at position `t`. Reordering the hypotheses after a
         step gathers `history` only; dropping finished examples gathers
-        every tensor of the state.
+        every tensor of the state. Greedy decoding under static shapes (XLA)
+        takes `_static_greedy_step` instead.
         """
         stack = self.stack
         beam = beam_size
         encoder_output = stack.encode(source_ids, training=False)
+        if beam == 1 and static_shapes:
+            return self._static_greedy_step(source_ids, encoder_output, max_length)
         grow = not static_shapes
         state = {
             "caches": stack.init_cache(
@@ -1064,6 +1076,33 @@ class Decoder:
                     shape = cache[key].as_list()
                     cache[key] = tf.TensorShape([None, shape[1], None, *shape[3:]])
         return step, state, gather, invariants
+
+    def _static_greedy_step(
+        self, source_ids: tf.Tensor, encoder_output: tf.Tensor, max_length: int
+    ) -> tuple[StepFunction, Any, GatherFunction, Any]:
+        """`_cached_step` for one hypothesis per example under static shapes.
+
+        `TransformerStack.decode_step` on caches of `max_length` positions
+        written by index: one hypothesis needs no table of slots, and the
+        encoder-decoder keys and values stay constants of the loop rather
+        than part of its state (under XLA a smaller loop state is a cheaper
+        step). The state is the self-attention caches only.
+        """
+        stack = self.stack
+        caches = stack.init_cache(encoder_output, max_length)
+        padding_mask = tf.not_equal(source_ids, PAD_ID)
+        constant = [{key: cache[key] for key in _STATIC_CACHE_KEYS} for cache in caches]
+
+        def step(token_ids: tf.Tensor, state: Any, index: tf.Tensor) -> Any:
+            full = [{**c, **s} for c, s in zip(constant, state, strict=True)]
+            logits, full = stack.decode_step(
+                token_ids[:, None], full, index, padding_mask
+            )
+            log_probs = tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32))
+            return log_probs, [_changing_entries(cache) for cache in full]
+
+        state = [_changing_entries(cache) for cache in caches]
+        return step, state, _gather_rows(None), None
 
     def _uncached_graph(
         self,
