@@ -8,7 +8,11 @@ random sources, it measures target tokens per second (batch * output length
 * cached greedy (`kt.decoding`, graph and XLA) vs the uncached baseline that
   re-runs the decoder on the whole prefix every step
   (`uncached_greedy_decode`), at output lengths 16, 64 and 128;
-* beam search (beam 4) vs greedy at length 64;
+* beam search (beam 4) vs greedy at length 64, and vs greedy on the same
+  number of rows (batch * 4): the second ratio is what the search itself
+  costs beyond decoding 4x the rows. The ratio of their multiply-adds per
+  step (`step_multiply_adds`) is printed next to them: where the batch is
+  large enough to keep the cores busy, time follows arithmetic;
 * cached greedy vs keras-hub: an encoder-decoder of the same sizes built from
   `keras_hub.layers.TransformerEncoder` / `TransformerDecoder` with their
   self- and cross-attention caches, driven by `keras_hub.samplers.
@@ -160,6 +164,31 @@ class KerasHubSeq2Seq:
 
 
 # ---------------------------------------------------------------- benchmark
+def step_multiply_adds(
+    config: object, source_length: int, cache_length: int, beam: int | None
+) -> int:
+    """Multiply-adds of one decoding step for one example (§3.2-3.3).
+
+    Greedy runs one decoder row per example; beam search runs `beam` rows, and
+    each of its queries is scored against the cached slots of all `beam`
+    hypotheses (`cache_length * beam` keys, masked to its own past). Both
+    count the static caches of `cache_length` positions that XLA decodes with.
+    The cross-attention keys and values are computed once, before the loop.
+    """
+    d_model, d_ff = config.d_model, config.d_ff
+    rows = beam or 1
+    attended = cache_length * rows
+    per_row_and_layer = (
+        4 * d_model * d_model  # self-attention Q, K, V and output projections
+        + 2 * attended * d_model  # scores and weighted values over the cache
+        + 2 * d_model * d_model  # cross-attention Q and output projections
+        + 2 * source_length * d_model  # cross-attention over the source
+        + 2 * d_model * d_ff  # the feed-forward network (Eq. 2)
+    )
+    output_layer = d_model * config.vocabulary_size
+    return rows * (config.num_decoder_layers * per_row_and_layer + output_layer)
+
+
 def timed(run: Callable[[], object]) -> float:
     start = time.perf_counter()
     run()
@@ -221,9 +250,13 @@ def main() -> None:
         cases["greedy (uncached)", "graph", length] = lambda n=length: decoders[
             "graph"
         ].uncached_greedy(sources, max_length=n, **forced)
+    beam_rows = np.repeat(sources, 4, axis=0)
     for mode, decoder in decoders.items():
         cases["beam 4 (cached)", mode, beam_length] = lambda d=decoder: d.beam_search(
             sources, beam_size=4, max_length=beam_length, **forced
+        )
+        cases["greedy, batch x 4", mode, beam_length] = lambda d=decoder: d.greedy(
+            beam_rows, max_length=beam_length, **forced
         )
     for length in hub_lengths:
         for mode in decoders:
@@ -261,10 +294,21 @@ def main() -> None:
     for mode in decoders:
         beam = results["beam 4 (cached)", mode, beam_length]
         greedy = results["greedy (cached)", mode, beam_length]
+        same_rows = results["greedy, batch x 4", mode, beam_length]
         print(
             f"  beam 4 cost / greedy cost, length {beam_length}, {mode}: "
-            f"{beam / greedy:.2f}x"
+            f"{beam / greedy:.2f}x (greedy on batch x 4: {same_rows / greedy:.2f}x;"
+            f" beam 4 / greedy on the same rows: {beam / same_rows:.2f}x)"
         )
+    # XLA decodes over static caches of the rounded-up output length.
+    cache_length = -(-beam_length // 16) * 16
+    arithmetic = step_multiply_adds(
+        config, args.source_length, cache_length, 4
+    ) / step_multiply_adds(config, args.source_length, cache_length, None)
+    print(
+        f"  beam 4 / greedy multiply-adds per step (static caches of "
+        f"{cache_length}): {arithmetic:.2f}x"
+    )
     for length in hub_lengths:
         for mode in decoders:
             ours = results["greedy (cached)", mode, length]

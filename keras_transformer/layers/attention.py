@@ -393,13 +393,15 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             `(keys, values)` of shapes `(batch, heads, max_length, key_dim)` and
             `(batch, heads, max_length, value_dim)`, or with `beam_size`
-            `(batch, heads, max_length, beam_size, key_dim)` and the same for
-            the values. The size is fixed, so a decoding loop keeps static
-            shapes (XLA).
+            `(batch, heads, max_length * beam_size, key_dim)` and the same for
+            the values: slot `j` of position `t` is row `t * beam_size + j`,
+            the layout attention reads, so that writing a step needs no
+            reshape of the cache (under XLA, a reshape of the updated cache
+            made it copy the whole cache at every step). The size is fixed,
+            so a decoding loop keeps static shapes (XLA).
         """
-        shape = (batch_size, self.num_heads, max_length)
-        if beam_size is not None:
-            shape = (*shape, beam_size)
+        slots = max_length if beam_size is None else max_length * beam_size
+        shape = (batch_size, self.num_heads, slots)
         return (
             ops.zeros((*shape, self.key_dim), self.compute_dtype),
             ops.zeros((*shape, self.value_dim), self.compute_dtype),
@@ -474,8 +476,9 @@ class MultiHeadAttention(keras.layers.Layer):
         Args:
             hypotheses: `(batch, beam, query_dim)`: the inputs of the `beam`
                 hypotheses of each sequence, all at position `cache_index`.
-            cache: `(keys, values)` `(batch, heads, length, beam, dim)` from
-                `empty_cache(..., beam_size=beam)` or the previous step.
+            cache: `(keys, values)` `(batch, heads, length * beam, dim)` from
+                `empty_cache(..., beam_size=beam)` or the previous step; slot
+                `j` of position `t` is row `t * beam + j`.
             cache_index: integer scalar (may be a tensor): the position.
             beam_mask: boolean `(batch, beam, cached_length * beam)`: `True`
                 where hypothesis `k` may attend to slot `j` of position `t`
@@ -493,39 +496,29 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Reference: Vaswani et al. (2017), §3.2.3 and §6.1.
         """
-        # (batch, heads, beam, dim) -> (batch, heads, 1, beam, dim)
-        keys, values = (
-            ops.expand_dims(x, 2) for x in self.project_key_value(hypotheses)
-        )
+        # (batch, heads, beam, dim): the slots of position `cache_index`.
+        keys, values = self.project_key_value(hypotheses)
         index = ops.cast(cache_index, "int32")
+        beam = ops.shape(hypotheses)[1]
         if append:
             cache = (
                 ops.concatenate([cache[0], keys], axis=2),
                 ops.concatenate([cache[1], values], axis=2),
             )
         else:
-            start = (0, 0, index, 0, 0)
+            start = (0, 0, index * beam, 0)
             cache = (
                 ops.slice_update(cache[0], start, keys),
                 ops.slice_update(cache[1], start, values),
             )
-        batch = ops.shape(hypotheses)[0]
-        # (batch, heads, length * beam, dim): position-major slots.
-        flat_keys = ops.reshape(cache[0], (batch, self.num_heads, -1, self.key_dim))
-        flat_values = ops.reshape(cache[1], (batch, self.num_heads, -1, self.value_dim))
         # (batch, 1, beam, length * beam): one mask for every head.
         mask = ops.expand_dims(ops.cast(beam_mask, "bool"), 1)
         if window is not None:
-            beam = ops.shape(hypotheses)[1]
-            slots = ops.shape(flat_keys)[2]
+            slots = ops.shape(cache[0])[2]
             positions = ops.floor_divide(ops.arange(slots, dtype="int32"), beam)
             mask = ops.logical_and(mask, ops.less_equal(index - positions, window))
         output, scores = self.attend(
-            self.project_query(hypotheses),
-            flat_keys,
-            flat_values,
-            mask,
-            training=False,
+            self.project_query(hypotheses), cache[0], cache[1], mask, training=False
         )
         return output, scores, cache
 

@@ -202,8 +202,9 @@ class DecoderBlock(TransformerBlockBase):
         Returns:
             A dict of four tensors: `self_keys` and `self_values`
             `(batch, heads, max_length, head_dim)` filled with zeros
-            (`(batch, heads, max_length, beam_size, head_dim)` with
-            `beam_size`), and `cross_keys`, `cross_values` `(batch, heads,
+            (`(batch, heads, max_length * beam_size, head_dim)` with
+            `beam_size`, slot `j` of position `t` at row `t * beam_size +
+            j`), and `cross_keys`, `cross_values` `(batch, heads,
             source_length, head_dim)`.
         """
         if not self.built:

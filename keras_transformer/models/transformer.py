@@ -315,8 +315,9 @@ class TransformerStack:
             One `DecoderBlock.init_cache` dict per decoder block: the
             encoder-decoder keys and values (computed here, once per source)
             and zero-filled self-attention caches `(batch, heads,
-            max_length, head_dim)` (`(batch, heads, max_length, beam_size,
-            head_dim)` with `beam_size`).
+            max_length, head_dim)` (`(batch, heads, max_length * beam_size,
+            head_dim)` with `beam_size`, slot `j` of position `t` at row
+            `t * beam_size + j`).
         """
         supported = self.max_target_length
         if supported is not None and max_length > supported:
