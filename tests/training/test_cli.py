@@ -79,18 +79,17 @@ def test_train_print_config_resolves_file_preset_task_and_overrides(tmp_path, ca
 
 
 def test_shipped_configs_are_valid(capsys):
-    for name in ("dates_tiny.json", "multi30k_small.json"):
-        status = cli.main(
-            [
-                "train",
-                str(REPO_ROOT / "configs" / name),
-                "--workdir",
-                "w",
-                "--print-config",
-            ]
-        )
-        assert status == 0, name
-    capsys.readouterr()
+    shipped = sorted((REPO_ROOT / "configs").glob("*.json"))
+    assert len(shipped) >= 5
+    for path in shipped:
+        status = cli.main(["train", str(path), "--workdir", "w", "--print-config"])
+        assert status == 0, path.name
+        resolved = json.loads(capsys.readouterr().out)
+        # The Multi30k configs of both directions say their direction.
+        for source, target in (("de", "en"), ("en", "de")):
+            if f"_{source}_{target}" in path.stem:
+                assert resolved["data"]["source_language"] == source, path.name
+                assert resolved["data"]["target_language"] == target, path.name
 
 
 def test_bad_input_is_reported_without_a_traceback(tmp_path, capsys):
