@@ -66,17 +66,15 @@ _STATIC_CACHE_KEYS = ("cross_keys", "cross_values")
 
 StepFunction = Callable[[tf.Tensor, Any, tf.Tensor], tuple[tf.Tensor, Any]]
 """`(token_ids (n,), state, index) -> (log_probs (n, vocabulary), state)`."""
+GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
+"""`(state, examples, parents) -> state`: keeps the examples `examples` (int32
+`(kept,)`, or None for all) of the state and, in beam search, puts each new
+hypothesis in the place of its parent (`parents`, int32 `(kept, beam)`)."""
 
 
 def _changing_entries(cache: dict[str, Any]) -> dict[str, Any]:
     """The entries of a block's cache that decoding updates (self-attention)."""
     return {key: value for key, value in cache.items() if key not in _STATIC_CACHE_KEYS}
-
-
-GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
-"""`(state, examples, parents) -> state`: keeps the examples `examples` (int32
-`(kept,)`, or None for all) of the state and, in beam search, puts each new
-hypothesis in the place of its parent (`parents`, int32 `(kept, beam)`)."""
 
 
 @dataclasses.dataclass
