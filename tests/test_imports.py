@@ -23,6 +23,7 @@ LEVELS: dict[str, int] = {
     **dict.fromkeys(
         (
             "conventions",
+            "files",
             "backend",
             "layers",
             "models",

@@ -1,0 +1,414 @@
+"""Files that appear whole or not at all, and one writer per folder.
+
+Every file the package writes into a run folder or an export goes through
+this module:
+
+- `write_atomically` / `atomic_file`: the content is written under a
+  temporary name in the same folder, flushed to disk (fsync), then renamed
+  over the final name and the folder fsynced. A reader, a crash or a full
+  disk sees the old file or the new one, never half of one.
+- `atomic_directory`: a folder (an export) is written beside its final name
+  and swapped in when complete; the previous folder stays intact until then.
+- `FolderLock`: an advisory lock (``writer.lock``) that every command that
+  writes a folder takes; a second writer is refused with a message naming
+  the holder's PID, host and command. Readers never take it.
+
+A write that fails (a full disk, a read-only folder, an I/O error) raises
+`FileWriteError`: one line that names the file, what went wrong, and says
+that the previous file is intact.
+
+Pure Python (standard library only): every level of the package may use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = [
+    "LOCK_FILE",
+    "FileWriteError",
+    "FolderLock",
+    "FolderLockedError",
+    "atomic_directory",
+    "atomic_file",
+    "check_free_space",
+    "fsync_directory",
+    "write_atomically",
+]
+
+#: The lock file of a folder that one process writes at a time.
+LOCK_FILE = "writer.lock"
+#: The prefix of the temporary files and folders of an unfinished write.
+TEMPORARY_PREFIX = ".tmp-"
+
+
+class FileWriteError(OSError):
+    """Writing a file or folder failed; the previous version is intact.
+
+    The message is one line: the file, what went wrong (``no space left on
+    the device``, ``read-only file system``, ...) and what to do.
+    """
+
+
+def _reason(error: BaseException) -> str:
+    number = getattr(error, "errno", None)
+    if number == errno.ENOSPC or "no space left" in str(error).lower():
+        return "no space left on the device"
+    if number == errno.EROFS:
+        return "read-only file system"
+    if number in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    strerror = getattr(error, "strerror", None)
+    if strerror:
+        return str(strerror).lower()
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text[:200]
+
+
+def _is_full(error: BaseException) -> bool:
+    return getattr(error, "errno", None) == errno.ENOSPC or (
+        "no space left" in str(error).lower()
+    )
+
+
+def write_error(
+    path: str | os.PathLike[str], error: BaseException, kept: str | None = None
+) -> FileWriteError:
+    """A `FileWriteError` for a failed write of `path` caused by `error`."""
+    path = Path(path)
+    kept = kept or (
+        f"the previous {path.name} is intact"
+        if path.exists()
+        else f"no partial {path.name} was left"
+    )
+    advice = (
+        "Free disk space"
+        if _is_full(error)
+        else "Check the folder's permissions and the disk"
+    )
+    result = FileWriteError(
+        f"Could not write {path}: {_reason(error)}; {kept}. {advice}, then run "
+        "the same command again."
+    )
+    result.errno = errno.ENOSPC if _is_full(error) else getattr(error, "errno", None)
+    result.filename = str(path)
+    return result
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Flushes a folder's entries (a rename in it) to disk, where supported."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())
+
+
+def _fsync_tree(directory: Path) -> None:
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            _fsync_file(Path(folder) / name)
+        fsync_directory(folder)
+
+
+def _temporary_name(path: Path) -> Path:
+    # The final name stays the end of the temporary one, so that writers
+    # that insist on a suffix (``.weights.h5``, ``.keras``) accept it.
+    return path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}")
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def check_free_space(
+    path: str | os.PathLike[str], needed_bytes: int, kept: str | None = None
+) -> None:
+    """Refuses a write of about `needed_bytes` that the disk cannot hold.
+
+    For writers that do not fail cleanly on a full disk (HDF5 may crash the
+    process): checked before they start, so the previous file stays intact.
+
+    Raises:
+        FileWriteError: naming `path` when the free space is smaller.
+    """
+    path = Path(path)
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return
+    if free < needed_bytes:
+        raise write_error(
+            path,
+            OSError(errno.ENOSPC, "No space left on device"),
+            kept=(
+                kept
+                or (
+                    f"it needs about {needed_bytes:,} bytes and {free:,} are free; "
+                    + (
+                        f"the previous {path.name} is intact"
+                        if path.exists()
+                        else f"nothing was written to {path.name}"
+                    )
+                )
+            ),
+        )
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yields a temporary path to write; renames it to `path` when done.
+
+    Example:
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with atomic_file(folder / "result.json") as temporary:
+    ...     _ = temporary.write_text("{}")
+    >>> (folder / "result.json").read_text()
+    '{}'
+
+    Raises:
+        FileWriteError: when writing, flushing or renaming fails; the
+            temporary file is removed and the previous `path` is untouched.
+    """
+    path = Path(path)
+    temporary = _temporary_name(path)
+    _remove(temporary)
+    try:
+        yield temporary
+        if temporary.is_dir():
+            _fsync_tree(temporary)
+        else:
+            _fsync_file(temporary)
+        os.replace(temporary, path)
+        fsync_directory(path.parent)
+    except OSError as e:
+        raise write_error(path, e) from e
+    finally:
+        _remove(temporary)
+
+
+def write_atomically(path: str | os.PathLike[str], content: str | bytes) -> Path:
+    """Writes `content` (text as UTF-8) to `path`: the old file or the new one.
+
+    Raises:
+        FileWriteError: on a full disk or any other failed write; the
+            previous file is intact.
+    """
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    path = Path(path)
+    with atomic_file(path) as temporary, open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+    return path
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swaps two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(
+        at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange
+    )
+    return result == 0
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yields a temporary folder beside `path`; swaps it in when complete.
+
+    The previous folder at `path` (if any) stays whole until the new one is
+    written and flushed, then the two are exchanged in one rename (two
+    renames where the system lacks ``renameat2``) and the old one removed.
+    A crash or a failure before the swap leaves `path` as it was, plus a
+    hidden temporary folder that the next write removes.
+
+    Raises:
+        FileWriteError: when writing or swapping fails; `path` is untouched.
+    """
+    path = Path(path)
+    temporary = _temporary_name(path)
+    for stale in path.parent.glob(f"{TEMPORARY_PREFIX}*-{path.name}"):
+        _remove(stale)
+    try:
+        temporary.mkdir(parents=True)
+        yield temporary
+        _fsync_tree(temporary)
+        if path.exists():
+            if not _exchange(temporary, path):
+                old = path.with_name(f".old-{os.getpid()}-{path.name}")
+                os.replace(path, old)
+                os.replace(temporary, path)
+                temporary = old
+        else:
+            os.replace(temporary, path)
+        fsync_directory(path.parent)
+    except OSError as e:
+        raise write_error(
+            path,
+            e,
+            kept=(
+                f"the previous {path.name} is intact"
+                if path.exists()
+                else f"{path.name} was not created"
+            ),
+        ) from e
+    finally:
+        _remove(temporary)
+
+
+# ------------------------------------------------------------------ locks
+class FolderLockedError(RuntimeError):
+    """Another process is writing the folder (it holds ``writer.lock``)."""
+
+
+#: Locks this process holds: resolved folder -> (descriptor, depth).
+_HELD: dict[str, list[int]] = {}
+
+
+class FolderLock:
+    """One writer per folder: an advisory lock on ``<folder>/writer.lock``.
+
+    Taken by every command that writes a run folder or an export (train,
+    average-checkpoints, evaluate's outputs, export); readers (translate,
+    evaluate's scoring) never take it. The lock is an ``flock`` on the file,
+    so the system releases it when the holder exits, even after SIGKILL;
+    the file itself only tells who holds it (PID, host, command, start).
+    Re-entrant within one process.
+
+    Args:
+        folder: the folder to lock (created if missing).
+        command: what the holder is doing, for the message of a refused
+            writer (e.g. ``"keras-transformer train"``).
+        lock_file: the lock's path, default ``<folder>/writer.lock``.
+
+    Example:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with FolderLock(folder, "an example"):
+    ...     pass
+
+    Raises:
+        FolderLockedError: (on entering) naming the holder and what to do.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        command: str,
+        lock_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        self.command = command
+        self.path = Path(lock_file) if lock_file else self.folder / LOCK_FILE
+
+    def __repr__(self) -> str:
+        return f"FolderLock({str(self.folder)!r}, {self.command!r})"
+
+    def _key(self) -> str:
+        return os.path.realpath(self.path)
+
+    def holder(self) -> dict[str, object]:
+        """What the lock file says of its holder (empty when unreadable)."""
+        try:
+            holder = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return holder if isinstance(holder, dict) else {}
+
+    def _refusal(self) -> FolderLockedError:
+        holder = self.holder()
+        pid, host = holder.get("pid", "?"), holder.get("host", "?")
+        command = holder.get("command", "another command")
+        since = holder.get("started", "an unknown time")
+        return FolderLockedError(
+            f"{self.folder} is being written by {command} (PID {pid} on host "
+            f"{host}, since {since}): one writer at a time. Wait for it to end "
+            "or stop it, or use another folder. The lock is released when that "
+            "process exits; only if it runs on a machine that crashed (a shared "
+            f"file system), delete {self.path} by hand."
+        )
+
+    def acquire(self) -> FolderLock:
+        """Takes the lock (re-entrant); raises `FolderLockedError` if held."""
+        import fcntl
+
+        key = self._key()
+        if key in _HELD:
+            _HELD[key][1] += 1
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise write_error(
+                    self.path, e, kept=f"nothing in {self.folder} was changed"
+                ) from e
+            raise
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(descriptor)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise self._refusal() from None
+            raise
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": self.command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
+        with contextlib.suppress(OSError):
+            # Who holds it is information only; the flock is the lock.
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, (json.dumps(holder) + "\n").encode(), 0)
+        _HELD[key] = [descriptor, 1]
+        return self
+
+    def release(self) -> None:
+        """Releases one level of the lock; the last one frees the file."""
+        key = self._key()
+        held = _HELD.get(key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1]:
+            return
+        del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.ftruncate(held[0], 0)
+        os.close(held[0])  # closing the descriptor releases the flock
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
