@@ -99,8 +99,10 @@ def write_error(
         f"Could not write {path}: {_reason(error)}; {kept}. {advice}, then run "
         "the same command again."
     )
+    # `errno` lets callers tell a full disk; `filename` stays unset, since
+    # OSError would then print "[Errno 28] None: <path>" instead of the line.
     result.errno = errno.ENOSPC if _is_full(error) else getattr(error, "errno", None)
-    result.filename = str(path)
+    result.path = str(path)
     return result
 
 
@@ -285,7 +287,7 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 # ------------------------------------------------------------------ locks
-class FolderLockedError(RuntimeError):
+class FolderLockedError(OSError):
     """Another process is writing the folder (it holds ``writer.lock``)."""
 
 

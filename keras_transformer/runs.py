@@ -39,16 +39,25 @@ import errno
 import glob
 import json
 import logging
+import math
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.files import (
+    atomic_file,
+    check_free_space,
+    fsync_directory,
+    write_atomically,
+)
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
 
 __all__ = [
@@ -66,9 +75,14 @@ __all__ = [
     "WEIGHTS",
     "CheckpointDamagedError",
     "CheckpointManager",
+    "CheckpointMismatchError",
     "CheckpointWriteError",
+    "ForeignCheckpointError",
+    "RunFingerprint",
     "RunFolder",
+    "check_fingerprint",
     "check_tokenizer",
+    "checkpoint_fingerprint",
     "checkpoint_files",
     "checkpoint_paths",
     "checkpoint_problem",
@@ -80,7 +94,9 @@ __all__ = [
     "quarantine_checkpoint",
     "restore_checkpoint",
     "restore_newest_checkpoint",
+    "run_fingerprint",
     "save_checkpoint",
+    "save_weights",
     "write_checkpoint_metadata",
 ]
 
@@ -226,34 +242,6 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def _fsync_directory(directory: Path) -> None:
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Writes `text` to `path` so that readers see the old or the new file."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    _fsync_directory(path.parent)
-
-
 def _same_path(a: str, b: str) -> bool:
     return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))
 
@@ -283,7 +271,7 @@ def forget_checkpoint(
         return
     if not keep:
         (directory / CHECKPOINT_STATE).unlink(missing_ok=True)
-        _fsync_directory(directory)
+        fsync_directory(directory)
         return
 
     def relative(path: str) -> str:
@@ -296,7 +284,7 @@ def forget_checkpoint(
     if stamps:
         state.all_model_checkpoint_timestamps.extend(stamps[i] for i in keep)
     state.model_checkpoint_path = relative(paths[keep[-1]])
-    _write_atomically(directory / CHECKPOINT_STATE, text_format.MessageToString(state))
+    write_atomically(directory / CHECKPOINT_STATE, text_format.MessageToString(state))
 
 
 def quarantine_checkpoint(prefix: str | os.PathLike[str]) -> list[Path]:
@@ -336,7 +324,9 @@ def damaged_files(checkpoint_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 def restore_newest_checkpoint(
-    checkpoint_dir: str | os.PathLike[str], restore: Callable[[str], Any]
+    checkpoint_dir: str | os.PathLike[str],
+    restore: Callable[[str], Any],
+    expected: RunFingerprint | None = None,
 ) -> str | None:
     """Restores the newest intact checkpoint of a folder with ``restore(prefix)``.
 
@@ -347,13 +337,15 @@ def restore_newest_checkpoint(
     a warning names the file and what is wrong, and the next older one is
     tried. Every tensor is read back first, so an error of `restore` on an
     intact checkpoint (a model of another configuration) is raised as it is
-    and never taken for damage.
+    and never taken for damage. An intact checkpoint whose fingerprint is
+    not `expected` (another run's) is refused, never restored.
 
     Returns:
         The prefix restored, or None when the folder lists no checkpoint.
 
     Raises:
         CheckpointDamagedError: when checkpoints existed but all are damaged.
+        ForeignCheckpointError: when the newest intact one is another run's.
     """
     directory = Path(checkpoint_dir)
     problems: list[str] = []
@@ -363,6 +355,7 @@ def restore_newest_checkpoint(
         # must mean a model of another configuration, not a damaged file.
         problem = checkpoint_problem(prefix)
         if problem is None:
+            check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
             restore(prefix)
             if problems:
                 logger.warning(
@@ -399,7 +392,38 @@ class CheckpointManager(tf.train.CheckpointManager):
     This one writes the state without them first, then deletes their files.
     Everything else (`max_to_keep`, `keep_checkpoint_every_n_hours`,
     `latest_checkpoint`, the layout) is TensorFlow's.
+
+    Args:
+        checkpoint: the `tf.train.Checkpoint` to save.
+        directory: the checkpoint folder.
+        max_to_keep: how many checkpoints to keep.
+        on_new_folder: called when the folder has to be created again (it
+            was deleted during the run), to write its metadata anew.
+        **kwargs: the rest of `tf.train.CheckpointManager`'s arguments.
     """
+
+    def __init__(
+        self,
+        checkpoint: tf.train.Checkpoint,
+        directory: str,
+        max_to_keep: int | None,
+        on_new_folder: Callable[[], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(checkpoint, directory, max_to_keep, **kwargs)
+        self.on_new_folder = on_new_folder
+
+    def forget_missing(self) -> list[str]:
+        """Drops the checkpoints whose files are gone; returns their names."""
+        kept = getattr(self, "_maybe_delete", None)
+        if kept is None:
+            return []
+        gone = [p for p in kept if not Path(f"{p}.index").exists()]
+        for prefix in gone:
+            del kept[prefix]
+        if self._latest_checkpoint in gone:
+            self._latest_checkpoint = next(reversed(kept), None) if kept else None
+        return [Path(p).name for p in gone]
 
     def _sweep(self) -> None:
         if not hasattr(self, "_maybe_delete") or not self._max_to_keep:
@@ -438,7 +462,35 @@ def _sync(prefix: str) -> None:
     for path in checkpoint_files(prefix):
         with open(path, "rb") as file:
             os.fsync(file.fileno())
-    _fsync_directory(Path(prefix).parent)
+    fsync_directory(Path(prefix).parent)
+
+
+def _check_folder(manager: tf.train.CheckpointManager) -> None:
+    """Notices a checkpoint folder (or checkpoints) deleted during the run.
+
+    The folder is made again with its metadata (so the tokenizer and
+    fingerprint checks stay on), the vanished checkpoints leave the state,
+    and a warning says what happened; the model in memory is intact, so the
+    next checkpoint loses nothing of the current run.
+    """
+    directory = Path(manager.directory)
+    lost_folder = not directory.is_dir()
+    gone = manager.forget_missing() if isinstance(manager, CheckpointManager) else []
+    if not lost_folder and not gone:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    rewrite = getattr(manager, "on_new_folder", None)
+    if rewrite is not None and (
+        lost_folder or not (directory / CHECKPOINT_METADATA).is_file()
+    ):
+        rewrite()
+    logger.warning(
+        "%s: %s during the run; the next checkpoint is written from the "
+        "weights in memory, so the run loses nothing%s.",
+        directory,
+        "the folder was deleted" if lost_folder else "checkpoints were deleted",
+        f" (gone: {', '.join(gone)})" if gone else "",
+    )
 
 
 def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
@@ -457,6 +509,7 @@ def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
     Raises:
         CheckpointWriteError: naming what failed and what to do.
     """
+    _check_folder(manager)
     previous = manager.latest_checkpoint
     prefix = os.path.join(manager.directory, f"ckpt-{number}")
     _remove_unrecorded(prefix)
@@ -503,18 +556,80 @@ def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
         raise error from e
 
 
-def _restore_weights(model: keras.Model, path: str) -> None:
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+@contextlib.contextmanager
+def _quiet_tensorflow_warnings() -> Any:
+    """Silences TensorFlow's Python warnings (unrestored values) for a while."""
+    tf_logger = tf.get_logger()
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        tf_logger.setLevel(level)
 
 
-def restore_checkpoint(model: keras.Model, path: str) -> None:
+def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> None:
+    """Runs `restore`; a shape or name mismatch becomes one clear error.
+
+    TensorFlow reports a checkpoint that does not fit the model with its own
+    message and, when the half-restored checkpoint is collected, a hundred
+    warning lines; this names the checkpoint and the config instead.
+
+    Raises:
+        CheckpointMismatchError: naming `path` and `config`.
+    """
+    import gc
+
+    failure = None
+    with _quiet_tensorflow_warnings():
+        try:
+            restore()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            failure = _short(e)
+        gc.collect()  # the warnings come when the failed restore is collected
+    if failure is not None:
+        raise CheckpointMismatchError(
+            f"{path} does not match the model built from {config}: {failure} "
+            f"Either {config} was changed after the checkpoint was written "
+            "(restore the run's own settings), or the checkpoint comes from a "
+            "run with other model sizes."
+        )
+
+
+def _restore_weights(
+    model: keras.Model, path: str, config: str = "the run's config"
+) -> None:
+    restore_or_explain(
+        lambda: tf.train.Checkpoint(model=model).restore(path).expect_partial(),
+        path,
+        config,
+    )
+
+
+def restore_checkpoint(
+    model: keras.Model,
+    path: str,
+    expected: RunFingerprint | None = None,
+    config: str = "the run's config",
+) -> None:
     """Loads the model weights of a tf.train checkpoint (not the optimizer's).
+
+    Args:
+        model: the model to load into.
+        path: the checkpoint prefix (``.../ckpt-<step>``).
+        expected: the run's fingerprint; a checkpoint of another run is
+            refused (None: not checked).
+        config: what the model was built from, for the mismatch message.
 
     Raises:
         CheckpointDamagedError: when the checkpoint's files are damaged.
+        ForeignCheckpointError: when it belongs to another run.
+        CheckpointMismatchError: when it does not fit the model.
     """
+    if checkpoint_problem(path, read_tensors=False) is None:
+        check_fingerprint(path, checkpoint_fingerprint(path), expected)
     try:
-        _restore_weights(model, path)
+        _restore_weights(model, path, config)
     except Exception as e:
         problem = checkpoint_problem(path)
         if problem is None:
@@ -525,17 +640,188 @@ def restore_checkpoint(model: keras.Model, path: str) -> None:
         ) from e
 
 
+# ------------------------------------------------------------- fingerprints
+class ForeignCheckpointError(ValueError):
+    """A checkpoint (or weights file) belongs to another run.
+
+    Copied in from another work directory, or written before the run's
+    tokenizer was replaced: its fingerprint (run id, tokenizer) differs
+    from the run's own. The message says whose it is.
+    """
+
+
+class CheckpointMismatchError(ValueError):
+    """An intact checkpoint does not fit the model built from ``config.json``."""
+
+
+#: Where a checkpoint keeps its fingerprint (a string variable saved with it).
+FINGERPRINT_KEY = "fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFingerprint:
+    """What a checkpoint belongs to: its run, tokenizer and model config.
+
+    Written into every checkpoint (`FINGERPRINT_KEY`) and beside every
+    weights file (``best.json``, ``averaged.json``), and checked by every
+    reader: a checkpoint of another run with the same sizes would otherwise
+    load without a word and translate nonsense.
+
+    Attributes:
+        run_id: random, made when the run's first checkpoint metadata is
+            written; kept for the life of the run folder.
+        tokenizer: the tokenizer's fingerprint (`SubwordTokenizer.fingerprint`).
+        config: a hash of the model section of the config (informative: a
+            run continued with ``--force`` keeps its run id).
+        workdir: the folder the run was created in (for messages only).
+    """
+
+    run_id: str
+    tokenizer: str
+    config: str = ""
+    workdir: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> RunFingerprint | None:
+        """The fingerprint in `values`, or None when it has none (older files)."""
+        if not isinstance(values, Mapping) or not values.get("run_id"):
+            return None
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: str(v) for k, v in values.items() if k in fields})
+
+    def same_run(self, other: RunFingerprint) -> bool:
+        return self.run_id == other.run_id and self.tokenizer == other.tokenizer
+
+    def describe(self) -> str:
+        where = f" in {self.workdir}" if self.workdir else ""
+        return f"run {self.run_id}{where} (tokenizer {self.tokenizer[:12]})"
+
+
+def config_hash(model_config: Any) -> str:
+    """A short hash of a model config (its JSON, or its repr)."""
+    import hashlib
+
+    text = (
+        model_config.to_json()
+        if hasattr(model_config, "to_json")
+        else json.dumps(model_config, sort_keys=True, default=repr)
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
+    path = checkpoint_dir / CHECKPOINT_METADATA
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
 def write_checkpoint_metadata(
-    checkpoint_dir: str | os.PathLike[str], tokenizer: SubwordTokenizer
-) -> None:
-    """Records which tokenizer the checkpoints in `checkpoint_dir` belong to."""
+    checkpoint_dir: str | os.PathLike[str],
+    tokenizer: SubwordTokenizer,
+    model_config: Any = None,
+    run_id: str | None = None,
+) -> RunFingerprint:
+    """Records the run's fingerprint for its checkpoints (``checkpoints.json``).
+
+    The run id is `run_id` when given, else kept from an earlier
+    ``checkpoints.json`` with the same tokenizer, else made anew. Written
+    atomically.
+
+    Returns:
+        The run's `RunFingerprint`, which every new checkpoint carries.
+    """
     directory = Path(checkpoint_dir)
     directory.mkdir(parents=True, exist_ok=True)
+    stored = _read_metadata(directory)
+    same_tokenizer = stored.get("tokenizer_fingerprint") == tokenizer.fingerprint
+    run_id = run_id or (stored.get("run_id") if same_tokenizer else None)
+    fingerprint = RunFingerprint(
+        run_id=str(run_id or uuid.uuid4().hex[:16]),
+        tokenizer=tokenizer.fingerprint,
+        config=(
+            config_hash(model_config)
+            if model_config is not None
+            else str(stored.get("config_hash", ""))
+        ),
+        workdir=str(directory.parent.resolve()),
+    )
     metadata = {
         "vocabulary_size": tokenizer.vocabulary_size,
         "tokenizer_fingerprint": tokenizer.fingerprint,
+        "run_id": fingerprint.run_id,
+        "config_hash": fingerprint.config,
+        "workdir": fingerprint.workdir,
     }
-    (directory / CHECKPOINT_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
+    write_atomically(
+        directory / CHECKPOINT_METADATA, json.dumps(metadata, indent=2) + "\n"
+    )
+    return fingerprint
+
+
+def run_fingerprint(checkpoint_dir: str | os.PathLike[str]) -> RunFingerprint | None:
+    """The fingerprint in a run's ``checkpoints.json`` (None for older runs)."""
+    metadata = _read_metadata(Path(checkpoint_dir))
+    return RunFingerprint.from_mapping(
+        {
+            "run_id": metadata.get("run_id", ""),
+            "tokenizer": metadata.get("tokenizer_fingerprint", ""),
+            "config": metadata.get("config_hash", ""),
+            "workdir": metadata.get("workdir", ""),
+        }
+    )
+
+
+def checkpoint_fingerprint(prefix: str | os.PathLike[str]) -> RunFingerprint | None:
+    """The fingerprint saved in a checkpoint (None for one written before them)."""
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+        if not reader.has_tensor(FINGERPRINT_KEY):
+            return None
+        value = reader.get_tensor(FINGERPRINT_KEY)
+    except (tf.errors.OpError, ValueError):
+        return None
+    text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    try:
+        return RunFingerprint.from_mapping(json.loads(text))
+    except ValueError:
+        return None
+
+
+def check_fingerprint(
+    what: str | os.PathLike[str],
+    found: RunFingerprint | None,
+    expected: RunFingerprint | None,
+) -> None:
+    """Refuses weights whose fingerprint is not the run's.
+
+    Weights without a fingerprint (written before fingerprints existed) and
+    runs without one are accepted: there is nothing to compare.
+
+    Raises:
+        ForeignCheckpointError: saying whose the weights are.
+    """
+    if found is None or expected is None or found.same_run(expected):
+        return
+    what = Path(what)
+    raise ForeignCheckpointError(
+        f"{what} belongs to another run: it was written by {found.describe()}, "
+        f"but this folder is {expected.describe()}. It was copied in from "
+        f"another work directory; move it out of {what.parent} (or pass it to "
+        "the run it came from)."
+    )
+
+
+def fingerprint_variable(fingerprint: RunFingerprint) -> tf.Variable:
+    """The string variable that carries `fingerprint` inside each checkpoint."""
+    return tf.Variable(
+        fingerprint.to_json(), trainable=False, dtype=tf.string, name="fingerprint"
+    )
 
 
 def check_tokenizer(
@@ -549,17 +835,59 @@ def check_tokenizer(
     path = Path(checkpoint_dir) / CHECKPOINT_METADATA
     if not path.is_file() or not checkpoint_paths(checkpoint_dir):
         return
-    metadata = json.loads(path.read_text())
+    metadata = _read_metadata(Path(checkpoint_dir))
     try:
         tokenizer.check_compatible(
             expected_vocabulary_size=int(metadata["vocabulary_size"]),
             expected_fingerprint=metadata.get("tokenizer_fingerprint"),
         )
-    except ValueError as e:
+    except (KeyError, TypeError, ValueError) as e:
         raise ValueError(
             f"{e} (checkpoints in {path.parent}). Restore the tokenizer/ folder "
             "of this run, or start a new run in another work directory."
         ) from e
+
+
+def weights_info_file(weights_file: str | os.PathLike[str]) -> Path:
+    """``best.json`` beside ``best.weights.h5`` (the settings of a weights file)."""
+    path = Path(weights_file)
+    return path.with_name(path.name.replace(".weights.h5", ".json"))
+
+
+def save_weights(
+    model: keras.Model,
+    path: str | os.PathLike[str],
+    info: Mapping[str, Any],
+    fingerprint: RunFingerprint | None = None,
+) -> Path:
+    """Writes ``<name>.weights.h5`` and its ``<name>.json`` so that both are whole.
+
+    The free space is checked first (HDF5 can crash the process on a full
+    disk), then the weights go to a temporary file renamed over `path`, then
+    the info file (with the run's fingerprint) is written the same way. A
+    failure leaves the previous pair intact and raises one line.
+
+    Raises:
+        FileWriteError: naming the file, on a full disk or a failed write.
+    """
+    path = Path(path)
+    size = sum(
+        math.prod(w.shape) * np.dtype(keras.backend.standardize_dtype(w.dtype)).itemsize
+        for w in model.weights
+    )
+    check_free_space(path, int(size * 1.05) + (256 << 10))
+    with atomic_file(path) as temporary:
+        try:
+            model.save_weights(temporary)
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - h5py wraps the OSError
+            raise OSError(getattr(e, "errno", None), _short(e)) from e
+    values = dict(info)
+    if fingerprint is not None:
+        values["fingerprint"] = dataclasses.asdict(fingerprint)
+    write_atomically(weights_info_file(path), json.dumps(values, indent=2) + "\n")
+    return path
 
 
 # ---------------------------------------------------------------- the run
@@ -713,10 +1041,14 @@ class RunFolder:
             CheckpointDamagedError: when every checkpoint (or the one named)
                 is damaged.
         """
+        expected = self.fingerprint()
+        config = str(self.config_file)
         if weights == "last":
             # The newest intact checkpoint; damaged ones are moved aside.
             restored = restore_newest_checkpoint(
-                self.checkpoint_dir, lambda path: _restore_weights(model, path)
+                self.checkpoint_dir,
+                lambda path: _restore_weights(model, path, config),
+                expected,
             )
             if restored is None and damaged_files(self.checkpoint_dir):
                 names = ", ".join(p.name for p in damaged_files(self.checkpoint_dir))
@@ -739,11 +1071,30 @@ class RunFolder:
                     else "run `keras-transformer average-checkpoints` first"
                 )
                 raise FileNotFoundError(f"{path} does not exist: {how}.")
-            model.load_weights(path)
+            self._load_weights_file(model, path, expected)
         elif str(weights).endswith(".weights.h5"):
-            model.load_weights(weights)
+            self._load_weights_file(model, Path(weights), expected)
         else:
-            restore_checkpoint(model, str(weights))
+            restore_checkpoint(model, str(weights), expected, config)
+
+    def fingerprint(self) -> RunFingerprint | None:
+        """The run's fingerprint (None for runs written before fingerprints)."""
+        return run_fingerprint(self.checkpoint_dir)
+
+    def _load_weights_file(
+        self, model: keras.Model, path: Path, expected: RunFingerprint | None
+    ) -> None:
+        try:
+            info = json.loads(weights_info_file(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            info = {}
+        found = RunFingerprint.from_mapping(
+            info.get("fingerprint", {}) if isinstance(info, dict) else {}
+        )
+        check_fingerprint(path, found, expected)
+        restore_or_explain(
+            lambda: model.load_weights(path), str(path), str(self.config_file)
+        )
 
     def load(self, weights: str = "last") -> tuple[keras.Model, SubwordTokenizer]:
         """The trained model (with `weights`, see `restore`) and its tokenizer."""

@@ -62,6 +62,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
             "schedules",
             "optimizers",
             "conventions",
+            "files",
             "backend",
         ),
         "keras + numpy only, every Keras backend",

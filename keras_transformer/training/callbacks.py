@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
-from keras_transformer.runs import save_checkpoint
+from keras_transformer.runs import RunFingerprint, save_checkpoint, save_weights
 from keras_transformer.training.config import TrainConfig
 
 __all__ = [
@@ -236,6 +236,8 @@ class ValidationTranslations(keras.callbacks.Callback):
         draw_attention: ``sentence -> image`` (uint8 ``(1, h, w, c)``); a
             run draws its attention maps with `AttentionImages` instead.
         best_weights: where to save the best weights, or ``None``.
+        fingerprint: the run's, saved in ``best.json`` and checked by the
+            readers of the best weights.
     """
 
     def __init__(
@@ -249,9 +251,11 @@ class ValidationTranslations(keras.callbacks.Callback):
         attention_example: int = 0,
         draw_attention: Callable[[str], np.ndarray] | None = None,
         best_weights: Path | None = None,
+        fingerprint: RunFingerprint | None = None,
     ) -> None:
         super().__init__()
         self.transformer = transformer
+        self.fingerprint = fingerprint
         self.tokenizer = tokenizer
         self.pairs = pairs
         self.evaluate = evaluate
@@ -301,11 +305,15 @@ class ValidationTranslations(keras.callbacks.Callback):
         if self.best_weights is not None and (
             self.best_bleu is None or result.bleu > self.best_bleu
         ):
-            self.best_bleu, self.best_step = result.bleu, step
-            self.transformer.save_weights(self.best_weights)
-            self.best_weights.with_name("best.json").write_text(
-                json.dumps({"bleu": result.bleu, "step": step}, indent=2) + "\n"
+            # The weights and best.json are each replaced whole (a full disk
+            # keeps the previous pair and stops with one line).
+            save_weights(
+                self.transformer,
+                self.best_weights,
+                {"bleu": result.bleu, "step": step},
+                self.fingerprint,
             )
+            self.best_bleu, self.best_step = result.bleu, step
 
 
 class AttentionImages(keras.callbacks.Callback):

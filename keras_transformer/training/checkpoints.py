@@ -18,7 +18,7 @@ result.json           the final scores
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import os
 import shutil
@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.files import FolderLock
 from keras_transformer.models import build_transformer
 from keras_transformer.runs import (
     AVERAGED_WEIGHTS,
@@ -43,8 +44,11 @@ from keras_transformer.runs import (
     CheckpointDamagedError,
     CheckpointManager,
     CheckpointWriteError,
+    RunFingerprint,
     RunFolder,
+    check_fingerprint,
     check_tokenizer,
+    checkpoint_fingerprint,
     checkpoint_paths,
     checkpoint_problem,
     checkpoint_step,
@@ -52,9 +56,13 @@ from keras_transformer.runs import (
     quarantine_checkpoint,
     restore_checkpoint,
     restore_newest_checkpoint,
+    restore_or_explain,
+    run_fingerprint,
     save_checkpoint,
+    save_weights,
     write_checkpoint_metadata,
 )
+from keras_transformer.runs import fingerprint_variable as runs_fingerprint_variable
 from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
     TrainConfig,
@@ -199,7 +207,12 @@ def check_vocabulary_size(config: TrainConfig, tokenizer: SubwordTokenizer) -> N
 
 
 def resume_checkpoints(
-    checkpoint_dir: Path, model: keras.Model, optimizer: Any, keep: int
+    checkpoint_dir: Path,
+    model: keras.Model,
+    optimizer: Any,
+    keep: int,
+    fingerprint: RunFingerprint | None = None,
+    on_new_folder: Callable[[], Any] | None = None,
 ) -> tf.train.CheckpointManager:
     """The run's checkpoint manager, with the newest intact checkpoint restored.
 
@@ -209,32 +222,29 @@ def resume_checkpoints(
     initialisation. The last `keep` checkpoints are kept. A damaged
     checkpoint (truncated, empty or missing file) is moved aside as
     ``*.corrupt`` with a warning and the previous one restored
-    (`keras_transformer.runs.restore_newest_checkpoint`).
+    (`keras_transformer.runs.restore_newest_checkpoint`). Every new
+    checkpoint carries `fingerprint`, and one of another run is refused.
 
     Raises:
         CheckpointDamagedError: when every checkpoint is damaged, or only
             damaged files moved aside earlier remain (the run would start
             from step 0: that is left to the user, who moves them away).
-        ValueError: when the newest intact checkpoint does not fit the model.
+        ForeignCheckpointError: when the newest intact checkpoint is another
+            run's (copied in from another work directory).
+        CheckpointMismatchError: when it does not fit the model.
     """
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-    tried: list[str] = []
+    config_file = checkpoint_dir.parent / CONFIG_FILE
 
     def restore(prefix: str) -> None:
-        tried.append(prefix)
-        checkpoint.restore(prefix).assert_existing_objects_matched()
+        def restore_all() -> None:
+            status = checkpoint.restore(prefix)
+            status.expect_partial()  # the fingerprint is read, not restored
+            status.assert_existing_objects_matched()
 
-    try:
-        restored = restore_newest_checkpoint(checkpoint_dir, restore)
-    except CheckpointDamagedError:
-        raise
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
-        raise ValueError(
-            f"Cannot restore {tried[-1] if tried else checkpoint_dir}: it does not "
-            f"match the model built from the config ({e}). Resume with the config "
-            "the checkpoint was trained with, or start a new run in another work "
-            "directory."
-        ) from e
+        restore_or_explain(restore_all, prefix, str(config_file))
+
+    restored = restore_newest_checkpoint(checkpoint_dir, restore, fingerprint)
     if restored is None and damaged_files(checkpoint_dir):
         names = ", ".join(p.name for p in damaged_files(checkpoint_dir)[:4])
         raise CheckpointDamagedError(
@@ -243,7 +253,17 @@ def resume_checkpoints(
             "Restore the checkpoints from a backup, or move the *.corrupt files "
             f"out of {checkpoint_dir} to start from step 0."
         )
-    return CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=keep)
+    if fingerprint is not None:
+        # The saved checkpoint carries the fingerprint; restoring reads only
+        # the model and the optimizer, so older checkpoints still load.
+        checkpoint = tf.train.Checkpoint(
+            model=model,
+            optimizer=optimizer,
+            fingerprint=runs_fingerprint_variable(fingerprint),
+        )
+    return CheckpointManager(
+        checkpoint, str(checkpoint_dir), max_to_keep=keep, on_new_folder=on_new_folder
+    )
 
 
 def weights_to_evaluate(
@@ -276,7 +296,9 @@ def weights_to_evaluate(
     else:
         return last
     model = build_transformer(config.model)
-    model.load_weights(path)
+    RunFolder(workdir)._load_weights_file(
+        model, path, run_fingerprint(workdir / CHECKPOINT_DIR)
+    )
     return model
 
 
@@ -284,8 +306,13 @@ def _newest_intact(checkpoint_dir: Path, count: int) -> list[str]:
     """Up to `count` newest intact checkpoints, oldest first.
 
     Damaged ones are moved aside (never deleted) with a warning naming the
-    file, as `keras_transformer.runs.restore_newest_checkpoint` does.
+    file, as `keras_transformer.runs.restore_newest_checkpoint` does. One of
+    another run is refused (`ForeignCheckpointError`).
     """
+    expected = run_fingerprint(checkpoint_dir)
+    for prefix in checkpoint_paths(checkpoint_dir):
+        if checkpoint_problem(prefix, read_tensors=False) is None:
+            check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
     paths = checkpoint_paths(checkpoint_dir)
     if len(paths) < count:
         return paths
@@ -334,6 +361,8 @@ def average_checkpoints(
 
     Raises:
         ValueError: when the run has fewer than `last` checkpoints.
+        ForeignCheckpointError: when one of them belongs to another run.
+        FolderLockedError: when another command writes the run folder.
     """
     workdir = Path(workdir)
     if isinstance(last, bool) or not isinstance(last, int) or last < 1:
@@ -348,10 +377,15 @@ def average_checkpoints(
             f"{len(paths)} intact ({[Path(p).name for p in paths]}). Average fewer "
             "(--last), or keep more with train.keep_checkpoints."
         )
+    output = Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
+    if not output.name.endswith(".weights.h5"):
+        raise ValueError(
+            f"The output file must end in .weights.h5. Received: {str(output)!r}"
+        )
     model = _build(config, tokenizer)
     total: list[np.ndarray] | None = None
     for path in paths:
-        _restore_model(model, path)
+        _restore_model(model, path, config=str(workdir / CONFIG_FILE))
         values = [np.asarray(w, "float64") for w in model.get_weights()]
         total = (
             values
@@ -360,20 +394,15 @@ def average_checkpoints(
         )
     assert total is not None
     model.set_weights([t / last for t in total])
-    output = Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
-    if not output.name.endswith(".weights.h5"):
-        raise ValueError(
-            f"The output file must end in .weights.h5. Received: {str(output)!r}"
-        )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    model.save_weights(output)
     info = {
         "checkpoints": [Path(p).name for p in paths],
         "steps": [checkpoint_step(p) for p in paths],
     }
-    output.with_name(output.name.replace(".weights.h5", ".json")).write_text(
-        json.dumps(info, indent=2) + "\n"
-    )
+    inside = output.resolve().is_relative_to(workdir.resolve())
+    lock = FolderLock(workdir, "keras-transformer average-checkpoints")
+    with lock if inside else contextlib.nullcontext():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        save_weights(model, output, info, run_fingerprint(checkpoint_dir))
     return output
 
 

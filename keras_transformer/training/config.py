@@ -50,6 +50,7 @@ from typing import Any
 
 from keras_transformer.conventions import EXTRA_LENGTH, PRECISIONS, TASK_NAMES
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
+from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
 
@@ -660,11 +661,10 @@ class TrainConfig:
         return cls.from_dict(values)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Writes the resolved config as JSON."""
+        """Writes the resolved config as JSON (atomically: old file or new)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_json() + "\n", encoding="utf-8")
-        return path
+        return write_atomically(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrainConfig:

@@ -27,6 +27,7 @@ import tensorflow as tf
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.tasks import TaskData
+from keras_transformer.files import FolderLock, write_atomically
 from keras_transformer.models import build_transformer
 from keras_transformer.schedules import paper_adam
 from keras_transformer.training import checkpoints as ckpt
@@ -117,8 +118,10 @@ class TrainResult:
     preempted: bool = False
 
     def save(self, path: Path, num_translations: int = 5) -> None:
-        """Writes `to_dict` as JSON (``result.json``)."""
-        path.write_text(json.dumps(self.to_dict(num_translations), indent=2) + "\n")
+        """Writes `to_dict` as JSON (``result.json``), atomically."""
+        write_atomically(
+            path, json.dumps(self.to_dict(num_translations), indent=2) + "\n"
+        )
 
     def to_dict(self, num_translations: int = 5) -> dict[str, Any]:
         return {
@@ -287,16 +290,42 @@ def train(
         CheckpointWriteError: when a checkpoint cannot be written (full
             disk); the previous one stays intact and the latest.
         NotADirectoryError: when `workdir` is a file.
+        FolderLockedError: when another process writes `workdir` (a second
+            `train`, `average-checkpoints`, ...); its PID and host are named.
+        ForeignCheckpointError: when the newest checkpoint in `workdir`
+            belongs to another run (copied in from elsewhere).
+        FileWriteError: when a file of the run cannot be written (full
+            disk); the previous version of the file is intact.
     """
-    say = printer or (lambda _: None)
     if not isinstance(config, TrainConfig):
         raise TypeError(
             f"`config` must be a TrainConfig. Received: {type(config).__name__}"
         )
     strategy = make_strategy(strategy or "default") if _named(strategy) else strategy
     # RunFolder refuses a workdir that is a file (NotADirectoryError).
-    chief, root = is_chief(strategy), runs.RunFolder(workdir).path
+    root = runs.RunFolder(workdir).path
     directory, log_dir = _directories(root, strategy)
+    # One writer per run folder: a second `train` (or `average-checkpoints`,
+    # `evaluate`'s outputs) on it is refused, naming this process.
+    with FolderLock(directory, "keras-transformer train"):
+        return _train(
+            config, strategy, root, directory, log_dir, force, callbacks, printer
+        )
+
+
+def _train(
+    config: TrainConfig,
+    strategy: tf.distribute.Strategy,
+    root: Path,
+    directory: Path,
+    log_dir: Path,
+    force: bool,
+    callbacks: Sequence[keras.callbacks.Callback],
+    printer: Callable[[str], None] | None,
+) -> TrainResult:
+    """`train` in a locked run folder (this process's `directory`)."""
+    say = printer or (lambda _: None)
+    chief = is_chief(strategy)
     ckpt.prepare_run_config(config, directory, force)
 
     # Data and the tokenizer (learned once, then reloaded on every restart).
@@ -307,13 +336,26 @@ def train(
     _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
     total_steps, per_epoch = schedule = _steps(config, data, tokenizer)
 
-    # The model, resumed from the newest intact checkpoint if there is one.
+    # The model, resumed from the newest intact checkpoint if there is one;
+    # every checkpoint carries the run's fingerprint, and one of another run
+    # is refused.
     transformer, trainer, optimizer = _build(config, strategy)
     checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
-    manager = ckpt.resume_checkpoints(
-        checkpoint_dir, transformer, optimizer, config.train.keep_checkpoints
+
+    fingerprint = ckpt.write_checkpoint_metadata(
+        checkpoint_dir, tokenizer, config.model
     )
-    ckpt.write_checkpoint_metadata(checkpoint_dir, tokenizer)
+    manager = ckpt.resume_checkpoints(
+        checkpoint_dir,
+        transformer,
+        optimizer,
+        config.train.keep_checkpoints,
+        fingerprint=fingerprint,
+        # A checkpoint folder deleted during the run gets the same metadata.
+        on_new_folder=lambda: ckpt.write_checkpoint_metadata(
+            checkpoint_dir, tokenizer, config.model, run_id=fingerprint.run_id
+        ),
+    )
     initial_step = int(optimizer.iterations.numpy())
     latest = manager.latest_checkpoint
     if initial_step:
@@ -326,7 +368,9 @@ def train(
     run_callbacks: list[keras.callbacks.Callback] = [nan_guard, StopAtStep(total_steps)]
     validation = None
     if chief:
-        validation = _validation(config, root, transformer, tokenizer, data, log_dir)
+        validation = _validation(
+            config, root, transformer, tokenizer, data, log_dir, fingerprint
+        )
         run_callbacks += _chief_callbacks(
             config, root, validation, log_dir, initial_step, data
         )
@@ -410,6 +454,7 @@ def _validation(
     tokenizer: SubwordTokenizer,
     data: TaskData,
     log_dir: Path,
+    fingerprint: runs.RunFingerprint | None = None,
 ) -> ValidationTranslations:
     """The validation BLEU of `train.bleu_samples` pairs (and the best weights)."""
     train_config = config.train
@@ -422,6 +467,7 @@ def _validation(
         every=train_config.validation_every,
         attention_example=train_config.attention_example,
         best_weights=(root / ckpt.BEST_WEIGHTS) if train_config.keep_best else None,
+        fingerprint=fingerprint,
     )
 
 

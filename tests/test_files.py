@@ -1,0 +1,183 @@
+"""keras_transformer.files: atomic files and folders, and the writer lock."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from keras_transformer import files
+from keras_transformer.files import (
+    FileWriteError,
+    FolderLock,
+    FolderLockedError,
+    atomic_directory,
+    atomic_file,
+    check_free_space,
+    write_atomically,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _full_disk(*_args: object, **_kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_write_atomically_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "result.json"
+    write_atomically(path, "old")
+    write_atomically(path, "new")
+    assert path.read_text() == "new"
+    # No temporary file is left beside it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_a_failed_write_keeps_the_previous_file_and_is_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "result.json"
+    write_atomically(path, "previous")
+    monkeypatch.setattr(files.os, "replace", _full_disk)
+    with pytest.raises(FileWriteError) as error:
+        write_atomically(path, "new")
+    message = str(error.value)
+    assert "\n" not in message
+    assert str(path) in message
+    assert "no space left on the device" in message
+    assert "the previous result.json is intact" in message
+    assert error.value.errno == errno.ENOSPC
+    assert path.read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_atomic_file_keeps_the_writers_suffix(tmp_path):
+    # Keras insists on ".weights.h5" and ".keras": the temporary name ends
+    # with the final name.
+    with atomic_file(tmp_path / "best.weights.h5") as temporary:
+        assert temporary.name.endswith("best.weights.h5")
+        assert temporary.parent == tmp_path
+        temporary.write_bytes(b"weights")
+    assert (tmp_path / "best.weights.h5").read_bytes() == b"weights"
+
+
+def test_an_exception_inside_atomic_file_leaves_nothing(tmp_path):
+    with (
+        pytest.raises(RuntimeError, match="writer failed"),
+        atomic_file(tmp_path / "a.txt") as temporary,
+    ):
+        temporary.write_text("half")
+        raise RuntimeError("writer failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_directory_swaps_in_a_complete_folder(tmp_path):
+    target = tmp_path / "export"
+    with atomic_directory(target) as folder:
+        (folder / "a.txt").write_text("one")
+    assert (target / "a.txt").read_text() == "one"
+    with atomic_directory(target) as folder:
+        # The old folder stays whole while the new one is written.
+        assert (target / "a.txt").read_text() == "one"
+        (folder / "b.txt").write_text("two")
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_a_failed_folder_write_keeps_the_previous_folder(tmp_path):
+    target = tmp_path / "export"
+    with atomic_directory(target) as folder:
+        (folder / "a.txt").write_text("one")
+    with (
+        pytest.raises(FileWriteError, match="the previous export is intact"),
+        atomic_directory(target) as folder,
+    ):
+        (folder / "b.txt").write_text("two")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_a_stale_temporary_folder_is_removed_by_the_next_write(tmp_path):
+    stale = tmp_path / ".tmp-999999-export"
+    stale.mkdir()
+    (stale / "saved_model.pb").write_text("half")
+    with atomic_directory(tmp_path / "export") as folder:
+        (folder / "a.txt").write_text("one")
+    assert not stale.exists()
+
+
+def test_check_free_space_refuses_before_writing(tmp_path, monkeypatch):
+    path = tmp_path / "best.weights.h5"
+    path.write_bytes(b"previous")
+    usage = type("Usage", (), {"free": 1000, "total": 2000, "used": 1000})
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda _: usage)
+    with pytest.raises(FileWriteError) as error:
+        check_free_space(path, 5000)
+    message = str(error.value)
+    assert "5,000 bytes" in message and "1,000 are free" in message
+    assert "previous best.weights.h5 is intact" in message
+    check_free_space(path, 999)  # enough room: no error
+
+
+def test_the_lock_is_reentrant_in_one_process(tmp_path):
+    lock = FolderLock(tmp_path, "outer")
+    with lock, FolderLock(tmp_path, "inner"):
+        assert lock.holder()["command"] == "outer"
+    # Released: another process may take it now (checked below); here the
+    # holder record is cleared.
+    assert lock.holder() == {}
+
+
+def _holder(folder: Path) -> subprocess.Popen:
+    """A child process that takes the folder's lock and waits."""
+    code = (
+        "import sys, time\n"
+        "from keras_transformer.files import FolderLock\n"
+        f"FolderLock({str(folder)!r}, 'keras-transformer train').acquire()\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert child.stdout.readline().strip() == "locked"
+    return child
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    child = _holder(tmp_path)
+    try:
+        with pytest.raises(FolderLockedError) as error:
+            FolderLock(tmp_path, "keras-transformer export").acquire()
+        message = str(error.value)
+        assert f"PID {child.pid}" in message
+        assert "keras-transformer train" in message
+        assert "host" in message and str(tmp_path / "writer.lock") in message
+        assert "\n" not in message
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    # The system releases the lock of a killed holder: no stale lock.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with FolderLock(tmp_path, "after the kill"):
+                break
+        except FolderLockedError:
+            assert time.monotonic() < deadline, "the lock outlived its holder"
+            time.sleep(0.1)
+
+
+def test_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
+    def read_only(*_args: object, **_kwargs: object) -> int:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(files.os, "open", read_only)
+    with pytest.raises(FileWriteError, match="read-only file system; nothing in"):
+        FolderLock(tmp_path, "train").acquire()

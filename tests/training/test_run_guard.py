@@ -1,0 +1,385 @@
+"""The run folder guarded: one writer, fingerprinted checkpoints, whole files.
+
+The cases a careless user meets (issue 22): two commands writing one run
+folder, a checkpoint or weights file copied in from another run, a config
+changed after training, a full disk while the best weights are written, and
+the checkpoint folder deleted during a run. Each is refused with one line
+or survived with nothing lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import cli, files, runs
+from keras_transformer.files import FileWriteError
+from keras_transformer.runs import (
+    ForeignCheckpointError,
+    RunFolder,
+    checkpoint_fingerprint,
+    checkpoint_paths,
+)
+from keras_transformer.training import average_checkpoints, train
+from tests.training.helpers import (
+    SMALL_CONFIG,
+    small_config,
+    subprocess_env,
+    write_config,
+)
+
+#: Two checkpoints (ckpt-3, ckpt-6) and a best-weights file.
+RUN_OVERRIDES = ("train.test_samples=2",)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two finished tiny runs of one config that differ only in their seed."""
+    root = tmp_path_factory.mktemp("guard")
+    first, second = root / "first", root / "second"
+    train(small_config(*RUN_OVERRIDES), first, printer=None)
+    train(small_config(*RUN_OVERRIDES, "train.seed=1"), second, printer=None)
+    return first, second
+
+
+@pytest.fixture
+def run(two_runs, tmp_path):
+    """A copy of the first run, and the second run (read only)."""
+    copy = tmp_path / "run"
+    shutil.copytree(two_runs[0], copy)
+    return copy, two_runs[1]
+
+
+def _one_line_error(capsys, *names: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert len(lines) == 1, err
+    for name in names:
+        assert name in lines[0], err
+    return lines[0]
+
+
+def _copy_in(checkpoint: Path, run: Path, step: int) -> str:
+    """Copies another run's checkpoint into `run` as its newest, ckpt-<step>."""
+    target = run / "checkpoints" / f"ckpt-{step}"
+    for path in checkpoint.parent.glob(checkpoint.name + ".*"):
+        shutil.copy(path, str(target) + path.name[len(checkpoint.name) :])
+    listed = checkpoint_paths(run / "checkpoints")
+    tf.compat.v1.train.update_checkpoint_state(
+        str(run / "checkpoints"),
+        str(target),
+        all_model_checkpoint_paths=[*listed, str(target)],
+    )
+    return str(target)
+
+
+# ------------------------------------------------------------ fingerprints
+def test_every_checkpoint_and_best_weights_carry_the_runs_fingerprint(two_runs):
+    first, second = two_runs
+    expected = RunFolder(first).fingerprint()
+    assert expected is not None
+    for prefix in checkpoint_paths(first / "checkpoints"):
+        assert checkpoint_fingerprint(prefix) == expected
+    best = json.loads((first / "best.json").read_text())
+    assert best["fingerprint"]["run_id"] == expected.run_id
+    other = RunFolder(second).fingerprint()
+    assert other is not None and other.run_id != expected.run_id
+
+
+def test_a_checkpoint_of_another_run_is_refused_by_every_reader(run, capsys):
+    workdir, other = run
+    foreign = _copy_in(Path(checkpoint_paths(other / "checkpoints")[-1]), workdir, 100)
+    other_id = RunFolder(other).fingerprint().run_id
+    # average-checkpoints, in the library and on the command line.
+    with pytest.raises(ForeignCheckpointError) as error:
+        average_checkpoints(workdir, last=3)
+    assert other_id in str(error.value) and str(other.resolve()) in str(error.value)
+    assert not (workdir / "averaged.weights.h5").exists()
+    assert cli.main(["average-checkpoints", "--workdir", str(workdir)]) == 2
+    _one_line_error(capsys, "belongs to another run", other_id)
+    # The newest checkpoint (translate, evaluate, export read it).
+    folder = RunFolder(workdir)
+    with pytest.raises(ForeignCheckpointError, match="belongs to another run"):
+        folder.restore(folder.build_model(), "last")
+    # A checkpoint named on the command line.
+    sentences = workdir.parent / "sentences.txt"
+    sentences.write_text("5 May 1990\n")
+    status = cli.main(
+        ["translate", "--workdir", str(workdir), "--weights", foreign]
+        + ["--input", str(sentences)]
+    )
+    assert status == 1
+    _one_line_error(capsys, "ckpt-100 belongs to another run")
+    # Resuming the run.
+    with pytest.raises(ForeignCheckpointError, match="ckpt-100 belongs to another"):
+        train(small_config(*RUN_OVERRIDES, "train.train_steps=9"), workdir)
+
+
+def test_best_weights_of_another_run_are_refused(run, capsys):
+    workdir, other = run
+    shutil.copy(other / "best.weights.h5", workdir / "best.weights.h5")
+    shutil.copy(other / "best.json", workdir / "best.json")
+    folder = RunFolder(workdir)
+    with pytest.raises(ForeignCheckpointError, match="best.weights.h5 belongs"):
+        folder.restore(folder.build_model(), "best")
+
+
+def test_the_runs_own_checkpoints_still_load(run):
+    workdir, _ = run
+    folder = RunFolder(workdir)
+    model = folder.build_model()
+    folder.restore(model, "last")
+    path = average_checkpoints(workdir, last=2)
+    info = json.loads(path.with_name("averaged.json").read_text())
+    assert info["fingerprint"]["run_id"] == folder.fingerprint().run_id
+    folder.restore(folder.build_model(), "average")
+
+
+def test_checkpoints_written_before_fingerprints_still_load(run):
+    """Older runs have no run id and checkpoints without a fingerprint."""
+    workdir, _ = run
+    metadata_file = workdir / "checkpoints" / "checkpoints.json"
+    metadata = json.loads(metadata_file.read_text())
+    for key in ("run_id", "config_hash", "workdir"):
+        metadata.pop(key)
+    metadata_file.write_text(json.dumps(metadata))
+    folder = RunFolder(workdir)
+    assert folder.fingerprint() is None
+    model = folder.build_model()
+    # Write a checkpoint without a fingerprint, as the previous release did.
+    folder.restore(model, "last")
+    legacy = tf.train.Checkpoint(model=model).write(str(workdir / "legacy" / "ckpt"))
+    assert checkpoint_fingerprint(legacy) is None
+    other = folder.build_model()
+    runs.restore_checkpoint(other, legacy)
+    for a, b in zip(model.get_weights(), other.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_config_changed_after_training_is_one_line_naming_config_json(run):
+    workdir, _ = run
+    config = json.loads((workdir / "config.json").read_text())
+    config["model"]["d_ff"] = 96
+    (workdir / "config.json").write_text(json.dumps(config))
+    child = subprocess.run(
+        [sys.executable, "-m", "keras_transformer", "translate"]
+        + ["--workdir", str(workdir)],
+        input="5 May 1990\n",
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 1
+    assert "Traceback" not in child.stderr
+    # TensorFlow's ~170 warning lines about unrestored values are gone.
+    assert "could not be found in the restored object" not in child.stderr
+    errors = [line for line in child.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1, child.stderr
+    assert "does not match the model built from" in errors[0]
+    assert str(workdir / "config.json") in errors[0]
+
+
+# ----------------------------------------------------------- one writer
+def _lock_holder(folder: Path) -> subprocess.Popen:
+    code = (
+        "import time\n"
+        "from keras_transformer.files import FolderLock\n"
+        f"FolderLock({str(folder)!r}, 'keras-transformer train').acquire()\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert child.stdout.readline().strip() == "locked"
+    return child
+
+
+def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
+    workdir, _ = run
+    before = {
+        p.relative_to(workdir): p.stat().st_mtime_ns
+        for p in workdir.rglob("*")
+        if p.is_file() and p.name != files.LOCK_FILE  # the holder writes it
+    }
+    config = write_config(tmp_path, SMALL_CONFIG)
+    holder = _lock_holder(workdir)
+    try:
+        commands = [
+            ["train", str(config), "--workdir", str(workdir)],
+            ["average-checkpoints", "--workdir", str(workdir), "--last", "2"],
+        ]
+        for command in commands:
+            assert cli.main(command) == 1
+            line = _one_line_error(capsys, f"PID {holder.pid}", "one writer at a time")
+            assert "keras-transformer train" in line
+        # Readers need no lock.
+        sentences = tmp_path / "sentences.txt"
+        sentences.write_text("5 May 1990\n")
+        status = cli.main(
+            ["translate", "--workdir", str(workdir), "--input", str(sentences)]
+            + ["--output", str(tmp_path / "out.txt")]
+        )
+        assert status == 0
+        capsys.readouterr()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    after = {
+        p.relative_to(workdir): p.stat().st_mtime_ns
+        for p in workdir.rglob("*")
+        if p.is_file() and p.name != files.LOCK_FILE  # the holder writes it
+    }
+    assert after == before, "a refused writer changed the run folder"
+    # The killed holder left no stale lock.
+    command = ["average-checkpoints", "--workdir", str(workdir), "--last", "2"]
+    assert cli.main(command) == 0
+    assert (workdir / "averaged.weights.h5").is_file()
+    capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_two_train_commands_on_one_folder(tmp_path):
+    """The issue's case: both exited 0 and mixed their tokenizers."""
+    longer = {**SMALL_CONFIG["train"], "train_steps": 60}
+    config = write_config(tmp_path, {**SMALL_CONFIG, "train": longer})
+    workdir = tmp_path / "run"
+    command = [sys.executable, "-m", "keras_transformer", "train", str(config)]
+    command += ["--workdir", str(workdir)]
+    first = subprocess.Popen(
+        command, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while (
+        not (workdir / files.LOCK_FILE).is_file()
+        or not (workdir / files.LOCK_FILE).read_text()
+    ):
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.2)
+    second = subprocess.run(
+        command, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    first_out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0
+    assert second.returncode == 1
+    assert "Traceback" not in second.stderr
+    assert f"PID {first.pid}" in second.stderr
+    result = json.loads((workdir / "result.json").read_text())
+    assert result["steps"] == 60
+
+
+# ------------------------------------------------------------- full disk
+def test_a_full_disk_at_the_best_weights_keeps_the_previous_pair(run, monkeypatch):
+    workdir, _ = run
+    best, info = workdir / "best.weights.h5", workdir / "best.json"
+    previous = best.read_bytes(), info.read_text()
+    folder = RunFolder(workdir)
+    model = folder.build_model()
+    folder.restore(model, "last")
+    usage = type("Usage", (), {"free": 50_000, "total": 10**9, "used": 10**9})
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda _: usage)
+    with pytest.raises(FileWriteError) as error:
+        runs.save_weights(model, best, {"bleu": 1.0, "step": 9})
+    message = str(error.value)
+    assert str(best) in message and "no space left" in message
+    assert "previous best.weights.h5 is intact" in message and "\n" not in message
+    assert (best.read_bytes(), info.read_text()) == previous
+    folder.restore(folder.build_model(), "best")
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+    )
+    return mounted.returncode == 0
+
+
+def test_a_really_full_disk_at_the_best_weights(run, tmp_path):
+    """On a real small file system: the h5 writer never starts on a full disk."""
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "4m"):
+        pytest.skip("mounting a tmpfs needs root (the test above covers the logic)")
+    try:
+        workdir, _ = run
+        folder = RunFolder(workdir)
+        model = folder.build_model()
+        folder.restore(model, "last")
+        best = disk / "best.weights.h5"
+        runs.save_weights(model, best, {"bleu": 1.0, "step": 3})
+        previous = best.read_bytes()
+        free = shutil.disk_usage(disk).free
+        (disk / "filler").write_bytes(b"\0" * (free - 64 * 1024))
+        with pytest.raises(FileWriteError, match="no space left on the device"):
+            runs.save_weights(model, best, {"bleu": 2.0, "step": 6})
+        assert best.read_bytes() == previous
+        assert json.loads((disk / "best.json").read_text())["step"] == 3
+        assert sorted(p.name for p in disk.iterdir()) == [
+            "best.json",
+            "best.weights.h5",
+            "filler",
+        ]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+# --------------------------------------------- the checkpoint folder deleted
+class _DeleteCheckpoints(keras.callbacks.Callback):
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if epoch == 0:
+            shutil.rmtree(self.folder)
+
+
+def test_checkpoints_deleted_during_a_run_are_noticed(tmp_path, caplog):
+    workdir = tmp_path / "run"
+    checkpoint_dir = workdir / "checkpoints"
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.runs"):
+        train(
+            small_config(*RUN_OVERRIDES),
+            workdir,
+            callbacks=[_DeleteCheckpoints(checkpoint_dir)],
+            printer=None,
+        )
+    assert "the folder was deleted during the run" in caplog.text
+    # The state lists only what exists, and the metadata (the tokenizer and
+    # fingerprint checks) was written again with the same tokenizer.
+    assert [Path(p).name for p in checkpoint_paths(checkpoint_dir)] == ["ckpt-6"]
+    metadata = json.loads((checkpoint_dir / "checkpoints.json").read_text())
+    tokenizer = RunFolder(workdir).tokenizer()
+    assert metadata["tokenizer_fingerprint"] == tokenizer.fingerprint
+    assert (
+        checkpoint_fingerprint(checkpoint_paths(checkpoint_dir)[-1]).run_id
+        == (metadata["run_id"])
+    )
+    folder = RunFolder(workdir)
+    folder.restore(folder.build_model(), "last")
+
+
+def test_the_lock_file_is_released_after_train(tmp_path):
+    workdir = tmp_path / "run"
+    train(small_config(*RUN_OVERRIDES, "train.train_steps=3"), workdir, printer=None)
+    with files.FolderLock(workdir, "a later command"):
+        pass
+    assert os.path.getsize(workdir / files.LOCK_FILE) == 0
