@@ -58,6 +58,11 @@ class FileWriteError(OSError):
     the device``, ``read-only file system``, ...) and what to do.
     """
 
+    def __str__(self) -> str:
+        # OSError prints "[Errno 28] None: '<file>'" once errno and filename
+        # are set (as `write_error` does); the message is the first argument.
+        return str(self.args[0]) if self.args else super().__str__()
+
 
 def _reason(error: BaseException) -> str:
     number = getattr(error, "errno", None)

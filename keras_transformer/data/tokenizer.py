@@ -17,6 +17,13 @@ vocabulary, for which that op gives other ids, is applied by
 ``tensorflow_text.SentencepieceTokenizer`` with its model in a shared
 resource (see ``docs/architecture.md``, "The tokenizer inside the graph").
 
+Learning is deterministic: a vocabulary is a function of its sentences and
+settings (``seed`` included), byte-identical across processes and machines
+with the same sentencepiece version; a sample of ``max_sentences`` is drawn
+by this module from ``seed``, not by SentencePiece. :meth:`SubwordTokenizer.save`
+writes each file whole, ``tokenizer.json`` last as the mark of a complete
+tokenizer.
+
 Special ids are fixed for every tokenizer this class trains or loads:
 ``PAD_ID = 0``, ``UNK_ID = 1``, ``START_ID = 2`` (``<s>``) and
 ``END_ID = 3`` (``</s>``).
@@ -35,7 +42,9 @@ Characters never seen in training become ``UNK_ID`` and are decoded as
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import heapq
 import io
 import json
 import os
@@ -43,10 +52,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
+import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import sentencepiece_model_pb2
+
+from keras_transformer import files
 
 __all__ = ["SubwordTokenizer"]
 
@@ -64,6 +76,30 @@ def _parse(proto: bytes) -> sentencepiece_model_pb2.ModelProto:
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(proto)
     return model
+
+
+def _sample(sentences: Iterable[str], size: int, seed: int) -> list[str]:
+    """The `size` sentences of a seeded random sample, in their original order.
+
+    Sentence ``i`` gets the key ``i``-th 64-bit output of ``PCG64(seed)``
+    (numpy keeps a bit generator's stream the same across versions and
+    machines) and the `size` smallest keys are kept: a uniform sample without
+    replacement that depends only on the seed and the sentences, read in one
+    streaming pass (memory for `size` sentences only).
+    """
+    generator = np.random.PCG64(seed)
+    chunk = 65_536
+    keys: Iterator[int] = iter(())
+    largest_kept: list[tuple[int, int, str]] = []  # (-key, index, sentence)
+    for index, sentence in enumerate(sentences):
+        if index % chunk == 0:
+            keys = iter(generator.random_raw(chunk).tolist())
+        entry = (-next(keys), index, sentence)
+        if len(largest_kept) < size:
+            heapq.heappush(largest_kept, entry)
+        elif entry[0] > largest_kept[0][0]:
+            heapq.heapreplace(largest_kept, entry)
+    return [sentence for _, _, sentence in sorted(largest_kept, key=lambda e: e[1])]
 
 
 def _model_type_name(model: sentencepiece_model_pb2.ModelProto) -> str:
@@ -223,6 +259,14 @@ class SubwordTokenizer(tf.Module):
         one tokenizer serves both sides), pass the sentences of both
         languages, e.g. ``itertools.chain(pairs.sources, pairs.targets)``.
 
+        The result is a function of the sentences (in their order) and the
+        arguments: the same call gives a byte-identical model (the same
+        :attr:`fingerprint`) in every process and on every machine with the
+        same sentencepiece version. ``max_sentences`` samples with a numpy
+        bit generator seeded by ``seed``; SentencePiece's own sampling is off,
+        since it draws from a generator seeded once per process that
+        ``seed`` does not reach (two processes would learn two vocabularies).
+
         Args:
             texts: Training sentences; empty strings are ignored.
             vocabulary_size: Number of ids, the four special ids included.
@@ -231,10 +275,11 @@ class SubwordTokenizer(tf.Module):
             character_coverage: Share of characters the vocabulary must cover;
                 rarer characters become ``UNK_ID``. 1.0 suits alphabetic
                 languages, 0.9995 is usual for Chinese or Japanese.
-            seed: Seed of SentencePiece's random generator (used when
-                ``max_sentences`` samples the input).
-            max_sentences: If set, train on a random sample of this many
-                sentences; ``None`` uses them all.
+            seed: Seed of the sample that ``max_sentences`` draws (a
+                non-negative integer); without sampling it changes nothing.
+            max_sentences: If set and the non-empty sentences are more, train
+                on a uniform random sample of this many of them (kept in
+                their order); ``None`` uses them all.
             byte_fallback: Decompose unknown characters into UTF-8 byte pieces
                 instead of ``UNK_ID``; uses 256 ids of the vocabulary.
             num_threads: Training threads. The learned vocabulary depends on
@@ -271,6 +316,8 @@ class SubwordTokenizer(tf.Module):
                 "texts must be an iterable of sentences, not a single str; wrap "
                 "it in a list."
             )
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
 
         counter = {"sentences": 0}
 
@@ -296,15 +343,21 @@ class SubwordTokenizer(tf.Module):
             "byte_fallback": byte_fallback,
             "num_threads": num_threads,
             "minloglevel": 2,
+            # SentencePiece gets exactly the sentences chosen here: its own
+            # sampling (input_sentence_size with shuffle_input_sentence) is
+            # seeded per process, not by set_random_generator_seed.
+            "input_sentence_size": 0,
+            "shuffle_input_sentence": False,
         }
+        chosen: Iterable[str] = sentences()
         if max_sentences is not None:
-            options["input_sentence_size"] = max_sentences
-            options["shuffle_input_sentence"] = True
-        spm.set_random_generator_seed(seed)
+            chosen = _sample(chosen, max_sentences, int(seed))
+        # For any randomness left inside SentencePiece (none is known).
+        spm.set_random_generator_seed(int(seed))
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(), model_writer=model, **options
+                sentence_iterator=iter(chosen), model_writer=model, **options
             )
         except RuntimeError as e:
             if counter["sentences"] == 0:
@@ -313,10 +366,11 @@ class SubwordTokenizer(tf.Module):
                     "non-empty sentence."
                 ) from e
             message = str(e)
+            used = min(counter["sentences"], max_sentences or counter["sentences"])
             if "Vocabulary size too high" in message or "vocab_size" in message:
                 raise ValueError(
                     f"vocabulary_size={vocabulary_size} is too large for "
-                    f"{counter['sentences']} training sentences ({message}). "
+                    f"{used} training sentences ({message}). "
                     "Lower vocabulary_size or train on more text."
                 ) from e
             raise ValueError(f"SentencePiece training failed: {message}") from e
@@ -339,17 +393,24 @@ class SubwordTokenizer(tf.Module):
 
         ``tokenizer.json`` records the vocabulary size, the special ids and
         the SHA-256 fingerprint of the model, which :meth:`load` verifies.
+        It is written last, each file whole or not at all (a temporary file
+        renamed into place): its presence says the tokenizer is complete. A
+        failed save (a full disk) removes both files, a previous tokenizer's
+        included, so the folder never holds half a tokenizer.
 
         Args:
             directory: Folder to write to; created if missing. Existing
-                tokenizer files in it are replaced.
+                tokenizer files in it are replaced; other files are kept.
 
         Returns:
             The folder, as a ``Path``.
+
+        Raises:
+            keras_transformer.files.FileWriteError: (an ``OSError``) when a
+                file cannot be written; one line naming it and the cause.
         """
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / _MODEL_FILE).write_bytes(self._proto)
+        model_path, config_path = directory / _MODEL_FILE, directory / _CONFIG_FILE
         config = {
             "format_version": _FORMAT_VERSION,
             "vocabulary_size": self.vocabulary_size,
@@ -360,9 +421,24 @@ class SubwordTokenizer(tf.Module):
             "end_id": self.END_ID,
             "fingerprint": self.fingerprint,
         }
-        (directory / _CONFIG_FILE).write_text(
-            json.dumps(config, indent=2) + "\n", encoding="utf-8"
-        )
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            # The marker goes first and comes back last: in between, the
+            # folder holds no complete tokenizer, never a mismatched one.
+            config_path.unlink(missing_ok=True)
+            files.write_atomically(model_path, self._proto)
+            files.write_atomically(config_path, json.dumps(config, indent=2) + "\n")
+        except OSError as e:
+            for path in (config_path, model_path):
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+            cause = e.__cause__ if isinstance(e.__cause__, OSError) else e
+            failed = Path(getattr(e, "filename", None) or model_path)
+            raise files.write_error(
+                failed,
+                cause,
+                kept=f"{directory} holds no tokenizer now (no partial one is kept)",
+            ) from e
         return directory
 
     @classmethod
@@ -377,12 +453,22 @@ class SubwordTokenizer(tf.Module):
             The tokenizer.
 
         Raises:
-            FileNotFoundError: If a file is missing.
+            FileNotFoundError: If a file is missing, e.g. ``tokenizer.json``
+                after a save that stopped half way (written by a version
+                before saves were atomic); the message says what to do.
             ValueError: If ``tokenizer.model`` does not match the fingerprint
                 or vocabulary size recorded in ``tokenizer.json``.
         """
         directory = Path(directory)
         model_path, config_path = directory / _MODEL_FILE, directory / _CONFIG_FILE
+        if model_path.is_file() and not config_path.is_file():
+            raise FileNotFoundError(
+                f"{directory} holds {_MODEL_FILE} but no {_CONFIG_FILE}: a save "
+                "stopped half way (e.g. on a full disk), so the tokenizer is "
+                f"incomplete. Delete {directory} and learn it again (safe while "
+                "its run has no checkpoint: training relearns the same one), or "
+                "restore the folder from a copy of the run."
+            )
         for path in (model_path, config_path):
             if not path.is_file():
                 raise FileNotFoundError(

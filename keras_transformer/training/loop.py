@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import runs
@@ -153,18 +154,115 @@ def _directories(root: Path, strategy: tf.distribute.Strategy) -> tuple[Path, Pa
 
 
 def _tokenizer(
-    config: TrainConfig, directory: Path, train_pairs: TextPairs
+    config: TrainConfig,
+    directory: Path,
+    train_pairs: TextPairs,
+    strategy: tf.distribute.Strategy,
+    say: Callable[[str], None],
 ) -> SubwordTokenizer:
-    """Loads the run's tokenizer, or learns and saves it on a fresh run."""
+    """The run's tokenizer: loaded, or learned and saved on a fresh run.
+
+    Under `MultiWorkerMirroredStrategy` only the chief loads or learns it; the
+    other workers receive its bytes from the chief through a collective (the
+    workers need not share a file system) and save them in their folders.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return _load_or_learn_tokenizer(config, directory, train_pairs, say)
+    chief = is_chief(strategy)
+    tokenizer, failure = None, None
+    if chief:
+        try:
+            tokenizer = _load_or_learn_tokenizer(config, directory, train_pairs, say)
+        except Exception as e:  # re-raised after the broadcast
+            failure = e  # the other workers wait for the bytes: send none
+    proto = _broadcast_from_chief(strategy, tokenizer.model_proto if tokenizer else b"")
+    if failure is not None:
+        raise failure
+    if tokenizer is not None:
+        return tokenizer
+    if not proto:
+        # A ValueError like the chief's (config, data or files): one line.
+        raise ValueError(
+            "The chief worker could not load or learn the tokenizer, so this "
+            "worker stops too; the chief's output says why."
+        )
+    tokenizer = SubwordTokenizer.from_proto(proto)
+    say(f"Received the tokenizer {tokenizer.fingerprint[:12]} from the chief.")
+    ckpt.check_tokenizer(directory / ckpt.CHECKPOINT_DIR, tokenizer)
+    ckpt.check_vocabulary_size(config, tokenizer)
     folder = directory / ckpt.TOKENIZER_DIR
-    if (folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file():
+    if not _holds_tokenizer(folder, tokenizer):
+        tokenizer.save(folder)
+    return tokenizer
+
+
+def _load_or_learn_tokenizer(
+    config: TrainConfig,
+    directory: Path,
+    train_pairs: TextPairs,
+    say: Callable[[str], None],
+) -> SubwordTokenizer:
+    """Loads ``<directory>/tokenizer``, or learns and saves it on a fresh run.
+
+    A ``tokenizer.model`` without ``tokenizer.json`` is what a save that
+    stopped half way left (before saves were atomic): relearned, with a
+    warning, while the run has no checkpoint; otherwise `load` refuses it.
+    """
+    folder = directory / ckpt.TOKENIZER_DIR
+    model, marker = folder / "tokenizer.model", folder / "tokenizer.json"
+    resumed = bool(ckpt.checkpoint_paths(directory / ckpt.CHECKPOINT_DIR))
+    if marker.is_file() or (model.is_file() and resumed):
         tokenizer = SubwordTokenizer.load(folder)
     else:
+        if model.is_file():
+            logger.warning(
+                "%s holds an incomplete tokenizer (tokenizer.model without "
+                "tokenizer.json: a save stopped half way, e.g. on a full disk); "
+                "the run has no checkpoint yet, so it is learned again.",
+                folder,
+            )
+        say(f"Learning the tokenizer ({config.data.vocabulary_size} pieces).")
         tokenizer = learn_tokenizer(train_pairs, config.data, seed=config.train.seed)
         tokenizer.save(folder)
     ckpt.check_tokenizer(directory / ckpt.CHECKPOINT_DIR, tokenizer)
     ckpt.check_vocabulary_size(config, tokenizer)
     return tokenizer
+
+
+def _holds_tokenizer(folder: Path, tokenizer: SubwordTokenizer) -> bool:
+    """Whether `folder` already holds exactly `tokenizer` (complete)."""
+    try:
+        return SubwordTokenizer.load(folder).fingerprint == tokenizer.fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def _broadcast_from_chief(strategy: tf.distribute.Strategy, data: bytes) -> bytes:
+    """The chief's `data` on every worker (each must call this, in step).
+
+    A sum over all replicas to which only the chief's replicas contribute:
+    first the length, then the bytes as 32-bit words in float64 (exact). Each
+    replica of the chief adds them, so the sums are ``copies`` times them.
+    """
+    chief = is_chief(strategy)
+
+    @tf.function
+    def total(values: tf.Tensor) -> tf.Tensor:
+        per_replica = strategy.run(tf.identity, args=(values,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    mine = float(chief), float(len(data) if chief else 0)
+    copies, length = (int(v) for v in total(tf.constant(mine, tf.float64)).numpy())
+    length //= max(copies, 1)
+    words = -(-length // 4)
+    if chief:
+        values = np.frombuffer(data.ljust(words * 4, b"\0"), "<u4").astype(np.float64)
+    else:
+        values = np.zeros(words, np.float64)
+    if not words:
+        return b""
+    summed = total(tf.constant(values)).numpy() / copies
+    return np.rint(summed).astype("<u4").tobytes()[:length]
 
 
 def _check_same_on_all_workers(strategy: tf.distribute.Strategy, text: str) -> None:
@@ -332,7 +430,7 @@ def _train(
     keras.utils.set_random_seed(config.train.seed)
     data = load_task(config.data, seed=config.train.seed)
     _report_skipped(data, say)  # bad lines are never dropped silently
-    tokenizer = _tokenizer(config, directory, data.train)
+    tokenizer = _tokenizer(config, directory, data.train, strategy, say)
     _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
     total_steps, per_epoch = schedule = _steps(config, data, tokenizer)
 

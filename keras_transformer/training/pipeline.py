@@ -53,7 +53,10 @@ def learn_tokenizer(
     §5.1: "Sentences were encoded using byte-pair encoding, which has a
     shared source-target vocabulary". SentencePiece's unigram model (or BPE,
     `data.tokenizer_model_type`) is learned on the source and target sides
-    together, single-threaded so every worker learns the same vocabulary.
+    together. The result is a function of the pairs, `config` and `seed`
+    (byte-identical in every process): `data.tokenizer_max_sentences` samples
+    with `seed`, and training is single-threaded (the thread count changes
+    the vocabulary).
     """
     return SubwordTokenizer.train(
         [*pairs.sources, *pairs.targets],

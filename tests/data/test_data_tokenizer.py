@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
+from keras_transformer.data.tokenizer import _sample
+from keras_transformer.files import FileWriteError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: Inputs the SentencePiece library and the in-graph ops must agree on:
@@ -325,3 +331,169 @@ def test_survives_clearing_the_kernel_cache(tokenizers: dict, kind: str) -> None
     del fresh
     assert tokenizer.tokenize(SENTENCES).to_list() == before
     assert [ids.tolist() for ids in dataset.as_numpy_iterator()] == before
+
+
+# -- determinism across processes -------------------------------------------
+
+#: Learns sampled vocabularies on Multi30k in a fresh process and saves them.
+_LEARN_IN_A_PROCESS = """
+import sys
+from keras_transformer.data import SubwordTokenizer, load_multi30k
+data_dir, out, *seeds = sys.argv[1:]
+pairs = load_multi30k("train", data_dir=data_dir).take(6000)
+texts = [*pairs.sources, *pairs.targets]
+for seed in seeds:
+    tokenizer = SubwordTokenizer.train(
+        texts, vocabulary_size=1000, seed=int(seed), max_sentences=3000
+    )
+    tokenizer.save(f"{out}/seed_{seed}")
+"""
+
+
+def test_sampled_vocabulary_is_the_same_in_two_processes(
+    multi30k_dir: Path, tmp_path: Path
+) -> None:
+    """12,000 sentences, 3,000 sampled, seed 0: byte-identical models.
+
+    SentencePiece's own sampling (input_sentence_size) drew a new sample in
+    every process whatever the seed; the sample is now drawn from the seed.
+    """
+    from tests.training.helpers import REPO_ROOT, subprocess_env
+
+    for name, seeds in (("first", ["0", "1"]), ("second", ["0"])):
+        process = subprocess.run(
+            [sys.executable, "-c", _LEARN_IN_A_PROCESS, str(multi30k_dir)]
+            + [str(tmp_path / name), *seeds],
+            cwd=REPO_ROOT,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert process.returncode == 0, process.stderr[-3000:]
+    first = (tmp_path / "first" / "seed_0" / "tokenizer.model").read_bytes()
+    second = (tmp_path / "second" / "seed_0" / "tokenizer.model").read_bytes()
+    assert first == second
+    other_seed = (tmp_path / "first" / "seed_1" / "tokenizer.model").read_bytes()
+    assert other_seed != first  # the seed chooses the sample
+
+
+def test_sample_is_seeded_uniform_and_keeps_the_order() -> None:
+    sentences = [f"sentence {i}" for i in range(1000)]
+    sample = _sample(iter(sentences), 100, seed=0)
+    assert len(sample) == len(set(sample)) == 100
+    assert sample == sorted(sample, key=sentences.index)  # corpus order
+    assert _sample(sentences, 100, seed=0) == sample
+    assert _sample(sentences, 100, seed=1) != sample
+    # Spread over the corpus, not its head: about 10 in each tenth.
+    tenths = [sentences.index(s) // 100 for s in sample]
+    assert all(2 <= tenths.count(t) <= 25 for t in range(10))
+    assert _sample(sentences[:50], 100, seed=0) == sentences[:50]
+    # Streamed past the generator's chunk, and still a function of the seed.
+    many = (str(i) for i in range(70_000))
+    assert _sample(many, 3, seed=4) == _sample((str(i) for i in range(70_000)), 3, 4)
+
+
+def test_max_sentences_above_the_corpus_trains_on_all_of_it(
+    multi30k_val: TextPairs,
+) -> None:
+    texts = list(multi30k_val.take(300).sources)
+    whole = SubwordTokenizer.train(texts, vocabulary_size=300)
+    capped = SubwordTokenizer.train(texts, vocabulary_size=300, max_sentences=300)
+    assert capped.fingerprint == whole.fingerprint
+    sampled = SubwordTokenizer.train(texts, vocabulary_size=300, max_sentences=200)
+    assert sampled.fingerprint != whole.fingerprint
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        SubwordTokenizer.train(texts, vocabulary_size=300, seed=-1)
+
+
+# -- a save that fails half way ---------------------------------------------
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+@pytest.mark.parametrize("failing", ["tokenizer.model", "tokenizer.json"])
+def test_failed_save_leaves_no_half_tokenizer(
+    tokenizer: SubwordTokenizer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+) -> None:
+    """The disk fills up while one file is written: neither file is left."""
+    import keras_transformer.files as files_module
+
+    directory = tmp_path / "tok"
+    directory.mkdir()
+    (directory / "notes.txt").write_text("not the tokenizer's")
+    flush = files_module._fsync_file
+
+    def full_disk(path: Path) -> None:
+        if Path(path).name.endswith(failing):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        flush(path)
+
+    monkeypatch.setattr(files_module, "_fsync_file", full_disk)
+    with pytest.raises(FileWriteError) as error:
+        tokenizer.save(directory)
+    message = str(error.value)
+    assert "\n" not in message
+    assert failing in message and "no space left on the device" in message
+    assert "holds no tokenizer now" in message and "Free disk space" in message
+    assert error.value.errno == errno.ENOSPC
+    assert _leftovers(directory) == ["notes.txt"]  # no temporaries either
+    with pytest.raises(FileNotFoundError, match="tokenizer.model not found"):
+        SubwordTokenizer.load(directory)
+
+    monkeypatch.setattr(files_module, "_fsync_file", flush)  # space freed
+    tokenizer.save(directory)
+    assert SubwordTokenizer.load(directory).fingerprint == tokenizer.fingerprint
+    assert _leftovers(directory) == ["notes.txt", "tokenizer.json", "tokenizer.model"]
+
+
+def test_half_written_folder_says_what_happened(
+    tokenizer: SubwordTokenizer, tmp_path: Path
+) -> None:
+    """What a save before this version left on a full disk: a cut model."""
+    directory = tmp_path / "tokenizer"
+    directory.mkdir()
+    proto = tokenizer.model_proto
+    (directory / "tokenizer.model").write_bytes(proto[: len(proto) // 2])
+    with pytest.raises(FileNotFoundError) as error:
+        SubwordTokenizer.load(directory)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "holds tokenizer.model but no tokenizer.json" in message
+    assert "stopped half way" in message
+    assert f"Delete {directory}" in message and "no checkpoint" in message
+
+
+def test_full_tmpfs_leaves_no_half_tokenizer(
+    tokenizer: SubwordTokenizer, tmp_path: Path
+) -> None:
+    """The same on a real full disk: a 256 KiB tmpfs, nearly filled."""
+    mount = tmp_path / "small_disk"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here: {mounted.stderr.strip()}")
+    try:
+        filler = mount / "filler"
+        free = shutil.disk_usage(mount).free
+        filler.write_bytes(b"\0" * (free - 8192))  # two pages left
+        assert shutil.disk_usage(mount).free < len(tokenizer.model_proto)
+        directory = mount / "tokenizer"
+        with pytest.raises(FileWriteError, match="no space left on the device"):
+            tokenizer.save(directory)
+        assert _leftovers(directory) == []
+        assert _leftovers(mount) == ["filler", "tokenizer"]
+        filler.unlink()
+        tokenizer.save(directory)
+        assert SubwordTokenizer.load(directory).fingerprint == tokenizer.fingerprint
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

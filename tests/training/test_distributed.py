@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_transformer.data import SubwordTokenizer
 from keras_transformer.schedules import NoamSchedule
 from keras_transformer.training import checkpoint_paths
 from keras_transformer.training.checkpoints import checkpoint_step
@@ -87,12 +88,13 @@ def _stop(processes: list[subprocess.Popen]) -> None:
         process.wait(timeout=30)
 
 
-def test_multi_worker_run_of_two_processes(tmp_path):
-    """Two workers on localhost train 4 updates and end with the same weights."""
-    values = copy.deepcopy(SMALL_CONFIG)
-    values["train"].update(train_steps=4, steps_per_epoch=2, test_samples=4)
-    config = write_config(tmp_path, values)
-    workdir = tmp_path / "run"
+def _run_two_workers(
+    tmp_path: Path, config: Path, workdir: Path, timeout: float = 300
+) -> tuple[list[subprocess.Popen], list[str]]:
+    """Runs ``train --strategy multiworker`` as two localhost workers.
+
+    Returns the finished processes and their outputs (stdout and stderr).
+    """
     cluster = {"worker": [f"localhost:{port}" for port in _free_ports(2)]}
     processes = []
     logs = []
@@ -120,16 +122,30 @@ def test_multi_worker_run_of_two_processes(tmp_path):
                     stderr=subprocess.STDOUT,
                 )
             )
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + timeout
         for process in processes:
             process.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        pytest.fail("the multi-worker run did not finish in 300 s")
+        pytest.fail(f"the multi-worker run did not finish in {timeout:.0f} s")
     finally:
         _stop(processes)
         for log in logs:
             log.close()
     outputs = [(tmp_path / f"worker_{i}.log").read_text() for i in range(2)]
+    return processes, outputs
+
+
+def test_multi_worker_run_of_two_processes(tmp_path):
+    """Two workers on localhost train 4 updates and end with the same weights.
+
+    Only the chief learns the tokenizer; worker 1 receives its bytes through
+    a collective (no shared folder needed) and saves the same tokenizer.
+    """
+    values = copy.deepcopy(SMALL_CONFIG)
+    values["train"].update(train_steps=4, steps_per_epoch=2, test_samples=4)
+    config = write_config(tmp_path, values)
+    workdir = tmp_path / "run"
+    processes, outputs = _run_two_workers(tmp_path, config, workdir)
     for process, output in zip(processes, outputs, strict=True):
         assert process.returncode == 0, output[-3000:]
     chief = json.loads((workdir / "result.json").read_text())
@@ -138,10 +154,39 @@ def test_multi_worker_run_of_two_processes(tmp_path):
     assert chief["weights_checksum"] == other["weights_checksum"]
     assert chief["history"]["loss"] == other["history"]["loss"]
     assert "2 replica(s)" in outputs[0]
+    tokenizers = [
+        SubwordTokenizer.load(folder / "tokenizer")
+        for folder in (workdir, workdir / "workers" / "worker_1")
+    ]
+    fingerprint = tokenizers[0].fingerprint
+    assert tokenizers[1].fingerprint == fingerprint
+    assert "Learning the tokenizer" in outputs[0]
+    assert "Learning the tokenizer" not in outputs[1]
+    assert f"Received the tokenizer {fingerprint[:12]} from the chief" in outputs[1]
     # Only the chief evaluates and writes TensorBoard logs.
     assert chief["evaluation"] is not None and other["evaluation"] is None
     assert (workdir / "logs" / "train").is_dir()
     assert not (workdir / "workers" / "worker_1" / "logs").exists()
+
+
+@pytest.mark.slow
+def test_multi_worker_run_stops_every_worker_when_the_chief_has_no_tokenizer(
+    tmp_path,
+):
+    """The chief cannot learn the tokenizer (a vocabulary too large for the
+    data): it still takes part in the broadcast, so worker 1 stops with a
+    one-line error instead of waiting for the bytes forever."""
+    values = copy.deepcopy(SMALL_CONFIG)
+    values["data"]["vocabulary_size"] = 5000
+    config = write_config(tmp_path, values)
+    workdir = tmp_path / "run"
+    processes, outputs = _run_two_workers(tmp_path, config, workdir, timeout=180)
+    assert [process.returncode for process in processes] == [1, 1], outputs
+    assert "vocabulary_size=5000 is too large" in outputs[0]
+    assert "The chief worker could not load or learn the tokenizer" in outputs[1]
+    assert "Traceback" not in outputs[0] + outputs[1]
+    assert "Learning the tokenizer" not in outputs[1]
+    assert not (workdir / "workers" / "worker_1" / "tokenizer").exists()
 
 
 def test_killed_run_resumes_with_the_same_command(tmp_path):

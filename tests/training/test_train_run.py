@@ -23,7 +23,11 @@ from keras_transformer.training import (
     train,
 )
 from keras_transformer.training.loop import ConfigMismatchError
-from keras_transformer.training.pipeline import load_task, training_dataset
+from keras_transformer.training.pipeline import (
+    learn_tokenizer,
+    load_task,
+    training_dataset,
+)
 from tests.training.helpers import small_config
 
 
@@ -169,6 +173,42 @@ def test_tokenizer_that_does_not_match_the_checkpoint_is_refused(run, tmp_path):
     assert "fingerprint" in str(error.value)
     with pytest.raises(ValueError, match="fingerprint"):
         load_trained_model(copy)
+
+
+def test_half_written_tokenizer_is_learned_again_before_a_checkpoint(tmp_path, caplog):
+    """A cut tokenizer.model and no tokenizer.json (a full disk, old version)."""
+    from keras_transformer.training.loop import _tokenizer
+
+    config = small_config()
+    data = load_task(config.data, seed=config.train.seed)
+    expected = learn_tokenizer(data.train, config.data, seed=config.train.seed)
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    proto = expected.model_proto
+    (folder / "tokenizer.model").write_bytes(proto[: len(proto) // 2])
+    said = []
+    with caplog.at_level("WARNING"):
+        tokenizer = _tokenizer(
+            config, tmp_path, data.train, tf.distribute.get_strategy(), said.append
+        )
+    assert "holds an incomplete tokenizer" in caplog.text
+    assert "learned again" in caplog.text
+    assert said == ["Learning the tokenizer (120 pieces)."]
+    assert tokenizer.fingerprint == expected.fingerprint  # deterministic
+    assert SubwordTokenizer.load(folder).fingerprint == expected.fingerprint
+
+
+def test_half_written_tokenizer_of_a_run_with_checkpoints_is_refused(run, tmp_path):
+    config, workdir, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    (copy / "tokenizer" / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError) as error:
+        train(config, copy, printer=None)
+    message = str(error.value)
+    assert "holds tokenizer.model but no tokenizer.json" in message
+    assert "restore the folder" in message and "\n" not in message
+    assert not (copy / "tokenizer" / "tokenizer.json").exists()  # not relearned
 
 
 def test_average_checkpoints(run, tmp_path):
