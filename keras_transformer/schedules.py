@@ -8,6 +8,11 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer.layers.validation import (
+    check_number,
+    check_positive_int,
+    check_rate,
+)
 from keras_transformer.optimizers import Adam
 
 
@@ -36,21 +41,9 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:
-            raise ValueError(
-                f"`d_model` must be a positive integer. Received: d_model={d_model!r}"
-            )
-        if (
-            isinstance(warmup_steps, bool)
-            or not isinstance(warmup_steps, int)
-            or warmup_steps <= 0
-        ):
-            raise ValueError(
-                "`warmup_steps` must be a positive integer. "
-                f"Received: warmup_steps={warmup_steps!r}"
-            )
-        if not scale > 0:
-            raise ValueError(f"`scale` must be positive. Received: scale={scale!r}")
+        check_positive_int("d_model", d_model)
+        check_positive_int("warmup_steps", warmup_steps)
+        check_number("scale", scale, above=0.0)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = float(scale)
@@ -73,11 +66,16 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 class OptimizerConfig:
     """Every optimizer constant of §5.3 in one place.
 
+    Every field is checked when the config is made (a `ValueError` names
+    it by its config key, ``model.optimizer.<name>``).
+
     Attributes:
-        warmup_steps: warm-up of Eq. 7 (4000).
-        beta_1, beta_2, epsilon: Adam's constants (0.9, 0.98, 1e-9).
-        learning_rate_scale: factor on Eq. 7 (1.0).
-        clipnorm: optional gradient clipping by global norm (none in the paper).
+        warmup_steps: warm-up of Eq. 7 (4000): a positive integer.
+        beta_1, beta_2: Adam's moment decay rates (0.9, 0.98), in [0, 1).
+        epsilon: Adam's epsilon (1e-9), a positive number.
+        learning_rate_scale: factor on Eq. 7 (1.0), a positive number.
+        clipnorm: optional gradient clipping by global norm, a positive
+            number (``None``: none, as in the paper).
     """
 
     warmup_steps: int = 4000
@@ -86,6 +84,15 @@ class OptimizerConfig:
     epsilon: float = 1e-9
     learning_rate_scale: float = 1.0
     clipnorm: float | None = None
+
+    def __post_init__(self) -> None:
+        section = "model.optimizer"
+        check_positive_int(f"{section}.warmup_steps", self.warmup_steps)
+        for name in ("beta_1", "beta_2"):
+            check_rate(f"{section}.{name}", getattr(self, name))
+        for name in ("epsilon", "learning_rate_scale"):
+            check_number(f"{section}.{name}", getattr(self, name), above=0.0)
+        check_number(f"{section}.clipnorm", self.clipnorm, above=0.0, allow_none=True)
 
 
 def paper_adam(

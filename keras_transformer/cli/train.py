@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-from pathlib import Path
 
 from keras_transformer.cli._common import CommandError, check_paths
 from keras_transformer.conventions import STRATEGIES, TASK_NAMES
@@ -71,21 +69,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_raw_config(args: argparse.Namespace) -> dict:
+    from keras_transformer.training.config import read_config_file
+
     raw: dict = {}
     if args.config:
-        path = Path(args.config)
-        if not path.is_file():
-            raise CommandError(f"Config file {path} does not exist.")
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise CommandError(f"{path} is not valid JSON: {e}") from e
-        if not isinstance(raw, dict):
-            raise CommandError(f"{path} must hold a JSON object.")
+            raw = read_config_file(args.config)
+        except FileNotFoundError:
+            raise CommandError(f"Config file {args.config} does not exist.") from None
     if args.preset:
         raw["model"] = {"preset": args.preset}
     if args.task:
-        raw.setdefault("data", {})["task"] = args.task
+        data = raw.setdefault("data", {})
+        if not isinstance(data, dict):
+            raise CommandError(
+                f"--task {args.task}: the `data` section of {args.config} must be "
+                f"a JSON object of settings. Received: {repr(data)[:80]}"
+            )
+        data["task"] = args.task
     return raw
 
 
@@ -99,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         configure_cpu_devices(args.cpu_devices)
     from keras_transformer.training.overrides import apply_overrides
 
+    # Every setting is checked here, before anything is written to --workdir
+    # (and --print-config runs the same checks).
     try:
         config = apply_overrides(_load_raw_config(args), args.overrides)
     except ValueError as e:

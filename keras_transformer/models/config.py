@@ -6,8 +6,19 @@ import dataclasses
 import functools
 import json
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
+import keras
+
+from keras_transformer.layers.validation import (
+    check_bool,
+    check_choice,
+    check_number,
+    check_positive_int,
+    check_rate,
+    check_string,
+)
 from keras_transformer.schedules import OptimizerConfig
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
@@ -79,8 +90,9 @@ class TransformerConfig:
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.optimizer, dict):
-            object.__setattr__(self, "optimizer", OptimizerConfig(**self.optimizer))
+        # Each field by its config key (`model.<name>`), so that a training
+        # config's error names the setting to fix.
+        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         for name in (
             "vocabulary_size",
             "num_encoder_layers",
@@ -90,26 +102,23 @@ class TransformerConfig:
             "num_heads",
             "max_length",
         ):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(f"model.{name}", getattr(self, name))
         for name in (
             "target_vocabulary_size",
             "key_dim",
             "value_dim",
             "attention_window",
         ):
-            if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
+            check_positive_int(f"model.{name}", getattr(self, name), allow_none=True)
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(
-                    f"`{name}` must be in [0, 1). Received: {name}={value!r}"
-                )
-        if self.position_encoding not in POSITION_ENCODINGS:
-            raise ValueError(
-                f"`position_encoding` must be one of {POSITION_ENCODINGS}. "
-                f"Received: position_encoding={self.position_encoding!r}"
-            )
+            check_rate(f"model.{name}", getattr(self, name))
+        check_choice(
+            "model.position_encoding", self.position_encoding, POSITION_ENCODINGS
+        )
+        for name in ("norm_first", "share_embeddings"):
+            check_bool(f"model.{name}", getattr(self, name))
+        check_number("model.layer_norm_epsilon", self.layer_norm_epsilon, above=0.0)
+        _check_activation(self.activation)
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="
@@ -212,11 +221,7 @@ def _init(self: TransformerConfig, *args: Any, **kwargs: Any) -> None:
         DeprecationWarning,
         stacklevel=2,
     )
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(
-            "`label_smoothing` must be in [0, 1). Received: "
-            f"label_smoothing={label_smoothing!r}"
-        )
+    check_rate("model.label_smoothing", label_smoothing)
     object.__setattr__(self, "_legacy_label_smoothing", float(label_smoothing))
 
 
@@ -226,8 +231,31 @@ TransformerConfig.__init__ = _init  # type: ignore[method-assign]
 TransformerConfig.label_smoothing = property(_label_smoothing)  # type: ignore[attr-defined]
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+def _optimizer_config(value: Any) -> OptimizerConfig:
+    """`model.optimizer` as an `OptimizerConfig` (from a mapping of its fields)."""
+    if isinstance(value, OptimizerConfig):
+        return value
+    if isinstance(value, Mapping):
+        known = [field.name for field in dataclasses.fields(OptimizerConfig)]
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(
+                f"Unknown `model.optimizer` settings: {unknown}. Known settings: "
+                f"{known}."
+            )
+        return OptimizerConfig(**value)
+    raise ValueError(
+        "`model.optimizer` must be a mapping of optimizer settings (a JSON "
+        f'object such as {{"warmup_steps": 4000}}). Received: {value!r}'
+    )
+
+
+def _check_activation(value: Any) -> None:
+    check_string("model.activation", value)
+    try:
+        keras.activations.get(value)
+    except ValueError:
         raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value!r}"
-        )
+            "`model.activation` must name a Keras activation function (the "
+            f"paper's is 'relu'; e.g. 'gelu'). Received: model.activation={value!r}"
+        ) from None

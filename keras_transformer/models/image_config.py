@@ -12,6 +12,8 @@ from keras_transformer.layers.image_embedding import (
     position_grid_shape,
 )
 from keras_transformer.layers.local_attention_2d import _check_grid, _check_pair
+from keras_transformer.layers.validation import check_positive_int, check_rate
+from keras_transformer.models.config import _optimizer_config
 from keras_transformer.schedules import OptimizerConfig
 
 __all__ = ["IMAGE_OUTPUTS", "ImageTransformerConfig", "image_presets"]
@@ -85,8 +87,7 @@ class ImageTransformerConfig:
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.optimizer, dict):
-            object.__setattr__(self, "optimizer", OptimizerConfig(**self.optimizer))
+        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         object.__setattr__(self, "image_shape", _check_image_shape(self.image_shape))
         object.__setattr__(
             self, "query_block", _check_pair("query_block", self.query_block, 1)
@@ -95,16 +96,11 @@ class ImageTransformerConfig:
             self, "memory_flange", _check_pair("memory_flange", self.memory_flange, 0)
         )
         for name in ("num_mixtures", "num_layers", "d_model", "d_ff", "num_heads"):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         for name in ("num_classes", "key_dim"):
-            if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name), allow_none=True)
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(
-                    f"`{name}` must be in [0, 1). Received: {name}={value!r}"
-                )
+            check_rate(name, getattr(self, name))
         if self.output not in IMAGE_OUTPUTS:
             raise ValueError(
                 f"`output` must be one of {IMAGE_OUTPUTS}. Received: "
@@ -186,13 +182,6 @@ class ImageTransformerConfig:
     @classmethod
     def from_json(cls, text: str) -> ImageTransformerConfig:
         return cls.from_dict(json.loads(text))
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value!r}"
-        )
 
 
 #: Named configurations: the paper's CIFAR-10 sizes and a small one for

@@ -44,24 +44,35 @@ import functools
 import json
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from keras_transformer.conventions import EXTRA_LENGTH, PRECISIONS, TASK_NAMES
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
 from keras_transformer.files import write_atomically
+from keras_transformer.layers.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_int,
+    check_rate,
+    check_string,
+)
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
 
 __all__ = [
     "DataConfig",
+    "MAX_BUCKET_BOUNDARIES",
+    "MAX_CONFIG_BYTES",
     "RENAMED_KEYS",
     "RESUMABLE_CHANGES",
     "TASKS",
     "TrainConfig",
     "TrainingConfig",
     "config_differences",
+    "read_config_file",
     "reconcile_vocabulary_size",
     "upgrade_config_dict",
 ]
@@ -75,6 +86,13 @@ TOO_LONG = ("drop", "truncate")
 #: `data.on_bad_line` (the readers' policy in `kt.data.text`).
 BAD_LINE_POLICIES = ("skip", "raise")
 TOKENIZER_MODEL_TYPES = ("unigram", "bpe")
+#: The most entries `data.bucket_boundaries` may have (XLA compiles one
+#: program per bucket, so a handful is usual).
+MAX_BUCKET_BOUNDARIES = 1_000
+#: The largest config file read (1 MB; the largest valid config is a few kB).
+MAX_CONFIG_BYTES = 1_000_000
+#: `train.seed` seeds NumPy too, whose seeds are below 2**32.
+MAX_SEED = 2**32 - 1
 
 #: Keys that may differ between a run and its restart without `--force`:
 #: they change how long the run goes on, or what is evaluated and reported,
@@ -186,29 +204,22 @@ def _accept_renamed_argument(cls: type, old: str, new: str) -> None:
     setattr(cls, old, property(read, doc=f"Deprecated name of `{new}`."))
 
 
-def _positive_int(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"`{owner}.{name}` must be a positive integer"
-            f"{' or null' if allow_none else ''}. Received: {name}={value!r}"
-        )
-
-
-def _choice(owner: str, name: str, value: Any, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ValueError(
-            f"`{owner}.{name}` must be one of {', '.join(map(repr, allowed))}. "
-            f"Received: {name}={value!r}"
-        )
+def _shorten(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to `limit` characters (a message stays one line)."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit - 3]}..."
 
 
 def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
+    if values is None:
+        raise ValueError(
+            f"The `{section}` section is null: give it as a JSON object of "
+            "settings, or leave it out to take the defaults."
+        )
     if not isinstance(values, Mapping):
         raise ValueError(
             f"The `{section}` section must be a JSON object of settings. "
-            f"Received: {values!r}"
+            f"Received: {_shorten(values)}"
         )
     values = upgrade_config_dict({section: values}).get(section, {})
     known = {field.name for field in dataclasses.fields(cls)}
@@ -218,6 +229,30 @@ def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
             f"Unknown `{section}` settings: {unknown}. Known settings: {sorted(known)}."
         )
     return cls(**values)
+
+
+def _bucket_boundaries(value: Any) -> tuple[int, ...]:
+    """`data.bucket_boundaries` checked: 1 to `MAX_BUCKET_BOUNDARIES` strictly
+    increasing positive integers (a list or tuple), as a tuple."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(
+            "`data.bucket_boundaries` must be a list of strictly increasing "
+            f"positive integers, e.g. [8, 16, 32]. Received: {_shorten(value)}"
+        )
+    if not 1 <= len(value) <= MAX_BUCKET_BOUNDARIES:
+        raise ValueError(
+            "`data.bucket_boundaries` must hold 1 to "
+            f"{MAX_BUCKET_BOUNDARIES:,} lengths (XLA compiles one program per "
+            f"bucket; a handful is usual). Received: {len(value):,} entries"
+        )
+    for index, boundary in enumerate(value):
+        check_positive_int(f"data.bucket_boundaries[{index}]", boundary)
+    if any(b >= c for b, c in zip(value, value[1:], strict=False)):
+        raise ValueError(
+            "`data.bucket_boundaries` must be strictly increasing (sort them "
+            f"and remove duplicates). Received: {_shorten(list(value))}"
+        )
+    return tuple(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,7 +305,11 @@ class DataConfig:
             side, padding included, split over all replicas. One optimizer
             update sees ``max_tokens_per_batch * train.gradient_accumulation``
             tokens (§5.1: about 25,000 source and 25,000 target tokens).
-        bucket_boundaries: the padded lengths of the length buckets.
+        bucket_boundaries: the padded lengths of the length buckets: 1 to
+            `MAX_BUCKET_BOUNDARIES` strictly increasing positive integers,
+            the largest at least `max_sentence_length`. A batch is padded to
+            the first boundary that holds its longest sentence; boundaries
+            above the first one that holds `max_sentence_length` are unused.
         too_long: ``"drop"`` or ``"truncate"`` training pairs over
             ``max_sentence_length``.
         shuffle_buffer: pairs in the shuffle buffer (``None``: all).
@@ -307,46 +346,44 @@ class DataConfig:
     on_bad_line: str = "skip"
 
     def __post_init__(self) -> None:
-        owner = "data"
-        _choice(owner, "task", self.task, TASKS)
-        _choice(owner, "on_bad_line", self.on_bad_line, BAD_LINE_POLICIES)
-        _choice(
-            owner,
-            "tokenizer_model_type",
+        check_choice("data.task", self.task, TASKS)
+        check_choice("data.on_bad_line", self.on_bad_line, BAD_LINE_POLICIES)
+        check_choice(
+            "data.tokenizer_model_type",
             self.tokenizer_model_type,
             TOKENIZER_MODEL_TYPES,
         )
-        _choice(owner, "too_long", self.too_long, TOO_LONG)
+        check_choice("data.too_long", self.too_long, TOO_LONG)
+        for name in ("source_language", "target_language"):
+            check_string(f"data.{name}", getattr(self, name))
+        for name in (
+            "data_dir",
+            "train_source",
+            "train_target",
+            "validation_source",
+            "validation_target",
+            "test_source",
+            "test_target",
+        ):
+            check_string(f"data.{name}", getattr(self, name), allow_none=True)
         for name in ("num_train_examples", "num_eval_examples", "max_tokens_per_batch"):
-            _positive_int(owner, name, getattr(self, name))
+            check_positive_int(f"data.{name}", getattr(self, name))
         for name in (
             "vocabulary_size",
             "tokenizer_max_sentences",
             "shuffle_buffer",
             "held_out_pairs",
         ):
-            _positive_int(owner, name, getattr(self, name), allow_none=True)
+            check_positive_int(f"data.{name}", getattr(self, name), allow_none=True)
         longest = self.max_sentence_length
-        _positive_int(owner, "max_sentence_length", longest, allow_none=True)
+        check_positive_int("data.max_sentence_length", longest, allow_none=True)
         if longest is not None and longest < 2:
             raise ValueError(
                 "`data.max_sentence_length` must be at least 2 (one token plus "
                 f"END). Received: max_sentence_length={longest}"
             )
-        boundaries = tuple(self.bucket_boundaries)
+        boundaries = _bucket_boundaries(self.bucket_boundaries)
         object.__setattr__(self, "bucket_boundaries", boundaries)
-        if not boundaries or any(
-            isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in boundaries
-        ):
-            raise ValueError(
-                "`data.bucket_boundaries` must be a non-empty list of positive "
-                f"integers. Received: {list(boundaries)}"
-            )
-        if list(boundaries) != sorted(set(boundaries)):
-            raise ValueError(
-                "`data.bucket_boundaries` must be strictly increasing. "
-                f"Received: {list(boundaries)}"
-            )
         if longest is not None and boundaries[-1] < longest:
             raise ValueError(
                 f"`data.max_sentence_length`={longest} exceeds the largest bucket "
@@ -362,7 +399,7 @@ class DataConfig:
             )
         if self.task == "multi30k":
             for name in ("source_language", "target_language"):
-                _choice(owner, name, getattr(self, name), ("de", "en", "fr"))
+                check_choice(f"data.{name}", getattr(self, name), ("de", "en", "fr"))
         if self.task == "tatoeba" and {
             self.source_language,
             self.target_language,
@@ -493,14 +530,8 @@ class TrainingConfig:
     verbose: int = 1
 
     def __post_init__(self) -> None:
-        owner = "train"
-        if self.train_steps is not None and self.epochs is not None:
-            raise ValueError(
-                "Set either `train.train_steps` or `train.epochs`, not both. "
-                f"Received: train_steps={self.train_steps}, epochs={self.epochs}"
-            )
         for name in ("train_steps", "epochs", "steps_per_epoch", "test_samples"):
-            _positive_int(owner, name, getattr(self, name), allow_none=True)
+            check_positive_int(f"train.{name}", getattr(self, name), allow_none=True)
         for name in (
             "validation_every",
             "gradient_accumulation",
@@ -508,39 +539,22 @@ class TrainingConfig:
             "bleu_samples",
             "log_every",
         ):
-            _positive_int(owner, name, getattr(self, name))
-        if self.label_smoothing is not None and not (
-            isinstance(self.label_smoothing, (int, float))
-            and not isinstance(self.label_smoothing, bool)
-            and 0.0 <= self.label_smoothing < 1.0
-        ):
+            check_positive_int(f"train.{name}", getattr(self, name))
+        if self.train_steps is not None and self.epochs is not None:
             raise ValueError(
-                "`train.label_smoothing` must be a number in [0, 1) (the paper "
-                f"uses 0.1). Received: label_smoothing={self.label_smoothing!r}"
+                "Set either `train.train_steps` or `train.epochs`, not both. "
+                f"Received: train_steps={self.train_steps}, epochs={self.epochs}"
             )
+        # The paper's label smoothing is 0.1 (null: the preset's).
+        check_rate("train.label_smoothing", self.label_smoothing, allow_none=True)
         for name in ("extra_length", "attention_example", "num_translations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"`train.{name}` must be a non-negative integer. "
-                    f"Received: {name}={value!r}"
-                )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(
-                f"`train.seed` must be an integer. Received: {self.seed!r}"
-            )
-        if not isinstance(self.jit_compile, bool) or not isinstance(
-            self.keep_best, bool
-        ):
-            raise ValueError(
-                "`train.jit_compile` and `train.keep_best` must be true or false."
-            )
-        if self.verbose not in (0, 1, 2):
-            raise ValueError(
-                f"`train.verbose` must be 0, 1 or 2. Received: {self.verbose!r}"
-            )
-        _choice(owner, "precision", self.precision, PRECISIONS)
-        _choice(owner, "evaluate_with", self.evaluate_with, EVALUATE_WITH)
+            check_int(f"train.{name}", getattr(self, name), 0)
+        check_int("train.seed", self.seed, 0, MAX_SEED)
+        for name in ("jit_compile", "keep_best"):
+            check_bool(f"train.{name}", getattr(self, name))
+        check_choice("train.verbose", self.verbose, (0, 1, 2))
+        check_choice("train.precision", self.precision, PRECISIONS)
+        check_choice("train.evaluate_with", self.evaluate_with, EVALUATE_WITH)
 
 
 _accept_renamed_argument(TrainingConfig, "decode_extra_length", "extra_length")
@@ -580,16 +594,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         model, label_smoothing = _resolve_model(self.model)
         data = self.data
-        if isinstance(data, Mapping):
+        if not isinstance(data, DataConfig):
             data = _from_mapping(DataConfig, "data", data)
         train = self.train
-        if isinstance(train, Mapping):
+        if not isinstance(train, TrainingConfig):
             train = _from_mapping(TrainingConfig, "train", train)
-        if not isinstance(data, DataConfig) or not isinstance(train, TrainingConfig):
-            raise TypeError(
-                "TrainConfig.data must be a DataConfig and TrainConfig.train a "
-                "TrainingConfig (or mappings of their fields)."
-            )
         model, data = reconcile_vocabulary_size(model, data)
         longest = data.max_sentence_length
         if longest is None:
@@ -623,11 +632,15 @@ class TrainConfig:
         """Builds a config from `to_dict` output or a hand-written mapping.
 
         Missing sections and settings take their defaults; unknown ones are
-        refused with the list of the known ones.
+        refused with the list of the known ones, and so is a section given
+        as ``null``. Every setting is checked for its type and range (see
+        `DataConfig`, `TrainingConfig`, `TransformerConfig` and
+        `OptimizerConfig`): a bad one raises a one-line `ValueError` naming
+        its dotted key, what it accepts and the value received.
         """
         if not isinstance(values, Mapping):
             raise ValueError(
-                f"A training config must be a JSON object. Received: {values!r}"
+                f"A training config must be a JSON object. Received: {_shorten(values)}"
             )
         known = {"model", "data", "train"}
         unknown = sorted(set(values) - known)
@@ -654,11 +667,7 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"The training config is not valid JSON: {e}") from e
-        return cls.from_dict(values)
+        return cls.from_dict(_parse_json(text))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Writes the resolved config as JSON (atomically: old file or new)."""
@@ -668,18 +677,63 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrainConfig:
-        """Reads a config written by `save` (or by hand)."""
+        """Reads a config written by `save` (or by hand); see `read_config_file`."""
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"Training config {path} does not exist.")
+        values = read_config_file(path)
         try:
-            return cls.from_json(path.read_text(encoding="utf-8"))
+            return cls.from_dict(values)
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from e
 
     def flat(self) -> dict[str, Any]:
         """The settings as ``{"model.d_model": 512, ...}`` (for HParams)."""
         return dict(_flatten(self.to_dict()))
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"The training config is not valid JSON: {e}") from e
+    except RecursionError:
+        raise ValueError(
+            "The training config is nested too deeply to be a config."
+        ) from None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The raw settings of a JSON config file, before they are resolved.
+
+    Raises:
+        FileNotFoundError: when `path` is not a file.
+        ValueError: (one line naming the file) when it is larger than
+            `MAX_CONFIG_BYTES`, not UTF-8, not valid JSON or not a JSON
+            object.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Training config {path} does not exist.")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"{path}: the config file is {size:,} bytes; a training config is a "
+            f"few kB and at most {MAX_CONFIG_BYTES:,} bytes are read. Is it the "
+            "right file?"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: the config file is not UTF-8 text ({e}).") from e
+    try:
+        values = _parse_json(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+    if not isinstance(values, dict):
+        raise ValueError(
+            f"{path}: a training config must be a JSON object of the sections "
+            f"model, data and train. Received: {_shorten(values)}"
+        )
+    return values
 
 
 def reconcile_vocabulary_size(
@@ -738,7 +792,14 @@ def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
         )
     if isinstance(model, Mapping):
         values = dict(model)
+        has_preset = "preset" in values
         preset = values.pop("preset", None)
+        if has_preset and not isinstance(preset, str):
+            raise ValueError(
+                "`model.preset` must be the name of a preset (tiny, small, base, "
+                "big, table3_*), or left out for the defaults. Received: "
+                f"model.preset={_shorten(preset)}"
+            )
         label_smoothing = PRESET_LABEL_SMOOTHING.get(preset, PAPER_LABEL_SMOOTHING)
         if "label_smoothing" in values:
             label_smoothing = values.pop("label_smoothing")
@@ -746,10 +807,13 @@ def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
         if preset is None:
             return TransformerConfig.from_dict(values), label_smoothing
         base = get_preset(preset)
-        if "optimizer" in values and isinstance(values["optimizer"], Mapping):
-            values["optimizer"] = dataclasses.replace(
-                base.optimizer, **values["optimizer"]
-            )
+        if isinstance(values.get("optimizer"), Mapping):
+            # The preset's optimizer, with the given settings changed (the
+            # model checks the names and values).
+            values["optimizer"] = {
+                **dataclasses.asdict(base.optimizer),
+                **values["optimizer"],
+            }
         known = {field.name for field in dataclasses.fields(TransformerConfig)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -758,9 +822,10 @@ def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
                 "(plus 'preset')."
             )
         return base.replace(**values), label_smoothing
-    raise TypeError(
-        "TrainConfig.model must be a TransformerConfig, a preset name or a "
-        f"mapping of TransformerConfig fields. Received: {type(model).__name__}"
+    raise ValueError(
+        'The `model` section must be a preset name (e.g. "tiny"), or a JSON '
+        'object of model settings, optionally with a "preset" they change. '
+        f"Received: {_shorten(model)}"
     )
 
 

@@ -44,6 +44,7 @@ from keras_transformer.data.images import (
     load_cifar10,
     load_sample_patches,
 )
+from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import (
     ImageTransformerStack,
@@ -101,15 +102,6 @@ RESULT_FILE = "result.json"
 
 
 # ------------------------------------------------------------------ configs
-def _positive(name: str, value: Any, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value!r}"
-        )
-
-
 @dataclasses.dataclass(frozen=True)
 class ImageDataConfig:
     """Which images a run trains on.
@@ -145,8 +137,8 @@ class ImageDataConfig:
                 "cifar-10-batches-py folder."
             )
         for name in ("patch_size", "train_stride", "validation_size"):
-            _positive(name, getattr(self, name))
-        _positive("validation_images", self.validation_images, allow_none=True)
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("validation_images", self.validation_images, allow_none=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +179,7 @@ class ImageTrainingConfig:
             "log_every",
             "evaluation_batch_size",
         ):
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"`seed` must be an integer. Received: seed={self.seed!r}")
 

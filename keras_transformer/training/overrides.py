@@ -142,6 +142,12 @@ def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> No
                 f"{text!r}. Known keys here: {', '.join(known)}."
             )
         child = node.get(part)
+        if child is None and part in node:
+            raise ValueError(
+                f"Override {text!r}: {'.'.join(path[: depth + 1])!r} is null in "
+                "the config; give it as a JSON object of settings, or leave it "
+                "out to take the defaults."
+            )
         if isinstance(child, str) and path[: depth + 1] == ["model"]:
             child = {"preset": child}
         elif isinstance(child, Mapping):

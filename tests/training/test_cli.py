@@ -101,6 +101,111 @@ def test_bad_input_is_reported_without_a_traceback(tmp_path, capsys):
         cli.main(["train"])  # --workdir is required
 
 
+#: Bad settings of the issue: each must be refused when the config is read,
+#: before anything is written to --workdir (so `--print-config` refuses it).
+BAD_OVERRIDES = [
+    ("model.optimizer.warmup_steps=abc", "`model.optimizer.warmup_steps`", "'abc'"),
+    (
+        "model.optimizer.learning_rate_scale=nan",
+        "`model.optimizer.learning_rate_scale` must be a positive number",
+        "'nan'",
+    ),
+    (
+        "model.optimizer.learning_rate_scale=NaN",
+        "`model.optimizer.learning_rate_scale` must be a positive number",
+        "=nan",
+    ),
+    (
+        "model.optimizer.beta_1=-10",
+        "`model.optimizer.beta_1` must be a rate in [0, 1)",
+        "-10",
+    ),
+    ("model.optimizer.epsilon=true", "`model.optimizer.epsilon`", "True"),
+    ("data.bucket_boundaries=8", "`data.bucket_boundaries` must be a list", "8"),
+    ("model.dropout=abc", "`model.dropout` must be a rate in [0, 1)", "'abc'"),
+    ("train.verbose=true", "`train.verbose` must be one of 0, 1, 2", "True"),
+    ("train.seed=-1", "`train.seed` must be an integer from 0", "-1"),
+    ("model.optimizer=null", "`model.optimizer` must be a mapping", "None"),
+]
+
+
+def _assert_refused(status: int, captured, *expected: str) -> None:
+    """Exit status 2, one error line naming the problem, nothing else."""
+    assert status == 2
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("keras-transformer train: error: ")
+    assert "Traceback" not in captured.err
+    for text in expected:
+        assert text in lines[0], (text, lines[0])
+
+
+@pytest.mark.parametrize("print_config", [True, False])
+@pytest.mark.parametrize(("override", "field", "value"), BAD_OVERRIDES)
+def test_bad_settings_are_refused_before_the_workdir_is_touched(
+    tmp_path, capsys, override, field, value, print_config
+):
+    path = write_config(tmp_path, SMALL_CONFIG)
+    workdir = tmp_path / "run"
+    argv = ["train", str(path), "--workdir", str(workdir), "--set", override]
+    status = cli.main(argv + (["--print-config"] if print_config else []))
+    _assert_refused(status, capsys.readouterr(), field, value)
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({**SMALL_CONFIG, "model": 5}, "The `model` section must be a preset name"),
+        ({**SMALL_CONFIG, "train": None}, "The `train` section is null"),
+        (
+            {**SMALL_CONFIG, "data": {**SMALL_CONFIG["data"], "bucket_boundaries": 8}},
+            "`data.bucket_boundaries` must be a list",
+        ),
+        (
+            {
+                **SMALL_CONFIG,
+                "data": {
+                    **SMALL_CONFIG["data"],
+                    "bucket_boundaries": list(range(1, 2002)),
+                },
+            },
+            "must hold 1 to 1,000 lengths",
+        ),
+        ([1, 2], "must be a JSON object"),
+    ],
+)
+def test_bad_config_files_are_refused_before_the_workdir_is_touched(
+    tmp_path, capsys, values, message
+):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(values))
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("mine")
+    for extra in (["--print-config"], []):
+        status = cli.main(["train", str(path), "--workdir", str(workdir), *extra])
+        _assert_refused(status, capsys.readouterr(), message)
+        # The run folder holds what it held: no config.json, no tokenizer.
+        assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
+
+
+def test_an_oversize_config_file_is_refused_with_its_size(tmp_path, capsys):
+    path = tmp_path / "huge.json"
+    boundaries = list(range(1, 300_000))
+    path.write_text(json.dumps({"data": {"bucket_boundaries": boundaries}}))
+    workdir = tmp_path / "run"
+    status = cli.main(["train", str(path), "--workdir", str(workdir)])
+    size = f"{path.stat().st_size:,} bytes"
+    _assert_refused(status, capsys.readouterr(), str(path), size, "1,000,000")
+    assert not workdir.exists()
+    # --task on a config whose data section is not an object: one line too.
+    path.write_text(json.dumps({"data": None}))
+    status = cli.main(["train", str(path), "--workdir", "w", "--task", "dates"])
+    _assert_refused(status, capsys.readouterr(), "`data` section")
+
+
 def _run_cli(*argv: str) -> subprocess.CompletedProcess:
     env = subprocess_env()
     env.pop("TF_CPP_MIN_LOG_LEVEL")  # TensorFlow would log: it must not start

@@ -19,7 +19,7 @@ from keras_transformer.training.checkpoints import (
     ConfigMismatchError,
     prepare_run_config,
 )
-from tests.training.helpers import SMALL_CONFIG, small_config
+from tests.training.helpers import SMALL_CONFIG, small_config, write_config
 
 
 def test_defaults_are_the_papers_recipe():
@@ -91,7 +91,7 @@ def test_override_of_the_whole_model_with_a_preset():
         ("data.task=wmt", "`data.task` must be one of"),
         ("train.precision=float16", "`train.precision` must be one of"),
         ("train.gradient_accumulation=0", "positive integer"),
-        ("model.dropout=1.5", "`dropout` must be in [0, 1)"),
+        ("model.dropout=1.5", "`model.dropout` must be a rate in [0, 1)"),
         ("data.max_sentence_length=100", "exceeds the largest bucket boundary"),
         ("data.max_length=100", "exceeds the largest bucket boundary"),  # old name
         ("train.label_smoothing=1.0", "`train.label_smoothing` must be"),
@@ -352,3 +352,193 @@ def test_task_names_need_no_tensorflow():
     from keras_transformer.training.config import TASKS
 
     assert TASKS == ("dates", "multi30k", "tatoeba", "files")
+
+
+# ------------------------------------------------- every field: type and range
+#: (dotted key, a value it must refuse): wrong types (a string for a number,
+#: a bool for an integer, a float for an integer, a scalar for a list, null
+#: where null means nothing) and values out of range (NaN, infinities,
+#: negative, zero, a probability of 1 or more).
+BAD_VALUES = [
+    ("model.optimizer.warmup_steps", "abc"),
+    ("model.optimizer.warmup_steps", 0),
+    ("model.optimizer.warmup_steps", 400.5),
+    ("model.optimizer.warmup_steps", True),
+    ("model.optimizer.learning_rate_scale", "nan"),
+    ("model.optimizer.learning_rate_scale", float("nan")),
+    ("model.optimizer.learning_rate_scale", 0),
+    ("model.optimizer.beta_1", -10),
+    ("model.optimizer.beta_2", 1.0),
+    ("model.optimizer.epsilon", 0),
+    ("model.optimizer.epsilon", True),
+    ("model.optimizer.clipnorm", -1.0),
+    ("model.optimizer.clipnorm", float("inf")),
+    ("model.d_model", True),
+    ("model.d_model", 32.0),
+    ("model.num_heads", None),
+    ("model.max_length", -1),
+    ("model.key_dim", 0),
+    ("model.dropout", "abc"),
+    ("model.attention_dropout", float("inf")),
+    ("model.ffn_dropout", -0.1),
+    ("model.norm_first", 1),
+    ("model.share_embeddings", "yes"),
+    ("model.layer_norm_epsilon", 0),
+    ("model.activation", 5),
+    ("model.activation", "nope"),
+    ("model.position_encoding", "rotary"),
+    ("data.task", None),
+    ("data.source_language", 5),
+    ("data.data_dir", ""),
+    ("data.vocabulary_size", -1),
+    ("data.max_tokens_per_batch", "4096"),
+    ("data.shuffle_buffer", 0),
+    ("data.max_sentence_length", 1),
+    ("data.bucket_boundaries", 8),
+    ("data.bucket_boundaries", "8,16"),
+    ("data.bucket_boundaries", {"8": 16}),
+    ("data.bucket_boundaries", [8, 16.0, 24]),
+    ("data.bucket_boundaries", [16, 8, 24]),
+    ("data.bucket_boundaries", []),
+    ("data.too_long", True),
+    ("data.on_bad_line", "warn"),
+    ("train.train_steps", "abc"),
+    ("train.seed", -1),
+    ("train.seed", 2**32),
+    ("train.seed", 1.5),
+    ("train.verbose", True),
+    ("train.verbose", 3),
+    ("train.jit_compile", "true"),
+    ("train.keep_best", 1),
+    ("train.label_smoothing", float("nan")),
+    ("train.label_smoothing", "0.1"),
+    ("train.extra_length", -1),
+    ("train.precision", None),
+    ("train.log_every", 0.5),
+    ("train.evaluate_with", "first"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_VALUES)
+def test_every_field_is_checked_for_type_and_range(key, value):
+    override = f"{key}={json.dumps(value)}"
+    with pytest.raises(ValueError) as error:
+        apply_overrides(SMALL_CONFIG, [override])
+    message = str(error.value)
+    assert "\n" not in message
+    assert f"`{key}" in message  # names the field (or its entry)
+    if not isinstance(value, (list, dict)):
+        assert repr(value) in message  # and the value received
+    # A config file with the same value fails the same way.
+    raw = json.loads(json.dumps(SMALL_CONFIG))
+    section, *names = key.split(".")
+    node = raw[section]
+    for name in names[:-1]:
+        node = node.setdefault(name, {})
+    node[names[-1]] = value
+    with pytest.raises(ValueError, match=_escape(f"`{key}")):
+        TrainConfig.from_dict(raw)
+
+
+def _every_key() -> list[str]:
+    from keras_transformer.training.overrides import known_keys
+
+    keys = ["model", "data", "train", "model.optimizer"]
+    for path in (["model"], ["model", "optimizer"], ["data"], ["train"]):
+        keys += [".".join([*path, name]) for name in known_keys(path)]
+    return sorted(set(keys))
+
+
+def test_no_value_of_any_setting_raises_anything_but_a_one_line_value_error():
+    # Whatever a config file or --set gives any setting, the config is
+    # either valid or refused with a ValueError (the command line prints it
+    # as one line): never a TypeError or another traceback.
+    values = ["abc", "", -7, 0, 0.5, True, None, [1], [], {"a": 1}, float("nan")]
+    refused = 0
+    for key in _every_key():
+        for value in values:
+            try:
+                apply_overrides(SMALL_CONFIG, [f"{key}={json.dumps(value)}"])
+            except ValueError as e:
+                assert "\n" not in str(e), (key, value, str(e))
+                refused += 1
+    assert refused > 10 * len(_every_key())
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"train": None}, "The `train` section is null"),
+        ({"data": None}, "The `data` section is null"),
+        ({"model": None}, "The `model` section must be a preset name"),
+        ({"model": 5}, "The `model` section must be a preset name"),
+        ({"model": [1]}, "The `model` section must be a preset name"),
+        ({"model": {"preset": None}}, "`model.preset` must be the name of a preset"),
+        ({"model": {"preset": 3}}, "`model.preset` must be the name of a preset"),
+        ({"model": {"optimizer": None}}, "`model.optimizer` must be a mapping"),
+        (
+            {"model": {"preset": "tiny", "optimizer": None}},
+            "`model.optimizer` must be a mapping",
+        ),
+        ({"model": {"optimizer": 5}}, "`model.optimizer` must be a mapping"),
+        (
+            {"model": {"preset": "tiny", "optimizer": {"warmup": 3}}},
+            "Unknown `model.optimizer` settings: ['warmup']",
+        ),
+        (
+            {"model": {"optimizer": {"warmup": 3}}},
+            "Unknown `model.optimizer` settings: ['warmup']",
+        ),
+        ({"data": 5}, "The `data` section must be a JSON object"),
+        ({"train": "fast"}, "The `train` section must be a JSON object"),
+    ],
+)
+def test_null_and_misshapen_sections_are_refused(raw, message):
+    with pytest.raises(ValueError, match=_escape(message)):
+        TrainConfig.from_dict(raw)
+
+
+def test_an_override_into_a_null_section_is_refused():
+    with pytest.raises(ValueError, match="'train' is null in the config"):
+        apply_overrides({"train": None}, ["train.seed=3"])
+    with pytest.raises(ValueError, match="'model.optimizer' is null in the config"):
+        apply_overrides(
+            {"model": {"preset": "tiny", "optimizer": None}},
+            ["model.optimizer.warmup_steps=3"],
+        )
+    # A section that is absent takes its defaults, and the override.
+    assert apply_overrides({}, ["train.seed=3"]).train.seed == 3
+
+
+def test_bucket_boundaries_are_bounded_in_number():
+    from keras_transformer.training.config import MAX_BUCKET_BOUNDARIES
+
+    most = list(range(1, MAX_BUCKET_BOUNDARIES + 1))
+    config = apply_overrides(SMALL_CONFIG, [f"data.bucket_boundaries={most}"])
+    assert config.data.bucket_boundaries == tuple(most)
+    with pytest.raises(ValueError, match="must hold 1 to 1,000 lengths") as error:
+        apply_overrides(SMALL_CONFIG, [f"data.bucket_boundaries={most + [10**4]}"])
+    assert "1,001 entries" in str(error.value)
+    assert len(str(error.value)) < 300  # the list itself is not repeated
+
+
+def test_oversize_deep_and_non_object_config_files_are_refused(tmp_path):
+    from keras_transformer.training.config import MAX_CONFIG_BYTES, read_config_file
+
+    big = tmp_path / "big.json"
+    boundaries = list(range(1, MAX_CONFIG_BYTES // 7))
+    big.write_text(json.dumps({"data": {"bucket_boundaries": boundaries}}))
+    assert big.stat().st_size > MAX_CONFIG_BYTES
+    for read in (read_config_file, TrainConfig.load):
+        with pytest.raises(ValueError, match="at most 1,000,000 bytes") as error:
+            read(big)
+        assert str(big) in str(error.value) and "\n" not in str(error.value)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        TrainConfig.load(deep)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        TrainConfig.load(listed)
+    assert read_config_file(write_config(tmp_path, SMALL_CONFIG)) == SMALL_CONFIG
