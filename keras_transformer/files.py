@@ -59,8 +59,8 @@ class FileWriteError(OSError):
     """
 
     def __str__(self) -> str:
-        # OSError prints "[Errno 28] None: '<file>'" once errno and filename
-        # are set (as `write_error` does); the message is the first argument.
+        # OSError would print "[Errno 28] None: '<file>'" once errno and
+        # filename are set (as `write_error` does): the message is the line.
         return str(self.args[0]) if self.args else super().__str__()
 
 
@@ -104,10 +104,9 @@ def write_error(
         f"Could not write {path}: {_reason(error)}; {kept}. {advice}, then run "
         "the same command again."
     )
-    # `errno` lets callers tell a full disk; `filename` stays unset, since
-    # OSError would then print "[Errno 28] None: <path>" instead of the line.
+    # `errno` lets callers tell a full disk, `filename` which file failed.
     result.errno = errno.ENOSPC if _is_full(error) else getattr(error, "errno", None)
-    result.path = str(path)
+    result.filename = str(path)
     return result
 
 
