@@ -58,6 +58,11 @@ class FileWriteError(OSError):
     the device``, ``read-only file system``, ...) and what to do.
     """
 
+    def __str__(self) -> str:
+        # The message, not OSError's "[Errno N] None: 'path'" (set errno and
+        # filename make OSError print that instead).
+        return str(self.args[0]) if self.args else super().__str__()
+
 
 def _reason(error: BaseException) -> str:
     number = getattr(error, "errno", None)
