@@ -27,13 +27,15 @@ class Adam(keras.optimizers.Adam):
     kernel (`keras_transformer.backend.adam_update`): one pass over each
     variable and its two slots instead of about ten. It works under
     `tf.distribute` strategies and XLA. With `amsgrad=True`, on another
-    backend, or with the fast paths switched off, Keras' own update runs.
+    backend, or with the fast paths switched off, Keras' own update runs
+    (on the dense gradient).
 
-    Sparse gradients (embedding lookups) are made dense first, so a row
-    looked up several times in a batch gets the square of its summed
-    gradient in `v`, as in Adam's definition; Keras' Adam (3.x) squares each
-    lookup's gradient before the repeated rows are summed, and therefore
-    differs from this class for such rows.
+    Sparse gradients (embedding lookups) are made dense first, on both
+    paths, so a row looked up several times in a batch gets the square of
+    its summed gradient in `v`, as in Adam's definition and as Keras' Adam
+    given the dense gradient; Keras' Adam (3.x) given the sparse gradient
+    squares each lookup's gradient before the repeated rows are summed, and
+    therefore differs from this class for such rows.
 
     Example:
     >>> import keras_transformer as kt

@@ -33,8 +33,10 @@ always used together; argument parsing lives in `keras_transformer.cli`.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,16 +54,19 @@ from keras_transformer.decoding import (
     check_length_penalty,
     greedy_decode,
 )
+from keras_transformer.files import FileWriteError, write_atomically, write_error
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
     "EvaluationResult",
+    "SourceCutWarning",
     "TestSetEvaluation",
     "Translation",
     "Translator",
     "evaluate",
     "load_translator",
+    "log_scores",
     "read_lines",
     "score_translations",
     "translate_lines",
@@ -148,6 +153,19 @@ TestSetEvaluation = EvaluationResult
 
 
 # ------------------------------------------------------------- translating
+class SourceCutWarning(UserWarning):
+    """Some sources were longer than `Translator.max_input_length` and were cut.
+
+    `Translator.cut_lines` says which (their indices in the last call).
+    """
+
+
+def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
+    """``"3, 17, 20"``, or the first `limit` numbers and ``", ..."``."""
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (", ..." if len(numbers) > limit else "")
+
+
 def _check_lines(name: str, lines: Any) -> list[str]:
     if isinstance(lines, (str, bytes)):
         raise TypeError(
@@ -183,6 +201,13 @@ class Translator:
             `max_input_length`) that holds its longest source, so that few
             shapes are traced.
         jit_compile: compile the decoding loop with XLA.
+        warn_on_cut: warn (`SourceCutWarning`) once per call that cut
+            sources; `cut_lines` is set either way.
+
+    Attributes:
+        cut_lines: the indices (from 0) of the sources of the last `encode`
+            (`translate`, `evaluate`) call that were longer than
+            `max_input_length` and were cut to it.
 
     Example:
     >>> translator = Translator(model, tokenizer, beam_size=1)  # doctest: +SKIP
@@ -202,6 +227,10 @@ class Translator:
     batch_size: int = 32
     bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES
     jit_compile: bool = False
+    warn_on_cut: bool = True
+    cut_lines: tuple[int, ...] = dataclasses.field(
+        default=(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for name, minimum in (
@@ -227,12 +256,36 @@ class Translator:
     # -- ids -----------------------------------------------------------------
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         """The encoder input of each line: its first ``max_input_length - 1``
-        subword ids, then END (`encode_sources`)."""
+        subword ids, then END (`encode_sources`).
+
+        The lines that were longer and cut are recorded in `cut_lines`, and
+        a `SourceCutWarning` names them.
+        """
         lines = _check_lines("lines", lines)
+        self.cut_lines = ()
         if not lines:
             return []
-        ids = encode_sources(self.tokenizer, lines, self.max_input_length)
-        return [list(row) for row in ids.numpy().tolist()]
+        # One id more than the cap: a row that reaches it was longer than
+        # the cap, and keeps the first `limit - 1` tokens and END, as
+        # `encode_sources(..., limit)` gives (each line is tokenized once).
+        limit = self.max_input_length
+        rows = encode_sources(self.tokenizer, lines, limit + 1).to_list()
+        cut = [i for i, row in enumerate(rows) if len(row) > limit]
+        if cut:
+            for i in cut:
+                rows[i] = rows[i][: limit - 1] + rows[i][-1:]
+            self.cut_lines = tuple(cut)
+        if cut and self.warn_on_cut:
+            warnings.warn(
+                f"{len(cut)} of {len(lines)} sources were longer than "
+                f"max_input_length={limit} subword ids (END included) and were "
+                f"cut to their first {limit - 1} tokens (indices "
+                f"{describe_lines(cut)}; all in Translator.cut_lines); pass a "
+                "larger max_input_length to keep more of them.",
+                SourceCutWarning,
+                stacklevel=2,
+            )
+        return [list(row) for row in rows]
 
     def decode_ids(self, source_ids: Any) -> DecodeResult:
         """Greedy or beam search on a batch of source ids ``[batch, length]``."""
@@ -352,7 +405,7 @@ class Translator:
             **score_translations(hypotheses, references),
         )
         if log_dir is not None:
-            _log_scores(result, Path(log_dir), step)
+            log_scores(result, log_dir, step)
         return result
 
 
@@ -418,11 +471,46 @@ def score_translations(
     }
 
 
-def _log_scores(result: EvaluationResult, log_dir: Path, step: int) -> None:
+def _summary_error(log_dir: Path, error: Exception) -> FileWriteError:
+    """A TensorFlow file error of the summary writer as a one-line write error."""
+    import tensorflow as tf
+
+    message = str(getattr(error, "message", error)).lower()
+    if "read-only file system" in message:
+        number = errno.EROFS
+    elif "no space left" in message:
+        number = errno.ENOSPC
+    elif isinstance(error, tf.errors.PermissionDeniedError):
+        number = errno.EACCES
+    else:
+        number = getattr(error, "errno", None)
+    cause = OSError(number, os.strerror(number)) if number else error
+    return write_error(log_dir, cause, kept="no scores were logged there")
+
+
+def log_scores(
+    result: EvaluationResult, log_dir: str | os.PathLike[str], step: int = 0
+) -> None:
+    """The scores of `result` in `log_dir` for TensorBoard: scalars, signatures.
+
+    Raises:
+        FileWriteError: one line naming `log_dir` when it cannot be written
+            (read-only, no permission, full disk).
+    """
+    import tensorflow as tf
+
+    log_dir = Path(log_dir)
+    try:
+        writer = tf.summary.create_file_writer(str(log_dir))
+        _write_scores(writer, result, step)
+    except (OSError, tf.errors.OpError) as e:
+        raise _summary_error(log_dir, e) from e
+
+
+def _write_scores(writer: Any, result: EvaluationResult, step: int) -> None:
     """The scores as TensorBoard scalars, the signatures as text."""
     import tensorflow as tf
 
-    writer = tf.summary.create_file_writer(str(log_dir))
     with writer.as_default(step=step):
         tf.summary.scalar("bleu", result.bleu)
         tf.summary.scalar("chrf", result.chrf)
@@ -576,7 +664,13 @@ def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
 
 
 def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> None:
-    """Writes one line per string, UTF-8 (standard output for None / "-")."""
+    """Writes one line per string, UTF-8 (standard output for None / "-").
+
+    A file is written whole or not at all (`write_atomically`).
+
+    Raises:
+        FileWriteError: one line naming the file when it cannot be written.
+    """
     data = "".join(f"{line}\n" for line in lines).encode("utf-8")
     if path is None or str(path) == "-":
         sys.stdout.flush()
@@ -584,5 +678,8 @@ def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> No
         sys.stdout.buffer.flush()
         return
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from e
+    write_atomically(path, data)

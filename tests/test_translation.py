@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,8 @@ def test_translator_cuts_sources_like_the_export_and_batch_for_eval() -> None:
     long = "Donnerstag, 5. Januar 2023 " * 10
     lines = ["", SOURCES[0], long, "  "]
     translator = translation.Translator(model, tokenizer, max_input_length=8)
-    ids = translator.encode(lines)
+    with pytest.warns(translation.SourceCutWarning, match="indices 1, 2;"):
+        ids = translator.encode(lines)
     end = tokenizer.END_ID
     assert ids[0] == [end] and ids[3] == [end]
     assert ids[2] == tokenizer.encode([long])[0][:7] + [end]
@@ -310,3 +312,103 @@ def test_commands_on_a_real_training_run(tmp_path: Path, capsys) -> None:
     assert [t.decode() for t in got["translations"].numpy()] == (
         translation.translate_lines(model, tokenizer, SOURCES[:3])
     )
+
+
+# ------------------------------------------------------------- cut sources
+LONG = "Donnerstag, 5. Januar 2023 " * 10
+
+
+def _fitting_limit() -> int:
+    """The input limit that SOURCES[0] just fits (END included); LONG does not."""
+    _, tokenizer = tiny_translator()
+    limit = len(tokenizer.encode([SOURCES[0]])[0]) + 1
+    assert len(tokenizer.encode([LONG])[0]) > 2 * limit
+    return limit
+
+
+def test_a_translator_says_which_sources_it_cut() -> None:
+    model, tokenizer = tiny_translator()
+    length = _fitting_limit()
+    translator = translation.Translator(
+        model, tokenizer, beam_size=1, max_input_length=length
+    )
+    with pytest.warns(translation.SourceCutWarning) as caught:
+        outputs = translator.translate([SOURCES[0], LONG, "", LONG])
+    assert len(caught) == 1  # one warning per call, naming every cut source
+    message = str(caught[0].message)
+    assert "2 of 4 sources" in message and f"max_input_length={length} " in message
+    assert "(indices 1, 3;" in message
+    assert translator.cut_lines == (1, 3)
+    # The return type is unchanged: one string per line.
+    assert isinstance(outputs, list) and len(outputs) == 4
+    assert all(isinstance(text, str) for text in outputs)
+
+    # A source of exactly max_input_length ids (END included) is not cut;
+    # one id less is. `cut_lines` is that of the last call.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", translation.SourceCutWarning)
+        assert translator.encode([SOURCES[0]])[0][-1] == tokenizer.END_ID
+    assert translator.cut_lines == ()
+    translator.max_input_length = length - 1
+    with pytest.warns(translation.SourceCutWarning, match="1 of 1 sources"):
+        (ids,) = translator.encode([SOURCES[0]])
+    assert translator.cut_lines == (0,)
+    assert ids == tokenizer.encode([SOURCES[0]])[0][: length - 2] + [tokenizer.END_ID]
+
+    # Training's evaluation cuts at the run's training length by design:
+    # `cut_lines` without a warning.
+    from keras_transformer.training.evaluation import greedy_translator
+
+    quiet = greedy_translator(model, tokenizer, max_length=length)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", translation.SourceCutWarning)
+        quiet.encode([LONG, SOURCES[0]])
+    assert quiet.cut_lines == (0,)
+
+
+def _stderr_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "keras-transformer" in line]
+
+
+def test_translate_command_warns_once_about_cut_lines(
+    model_dir: Path, tmp_path: Path, capfd
+) -> None:
+    source = tmp_path / "source.txt"
+    source.write_text(f"{SOURCES[0]}\n{LONG}\n\n{LONG}\n{LONG}\n", encoding="utf-8")
+    output = tmp_path / "output.txt"
+    argv = ["--workdir", str(model_dir), "--input", str(source), "--output"]
+    limit = str(_fitting_limit())
+    argv += [str(output), "--max-input-length", limit, "--beam-size", "1"]
+    assert translate_command.run(_parse(translate_command.add_arguments, argv)) == 0
+    err = capfd.readouterr().err
+    assert _stderr_lines(err) == [
+        "keras-transformer translate: warning: 3 lines were longer than the input "
+        f"limit of {limit} subword tokens (END included) and were cut to it (lines "
+        "2, 4, 5); pass --max-input-length to change it."
+    ]
+    assert "SourceCutWarning" not in err  # the command's line, not Python's
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 5
+
+    # Nothing cut: no warning.
+    source.write_text(f"{SOURCES[0]}\n\n{SOURCES[1]}\n", encoding="utf-8")
+    assert translate_command.run(_parse(translate_command.add_arguments, argv)) == 0
+    assert _stderr_lines(capfd.readouterr().err) == []
+
+
+def test_evaluate_command_warns_about_cut_sentences(
+    model_dir: Path, tmp_path: Path, capfd
+) -> None:
+    source, reference = tmp_path / "test.src", tmp_path / "test.ref"
+    source.write_text(f"{SOURCES[0]}\n{LONG}\n", encoding="utf-8")
+    reference.write_text(f"{REFERENCES[0]}\n{REFERENCES[1]}\n", encoding="utf-8")
+    argv = ["--workdir", str(model_dir), "--source", str(source), "--reference"]
+    limit = _fitting_limit()
+    argv += [str(reference), "--max-input-length", str(limit), "--beam-size", "1"]
+    assert evaluate_command.run(_parse(evaluate_command.add_arguments, argv)) == 0
+    captured = capfd.readouterr()
+    assert _stderr_lines(captured.err) == [
+        "keras-transformer evaluate: warning: 1 sentence was longer than the input "
+        f"limit of {limit} subword tokens (END included) and was cut to it "
+        "(sentence 2); pass --max-input-length to change it."
+    ]
+    assert "BLEU" in captured.out

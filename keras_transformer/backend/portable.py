@@ -141,8 +141,35 @@ def global_token_count(local_count: Any) -> Any:
 
 
 # --------------------------------------------------------------- optimizer
+def dense_gradient(gradient: Any, variable: Any) -> Any:
+    """`gradient` as a dense tensor of `variable`'s shape.
+
+    A sparse gradient (TensorFlow's `IndexedSlices`, as an embedding lookup
+    gives: one row of values per lookup, with the row's index) becomes the
+    dense gradient, the values of repeated rows summed. Any other gradient
+    is returned as it is.
+    """
+    indices = getattr(gradient, "indices", None)
+    if (
+        indices is None
+        or not hasattr(gradient, "values")
+        or not hasattr(gradient, "dense_shape")
+        or len(indices.shape) != 1  # a `SparseTensor`'s indices are 2-D
+    ):
+        return gradient
+    return ops.segment_sum(gradient.values, indices, num_segments=variable.shape[0])
+
+
 def adam_update(
     optimizer: Any, gradient: Any, variable: Any, learning_rate: Any
 ) -> None:
-    """Keras' Adam update of one variable (Kingma & Ba, 2015; §5.3)."""
+    """Keras' Adam update of one variable (Kingma & Ba, 2015; §5.3).
+
+    A sparse gradient (an embedding's) is made dense first
+    (`dense_gradient`), so a row looked up several times in a batch gets
+    the square of its summed gradient in `v`, as Adam on the dense gradient
+    does. Keras' own update, given the sparse gradient, squares each
+    lookup's gradient and sums the squares.
+    """
+    gradient = dense_gradient(gradient, variable)
     keras.optimizers.Adam.update_step(optimizer, gradient, variable, learning_rate)

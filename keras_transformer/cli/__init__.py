@@ -19,15 +19,25 @@ TensorFlow and the library when it is called. So ``--help`` and argument
 errors answer at once, without TensorFlow's start-up or log lines, and
 process-wide settings (logical CPU devices, TF_CONFIG) are applied before
 TensorFlow initialises. The library raises errors; `main` prints them.
+
+SIGINT (Ctrl-C) and SIGTERM end every command with one line on standard
+error and the conventional exit status (130, 143), never a traceback: from
+its first line `main` handles both signals (`stop_on_signals`). During the
+updates of ``train``, `PreemptionCheckpoint` takes them over: the first one
+saves a checkpoint and stops (exit 0), a second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 from keras_transformer.cli import (
     average_checkpoints,
@@ -39,7 +49,16 @@ from keras_transformer.cli import (
 from keras_transformer.cli._common import CommandError
 from keras_transformer.conventions import DISTRIBUTION
 
-__all__ = ["COMMANDS", "Command", "CommandError", "build_parser", "command", "main"]
+__all__ = [
+    "COMMANDS",
+    "Command",
+    "CommandError",
+    "CommandInterrupted",
+    "build_parser",
+    "command",
+    "main",
+    "stop_on_signals",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,15 +126,121 @@ TRAIN_EXTRA_MODULES = frozenset(
 )
 
 
+# ------------------------------------------------------------------ signals
+#: The signals that stop a command, and the exit status each one gives
+#: (128 + the signal's number, as a shell reports a process it ended).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class CommandInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached a command (outside the updates of ``train``).
+
+    A `KeyboardInterrupt`, so that no ``except Exception`` of the library
+    swallows it.
+
+    Attributes:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise CommandInterrupted(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `CommandInterrupted` in the block.
+
+    Without it SIGTERM ends the process at once, silently (exit 143), and
+    SIGINT raises a bare `KeyboardInterrupt`. The previous handlers are
+    restored on exit. Outside the main thread it does nothing.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _latest_checkpoint(workdir: str | os.PathLike[str]) -> tuple[str, int] | None:
+    """The newest checkpoint prefix of a run folder and its update, if any.
+
+    Read from the file names alone (``checkpoints/ckpt-<step>.index``), so
+    that it works whatever the signal interrupted (even TensorFlow's import).
+    """
+    found = []
+    for index in (Path(workdir) / "checkpoints").glob("ckpt-*.index"):
+        step = index.name[len("ckpt-") : -len(".index")]
+        if step.isdigit():
+            found.append((int(step), str(index.with_suffix(""))))
+    if not found:
+        return None
+    step, prefix = max(found)
+    return prefix, step
+
+
+def _interrupted_message(args: argparse.Namespace, error: KeyboardInterrupt) -> str:
+    """The one line a command ends with after SIGINT or SIGTERM."""
+    signum = getattr(error, "signum", signal.SIGINT)
+    if not isinstance(error, CommandInterrupted) and str(error):
+        return str(error)  # its own explanation (a second Ctrl-C in `train`)
+    name = signal.Signals(signum).name
+    if args.command == "train" and getattr(args, "workdir", None):
+        latest = _latest_checkpoint(args.workdir)
+        if latest is None:
+            return (
+                f"Stopped by {name} before the first update; nothing to save. Run "
+                "the same command again to start."
+            )
+        prefix, step = latest
+        return (
+            f"Stopped by {name} outside the updates; nothing new to save: the last "
+            f"checkpoint is {prefix} (update {step}). Run the same command again "
+            "to go on from it."
+        )
+    return f"Stopped by {name} before it finished. Run the same command again."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status.
 
     Errors that explain themselves (bad config, data, diverged training) are
-    printed without a traceback; set ``KT_TRACEBACK=1`` to see it.
+    printed without a traceback; set ``KT_TRACEBACK=1`` to see it. SIGINT
+    and SIGTERM end a command with one line and exit status 130 or 143.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     args = build_parser().parse_args(argv)
+    with stop_on_signals():
+        try:
+            return _run(args)
+        except KeyboardInterrupt as e:
+            # A further signal while the line is printed changes nothing.
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
+            if os.environ.get("KT_TRACEBACK"):
+                raise
+            print(
+                f"keras-transformer {args.command}: {_interrupted_message(args, e)}",
+                file=sys.stderr,
+            )
+            return 128 + int(getattr(e, "signum", signal.SIGINT))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Runs the parsed command; errors that explain themselves as one line."""
     backend = os.environ["KERAS_BACKEND"]
     if backend != "tensorflow":
         print(

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
 
@@ -19,6 +21,8 @@ __all__ = [
     "check_path",
     "check_paths",
     "check_weights",
+    "report_cut_sources",
+    "warn",
 ]
 
 
@@ -177,3 +181,34 @@ def add_search_arguments(
         parser.add_argument(
             "--batch-size", type=int, default=32, help="Sentences decoded together."
         )
+
+
+def warn(command: str, message: str) -> None:
+    """One warning line of `command` on standard error."""
+    print(f"keras-transformer {command}: warning: {message}", file=sys.stderr)
+
+
+def report_cut_sources(command: str, translator: Any, noun: str = "lines") -> None:
+    """One warning line naming the sources that `translator` cut, if any.
+
+    `translator` is the `Translator` that just translated them; its
+    `cut_lines` are the indices (from 0) of the cut sources. `noun` names
+    what they are to the user (``lines`` of a file, ``sentences``).
+    """
+    from keras_transformer.translation import describe_lines
+
+    cut = list(getattr(translator, "cut_lines", ()))
+    if not cut:
+        return
+    limit = translator.max_input_length
+    numbers = describe_lines([i + 1 for i in cut])
+    several = len(cut) > 1
+    one = noun[:-1] if noun.endswith("s") else noun
+    were = "were" if several else "was"
+    warn(
+        command,
+        f"{len(cut)} {noun if several else one} {were} longer than the input limit "
+        f"of {limit} subword tokens (END included) and {were} cut to it "
+        f"({noun if several else one} {numbers}); pass --max-input-length to "
+        "change it.",
+    )

@@ -6,7 +6,10 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import sys
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,8 @@ from keras_transformer.cli._common import (
     add_search_arguments,
     check_paths,
     check_weights,
+    report_cut_sources,
+    warn,
 )
 from keras_transformer.conventions import TASK_NAMES
 
@@ -57,12 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hypotheses",
         help="Where to write the translations (default for a training run: "
-        "<workdir>/translations/<split>.beam<K>.<weights>.txt).",
+        "<workdir>/translations/<split>.beam<K>.<weights>.txt; not saved, with a "
+        "warning, when the run folder cannot be written).",
     )
     parser.add_argument(
         "--log-dir",
         help="TensorBoard folder for the scores (default for a training run: "
-        "<workdir>/logs/evaluate_<split>_beam<K>).",
+        "<workdir>/logs/evaluate_<split>_beam<K>; not saved, with a warning, when "
+        "the run folder cannot be written).",
     )
     parser.add_argument(
         "--step",
@@ -145,8 +152,108 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
     return sources, references, name
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why `path` (a file or folder to create) cannot be written; None if it can."""
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if os.access(parent, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        read_only = False
+    where = "on a read-only file system" if read_only else "not writable"
+    return f"{parent} is {where}"
+
+
+@dataclasses.dataclass
+class _Output:
+    """A file or folder evaluate writes: the translations or the scores' log."""
+
+    what: str  # "the translations", "the TensorBoard scores"
+    path: Path | None
+    option: str  # the option that puts it elsewhere
+    explicit: bool  # given by the user (a failure is an error, not a warning)
+
+
+def _outputs(
+    args: argparse.Namespace, workdir: Path, split: str
+) -> tuple[_Output, _Output, int | None]:
+    """Where the translations and the scores go, and the TensorBoard step.
+
+    For a training run they go into the run folder by default; a run folder
+    that cannot be written (read-only) only loses them, with a warning.
+    """
+    from keras_transformer.runs import WEIGHTS, RunFolder, is_export_dir
+
+    hypotheses = _Output(
+        "the translations",
+        None if args.hypotheses is None else Path(args.hypotheses),
+        "--hypotheses FILE",
+        args.hypotheses is not None,
+    )
+    log = _Output(
+        "the scores for TensorBoard",
+        None if args.log_dir is None else Path(args.log_dir),
+        "--log-dir FOLDER",
+        args.log_dir is not None,
+    )
+    step = args.step
+    if not is_export_dir(workdir):
+        run_folder = RunFolder(workdir)
+        label = args.weights if args.weights in WEIGHTS else "custom"
+        beam = f"beam{args.beam_size}"
+        if hypotheses.path is None:
+            name = f"{split}.{beam}.{label}.txt"
+            hypotheses.path = run_folder.translations_dir / name
+        if log.path is None:
+            log.path = run_folder.log_dir / f"evaluate_{split}_{beam}"
+        if step is None:
+            step = run_folder.weights_step(args.weights)
+    for output in (hypotheses, log):
+        reason = None if output.path is None else _unwritable(output.path)
+        if reason is not None and not output.explicit:
+            warn(
+                NAME,
+                f"{output.what} will not be saved to {output.path}: {reason}. "
+                f"Scoring goes on; pass {output.option} to save them elsewhere.",
+            )
+            output.path = None
+    return hypotheses, log, step
+
+
+def _save(output: _Output, write: Callable[[Path], None]) -> bool:
+    """Writes `output` with `write`; False (after one line) when it failed."""
+    from keras_transformer.files import FileWriteError
+
+    if output.path is None:
+        return True
+    try:
+        write(output.path)
+    except FileWriteError as e:
+        if output.explicit:
+            print(f"keras-transformer {NAME}: error: {e}", file=sys.stderr)
+        else:
+            reason = os.strerror(e.errno).lower() if e.errno else "write failed"
+            warn(
+                NAME,
+                f"{output.what} could not be saved to {output.path} ({reason}); "
+                f"the scores are complete. Pass {output.option} to save them "
+                "elsewhere.",
+            )
+        output.path = None
+        return not output.explicit
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
-    """Translates the test set with `Translator`, prints (and logs) the scores."""
+    """Translates the test set with `Translator`, prints (and logs) the scores.
+
+    The translations and the TensorBoard scores are outputs, not needs: a
+    run folder that cannot be written (read-only) is scored all the same,
+    with one warning line for what could not be saved.
+    """
     check_paths(
         args,
         workdir="folder",
@@ -157,8 +264,12 @@ def run(args: argparse.Namespace) -> int:
         log_dir="new folder",
     )
     check_weights(args)
-    from keras_transformer.runs import WEIGHTS, RunFolder, is_export_dir
-    from keras_transformer.translation import Translator
+    from keras_transformer.translation import (
+        SourceCutWarning,
+        Translator,
+        log_scores,
+        write_lines,
+    )
 
     workdir = Path(args.workdir)
     sources, references, split = _test_set(args, workdir)
@@ -171,35 +282,29 @@ def run(args: argparse.Namespace) -> int:
         extra_length=args.extra_length,
         batch_size=args.batch_size,
     )
-    run_folder = None if is_export_dir(workdir) else RunFolder(workdir)
-    hypotheses_path, log_dir, step = args.hypotheses, args.log_dir, args.step
-    if run_folder is not None:
-        label = args.weights if args.weights in WEIGHTS else "custom"
-        if hypotheses_path is None:
-            hypotheses_path = (
-                run_folder.translations_dir
-                / f"{split}.beam{args.beam_size}.{label}.txt"
-            )
-        if log_dir is None:
-            log_dir = run_folder.log_dir / f"evaluate_{split}_beam{args.beam_size}"
-        if step is None:
-            step = run_folder.weights_step(args.weights)
-    with contextlib.redirect_stdout(sys.stderr):
+    hypotheses, log, step = _outputs(args, workdir, split)
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SourceCutWarning)
         result = translator.evaluate(
             sources,
             references,
             split=split,
-            hypotheses_path=hypotheses_path,
-            log_dir=log_dir,
-            step=step or 0,
             progress=not args.no_progress and not args.json,
         )
+    report_cut_sources(NAME, translator, "sentences")
+    saved = _save(hypotheses, lambda path: write_lines(path, result.hypotheses))
+    saved &= _save(log, lambda path: log_scores(result, path, step or 0))
+    result = dataclasses.replace(
+        result,
+        hypotheses_path=None if hypotheses.path is None else str(hypotheses.path),
+        log_dir=None if log.path is None else str(log.path),
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(result.summary())
-        if hypotheses_path is not None:
-            print(f"Hypotheses: {hypotheses_path}")
-        if log_dir is not None:
-            print(f"TensorBoard: tensorboard --logdir {log_dir}")
-    return 0
+        if hypotheses.path is not None:
+            print(f"Hypotheses: {hypotheses.path}")
+        if log.path is not None:
+            print(f"TensorBoard: tensorboard --logdir {log.path}")
+    return 0 if saved else 1

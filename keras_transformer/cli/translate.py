@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import warnings
 
 from keras_transformer.cli._common import (
     add_model_arguments,
     add_search_arguments,
     check_paths,
     check_weights,
+    report_cut_sources,
 )
 
 NAME = "translate"
@@ -43,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
     """Reads the lines, translates them with `Translator`, writes them."""
     check_paths(args, workdir="folder", input="file", output="new file")
     check_weights(args)
-    from keras_transformer.translation import Translator, read_lines, write_lines
+    from keras_transformer.translation import (
+        SourceCutWarning,
+        Translator,
+        read_lines,
+        write_lines,
+    )
 
     lines = read_lines(args.input)
     translator = Translator.load(
@@ -57,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     )
     progress = str(args.input) != "-" and not args.no_progress
     # The progress bar goes to standard error, the translations may go to
-    # standard output.
-    with contextlib.redirect_stdout(sys.stderr):
+    # standard output. Cut sources are reported in the command's own words.
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SourceCutWarning)
         outputs = translator.translate(lines, progress=progress)
+    report_cut_sources(NAME, translator, "lines")
     write_lines(args.output, outputs)
     return 0

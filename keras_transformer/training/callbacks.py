@@ -34,6 +34,7 @@ __all__ = [
     "PlainProgressLogger",
     "PreemptionCheckpoint",
     "StopAtStep",
+    "TrainingAborted",
     "TrainingPreempted",
     "TrainingSummaries",
     "TranslationEvaluator",
@@ -519,6 +520,37 @@ class TrainingPreempted(Exception):  # noqa: N818 - a stop, not an error
         self.checkpoint = checkpoint
 
 
+class TrainingAborted(KeyboardInterrupt):
+    """A second Ctrl-C while a preemption checkpoint was pending: stopped at once.
+
+    Raised by `PreemptionCheckpoint` without saving anything; the message
+    is one line that names the checkpoint a rerun resumes from. A
+    `KeyboardInterrupt`, as Ctrl-C is.
+
+    Attributes:
+        signum: the signal (SIGINT).
+        checkpoint: the newest complete checkpoint, or ``None``.
+        step: its update, or ``None``.
+    """
+
+    def __init__(self, checkpoint: str | None, step: int | None = None) -> None:
+        if checkpoint is None:
+            where = (
+                "no checkpoint was saved yet, so the run starts again from the "
+                "first update"
+            )
+        else:
+            update = f" (update {step})" if step is not None else ""
+            where = f"the run resumes from {checkpoint}{update}"
+        super().__init__(
+            f"Second interrupt: stopping now without a checkpoint; {where}. Run "
+            "the same command again to go on."
+        )
+        self.signum = int(signal.SIGINT)
+        self.checkpoint = checkpoint
+        self.step = step
+
+
 class PreemptionCheckpoint(keras.callbacks.Callback):
     """Saves a checkpoint and stops at the next step boundary on SIGTERM or SIGINT.
 
@@ -533,9 +565,11 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
     the stop skips the validation pass, BLEU decoding and epoch-end work of
     the unfinished epoch, which can take longer than a scheduler's grace
     period. A second SIGINT while the stop is pending raises
-    `KeyboardInterrupt` at once, as Ctrl-C usually does (the last checkpoint
-    written stays intact: a checkpoint becomes the latest only once it is
-    complete). After a NaN loss (`nan_guard`) nothing is saved.
+    `TrainingAborted` (a `KeyboardInterrupt`) at once, as Ctrl-C usually
+    does; its one-line message names the checkpoint a rerun resumes from
+    (the last checkpoint written stays intact: a checkpoint becomes the
+    latest only once it is complete). After a NaN loss (`nan_guard`)
+    nothing is saved.
 
     The previous handlers are restored at the end of training; call
     `uninstall` in a ``finally`` block too, since `on_train_end` does not run
@@ -610,7 +644,11 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested is not None and signum == signal.SIGINT:
             self.uninstall()
-            raise KeyboardInterrupt
+            latest = self.manager.latest_checkpoint
+            step = None
+            if latest is not None and latest.rsplit("-", 1)[-1].isdigit():
+                step = int(latest.rsplit("-", 1)[-1])
+            raise TrainingAborted(latest, step)
         if self.requested is None:
             self.requested = signum
             logger.warning(

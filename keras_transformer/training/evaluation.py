@@ -51,7 +51,8 @@ def greedy_translator(
     Args:
         model: a model from `build_transformer`.
         tokenizer: the shared tokenizer it was trained with.
-        max_length: sources are cut to this many tokens (END included).
+        max_length: sources are cut to this many tokens (END included), the
+            run's training length, without a warning.
         extra_length: an output may have the source length plus this many
             tokens (§6.1: "input length + 50").
         output_max_length: a cap on the output length (END included), e.g.
@@ -68,6 +69,7 @@ def greedy_translator(
         max_output_length=output_max_length,
         batch_size=batch_size,
         bucket_boundaries=tuple(bucket_boundaries),
+        warn_on_cut=False,
     )
 
 

@@ -27,6 +27,12 @@ def _nn():
     return nn
 
 
+def _tf_optimizers():
+    from keras_transformer.backend.tensorflow import optimizers
+
+    return optimizers
+
+
 def _tf_losses():
     from keras_transformer.backend.tensorflow import losses
 
@@ -287,6 +293,65 @@ def test_adam_twin_equals_portable_update():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
         # The portable branch is Keras' own update, to the bit.
         np.testing.assert_array_equal(b, c)
+
+
+def test_adam_twins_equal_dense_adam_for_rows_looked_up_twice():
+    # Row 1 is looked up twice in the batch: Adam's `v` gets the square of
+    # the summed gradient, as Keras' Adam on the dense gradient computes.
+    arguments = {"learning_rate": 0.01, "beta_2": 0.98, "epsilon": 1e-9}
+    ids = [[1, 1, 2]]
+    fused = train_embedding_model(kt.optimizers.Adam(**arguments), ids)
+    with kt.backend.fast_paths(False):
+        plain = train_embedding_model(kt.optimizers.Adam(**arguments), ids)
+    dense = train_embedding_model(
+        keras.optimizers.Adam(**arguments), ids, dense_gradients=True
+    )
+    for a, b, c in zip(fused, plain, dense, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b, c, rtol=1e-5, atol=1e-6)
+    # Rows 1 and 2 moved; the others did not.
+    start = train_embedding_model(keras.optimizers.SGD(0.0), ids)[0]
+    moved = np.any(fused[0] != start, axis=1)
+    assert moved.tolist() == [i in (1, 2) for i in range(10)]
+    # The case is one where summing before squaring matters: Keras' Adam
+    # given the sparse gradient (the squares of the two lookups summed)
+    # moves row 1 differently.
+    sparse = train_embedding_model(keras.optimizers.Adam(**arguments), ids)
+    assert np.abs(sparse[0][1] - dense[0][1]).max() > 1e-3
+
+
+def test_portable_adam_sums_repeated_rows_of_a_sparse_gradient():
+    rng = np.random.default_rng(30)
+    start = rng.normal(size=(4, 3)).astype("float32")
+    values = rng.normal(size=(3, 3)).astype("float32")
+    sparse = tf.IndexedSlices(tf.constant(values), tf.constant([2, 0, 2]), (4, 3))
+    dense = tf.convert_to_tensor(sparse)
+    np.testing.assert_allclose(
+        portable.dense_gradient(sparse, keras.Variable(start)), dense, atol=1e-7
+    )
+    results = []
+    for gradient, update in (
+        (sparse, portable.adam_update),
+        (sparse, _tf_optimizers().adam_update),
+        (dense, keras.optimizers.Adam.update_step),
+    ):
+        variable = keras.Variable(start)
+        optimizer = kt.optimizers.Adam(0.1, beta_2=0.98, epsilon=1e-9)
+        optimizer.build([variable])
+        update(optimizer, gradient, variable, 0.1)
+        results.append(
+            [
+                keras.ops.convert_to_numpy(v)
+                for v in (variable, optimizer._momentums[0], optimizer._velocities[0])
+            ]
+        )
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # v of row 2 is (1 - beta_2) times the square of its summed gradient.
+    np.testing.assert_allclose(
+        results[0][2][2], 0.02 * (values[0] + values[2]) ** 2, rtol=1e-5
+    )
 
 
 def test_adam_twin_equals_portable_for_one_variable():

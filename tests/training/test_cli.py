@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from keras_transformer import cli
 from tests.training.helpers import (
     REPO_ROOT,
     SMALL_CONFIG,
+    small_config,
     subprocess_env,
     write_config,
 )
@@ -301,3 +304,198 @@ def test_other_missing_modules_keep_their_traceback(monkeypatch):
     )
     with pytest.raises(ModuleNotFoundError, match="no_such_thing"):
         cli.main(["needs-something"])
+
+
+# ------------------------------------------- evaluate on a read-only run folder
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder of one update (a few seconds)."""
+    from keras_transformer.training import train
+
+    workdir = tmp_path_factory.mktemp("evaluate") / "run"
+    config = small_config(
+        "train.train_steps=1",
+        "train.steps_per_epoch=1",
+        "train.validation_every=1000",
+        "train.test_samples=2",
+        "train.keep_best=false",
+        "model.optimizer.warmup_steps=1",
+    )
+    train(config, workdir, printer=None)
+    return workdir
+
+
+def _files(folder: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in sorted(folder.rglob("*"))}
+
+
+def _read_only(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Makes `folder` look read-only to `os.access` (root writes anyway, so
+    the tests also check that nothing in it changed)."""
+    access = os.access
+    folder = folder.resolve()
+
+    def read_only_access(path, mode, *args, **kwargs):
+        inside = Path(path).resolve().is_relative_to(folder)
+        if inside and mode & os.W_OK:
+            return False
+        return access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", read_only_access)
+
+
+EVALUATE = ["--beam-size", "1", "--max-sentences", "2", "--no-progress"]
+
+
+def _warnings(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr
+    return [line for line in stderr.splitlines() if line.startswith("keras-")]
+
+
+def test_evaluate_scores_a_read_only_run_folder_without_writing(
+    trained_run: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    before = _files(trained_run)
+    _read_only(monkeypatch, trained_run)
+    assert cli.main(["evaluate", "--workdir", str(trained_run), *EVALUATE]) == 0
+    captured = capsys.readouterr()
+    assert "BLEU" in captured.out and "Hypotheses:" not in captured.out
+    translations, scores = _warnings(captured.err)
+    assert translations == (
+        "keras-transformer evaluate: warning: the translations will not be saved "
+        f"to {trained_run / 'translations' / 'test.beam1.last.txt'}: {trained_run} "
+        "is not writable. Scoring goes on; pass --hypotheses FILE to save them "
+        "elsewhere."
+    )
+    assert scores.startswith(
+        "keras-transformer evaluate: warning: the scores for TensorBoard will not "
+        f"be saved to {trained_run / 'logs' / 'evaluate_test_beam1'}: "
+    )
+    assert scores.endswith("pass --log-dir FOLDER to save them elsewhere.")
+    assert _files(trained_run) == before
+
+    # --json says that nothing was saved.
+    argv = ["evaluate", "--workdir", str(trained_run), *EVALUATE, "--json"]
+    assert cli.main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["hypotheses_path"] is None and printed["log_dir"] is None
+
+
+def test_evaluate_with_only_hypotheses_on_a_read_only_run_folder(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    before = _files(trained_run)
+    _read_only(monkeypatch, trained_run)
+    hypotheses = tmp_path / "hypotheses.txt"
+    argv = ["evaluate", "--workdir", str(trained_run), *EVALUATE]
+    assert cli.main([*argv, "--hypotheses", str(hypotheses)]) == 0
+    captured = capsys.readouterr()
+    assert f"Hypotheses: {hypotheses}" in captured.out and "BLEU" in captured.out
+    (scores,) = _warnings(captured.err)
+    assert "scores for TensorBoard will not be saved" in scores
+    assert len(hypotheses.read_text(encoding="utf-8").splitlines()) == 2
+    assert _files(trained_run) == before
+
+
+def test_evaluate_says_in_one_line_when_a_write_fails(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The folder looks writable, but the writes fail (read-only file system,
+    TensorFlow's PermissionDeniedError): the scores, one line each."""
+    import errno
+
+    import tensorflow as tf
+
+    from keras_transformer import files, translation
+
+    def read_only_file(path, content):
+        raise files.write_error(path, OSError(errno.EROFS, "Read-only file system"))
+
+    def denied_writer(logdir, *args, **kwargs):
+        raise tf.errors.PermissionDeniedError(
+            None, None, f"{logdir}; Read-only file system [Op:CreateSummaryFileWriter]"
+        )
+
+    monkeypatch.setattr(translation, "write_atomically", read_only_file)
+    monkeypatch.setattr(tf.summary, "create_file_writer", denied_writer)
+    assert cli.main(["evaluate", "--workdir", str(trained_run), *EVALUATE]) == 0
+    captured = capsys.readouterr()
+    assert "BLEU" in captured.out and "Hypotheses:" not in captured.out
+    translations, scores = _warnings(captured.err)
+    path = trained_run / "translations" / "test.beam1.last.txt"
+    assert translations == (
+        "keras-transformer evaluate: warning: the translations could not be saved "
+        f"to {path} (read-only file system); the scores are complete. Pass "
+        "--hypotheses FILE to save them elsewhere."
+    )
+    log_dir = trained_run / "logs" / "evaluate_test_beam1"
+    assert scores.startswith(
+        "keras-transformer evaluate: warning: the scores for TensorBoard could not "
+        f"be saved to {log_dir} (read-only file system)"
+    )
+
+    # An output the user asked for is an error (exit 1), still one line,
+    # after the scores.
+    log_dir = tmp_path / "logs"
+    argv = ["evaluate", "--workdir", str(trained_run), *EVALUATE]
+    assert cli.main([*argv, "--log-dir", str(log_dir)]) == 1
+    captured = capsys.readouterr()
+    assert "BLEU" in captured.out
+    assert _warnings(captured.err)[-1] == (
+        f"keras-transformer evaluate: error: Could not write {log_dir}: read-only "
+        "file system; no scores were logged there. Check the folder's permissions "
+        "and the disk, then run the same command again."
+    )
+
+
+@pytest.mark.slow
+def test_evaluate_on_a_read_only_mount(trained_run: Path, tmp_path: Path) -> None:
+    """For real, where this process may mount (root): a read-only bind mount
+    (two commands, ~30 s)."""
+    mount = tmp_path / "read-only"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "--bind", str(trained_run), str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root); the tests above fake it")
+    try:
+        remounted = subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(mount)], capture_output=True
+        )
+        assert remounted.returncode == 0, remounted.stderr
+        with pytest.raises(OSError):
+            (mount / "probe").write_text("")
+        hypotheses = tmp_path / "hypotheses.txt"
+        argv = ["evaluate", "--workdir", str(mount), *EVALUATE]
+        done = subprocess.run(
+            [sys.executable, "-m", "keras_transformer", *argv],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=subprocess_env(),
+            cwd=REPO_ROOT,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "BLEU" in done.stdout
+        lines = _warnings(done.stderr)
+        assert len(lines) == 2 and all("read-only file system" in x for x in lines)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "keras_transformer",
+                *argv,
+                "--hypotheses",
+                str(hypotheses),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=subprocess_env(),
+            cwd=REPO_ROOT,
+        )
+        assert done.returncode == 0, done.stderr
+        assert len(_warnings(done.stderr)) == 1 and hypotheses.exists()
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)

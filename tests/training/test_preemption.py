@@ -10,6 +10,7 @@ bar's carriage returns.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from keras_transformer.training import TranslationTrainer, checkpoint_paths, tra
 from keras_transformer.training.callbacks import (
     PlainProgressLogger,
     PreemptionCheckpoint,
+    TrainingAborted,
     TrainingPreempted,
 )
 from keras_transformer.training.loop import _progress
@@ -137,7 +139,7 @@ def test_a_second_sigint_aborts_at_once(tmp_path):
     before = signal.getsignal(signal.SIGINT)
     preemption = PreemptionCheckpoint(manager)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as stop:
             model.fit(
                 data,
                 epochs=1,
@@ -151,6 +153,14 @@ def test_a_second_sigint_aborts_at_once(tmp_path):
     assert preemption.requested == signal.SIGINT
     assert _steps(tmp_path) == [0]  # nothing saved after the abort
     assert signal.getsignal(signal.SIGINT) is before
+    # One line that names the checkpoint a rerun resumes from.
+    assert isinstance(stop.value, TrainingAborted)
+    assert (stop.value.checkpoint, stop.value.step) == (manager.latest_checkpoint, 0)
+    assert str(stop.value) == (
+        "Second interrupt: stopping now without a checkpoint; the run resumes "
+        f"from {manager.latest_checkpoint} (update 0). Run the same command again "
+        "to go on."
+    )
 
 
 # -------------------------------------------------------- progress as lines
@@ -353,7 +363,8 @@ def test_two_sigints_abort_and_keep_the_last_checkpoint(tmp_path):
         text=True,
         timeout=240,
     )
-    assert child.returncode != 0 and "KeyboardInterrupt" in child.stderr
+    assert child.returncode != 0
+    assert "TrainingAborted: Second interrupt" in child.stderr
     assert _steps(workdir / "checkpoints") == [5]
     model, _, _ = load_trained_model(workdir)  # the checkpoint reads back
     assert model.count_params() > 0
@@ -363,3 +374,180 @@ def test_two_sigints_abort_and_keep_the_last_checkpoint(tmp_path):
         printer=None,
     )
     assert (resumed.initial_step, resumed.steps) == (5, 7)
+
+
+# ----------------------------------------- signals outside the updates, and twice
+def _command_lines(stderr: str) -> list[str]:
+    """The lines of the command itself (not TensorFlow's start-up logs)."""
+    lines = stderr.splitlines()
+    return [line for line in lines if line.startswith("keras-transformer")]
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (Linux: /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+    return bool(caught >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_a_signal_before_the_first_update_ends_the_command_with_one_line(
+    tmp_path, signum, status
+):
+    """The signal comes as soon as the command handles it (from its first
+    line, long before TensorFlow has loaded): one line, exit 128 + signal."""
+    config = write_config(tmp_path, SMALL_CONFIG)
+    workdir = tmp_path / "run"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "keras_transformer", *_cli_args(config, workdir)],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _catches(child.pid, signal.SIGTERM):
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    name = signal.Signals(signum).name
+    assert child.returncode == status, out + err
+    assert "Traceback" not in err and out == ""
+    assert _command_lines(err) == [
+        f"keras-transformer train: Stopped by {name} before the first update; "
+        "nothing to save. Run the same command again to start."
+    ]
+    assert not (workdir / "checkpoints").exists()
+
+
+def test_a_signal_outside_the_updates_names_the_last_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
+    """After checkpoints exist (e.g. during the final evaluation, or while a
+    resumed run loads), the line says which one the rerun goes on from."""
+    from keras_transformer import cli
+
+    (tmp_path / "checkpoints").mkdir()
+    for step in (3, 12, 6):
+        (tmp_path / "checkpoints" / f"ckpt-{step}.index").write_bytes(b"")
+
+    def interrupted(args):
+        raise cli.CommandInterrupted(signal.SIGTERM)
+
+    entry = dataclasses.replace(cli.COMMANDS["train"], run=interrupted)
+    monkeypatch.setitem(cli.COMMANDS, "train", entry)
+    status = cli.main(["train", "--workdir", str(tmp_path)])
+    assert status == 143
+    assert capsys.readouterr().err == (
+        "keras-transformer train: Stopped by SIGTERM outside the updates; nothing "
+        f"new to save: the last checkpoint is {tmp_path / 'checkpoints' / 'ckpt-12'} "
+        "(update 12). Run the same command again to go on from it.\n"
+    )
+
+
+def test_a_signal_while_the_model_is_built_ends_the_command_with_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """SIGTERM after the data and tokenizer are ready, before the first
+    update (while the model is built): exit 143, one line, no checkpoint."""
+    from keras_transformer import cli
+    from keras_transformer.training import loop
+
+    build = loop._build
+
+    def build_then_terminate(*args, **kwargs):
+        built = build(*args, **kwargs)
+        # The command's handler, or the signal would end pytest.
+        assert signal.getsignal(signal.SIGTERM) is cli._raise_interrupted
+        os.kill(os.getpid(), signal.SIGTERM)
+        return built
+
+    monkeypatch.setattr(loop, "_build", build_then_terminate)
+    config = write_config(tmp_path, SMALL_CONFIG)
+    workdir = tmp_path / "run"
+    before = signal.getsignal(signal.SIGTERM)
+    status = cli.main(_cli_args(config, workdir))
+    captured = capsys.readouterr()
+    assert status == 143, captured.out + captured.err
+    assert "Traceback" not in captured.err
+    assert _command_lines(captured.err) == [
+        "keras-transformer train: Stopped by SIGTERM before the first update; "
+        "nothing to save. Run the same command again to start."
+    ]
+    assert (workdir / "tokenizer").exists()  # it got that far
+    assert _steps(workdir / "checkpoints") == []
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_main_handles_both_signals_and_restores_the_handlers(monkeypatch, capsys):
+    from keras_transformer import cli
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    seen = {}
+
+    def probe(args):
+        seen["handlers"] = (
+            signal.getsignal(signal.SIGTERM),
+            signal.getsignal(signal.SIGINT),
+        )
+        # The command's handler, or the signal would end pytest.
+        assert seen["handlers"] == (cli._raise_interrupted, cli._raise_interrupted)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # interrupted at once
+        return 0
+
+    entry = dataclasses.replace(cli.COMMANDS["translate"], run=probe)
+    monkeypatch.setitem(cli.COMMANDS, "translate", entry)
+    started = time.monotonic()
+    status = cli.main(["translate", "--workdir", "w"])
+    assert time.monotonic() - started < 4
+    assert status == 130
+    assert capsys.readouterr().err == (
+        "keras-transformer translate: Stopped by SIGINT before it finished. Run the "
+        "same command again.\n"
+    )
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_second_ctrl_c_in_the_train_command_is_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """Ctrl-C twice after update 4: no traceback, one line naming the
+    checkpoint of update 3, exit 130; nothing saved after update 3."""
+    from keras_transformer import cli
+    from keras_transformer.training import loop
+
+    fit = loop._fit
+
+    def fit_with_two_interrupts(config, trainer, data, tokenizer, callbacks, *rest):
+        callbacks = [SignalAt(4, signal.SIGINT, signal.SIGINT), *callbacks]
+        return fit(config, trainer, data, tokenizer, callbacks, *rest)
+
+    monkeypatch.setattr(loop, "_fit", fit_with_two_interrupts)
+    config = write_config(tmp_path, SMALL_CONFIG)
+    workdir = tmp_path / "run"
+    before = signal.getsignal(signal.SIGINT)
+    overrides = ("train.train_steps=9", "train.validation_every=1000")
+    status = cli.main(_cli_args(config, workdir, *overrides))
+    captured = capsys.readouterr()
+    checkpoint = workdir / "checkpoints" / "ckpt-3"
+    assert status == 130, captured.out + captured.err
+    assert "Traceback" not in captured.err
+    assert _command_lines(captured.err) == [
+        "keras-transformer train: Second interrupt: stopping now without a "
+        f"checkpoint; the run resumes from {checkpoint} (update 3). Run the same "
+        "command again to go on."
+    ]
+    assert _steps(workdir / "checkpoints") == [3]
+    assert signal.getsignal(signal.SIGINT) is before

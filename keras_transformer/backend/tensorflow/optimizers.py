@@ -22,10 +22,12 @@ def adam_update(
 
     in one pass over each variable and its two slots instead of about ten.
     Works under `tf.distribute` strategies and XLA. Sparse gradients
-    (embedding lookups) are made dense first, as Keras' Adam does.
+    (embedding lookups) are made dense first, the values of repeated rows
+    summed, as the portable reference does (`portable.dense_gradient`).
     """
     dtype = variable.dtype
-    # Keras' Adam also densifies sparse (embedding) gradients.
+    # An `IndexedSlices` becomes dense with its repeated rows summed
+    # (`unsorted_segment_sum`), so `v` gets the square of the sum.
     gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
     step = tf.cast(optimizer.iterations + 1, dtype)
     beta_1 = tf.cast(optimizer.beta_1, dtype)
