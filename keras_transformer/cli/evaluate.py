@@ -175,6 +175,7 @@ class _Output:
     path: Path | None
     option: str  # the option that puts it elsewhere
     explicit: bool  # given by the user (a failure is an error, not a warning)
+    run_folder: Path | None = None  # locked while writing into it
 
 
 def _outputs(
@@ -207,8 +208,10 @@ def _outputs(
         if hypotheses.path is None:
             name = f"{split}.{beam}.{label}.txt"
             hypotheses.path = run_folder.translations_dir / name
+            hypotheses.run_folder = workdir
         if log.path is None:
             log.path = run_folder.log_dir / f"evaluate_{split}_{beam}"
+            log.run_folder = workdir
         if step is None:
             step = run_folder.weights_step(args.weights)
     for output in (hypotheses, log):
@@ -224,13 +227,32 @@ def _outputs(
 
 
 def _save(output: _Output, write: Callable[[Path], None]) -> bool:
-    """Writes `output` with `write`; False (after one line) when it failed."""
-    from keras_transformer.files import FileWriteError
+    """Writes `output` with `write`; False (after one line) when it failed.
+
+    Into a run folder only under its writer lock: while another command
+    (a `train`) writes the folder, the scores stand and the output is not
+    saved, with one warning naming that command.
+    """
+    from keras_transformer.files import FileWriteError, FolderLock, FolderLockedError
 
     if output.path is None:
         return True
+    lock = (
+        FolderLock(output.run_folder, f"keras-transformer {NAME}")
+        if output.run_folder is not None
+        else contextlib.nullcontext()
+    )
     try:
-        write(output.path)
+        with lock:
+            write(output.path)
+    except FolderLockedError as e:
+        warn(
+            NAME,
+            f"{output.what} were not saved to {output.path}: {e} The scores are "
+            f"complete; pass {output.option} to save them elsewhere.",
+        )
+        output.path = None
+        return True
     except FileWriteError as e:
         if output.explicit:
             print(f"keras-transformer {NAME}: error: {e}", file=sys.stderr)

@@ -230,6 +230,14 @@ def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
             assert cli.main(command) == 1
             line = _one_line_error(capsys, f"PID {holder.pid}", "one writer at a time")
             assert "keras-transformer train" in line
+        # evaluate scores, but does not write into a folder another writes.
+        evaluate = ["evaluate", "--workdir", str(workdir), "--beam-size", "1"]
+        assert cli.main([*evaluate, "--max-sentences", "2", "--no-progress"]) == 0
+        captured = capsys.readouterr()
+        assert "BLEU" in captured.out and "Hypotheses:" not in captured.out
+        assert "Traceback" not in captured.err
+        assert f"were not saved to {workdir / 'translations'}" in captured.err
+        assert f"PID {holder.pid}" in captured.err
         # Readers need no lock.
         sentences = tmp_path / "sentences.txt"
         sentences.write_text("5 May 1990\n")
