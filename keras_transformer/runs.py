@@ -5,13 +5,15 @@ A training run's folder (``keras-transformer train --workdir``) holds:
 ```text
 config.json           the resolved TrainConfig
 tokenizer/            the shared SubwordTokenizer (tokenizer.model/.json)
-checkpoints/          tf.train checkpoints ckpt-<step> (model + optimizer),
-                      and checkpoints.json (the tokenizer they belong to)
+checkpoints/          tf.train checkpoints ckpt-<step> (model + optimizer +
+                      the run's fingerprint), and checkpoints.json (the run
+                      id, tokenizer and config they belong to)
 best.weights.h5       the weights with the best validation BLEU (+ best.json)
 averaged.weights.h5   the average of the last checkpoints (§6.1, + averaged.json)
 logs/                 TensorBoard logs
 translations/         hypotheses written by ``keras-transformer evaluate``
 result.json           the final scores
+writer.lock           the one writer's lock (`keras_transformer.files.FolderLock`)
 ```
 
 An export folder (``keras-transformer export``) holds a SavedModel plus

@@ -391,3 +391,33 @@ def test_the_lock_file_is_released_after_train(tmp_path):
     with files.FolderLock(workdir, "a later command"):
         pass
     assert os.path.getsize(workdir / files.LOCK_FILE) == 0
+
+
+@pytest.mark.parametrize("name", ["config.json", "checkpoints.json", "result.json"])
+def test_a_full_disk_at_each_run_file_keeps_its_previous_version(
+    run, monkeypatch, name
+):
+    """Resuming writes config.json and checkpoints.json, finishing result.json."""
+    workdir, _ = run
+    path = next(workdir.rglob(name))
+    previous = path.read_bytes()
+    flush = files._fsync_file
+
+    def full_disk(written: Path) -> None:
+        if Path(written).name.endswith(name):
+            raise OSError(28, "No space left on device")
+        flush(written)
+
+    monkeypatch.setattr(files, "_fsync_file", full_disk)
+    with pytest.raises(FileWriteError) as error:
+        train(small_config(*RUN_OVERRIDES, "train.train_steps=9"), workdir)
+    message = str(error.value)
+    assert str(path) in message and "no space left on the device" in message
+    assert f"the previous {name} is intact" in message and "\n" not in message
+    assert path.read_bytes() == previous
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]
+    # Space freed: the same command goes on and writes the file.
+    monkeypatch.setattr(files, "_fsync_file", flush)
+    result = train(small_config(*RUN_OVERRIDES, "train.train_steps=9"), workdir)
+    assert result.steps == 9
+    assert json.loads((workdir / "result.json").read_text())["steps"] == 9
