@@ -27,6 +27,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -57,6 +58,11 @@ class FileWriteError(OSError):
     The message is one line: the file, what went wrong (``no space left on
     the device``, ``read-only file system``, ...) and what to do.
     """
+
+    def __str__(self) -> str:
+        # OSError prints "[Errno 28] None: '<file>'" once errno and filename
+        # are set (as `write_error` does); the message is the first argument.
+        return str(self.args[0]) if self.args else super().__str__()
 
 
 def _reason(error: BaseException) -> str:
@@ -255,8 +261,12 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     path = Path(path)
     temporary = _temporary_name(path)
+    # ``.tmp-<pid>-<name>`` exactly: not the folder of another name that
+    # ends with this one (``.tmp-7-my-model`` is not a stale ``model``).
+    stale_name = re.compile(rf"{re.escape(TEMPORARY_PREFIX)}\d+-{re.escape(path.name)}")
     for stale in path.parent.glob(f"{TEMPORARY_PREFIX}*-{path.name}"):
-        _remove(stale)
+        if stale_name.fullmatch(stale.name):
+            _remove(stale)
     try:
         temporary.mkdir(parents=True)
         yield temporary

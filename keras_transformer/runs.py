@@ -49,6 +49,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.files import TEMPORARY_PREFIX
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
 
 __all__ = [
@@ -771,8 +772,14 @@ class RunFolder:
 
 # ----------------------------------------------------------------- exports
 def is_export_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` holds ``model.keras`` and ``tokenizer/`` (an export)."""
+    """Whether `path` holds ``model.keras`` and ``tokenizer/`` (an export).
+
+    Never the hidden temporary folder of an unfinished (or killed) export,
+    ``.tmp-<pid>-<name>``, even when it already holds both.
+    """
     path = Path(path)
+    if path.name.startswith(TEMPORARY_PREFIX):
+        return False
     return (path / EXPORT_MODEL_FILE).is_file() and (path / TOKENIZER_DIR).is_dir()
 
 
