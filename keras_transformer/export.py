@@ -346,7 +346,14 @@ def _check_target(export_dir: Path, overwrite: bool) -> None:
         raise FileExistsError(
             f"{export_dir} is a file; pass the path of a (new) folder to export to."
         )
-    if not export_dir.is_dir() or not any(export_dir.iterdir()):
+    if not export_dir.is_dir():
+        return
+    if Path.cwd().resolve().is_relative_to(export_dir.resolve()):
+        raise FileExistsError(
+            f"{export_dir} is (or holds) the current folder, which the export "
+            "would replace; run the command from another folder."
+        )
+    if not any(export_dir.iterdir()):
         return
     if not overwrite:
         raise FileExistsError(
@@ -482,6 +489,8 @@ def export_translator(
         model, tokenizer, beam_size, length_penalty, max_input_length, extra_length
     )
     export_dir = Path(export_dir)
+    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
+        export_dir = Path(os.path.abspath(export_dir))
     _check_target(export_dir, overwrite)  # before tracing: fail fast
     check_free_space(export_dir, _needed_bytes(model))
 
@@ -522,4 +531,6 @@ def export_translator(
                 json.dumps(settings.to_dict(), indent=2) + "\n", encoding="utf-8"
             )
             _carry_over(export_dir, temporary)
+            if export_dir.is_dir():  # the earlier folder's permissions
+                shutil.copymode(export_dir, temporary)
     return export_dir

@@ -781,3 +781,19 @@ def test_sigkill_during_export_overwrite_keeps_the_earlier_export(
         translate_lines(model, tokenizer, INPUTS, beam_size=1)
     )
     assert _leftovers(target.parent) == []
+
+
+def test_an_empty_folder_is_filled_and_keeps_its_permissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "models" / "3"
+    target.mkdir(parents=True)
+    target.chmod(0o750)
+    monkeypatch.chdir(target)
+    with pytest.raises(FileExistsError, match="current folder"):
+        export.export_translator(*tiny_translator(), ".", beam_size=1)
+    monkeypatch.chdir(tmp_path)
+    path = export.export_translator(*tiny_translator(), "models/3", beam_size=1)
+    assert path == Path("models/3") and export.is_export_dir(target)
+    assert target.stat().st_mode & 0o777 == 0o750
+    assert _leftovers(target.parent) == [] and (target.parent / ".3.lock").is_file()
