@@ -10,7 +10,9 @@ that imports only ``tensorflow`` and ``tensorflow_text`` (for the
 SentencePiece op), and TensorFlow Serving serves it as it is.
 
 Signatures (each takes ``sentences``, a ``tf.string`` tensor of shape
-``[batch]``):
+``[batch]``; any other shape, a scalar or a ``[batch, n]`` matrix, is
+refused with ``InvalidArgumentError`` "expected a 1-D batch of strings,
+shape [batch]; got shape [...]" instead of being flattened):
 
 * ``serving_default`` (also ``translate``): ``translations`` (``tf.string``
   ``[batch]``) and ``scores`` (float32 ``[batch]``, the length-normalised
@@ -40,6 +42,14 @@ Next to the SavedModel the export folder holds ``model.keras`` (the Keras
 model, to train further or evaluate; loading it needs this package),
 ``tokenizer/`` (`SubwordTokenizer.save`) and ``export.json`` (the settings).
 
+The folder appears whole or not at all: everything is written into a hidden
+temporary folder beside it (``.tmp-<pid>-<name>``) and swapped in by one
+rename when complete (`keras_transformer.files.atomic_directory`), so a
+crash, a kill or a full disk leaves the previous export (or none) intact,
+never half of one; TensorFlow Serving, which watches the numbered folders,
+sees the old version or the new one. One export into a folder at a time:
+the writer lock is the hidden file ``.<name>.lock`` beside the folder.
+
 The folder layout and `is_export_dir` / `load_export` (reading it back)
 live in `keras_transformer.runs`, below the translator that also reads it;
 they stay importable from here. The ``keras-transformer export`` command is
@@ -54,21 +64,31 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import Decoder, check_integer, check_length_penalty
+from keras_transformer.files import (
+    TEMPORARY_PREFIX,
+    FolderLock,
+    atomic_directory,
+    check_free_space,
+)
 from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
 from keras_transformer.runs import (
     EXPORT_INFO_FILE,
@@ -83,9 +103,11 @@ __all__ = [
     "IDS_SIGNATURE",
     "TRANSLATE_SIGNATURE",
     "ExportSettings",
+    "check_sentence_batch",
     "export_translator",
     "is_export_dir",
     "load_export",
+    "lock_path",
     "save_model_and_tokenizer",
     "source_ids_from_strings",
 ]
@@ -97,7 +119,11 @@ IDS_SIGNATURE = "translate_ids"
 MODEL_FILE = EXPORT_MODEL_FILE
 INFO_FILE = EXPORT_INFO_FILE
 _SAVED_MODEL_FILES = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
+#: Everything `export_translator` writes into the folder.
+_EXPORT_ENTRIES = (*_SAVED_MODEL_FILES, MODEL_FILE, TOKENIZER_DIR, INFO_FILE)
 _FORMAT_VERSION = 1
+#: The start of the message of a refused input shape.
+BATCH_SHAPE_MESSAGE = "expected a 1-D batch of strings, shape [batch]; got shape"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +221,31 @@ def _settings(
 
 
 # -------------------------------------------------------------- the graph
+def check_sentence_batch(sentences: tf.Tensor) -> tf.Tensor:
+    """`sentences`, after a run-time check that it is a 1-D ``[batch]`` tensor.
+
+    The signatures of a loaded SavedModel do not check the shape of what
+    they are fed (TensorFlow Serving's and ``signatures[...]``'s calls pass
+    any shape to the graph): without this check a ``[batch, n]`` matrix was
+    tokenized as ``batch * n`` sentences and a scalar came back as a batch
+    of one. The rank is counted from the values of ``tf.shape`` (one per
+    dimension) rather than read with ``tf.rank``: the graph optimizer knows
+    the declared shape ``[None]`` and would fold ``tf.rank`` (and with it the
+    assertion) to a constant. A few scalar ops per call, none per step.
+
+    Raises:
+        tf.errors.InvalidArgumentError: (when the graph runs) "expected a
+            1-D batch of strings, shape [batch]; got shape [2 3]".
+    """
+    shape = tf.shape(sentences)
+    rank = tf.reduce_sum(tf.sign(shape + 1))  # each size >= 0 counts 1
+    check = tf.debugging.Assert(
+        tf.equal(rank, 1), [BATCH_SHAPE_MESSAGE, shape], name="check_sentence_batch"
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(sentences)
+
+
 def source_ids_from_strings(
     tokenizer: SubwordTokenizer, sentences: Any, max_input_length: int
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -232,6 +283,7 @@ def _decode_function(
     length = settings.max_output_length
 
     def decode(sentences: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        sentences = check_sentence_batch(sentences)
         source, is_empty = source_ids_from_strings(
             tokenizer, sentences, settings.max_input_length
         )
@@ -269,12 +321,39 @@ def _decode_function(
 
 
 # ----------------------------------------------------------------- export
-def _prepare_directory(export_dir: Path, overwrite: bool) -> None:
+def lock_path(export_dir: str | os.PathLike[str]) -> Path:
+    """The writer lock of an export folder: ``.<name>.lock`` beside it.
+
+    Outside the folder, so that the folder swapped in holds only the export
+    (TensorFlow Serving ignores the hidden, non-numeric name in the model's
+    base folder).
+    """
+    export_dir = Path(export_dir)
+    return export_dir.parent / f".{export_dir.name}.lock"
+
+
+def _check_target(export_dir: Path, overwrite: bool) -> None:
+    """Refuses a file, or a non-empty folder that is not to be replaced.
+
+    Deletes nothing: the earlier export is replaced by the swap at the end.
+    """
+    if export_dir.name.startswith(TEMPORARY_PREFIX):
+        raise FileExistsError(
+            f"{export_dir} is the name of an unfinished export's temporary folder; "
+            "choose another folder name."
+        )
     if export_dir.exists() and not export_dir.is_dir():
         raise FileExistsError(
             f"{export_dir} is a file; pass the path of a (new) folder to export to."
         )
-    if not export_dir.is_dir() or not any(export_dir.iterdir()):
+    if not export_dir.is_dir():
+        return
+    if Path.cwd().resolve().is_relative_to(export_dir.resolve()):
+        raise FileExistsError(
+            f"{export_dir} is (or holds) the current folder, which the export "
+            "would replace; run the command from another folder."
+        )
+    if not any(export_dir.iterdir()):
         return
     if not overwrite:
         raise FileExistsError(
@@ -287,12 +366,45 @@ def _prepare_directory(export_dir: Path, overwrite: bool) -> None:
             f"{export_dir} is not empty and holds no earlier export "
             "(saved_model.pb): refusing to delete it. Choose a new or empty folder."
         )
-    for name in (*_SAVED_MODEL_FILES, MODEL_FILE, TOKENIZER_DIR, INFO_FILE):
-        path = export_dir / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Copies what else an earlier export folder holds into the new one.
+
+    Files someone put beside an earlier export (notes, a README) were kept
+    when exports were overwritten in place; the swap keeps them too.
+    """
+    if not old.is_dir():
+        return
+    for entry in old.iterdir():
+        if entry.name in _EXPORT_ENTRIES or (new / entry.name).exists():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, new / entry.name, symlinks=True)
+        else:
+            shutil.copy2(entry, new / entry.name, follow_symlinks=False)
+
+
+def _needed_bytes(model: keras.Model) -> int:
+    """About what an export of `model` takes on disk: the weights twice."""
+    weights = sum(
+        int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in model.weights
+    )
+    return 2 * weights + 2**20  # SavedModel variables, model.keras, the rest
+
+
+@contextlib.contextmanager
+def _file_errors() -> Iterator[None]:
+    """TensorFlow's failed writes as `OSError`, for `atomic_directory`."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        message = " ".join(str(e.message).split())
+        if "no space left" in message.lower():
+            raise OSError(errno.ENOSPC, "No space left on device") from e
+        if isinstance(e, tf.errors.PermissionDeniedError):
+            raise OSError(errno.EACCES, "Permission denied") from e
+        raise OSError(errno.EIO, message[:200]) from e
 
 
 def save_model_and_tokenizer(
@@ -343,7 +455,8 @@ def export_translator(
             source positions if fewer.
         extra_length: the output may be this many tokens longer than the
             source (§6.1: 50).
-        overwrite: replace an earlier export in `export_dir`.
+        overwrite: replace an earlier export in `export_dir`; it stays
+            whole until the new one is complete, then the two are swapped.
         max_output_extra: the old name of `extra_length` (deprecated; it
             goes in the next release).
 
@@ -353,8 +466,13 @@ def export_translator(
     Raises:
         ValueError: on a bad setting or a tokenizer whose vocabulary size
             differs from the model's.
-        FileExistsError: when `export_dir` is not empty and `overwrite` is
-            false.
+        FileExistsError: when `export_dir` is a file, or is not empty and
+            `overwrite` is false, or holds something other than an earlier
+            export (never deleted).
+        keras_transformer.files.FolderLockedError: when another export
+            into `export_dir` is running.
+        keras_transformer.files.FileWriteError: when the disk is full (or
+            another write fails); the earlier export, if any, is intact.
 
     Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
     """
@@ -371,7 +489,10 @@ def export_translator(
         model, tokenizer, beam_size, length_penalty, max_input_length, extra_length
     )
     export_dir = Path(export_dir)
-    _prepare_directory(export_dir, overwrite)
+    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
+        export_dir = Path(os.path.abspath(export_dir))
+    _check_target(export_dir, overwrite)  # before tracing: fail fast
+    check_free_space(export_dir, _needed_bytes(model))
 
     decode = _decode_function(model, tokenizer, settings)
     spec = [tf.TensorSpec([None], tf.string, name=INPUT_NAME)]
@@ -398,10 +519,18 @@ def export_translator(
     # The first endpoint is also `serving_default`.
     archive.add_endpoint(TRANSLATE_SIGNATURE, translate, spec)
     archive.add_endpoint(IDS_SIGNATURE, translate_ids, spec)
-    archive.write_out(str(export_dir), verbose=False)
 
-    save_model_and_tokenizer(model, tokenizer, export_dir)
-    (export_dir / INFO_FILE).write_text(
-        json.dumps(settings.to_dict(), indent=2) + "\n", encoding="utf-8"
-    )
+    with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
+        _check_target(export_dir, overwrite)  # again, now that no one else writes
+        # Written beside export_dir and swapped in when complete: the earlier
+        # export (or nothing) until then, whatever happens.
+        with atomic_directory(export_dir) as temporary, _file_errors():
+            archive.write_out(str(temporary), verbose=False)
+            save_model_and_tokenizer(model, tokenizer, temporary)
+            (temporary / INFO_FILE).write_text(
+                json.dumps(settings.to_dict(), indent=2) + "\n", encoding="utf-8"
+            )
+            _carry_over(export_dir, temporary)
+            if export_dir.is_dir():  # the earlier folder's permissions
+                shutil.copymode(export_dir, temporary)
     return export_dir

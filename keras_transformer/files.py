@@ -27,6 +27,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -261,8 +262,12 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     path = Path(path)
     temporary = _temporary_name(path)
+    # ``.tmp-<pid>-<name>`` exactly: not the folder of another name that
+    # ends with this one (``.tmp-7-my-model`` is not a stale ``model``).
+    stale_name = re.compile(rf"{re.escape(TEMPORARY_PREFIX)}\d+-{re.escape(path.name)}")
     for stale in path.parent.glob(f"{TEMPORARY_PREFIX}*-{path.name}"):
-        _remove(stale)
+        if stale_name.fullmatch(stale.name):
+            _remove(stale)
     try:
         temporary.mkdir(parents=True)
         yield temporary

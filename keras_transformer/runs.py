@@ -55,6 +55,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.files import (
+    TEMPORARY_PREFIX,
     atomic_file,
     check_free_space,
     fsync_directory,
@@ -1124,8 +1125,14 @@ class RunFolder:
 
 # ----------------------------------------------------------------- exports
 def is_export_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` holds ``model.keras`` and ``tokenizer/`` (an export)."""
+    """Whether `path` holds ``model.keras`` and ``tokenizer/`` (an export).
+
+    Never the hidden temporary folder of an unfinished (or killed) export,
+    ``.tmp-<pid>-<name>``, even when it already holds both.
+    """
     path = Path(path)
+    if path.name.startswith(TEMPORARY_PREFIX):
+        return False
     return (path / EXPORT_MODEL_FILE).is_file() and (path / TOKENIZER_DIR).is_dir()
 
 

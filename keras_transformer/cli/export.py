@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="Replace an earlier export in --output.",
+        help="Replace an earlier export in --output (it stays whole until the new "
+        "one is complete; a folder that holds no export is never deleted).",
     )
 
 
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_paths(args, workdir="folder", output="new folder")
     check_weights(args)
     from keras_transformer import export
+    from keras_transformer.files import FolderLockedError
     from keras_transformer.translation import load_translator
 
     model, tokenizer = load_translator(args.workdir, args.weights)
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             extra_length=args.extra_length,
             overwrite=args.overwrite,
         )
-    except FileExistsError as e:
+    except (FileExistsError, FolderLockedError) as e:
+        # One line (a FileWriteError, a full disk, is an OSError: one line too).
         raise ValueError(str(e)) from e
     print(
         f"Exported to {path}: signatures serving_default and "
