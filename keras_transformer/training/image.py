@@ -44,6 +44,7 @@ from keras_transformer.data.images import (
     load_cifar10,
     load_sample_patches,
 )
+from keras_transformer.files import FolderLock, write_atomically
 from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import (
@@ -477,7 +478,7 @@ def _prepare_config(config: ImageRunConfig, workdir: Path, force: bool) -> None:
                 "force=True to continue it with the new config."
             )
     workdir.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_atomically(path, text)
 
 
 def _check_data(config: ImageRunConfig, data: ImageData) -> None:
@@ -534,11 +535,10 @@ def train_image_model(
         TrainingDivergedError: the loss became NaN or infinite.
         ValueError: images of the wrong shape, dtype or range.
 
+        FolderLockedError: another process writes `workdir`.
+
     Reference: Parmar et al. (2018), §4; Vaswani et al. (2017), §5.3-5.4.
     """
-    from keras_transformer.training.loop import TrainingDivergedError
-
-    say = printer or (lambda _: None)
     if not isinstance(config, ImageRunConfig):
         raise TypeError(
             f"`config` must be an ImageRunConfig. Received: {type(config).__name__}"
@@ -546,6 +546,24 @@ def train_image_model(
     root = Path(workdir)
     if root.exists() and not root.is_dir():
         raise NotADirectoryError(f"The work directory is a file: {root}")
+    root.mkdir(parents=True, exist_ok=True)
+    # One writer per run folder, as for translation runs.
+    with FolderLock(root, "train_image_model"):
+        return _train_image_model(config, root, data, force, callbacks, printer)
+
+
+def _train_image_model(
+    config: ImageRunConfig,
+    root: Path,
+    data: ImageData | None,
+    force: bool,
+    callbacks: Sequence[keras.callbacks.Callback],
+    printer: Callable[[str], None] | None,
+) -> ImageTrainResult:
+    """`train_image_model` in its locked run folder."""
+    from keras_transformer.training.loop import TrainingDivergedError
+
+    say = printer or (lambda _: None)
     _prepare_config(config, root, force)
     train_config, model_config = config.train, config.model
     keras.utils.set_random_seed(train_config.seed)
@@ -687,5 +705,7 @@ def train_image_model(
         preempted=preempted,
     )
     if not preempted:
-        (root / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_atomically(
+            root / RESULT_FILE, json.dumps(result.to_dict(), indent=2) + "\n"
+        )
     return result

@@ -219,3 +219,37 @@ def test_data_config_validation_and_loading() -> None:
         ImageDataConfig(source="mnist")
     data = load_image_data(ImageDataConfig(validation_images=10))
     assert len(data.validation) == 10 and data.train.images.shape[1:] == (32, 32, 3)
+
+
+def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
+    """Image runs take the run folder's writer lock like translation runs."""
+    import subprocess
+    import sys
+
+    from keras_transformer.files import FolderLockedError
+    from tests.training.helpers import subprocess_env
+
+    workdir = tmp_path / "run"
+    code = (
+        "import time\n"
+        "from keras_transformer.files import FolderLock\n"
+        f"FolderLock({str(workdir)!r}, 'keras-transformer train').acquire()\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(FolderLockedError, match=f"PID {holder.pid}"):
+            train_image_model(_config(), workdir, _data(), printer=None)
+        assert not (workdir / "config.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    result = train_image_model(_config(), workdir, _data(), printer=None)
+    assert result.steps == 6
