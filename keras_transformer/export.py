@@ -76,7 +76,6 @@ from pathlib import Path
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
@@ -96,6 +95,7 @@ from keras_transformer.runs import (
     TOKENIZER_DIR,
     is_export_dir,
     load_export,
+    weights_nbytes,
 )
 
 __all__ = [
@@ -387,10 +387,8 @@ def _carry_over(old: Path, new: Path) -> None:
 
 def _needed_bytes(model: keras.Model) -> int:
     """About what an export of `model` takes on disk: the weights twice."""
-    weights = sum(
-        int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in model.weights
-    )
-    return 2 * weights + 2**20  # SavedModel variables, model.keras, the rest
+    # The SavedModel's variables, model.keras, and 1 MiB for the rest.
+    return 2 * weights_nbytes(model) + 2**20
 
 
 @contextlib.contextmanager

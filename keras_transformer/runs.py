@@ -100,6 +100,7 @@ __all__ = [
     "run_fingerprint",
     "save_checkpoint",
     "save_weights",
+    "weights_nbytes",
     "write_checkpoint_metadata",
 ]
 
@@ -857,6 +858,14 @@ def weights_info_file(weights_file: str | os.PathLike[str]) -> Path:
     return path.with_name(path.name.replace(".weights.h5", ".json"))
 
 
+def weights_nbytes(model: keras.Model) -> int:
+    """The bytes of a model's weights (what a weights file mostly holds)."""
+    return sum(
+        math.prod(w.shape) * np.dtype(keras.backend.standardize_dtype(w.dtype)).itemsize
+        for w in model.weights
+    )
+
+
 def save_weights(
     model: keras.Model,
     path: str | os.PathLike[str],
@@ -874,11 +883,7 @@ def save_weights(
         FileWriteError: naming the file, on a full disk or a failed write.
     """
     path = Path(path)
-    size = sum(
-        math.prod(w.shape) * np.dtype(keras.backend.standardize_dtype(w.dtype)).itemsize
-        for w in model.weights
-    )
-    check_free_space(path, int(size * 1.05) + (256 << 10))
+    check_free_space(path, int(weights_nbytes(model) * 1.05) + (256 << 10))
     with atomic_file(path) as temporary:
         try:
             model.save_weights(temporary)
