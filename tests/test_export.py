@@ -33,7 +33,7 @@ from keras_transformer.losses import MaskedSparseCrossEntropy
 from keras_transformer.models import build_transformer, presets
 from keras_transformer.translation import translate_lines
 from tests.former_decoding import former_beam_search_graph
-from tests.training.helpers import REPO_ROOT, subprocess_env
+from tests.training.helpers import REPO_ROOT, holding_lock, subprocess_env
 
 START, END = SubwordTokenizer.START_ID, SubwordTokenizer.END_ID
 LONG = "Donnerstag, 5. Januar 2023 " * 60  # ~300 subword tokens
@@ -650,31 +650,13 @@ def test_an_overwrite_keeps_what_else_the_earlier_export_folder_held(
     assert json.loads((target / "export.json").read_text())["beam_size"] == 1
 
 
-_HOLD_LOCK = """
-import sys
-from keras_transformer.files import FolderLock
-with FolderLock(sys.argv[1], "another export", sys.argv[2]):
-    print("locked", flush=True)
-    sys.stdin.read()
-"""
-
-
 def test_two_exports_into_one_folder_cannot_interleave(
     earlier: tuple[Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     target, tree = earlier
     lock = export.lock_path(target)
     assert lock == target.parent / ".1.lock"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_LOCK, str(target), str(lock)],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with holding_lock(target, "another export", lock) as holder:
         with pytest.raises(files.FolderLockedError, match=f"PID {holder.pid}"):
             export.export_translator(
                 *tiny_translator(), target, beam_size=1, overwrite=True
@@ -684,8 +666,6 @@ def test_two_exports_into_one_folder_cannot_interleave(
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1, err
         assert "another export" in err and "one writer at a time" in err
-    finally:
-        holder.communicate("", timeout=60)
     _assert_whole_earlier(target, tree)
 
 

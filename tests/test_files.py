@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import errno
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +18,7 @@ from keras_transformer.files import (
     check_free_space,
     write_atomically,
 )
+from tests.training.helpers import holding_lock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,37 +130,16 @@ def test_the_lock_is_reentrant_in_one_process(tmp_path):
     assert lock.holder() == {}
 
 
-def _holder(folder: Path) -> subprocess.Popen:
-    """A child process that takes the folder's lock and waits."""
-    code = (
-        "import sys, time\n"
-        "from keras_transformer.files import FolderLock\n"
-        f"FolderLock({str(folder)!r}, 'keras-transformer train').acquire()\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(120)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert child.stdout.readline().strip() == "locked"
-    return child
-
-
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
-    child = _holder(tmp_path)
-    try:
+    with holding_lock(tmp_path) as holder:
         with pytest.raises(FolderLockedError) as error:
             FolderLock(tmp_path, "keras-transformer export").acquire()
         message = str(error.value)
-        assert f"PID {child.pid}" in message
+        assert f"PID {holder.pid}" in message
         assert "keras-transformer train" in message
         assert "host" in message and str(tmp_path / "writer.lock") in message
         assert "\n" not in message
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    # The system releases the lock of a killed holder: no stale lock.
+    # The holder was killed (SIGKILL): the system released its lock.
     deadline = time.monotonic() + 10
     while True:
         try:

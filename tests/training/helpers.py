@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +127,34 @@ def damage_file(path: Path, how: str) -> int:
     else:
         raise ValueError(f"how must be truncate, empty or delete. Received: {how!r}")
     return size
+
+
+_HOLD_LOCK = """
+import sys
+from keras_transformer.files import FolderLock
+FolderLock(sys.argv[1], sys.argv[2], sys.argv[3] or None).acquire()
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def holding_lock(
+    folder: str | os.PathLike[str],
+    command: str = "keras-transformer train",
+    lock_file: str | os.PathLike[str] | None = None,
+) -> Iterator[subprocess.Popen]:
+    """Another process holds `folder`'s writer lock for the block (then SIGKILL)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(folder), command, str(lock_file or "")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        yield child
+    finally:
+        child.kill()
+        child.wait()

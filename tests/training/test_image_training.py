@@ -223,33 +223,13 @@ def test_data_config_validation_and_loading() -> None:
 
 def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
     """Image runs take the run folder's writer lock like translation runs."""
-    import subprocess
-    import sys
-
     from keras_transformer.files import FolderLockedError
-    from tests.training.helpers import subprocess_env
+    from tests.training.helpers import holding_lock
 
     workdir = tmp_path / "run"
-    code = (
-        "import time\n"
-        "from keras_transformer.files import FolderLock\n"
-        f"FolderLock({str(workdir)!r}, 'keras-transformer train').acquire()\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(120)\n"
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with holding_lock(workdir) as holder:
         with pytest.raises(FolderLockedError, match=f"PID {holder.pid}"):
             train_image_model(_config(), workdir, _data(), printer=None)
         assert not (workdir / "config.json").exists()
-    finally:
-        holder.kill()
-        holder.wait()
     result = train_image_model(_config(), workdir, _data(), printer=None)
     assert result.steps == 6

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from keras_transformer.runs import (
 from keras_transformer.training import average_checkpoints, train
 from tests.training.helpers import (
     SMALL_CONFIG,
+    holding_lock,
     small_config,
     subprocess_env,
     write_config,
@@ -194,24 +194,6 @@ def test_a_config_changed_after_training_is_one_line_naming_config_json(run):
 
 
 # ----------------------------------------------------------- one writer
-def _lock_holder(folder: Path) -> subprocess.Popen:
-    code = (
-        "import time\n"
-        "from keras_transformer.files import FolderLock\n"
-        f"FolderLock({str(folder)!r}, 'keras-transformer train').acquire()\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(300)\n"
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
-    assert child.stdout.readline().strip() == "locked"
-    return child
-
-
 def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
     workdir, _ = run
     before = {
@@ -220,8 +202,7 @@ def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
         if p.is_file() and p.name != files.LOCK_FILE  # the holder writes it
     }
     config = write_config(tmp_path, SMALL_CONFIG)
-    holder = _lock_holder(workdir)
-    try:
+    with holding_lock(workdir) as holder:
         commands = [
             ["train", str(config), "--workdir", str(workdir)],
             ["average-checkpoints", "--workdir", str(workdir), "--last", "2"],
@@ -247,9 +228,6 @@ def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
         )
         assert status == 0
         capsys.readouterr()
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     after = {
         p.relative_to(workdir): p.stat().st_mtime_ns
         for p in workdir.rglob("*")
