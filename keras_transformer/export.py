@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import json
 import os
 import shutil
@@ -85,6 +84,7 @@ from keras_transformer.decoding import Decoder, check_integer, check_length_pena
 from keras_transformer.files import (
     TEMPORARY_PREFIX,
     FolderLock,
+    as_os_error,
     atomic_directory,
     check_free_space,
 )
@@ -397,12 +397,7 @@ def _file_errors() -> Iterator[None]:
     try:
         yield
     except tf.errors.OpError as e:
-        message = " ".join(str(e.message).split())
-        if "no space left" in message.lower():
-            raise OSError(errno.ENOSPC, "No space left on device") from e
-        if isinstance(e, tf.errors.PermissionDeniedError):
-            raise OSError(errno.EACCES, "Permission denied") from e
-        raise OSError(errno.EIO, message[:200]) from e
+        raise as_os_error(e) from e
 
 
 def save_model_and_tokenizer(

@@ -39,6 +39,7 @@ __all__ = [
     "FileWriteError",
     "FolderLock",
     "FolderLockedError",
+    "as_os_error",
     "atomic_directory",
     "atomic_file",
     "check_free_space",
@@ -84,6 +85,31 @@ def _is_full(error: BaseException) -> bool:
     return getattr(error, "errno", None) == errno.ENOSPC or (
         "no space left" in str(error).lower()
     )
+
+
+def as_os_error(error: BaseException) -> OSError:
+    """`error` as an `OSError` with its errno (TensorFlow's file errors have none).
+
+    An `OSError` is returned as it is. Another error (TensorFlow's
+    ``OpError`` of a failed file write) is classified by its message and
+    type: a full disk, a read-only file system, a permission denied; else
+    an I/O error with the first 200 characters of its message.
+    """
+    if isinstance(error, OSError):
+        return error
+    text = " ".join(str(getattr(error, "message", None) or error).split())
+    lowered = text.lower()
+    if "no space left" in lowered:
+        number = errno.ENOSPC
+    elif "read-only file system" in lowered:
+        number = errno.EROFS
+    elif type(error).__name__ == "PermissionDeniedError" or (
+        "permission denied" in lowered
+    ):
+        number = errno.EACCES
+    else:
+        return OSError(errno.EIO, text[:200])
+    return OSError(number, os.strerror(number))
 
 
 def write_error(

@@ -33,7 +33,6 @@ always used together; argument parsing lives in `keras_transformer.cli`.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import sys
 import warnings
@@ -54,7 +53,11 @@ from keras_transformer.decoding import (
     check_length_penalty,
     greedy_decode,
 )
-from keras_transformer.files import FileWriteError, write_atomically, write_error
+from keras_transformer.files import (
+    as_os_error,
+    write_atomically,
+    write_error,
+)
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
 
 __all__ = [
@@ -471,23 +474,6 @@ def score_translations(
     }
 
 
-def _summary_error(log_dir: Path, error: Exception) -> FileWriteError:
-    """A TensorFlow file error of the summary writer as a one-line write error."""
-    import tensorflow as tf
-
-    message = str(getattr(error, "message", error)).lower()
-    if "read-only file system" in message:
-        number = errno.EROFS
-    elif "no space left" in message:
-        number = errno.ENOSPC
-    elif isinstance(error, tf.errors.PermissionDeniedError):
-        number = errno.EACCES
-    else:
-        number = getattr(error, "errno", None)
-    cause = OSError(number, os.strerror(number)) if number else error
-    return write_error(log_dir, cause, kept="no scores were logged there")
-
-
 def log_scores(
     result: EvaluationResult, log_dir: str | os.PathLike[str], step: int = 0
 ) -> None:
@@ -504,7 +490,9 @@ def log_scores(
         writer = tf.summary.create_file_writer(str(log_dir))
         _write_scores(writer, result, step)
     except (OSError, tf.errors.OpError) as e:
-        raise _summary_error(log_dir, e) from e
+        raise write_error(
+            log_dir, as_os_error(e), kept="no scores were logged there"
+        ) from e
 
 
 def _write_scores(writer: Any, result: EvaluationResult, step: int) -> None:
