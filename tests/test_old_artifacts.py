@@ -1,9 +1,10 @@
 """Run folders, SavedModels and `.keras` files of an earlier layout still load.
 
 `tests/scripts/old_artifacts.py` writes them with the package as it was at
-`REVISION` (the last revision before the package was split into its floors)
-and checks them with this checkout: same translations, same logits, and the
-old run resumes.
+each of `REVISIONS` and checks them with this checkout: same translations,
+same logits, and the old run resumes. The revisions: the last one before the
+package was split into its floors, and the last one before the one engine
+(one cache protocol, the decoding package).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import pytest
 
 from tests.training.helpers import REPO_ROOT
 
-REVISION = "4ab62fe"
+REVISIONS = ("4ab62fe", "cefe180")
 
 
-def _has_revision() -> bool:
+def _has_revision(revision: str) -> bool:
     found = subprocess.run(
-        ["git", "cat-file", "-e", f"{REVISION}^{{commit}}"],
+        ["git", "cat-file", "-e", f"{revision}^{{commit}}"],
         cwd=REPO_ROOT,
         capture_output=True,
     )
@@ -28,12 +29,12 @@ def _has_revision() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not _has_revision(), reason=f"a shallow clone: {REVISION} is not in its history"
-)
-def test_what_the_earlier_layout_wrote_still_loads():
+@pytest.mark.parametrize("revision", REVISIONS)
+def test_what_an_earlier_release_wrote_still_loads(revision: str):
+    if not _has_revision(revision):
+        pytest.skip(f"a shallow clone: {revision} is not in its history")
     completed = subprocess.run(
-        [sys.executable, "tests/scripts/old_artifacts.py", "--revision", REVISION],
+        [sys.executable, "tests/scripts/old_artifacts.py", "--revision", revision],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
