@@ -8,12 +8,12 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer.layers.validation import (
+from keras_transformer.optimizers import Adam
+from keras_transformer.validation import (
     check_number,
     check_positive_int,
     check_rate,
 )
-from keras_transformer.optimizers import Adam
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

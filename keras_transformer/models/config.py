@@ -11,7 +11,8 @@ from typing import Any
 
 import keras
 
-from keras_transformer.layers.validation import (
+from keras_transformer.schedules import OptimizerConfig
+from keras_transformer.validation import (
     check_bool,
     check_choice,
     check_number,
@@ -19,7 +20,6 @@ from keras_transformer.layers.validation import (
     check_rate,
     check_string,
 )
-from keras_transformer.schedules import OptimizerConfig
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 

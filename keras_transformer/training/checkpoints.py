@@ -68,6 +68,7 @@ from keras_transformer.training.config import (
     TrainConfig,
     config_differences,
 )
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "AVERAGED_WEIGHTS",
@@ -365,8 +366,7 @@ def average_checkpoints(
         FolderLockedError: when another command writes the run folder.
     """
     workdir = Path(workdir)
-    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-        raise ValueError(f"`last` must be a positive integer. Received: {last!r}")
+    check_positive_int("last", last)
     config, tokenizer = _load_run(workdir)
     checkpoint_dir = workdir / CHECKPOINT_DIR
     check_tokenizer(checkpoint_dir, tokenizer)

@@ -51,7 +51,9 @@ from typing import Any
 from keras_transformer.conventions import EXTRA_LENGTH, PRECISIONS, TASK_NAMES
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
 from keras_transformer.files import write_atomically
-from keras_transformer.layers.validation import (
+from keras_transformer.models import TransformerConfig, get_preset
+from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
+from keras_transformer.validation import (
     check_bool,
     check_choice,
     check_int,
@@ -59,8 +61,6 @@ from keras_transformer.layers.validation import (
     check_rate,
     check_string,
 )
-from keras_transformer.models import TransformerConfig, get_preset
-from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
 
 __all__ = [
     "DataConfig",
