@@ -37,6 +37,7 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 
 __all__ = [
     "DEFAULT_BUCKET_BOUNDARIES",
+    "DEFAULT_MAX_TOKENS_PER_BATCH",
     "LengthReport",
     "batch_for_eval",
     "bucket_batch_sizes",
@@ -49,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 #: Default bucket lengths (tokens, special ids included).
 DEFAULT_BUCKET_BOUNDARIES = (8, 16, 24, 32, 48, 64, 96, 128)
+#: Default token budget of one batch and side, padding included.
+DEFAULT_MAX_TOKENS_PER_BATCH = 4096
 
 _TOKENIZE_CHUNK = 4096
 _DEFAULT_STREAM_SHUFFLE_BUFFER = 16_384
@@ -302,7 +305,7 @@ def make_translation_dataset(
     pairs: PairsLike,
     tokenizer: SubwordTokenizer,
     *,
-    max_tokens_per_batch: int = 4096,
+    max_tokens_per_batch: int = DEFAULT_MAX_TOKENS_PER_BATCH,
     bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
     max_length: int = 128,
     too_long: Literal["drop", "truncate"] = "drop",

@@ -52,7 +52,10 @@ from keras_transformer.conventions import (
     PRECISIONS,
     TASK_NAMES,
 )
-from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
+from keras_transformer.data.batching import (
+    DEFAULT_BUCKET_BOUNDARIES,
+    DEFAULT_MAX_TOKENS_PER_BATCH,
+)
 from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
@@ -306,7 +309,7 @@ class _DataFields:
     tokenizer_model_type: str = "unigram"
     tokenizer_max_sentences: int | None = 2_000_000
     max_sentence_length: int | None = None
-    max_tokens_per_batch: int = 4096
+    max_tokens_per_batch: int = DEFAULT_MAX_TOKENS_PER_BATCH
     bucket_boundaries: tuple[int, ...] = DEFAULT_BUCKET_BOUNDARIES
     too_long: str = "drop"
     shuffle_buffer: int | None = None
