@@ -170,3 +170,19 @@ def test_the_old_model_label_smoothing_is_an_explicit_argument():
         warnings.simplefilter("error", DeprecationWarning)
         # Carried over by `replace` without a second warning.
         assert config.replace(d_model=32).legacy_label_smoothing == 0.2
+
+
+def test_the_data_pipeline_takes_the_settings_name():
+    """``data.max_sentence_length`` keeps its name down to the pipeline."""
+    import inspect
+
+    from keras_transformer.data.batching import make_translation_dataset
+
+    assert (
+        "max_sentence_length" in inspect.signature(make_translation_dataset).parameters
+    )
+    with (
+        pytest.warns(DeprecationWarning, match="max_sentence_length=.*removed in 0.4"),
+        pytest.raises(ValueError, match="too_long='cut'"),
+    ):
+        make_translation_dataset([], None, max_length=16, too_long="cut")
