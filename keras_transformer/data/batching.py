@@ -328,11 +328,9 @@ def make_translation_dataset(
     bucket_length``, so each batch holds at most ``max_tokens_per_batch``
     source tokens and as many target tokens, padding included.
 
-    With :class:`~keras_transformer.data.TextPairs`, all pairs are tokenized
-    once, up front, and the number of too-long pairs is logged (logger
-    ``keras_transformer.data.batching``, level WARNING) when not zero; with a
-    ``tf.data.Dataset``, tokenization streams and nothing is counted: call
-    :func:`count_too_long` for the count.
+    `TextPairs` are tokenized once, up front, and their too-long pairs are
+    counted in a WARNING log when any; a ``tf.data.Dataset`` streams, and
+    :func:`count_too_long` counts.
 
     Args:
         pairs: :class:`~keras_transformer.data.TextPairs`, or a
@@ -364,9 +362,7 @@ def make_translation_dataset(
         ValueError: On invalid arguments, or if every pair is too long.
     """
     if max_length is not None:
-        warn_deprecated(
-            "make_translation_dataset(max_length=...)", "max_sentence_length="
-        )
+        warn_deprecated("make_translation_dataset(max_length=)", "max_sentence_length=")
         max_sentence_length = max_length
     _check_batching_options(too_long, shuffle_buffer)
     sizes = bucket_batch_sizes(
