@@ -345,6 +345,12 @@ class _DataFields:
             "held_out_pairs",
         ):
             check_positive_int(f"data.{name}", getattr(self, name), allow_none=True)
+        self._check_lengths()
+        self._check_task()
+
+    def _check_lengths(self) -> None:
+        """`max_sentence_length`, `bucket_boundaries` (stored as a tuple) and
+        `max_tokens_per_batch` fit together."""
         longest = self.max_sentence_length
         check_positive_int("data.max_sentence_length", longest, allow_none=True)
         if longest is not None and longest < 2:
@@ -367,6 +373,9 @@ class _DataFields:
                 f"hold one sentence of {longest} tokens (data.max_sentence_length);"
                 " raise it or lower data.max_sentence_length."
             )
+
+    def _check_task(self) -> None:
+        """The languages and files that `task` needs."""
         if self.task == "multi30k":
             for name in ("source_language", "target_language"):
                 check_choice(f"data.{name}", getattr(self, name), ("de", "en", "fr"))
