@@ -35,7 +35,6 @@ from keras_transformer.files import FolderLock
 from keras_transformer.models import build_transformer
 from keras_transformer.runs import (
     AVERAGED_WEIGHTS,
-    BEST_INFO,
     BEST_WEIGHTS,
     CHECKPOINT_DIR,
     CHECKPOINT_METADATA,
@@ -62,6 +61,9 @@ from keras_transformer.runs import (
     save_weights,
     write_checkpoint_metadata,
 )
+from keras_transformer.runs import (
+    BEST_INFO as BEST_INFO,  # re-exported (see `keras_transformer.runs`)
+)
 from keras_transformer.runs import fingerprint_variable as runs_fingerprint_variable
 from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
@@ -70,13 +72,9 @@ from keras_transformer.training.config import (
 )
 from keras_transformer.validation import check_positive_int
 
+# The run-folder names (`CHECKPOINT_DIR`, `CONFIG_FILE`, ...) are defined and
+# listed in `keras_transformer.runs`; they stay importable from here.
 __all__ = [
-    "AVERAGED_WEIGHTS",
-    "BEST_INFO",
-    "BEST_WEIGHTS",
-    "CHECKPOINT_DIR",
-    "CONFIG_FILE",
-    "TOKENIZER_DIR",
     "CheckpointDamagedError",
     "CheckpointWriteError",
     "ConfigMismatchError",
