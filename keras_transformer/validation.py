@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "check_choice",
     "check_grid",
     "check_int",
+    "check_known_names",
     "check_number",
     "check_pair",
     "check_positive_int",
@@ -186,6 +187,20 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     ):
         shown = ", ".join(map(repr, choices))
         _fail(name, f"one of {shown}", value, False)
+
+
+def check_known_names(
+    given: Iterable[str], known: Iterable[str], what: str, *, listing: str = "Known"
+) -> None:
+    """Raises `ValueError` unless every name in `given` is one of `known`.
+
+    The message names the unknown ones and lists the known ones, sorted:
+    ``Unknown <what>: ['d_modle']. <listing>: ['d_ff', 'd_model', ...].``
+    """
+    known = sorted(known)
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"Unknown {what}: {unknown}. {listing}: {known}.")
 
 
 def check_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:

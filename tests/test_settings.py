@@ -186,3 +186,24 @@ def test_the_data_pipeline_takes_the_settings_name():
         pytest.raises(ValueError, match="too_long='cut'"),
     ):
         make_translation_dataset([], None, max_length=16, too_long="cut")
+
+
+def test_the_source_cut_takes_the_decode_settings_name():
+    """``max_input_length`` keeps its name down to `encode_sources`."""
+    import inspect
+
+    from keras_transformer.data.batching import encode_sources
+
+    assert "max_input_length" in inspect.signature(encode_sources).parameters
+    with (
+        pytest.warns(DeprecationWarning, match="max_input_length=.*removed in 0.4"),
+        pytest.raises(ValueError, match="max_input_length must be at least 2"),
+    ):
+        encode_sources(None, [], max_length=1)
+
+
+def test_the_old_label_smoothing_constant_warns():
+    from keras_transformer.training import config
+
+    with pytest.warns(DeprecationWarning, match="conventions.LABEL_SMOOTHING"):
+        assert config.PAPER_LABEL_SMOOTHING == LABEL_SMOOTHING

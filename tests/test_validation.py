@@ -82,3 +82,16 @@ def test_the_old_module_reexports_with_a_warning():
         old = importlib.import_module("keras_transformer.layers.validation")
     for name in old.__all__:
         assert getattr(old, name) is getattr(validation, name)
+
+
+def test_check_known_names_names_the_unknown_and_lists_the_known():
+    from keras_transformer.validation import check_known_names
+
+    check_known_names({"a": 1}, ["a", "b"], "settings")
+    with pytest.raises(ValueError) as caught:
+        check_known_names(["zz", "a", "c"], ("b", "a"), "`data` settings")
+    assert str(caught.value) == (
+        "Unknown `data` settings: ['c', 'zz']. Known: ['a', 'b']."
+    )
+    with pytest.raises(ValueError, match=r"^Unknown x: \['q'\]\. Listed: \['p'\]\.$"):
+        check_known_names(["q"], ["p"], "x", listing="Listed")

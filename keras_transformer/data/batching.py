@@ -479,13 +479,17 @@ def _bucketed(
 
 
 def encode_sources(
-    tokenizer: SubwordTokenizer, sentences: tf.Tensor | Sequence[str], max_length: int
+    tokenizer: SubwordTokenizer,
+    sentences: tf.Tensor | Sequence[str],
+    max_input_length: int | None = None,
+    *,
+    max_length: int | None = None,
 ) -> tf.RaggedTensor:
     """The encoder input of raw sentences: the one source-cut rule.
 
     Each sentence is tokenized without START, cut to its first
-    ``max_length - 1`` subword tokens, and END is appended, so at most
-    ``max_length`` ids reach the encoder (§5.1 trains on sentences of
+    ``max_input_length - 1`` subword tokens, and END is appended, so at most
+    ``max_input_length`` ids reach the encoder (§5.1 trains on sentences of
     bounded length; §6.1 decodes up to the source length + 50). A sentence
     without any subword token (``""``, whitespace) gives ``[END]``.
 
@@ -496,19 +500,26 @@ def encode_sources(
     Args:
         tokenizer: the model's tokenizer.
         sentences: a ``tf.string`` tensor ``[batch]`` or a list of strings.
-        max_length: the longest source in ids, END included (>= 2).
+        max_input_length: the longest source in ids, END included (>= 2):
+            the decode setting of the same name.
+        max_length: deprecated name of ``max_input_length`` (removed in 0.4).
 
     Returns:
         int32 ids, a ``tf.RaggedTensor`` ``[batch, (length)]``.
     """
-    if isinstance(max_length, bool) or not isinstance(max_length, int):
-        raise TypeError(f"max_length must be an integer. Received: {max_length!r}")
-    if max_length < 2:
+    if max_length is not None:
+        warn_deprecated("encode_sources(max_length=...)", "max_input_length=")
+        max_input_length = max_length
+    limit = max_input_length
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"max_input_length must be an integer. Received: {limit!r}")
+    if limit < 2:
         raise ValueError(
-            f"max_length must be at least 2 (one token and END). Received: {max_length}"
+            "max_input_length must be at least 2 (one token and END). "
+            f"Received: {limit}"
         )
     sentences = tf.reshape(tf.convert_to_tensor(sentences, tf.string), [-1])
-    tokens = tokenizer.tokenize(sentences)[:, : max_length - 1]
+    tokens = tokenizer.tokenize(sentences)[:, : limit - 1]
     end = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.END_ID, tf.int32))
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1)
 

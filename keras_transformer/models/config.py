@@ -14,6 +14,7 @@ from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_bool,
     check_choice,
+    check_known_names,
     check_number,
     check_positive_int,
     check_rate,
@@ -178,11 +179,7 @@ class _TransformerFields:
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         # `label_smoothing` (deprecated) is still accepted for one release.
         known = {field.name for field in dataclasses.fields(cls)} | {"label_smoothing"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown TransformerConfig fields: {unknown}. Known: {sorted(known)}"
-            )
+        check_known_names(values, known, "TransformerConfig fields")
         return cls(**values)
 
     def to_json(self) -> str:
@@ -229,12 +226,9 @@ def _optimizer_config(value: Any) -> OptimizerConfig:
         return value
     if isinstance(value, Mapping):
         known = [field.name for field in dataclasses.fields(OptimizerConfig)]
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise ValueError(
-                f"Unknown `model.optimizer` settings: {unknown}. Known settings: "
-                f"{known}."
-            )
+        check_known_names(
+            value, known, "`model.optimizer` settings", listing="Known settings"
+        )
         return OptimizerConfig(**value)
     raise ValueError(
         "`model.optimizer` must be a mapping of optimizer settings (a JSON "

@@ -63,6 +63,7 @@ from keras_transformer.validation import (
     check_bool,
     check_choice,
     check_int,
+    check_known_names,
     check_positive_int,
     check_rate,
     check_string,
@@ -88,9 +89,6 @@ __all__ = [
 
 #: The `data.task` values (defined, without TensorFlow, in `conventions`).
 TASKS = TASK_NAMES
-#: Label smoothing of §5.4 when neither the config nor its preset sets one
-#: (old name of `conventions.LABEL_SMOOTHING`).
-PAPER_LABEL_SMOOTHING = LABEL_SMOOTHING
 EVALUATE_WITH = ("last", "best", "average")
 TOO_LONG = ("drop", "truncate")
 #: `data.on_bad_line` (the readers' policy in `kt.data.text`).
@@ -193,11 +191,7 @@ def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
         )
     values = upgrade_config_dict({section: values}).get(section, {})
     known = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(
-            f"Unknown `{section}` settings: {unknown}. Known settings: {sorted(known)}."
-        )
+    check_known_names(values, known, f"`{section}` settings", listing="Known settings")
     return cls(**values)
 
 
@@ -651,12 +645,9 @@ class TrainConfig:
                 f"A training config must be a JSON object. Received: {_shorten(values)}"
             )
         known = {"model", "data", "train"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown config sections: {unknown}. A config has the "
-                f"sections {sorted(known)}."
-            )
+        check_known_names(
+            values, known, "config sections", listing="A config has the sections"
+        )
         values = upgrade_config_dict(values)
         model_values = values.get("model", "tiny")
         data = _from_mapping(DataConfig, "data", values.get("data", {}))
@@ -844,12 +835,9 @@ def _resolve_model(model: Any) -> TransformerConfig:
                 **values["optimizer"],
             }
         known = {field.name for field in dataclasses.fields(TransformerConfig)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown model settings: {unknown}. Known: {sorted(known)} "
-                "(plus 'preset')."
-            )
+        check_known_names(
+            values, known, "model settings", listing="Known (besides 'preset')"
+        )
         return base.replace(**values)
     raise ValueError(
         'The `model` section must be a preset name (e.g. "tiny"), or a JSON '
@@ -878,6 +866,9 @@ def config_differences(old: TrainConfig, new: TrainConfig) -> dict[str, tuple]:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "PAPER_LABEL_SMOOTHING":
+        warn_deprecated(f"{__name__}.{name}", "conventions.LABEL_SMOOTHING")
+        return LABEL_SMOOTHING
     # `--set` overrides moved to `keras_transformer.training.overrides`; their
     # old names here keep working for one release (looked up on first use,
     # so that this module does not import the one that builds on it).
