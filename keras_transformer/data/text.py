@@ -226,17 +226,21 @@ def _read_raw_lines(path: Path) -> list[bytes]:
         ) from e
 
 
-def _decode_line(raw: bytes, line_number: int, max_chars: int | None) -> str:
-    """Decodes one line as strict UTF-8 and removes trailing whitespace."""
+def _utf8(raw: bytes, line_number: int) -> str:
+    """One line as strict UTF-8; `_BadLineError` when it is not."""
     try:
         # Line 1 may start with a byte-order mark, which is not text.
-        text = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
+        return raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
     except UnicodeDecodeError as e:
         raise _BadLineError(
             SKIP_INVALID_UTF8,
             f"invalid UTF-8 ({e.reason} at byte {e.start} of the line)",
         ) from None
-    text = text.rstrip()
+
+
+def _decode_line(raw: bytes, line_number: int, max_chars: int | None) -> str:
+    """Decodes one line as strict UTF-8 and removes trailing whitespace."""
+    text = _utf8(raw, line_number).rstrip()
     if not text:
         raise _BadLineError(SKIP_EMPTY, "empty line")
     _check_length(text, max_chars)
@@ -359,14 +363,7 @@ def _tsv_cells(raw: bytes, index: int) -> list[str]:
     """The tab-separated cells of line `index` (0-based): strict UTF-8 (a
     byte-order mark on the first line is dropped), line ending removed;
     `_BadLineError` for invalid UTF-8 or an empty line."""
-    try:
-        text = raw.decode("utf-8-sig" if index == 0 else "utf-8")
-    except UnicodeDecodeError as e:
-        raise _BadLineError(
-            SKIP_INVALID_UTF8,
-            f"invalid UTF-8 ({e.reason} at byte {e.start} of the line)",
-        ) from None
-    text = text.rstrip("\r\n")
+    text = _utf8(raw, index + 1).rstrip("\r\n")
     if not text.strip():
         raise _BadLineError(SKIP_EMPTY, "empty line")
     return text.split("\t")
