@@ -24,6 +24,9 @@ END_ID = 3
 
 #: Tokens allowed beyond the source length when decoding (§6.1).
 EXTRA_LENGTH = 50
+#: `epsilon_ls` of §5.4: "label smoothing of value epsilon_ls = 0.1" (the
+#: default of `train.label_smoothing`, and of the loss's `label_smoothing`).
+LABEL_SMOOTHING = 0.1
 #: Longest source when translating, in subword ids including END: longer
 #: sources keep their first ``DEFAULT_MAX_INPUT_LENGTH - 1`` tokens.
 DEFAULT_MAX_INPUT_LENGTH = 128
@@ -47,6 +50,7 @@ __all__ = [
     "DISTRIBUTION",
     "END_ID",
     "EXTRA_LENGTH",
+    "LABEL_SMOOTHING",
     "PAD_ID",
     "PRECISIONS",
     "START_ID",

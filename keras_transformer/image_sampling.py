@@ -27,6 +27,7 @@ from keras import ops
 from keras_transformer.data.images import check_image_batch
 from keras_transformer.layers.pixel_outputs import check_temperature
 from keras_transformer.models.image_transformer import ImageTransformerStack
+from keras_transformer.validation import check_positive_int
 
 __all__ = ["ImageSampler", "complete_images", "sample_images"]
 
@@ -188,15 +189,7 @@ def sample_images(
     Returns:
         int32 `(num_images, height, width, channels)`.
     """
-    if (
-        isinstance(num_images, bool)
-        or not isinstance(num_images, int)
-        or num_images < 1
-    ):
-        raise ValueError(
-            "`num_images` must be a positive integer. Received: "
-            f"num_images={num_images!r}"
-        )
+    check_positive_int("num_images", num_images)
     sampler = ImageSampler(model)
     blank = np.zeros((num_images, *sampler.image_shape), np.int32)
     return sampler.complete(blank, 0, temperature, seed, labels)

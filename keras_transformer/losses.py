@@ -8,10 +8,11 @@ import keras
 from keras import ops
 
 from keras_transformer import backend
+from keras_transformer.conventions import LABEL_SMOOTHING
 
 
 def label_smoothed_nll(
-    labels: Any, logits: Any, label_smoothing: float = 0.1
+    labels: Any, logits: Any, label_smoothing: float = LABEL_SMOOTHING
 ) -> tuple[Any, Any]:
     """Per-token cross-entropy with label smoothing, in float32 (§5.4).
 
@@ -66,7 +67,7 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
 
     def __init__(
         self,
-        label_smoothing: float = 0.1,
+        label_smoothing: float = LABEL_SMOOTHING,
         padding_id: int = 0,
         name: str = "masked_sparse_cross_entropy",
         **kwargs: Any,

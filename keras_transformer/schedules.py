@@ -8,12 +8,15 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer.layers.validation import (
+from keras_transformer.optimizers import Adam
+from keras_transformer.validation import (
     check_number,
     check_positive_int,
     check_rate,
 )
-from keras_transformer.optimizers import Adam
+
+#: The warm-up of Eq. 7 (§5.3: "warmup_steps = 4000").
+WARMUP_STEPS = 4000
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -40,7 +43,9 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     Reference: Vaswani et al. (2017), §5.3, Eq. 7.
     """
 
-    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+    def __init__(
+        self, d_model: int, warmup_steps: int = WARMUP_STEPS, scale: float = 1.0
+    ):
         check_positive_int("d_model", d_model)
         check_positive_int("warmup_steps", warmup_steps)
         check_number("scale", scale, above=0.0)
@@ -78,7 +83,7 @@ class OptimizerConfig:
             number (``None``: none, as in the paper).
     """
 
-    warmup_steps: int = 4000
+    warmup_steps: int = WARMUP_STEPS
     beta_1: float = 0.9
     beta_2: float = 0.98
     epsilon: float = 1e-9

@@ -234,6 +234,52 @@ def grid_shape(num_heads: int, columns: int | None = None) -> tuple[int, int]:
     return math.ceil(num_heads / columns), columns
 
 
+def _layer_weights(
+    maps: dict[str, np.ndarray], kind: str, layer: int, example: int
+) -> np.ndarray:
+    """``maps[kind]`` as an array `(layers, batch, heads, queries, keys)`,
+    after checking `kind`, `layer` and `example` against it."""
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
+    weights = np.asarray(maps[kind])
+    num_layers, batch = weights.shape[:2]
+    if not -num_layers <= layer < num_layers:
+        raise ValueError(
+            f"`layer` must be in [{-num_layers}, {num_layers}) for {kind!r}. "
+            f"Received: layer={layer!r}"
+        )
+    if not -batch <= example < batch:
+        raise ValueError(
+            f"`example` must be in [{-batch}, {batch}). Received: example={example!r}"
+        )
+    return weights
+
+
+def _grid_figsize(
+    grid: tuple[int, int],
+    x_names: Sequence[str],
+    y_names: Sequence[str],
+    fontsize: float,
+    label_outer: bool,
+) -> tuple[float, float]:
+    """The size in inches of a `(rows, columns)` grid of heat maps: one token
+    per 1.6 label heights, with room for the labels and titles."""
+    rows, columns = grid
+    cell = 1.6 * fontsize / 72
+    panel_width = max(1.2, cell * len(x_names))
+    panel_height = max(1.0, cell * len(y_names))
+    label_columns = 1 if label_outer else columns
+    label_rows = 1 if label_outer else rows
+    return (
+        columns * (panel_width + 0.15)
+        + label_columns * _label_width(y_names, fontsize)
+        + 0.3,
+        rows * (panel_height + 0.35)
+        + label_rows * _label_width(x_names, fontsize)
+        + 0.5,
+    )
+
+
 def plot_heads(
     maps: dict[str, np.ndarray],
     layer: int,
@@ -272,39 +318,15 @@ def plot_heads(
     Returns:
         A figure with one heat map per head.
     """
-    if kind not in KINDS:
-        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
-    weights = np.asarray(maps[kind])
-    num_layers, batch, num_heads = weights.shape[:3]
-    if not -num_layers <= layer < num_layers:
-        raise ValueError(
-            f"`layer` must be in [{-num_layers}, {num_layers}) for {kind!r}. "
-            f"Received: layer={layer!r}"
-        )
-    if not -batch <= example < batch:
-        raise ValueError(
-            f"`example` must be in [{-batch}, {batch}). Received: example={example!r}"
-        )
+    weights = _layer_weights(maps, kind, layer, example)
+    num_layers, _, num_heads = weights.shape[:3]
     rows, columns = grid_shape(num_heads, columns)
     x_names = _labels("x_labels", x_labels, weights.shape[-1])
     y_names = _labels("y_labels", y_labels, weights.shape[-2])
     if fontsize is None:
         fontsize = _token_fontsize(max(len(x_names), len(y_names)))
-    # One token per 1.6 label heights; room for the labels and titles.
-    cell = 1.6 * fontsize / 72
-    panel_width = max(1.2, cell * len(x_names))
-    panel_height = max(1.0, cell * len(y_names))
-    label_columns = 1 if label_outer else columns
-    label_rows = 1 if label_outer else rows
     figure = Figure(
-        figsize=(
-            columns * (panel_width + 0.15)
-            + label_columns * _label_width(y_names, fontsize)
-            + 0.3,
-            rows * (panel_height + 0.35)
-            + label_rows * _label_width(x_names, fontsize)
-            + 0.5,
-        ),
+        figsize=_grid_figsize((rows, columns), x_names, y_names, fontsize, label_outer),
         layout="constrained",
     )
     FigureCanvasAgg(figure)

@@ -31,6 +31,7 @@ LEVELS: dict[str, int] = {
             "metrics",
             "schedules",
             "optimizers",
+            "validation",
         ),
         0,
     ),

@@ -63,6 +63,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
             "optimizers",
             "conventions",
             "files",
+            "validation",
             "backend",
         ),
         "keras + numpy only, every Keras backend",

@@ -263,7 +263,7 @@ def dropout(
 
 # -------------------------------------------------------------------- loss
 def label_smoothed_nll(
-    labels: Any, logits: Any, label_smoothing: float = 0.1
+    labels: Any, logits: Any, label_smoothing: float
 ) -> tuple[Any, Any]:
     """Per-token `(smoothed_loss, nll)` in float32 with label smoothing (§5.4).
 

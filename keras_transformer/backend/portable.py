@@ -117,7 +117,7 @@ def dropout(
 
 # -------------------------------------------------------------------- loss
 def label_smoothed_nll(
-    labels: Any, logits: Any, label_smoothing: float = 0.1
+    labels: Any, logits: Any, label_smoothing: float
 ) -> tuple[Any, Any]:
     """`((1 - eps) * NLL + eps * mean_v(-log p_v), NLL)` per token, float32 (§5.4).
 

@@ -34,9 +34,11 @@ import tensorflow as tf
 
 from keras_transformer.data.text import TextPairs
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "DEFAULT_BUCKET_BOUNDARIES",
+    "DEFAULT_MAX_TOKENS_PER_BATCH",
     "LengthReport",
     "batch_for_eval",
     "bucket_batch_sizes",
@@ -49,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: Default bucket lengths (tokens, special ids included).
 DEFAULT_BUCKET_BOUNDARIES = (8, 16, 24, 32, 48, 64, 96, 128)
+#: Default token budget of one batch and side, padding included.
+DEFAULT_MAX_TOKENS_PER_BATCH = 4096
 
 _TOKENIZE_CHUNK = 4096
 _DEFAULT_STREAM_SHUFFLE_BUFFER = 16_384
@@ -302,9 +306,9 @@ def make_translation_dataset(
     pairs: PairsLike,
     tokenizer: SubwordTokenizer,
     *,
-    max_tokens_per_batch: int = 4096,
+    max_tokens_per_batch: int = DEFAULT_MAX_TOKENS_PER_BATCH,
     bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
-    max_length: int = 128,
+    max_sentence_length: int = 128,
     too_long: Literal["drop", "truncate"] = "drop",
     shuffle: bool = True,
     shuffle_buffer: int | None = None,
@@ -312,6 +316,7 @@ def make_translation_dataset(
     repeat: bool = False,
     drop_remainder: bool = False,
     target_tokenizer: SubwordTokenizer | None = None,
+    max_length: int | None = None,
 ) -> tf.data.Dataset:
     """Builds the training pipeline: tokenize, bucket by length, batch, pad.
 
@@ -323,11 +328,9 @@ def make_translation_dataset(
     bucket_length``, so each batch holds at most ``max_tokens_per_batch``
     source tokens and as many target tokens, padding included.
 
-    With :class:`~keras_transformer.data.TextPairs`, all pairs are tokenized
-    once, up front, and the number of too-long pairs is logged (logger
-    ``keras_transformer.data.batching``, level WARNING) when not zero; with a
-    ``tf.data.Dataset``, tokenization streams and nothing is counted: call
-    :func:`count_too_long` for the count.
+    `TextPairs` are tokenized once, up front, and their too-long pairs are
+    counted in a WARNING log when any; a ``tf.data.Dataset`` streams, and
+    :func:`count_too_long` counts.
 
     Args:
         pairs: :class:`~keras_transformer.data.TextPairs`, or a
@@ -336,69 +339,114 @@ def make_translation_dataset(
             is given, of the targets (a shared vocabulary).
         max_tokens_per_batch: Token budget per batch and per side.
         bucket_boundaries: Strictly increasing bucket lengths; the largest
-            must be ``>= max_length``.
-        max_length: Longest sequence kept, in tokens including END/START.
-        too_long: ``"drop"`` pairs over ``max_length``, or ``"truncate"``
-            them (the END id is kept as the last source and label token).
-        shuffle: Shuffle the pairs (each epoch anew) before bucketing. With
+            must be ``>= max_sentence_length``.
+        max_sentence_length: Longest sequence kept, in tokens including
+            END/START (the setting ``data.max_sentence_length``).
+        too_long: ``"drop"`` pairs over ``max_sentence_length``, or
+            ``"truncate"`` them (END stays the last source and label token).
+        shuffle: Shuffle the pairs (each epoch anew) before bucketing; with
             ``shuffle=False`` the output is deterministic.
         shuffle_buffer: Shuffle buffer size in pairs; ``None`` means all the
             pairs for ``TextPairs`` and 16384 for a dataset.
         seed: Shuffle seed, for reproducible epochs; ``None`` for a random one.
-        repeat: Repeat forever (buckets then fill across epoch boundaries;
-            use ``steps_per_epoch`` in ``fit``).
+        repeat: Repeat forever (buckets then fill across epoch boundaries).
         drop_remainder: Drop the last, smaller batch of each bucket.
-        target_tokenizer: Tokenizer of the targets if the vocabularies are
-            separate.
+        target_tokenizer: Tokenizer of the targets for separate vocabularies.
+        max_length: deprecated name of ``max_sentence_length`` (removed in 0.4).
 
     Returns:
         A dataset of ``((source_ids, target_input_ids), target_label_ids)``,
-        each ``int32`` of shape ``[batch, bucket_length]``, ready for
-        ``model.fit``.
+        each ``int32`` of shape ``[batch, bucket_length]``, for ``model.fit``.
 
     Raises:
         ValueError: On invalid arguments, or if every pair is too long.
     """
+    if max_length is not None:
+        warn_deprecated("make_translation_dataset(max_length=)", "max_sentence_length=")
+        max_sentence_length = max_length
+    _check_batching_options(too_long, shuffle_buffer)
+    sizes = bucket_batch_sizes(
+        max_tokens_per_batch, bucket_boundaries, max_sentence_length
+    )
+    dataset, buffer = _token_pairs(
+        pairs, tokenizer, target_tokenizer, max_sentence_length, too_long
+    )
+    dataset = _with_special_ids(dataset, tokenizer, max_sentence_length, too_long)
+    if isinstance(pairs, TextPairs):
+        dataset = dataset.cache()
+    if shuffle:
+        dataset = dataset.shuffle(
+            shuffle_buffer or buffer, seed=seed, reshuffle_each_iteration=True
+        )
+    if repeat:
+        dataset = dataset.repeat()
+    return _bucketed(dataset, sizes, drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+
+def _check_batching_options(too_long: str, shuffle_buffer: int | None) -> None:
     if too_long not in ("drop", "truncate"):
         raise ValueError(
             f"too_long={too_long!r} is not supported; use 'drop' or 'truncate'."
         )
     if shuffle_buffer is not None and shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer must be positive, got {shuffle_buffer}.")
-    sizes = bucket_batch_sizes(max_tokens_per_batch, bucket_boundaries, max_length)
-    start_id, end_id = tokenizer.START_ID, tokenizer.END_ID
 
+
+def _token_pairs(
+    pairs: PairsLike,
+    tokenizer: SubwordTokenizer,
+    target_tokenizer: SubwordTokenizer | None,
+    max_sentence_length: int,
+    too_long: str,
+) -> tuple[tf.data.Dataset, int]:
+    """The pairs as token ids (no START/END yet), and the shuffle buffer that
+    holds them all (`TextPairs`) or `_DEFAULT_STREAM_SHUFFLE_BUFFER`.
+
+    `TextPairs` are tokenized up front and their too-long pairs counted (a
+    warning; an error when ``too_long="drop"`` would drop them all).
+    """
     if isinstance(pairs, TextPairs):
         if len(pairs) == 0:
             raise ValueError("pairs is empty; there is nothing to batch.")
         source_ids, target_ids = _tokenize_pairs(pairs, tokenizer, target_tokenizer)
-        report = _report(source_ids.row_lengths(), target_ids.row_lengths(), max_length)
+        report = _report(
+            source_ids.row_lengths(), target_ids.row_lengths(), max_sentence_length
+        )
         if report.num_too_long == report.num_pairs and too_long == "drop":
             raise ValueError(
-                f"All pairs are too long: {report}. Raise max_length (and "
-                "bucket_boundaries) or pass too_long='truncate'."
+                f"All pairs are too long: {report}. Raise max_sentence_length "
+                "(and bucket_boundaries) or pass too_long='truncate'."
             )
         if report.num_too_long:
             action = "dropping" if too_long == "drop" else "truncating"
             logger.warning("%s: %s", action, report)
         dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-        buffer = shuffle_buffer or len(pairs)
-    elif isinstance(pairs, tf.data.Dataset):
+        return dataset, len(pairs)
+    if isinstance(pairs, tf.data.Dataset):
         _check_string_pairs(pairs)
         dataset = _tokenize_stream(pairs, tokenizer, target_tokenizer)
-        buffer = shuffle_buffer or _DEFAULT_STREAM_SHUFFLE_BUFFER
-    else:
-        raise TypeError(
-            f"pairs must be TextPairs or a tf.data.Dataset, got {type(pairs).__name__}."
-        )
+        return dataset, _DEFAULT_STREAM_SHUFFLE_BUFFER
+    raise TypeError(
+        f"pairs must be TextPairs or a tf.data.Dataset, got {type(pairs).__name__}."
+    )
 
-    keep = max_length - 1  # room for START / END
+
+def _with_special_ids(
+    dataset: tf.data.Dataset,
+    tokenizer: SubwordTokenizer,
+    max_sentence_length: int,
+    too_long: str,
+) -> tf.data.Dataset:
+    """Drops or cuts the pairs over `max_sentence_length` tokens (END/START
+    included), then makes ``((source + END, START + target), target + END)``."""
+    keep = max_sentence_length - 1  # room for START / END
     if too_long == "drop":
         dataset = dataset.filter(
             lambda s, t: tf.logical_and(tf.size(s) <= keep, tf.size(t) <= keep)
         )
     else:
         dataset = dataset.map(lambda s, t: (s[:keep], t[:keep]))
+    start_id, end_id = tokenizer.START_ID, tokenizer.END_ID
 
     def add_special_ids(source: tf.Tensor, target: tf.Tensor):
         end = tf.constant([end_id], tf.int32)
@@ -408,16 +456,16 @@ def make_translation_dataset(
         target_label = tf.concat([target, end], axis=0)
         return (source, target_input), target_label
 
-    dataset = dataset.map(add_special_ids, num_parallel_calls=tf.data.AUTOTUNE)
-    if isinstance(pairs, TextPairs):
-        dataset = dataset.cache()
-    if shuffle:
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+    return dataset.map(add_special_ids, num_parallel_calls=tf.data.AUTOTUNE)
 
+
+def _bucketed(
+    dataset: tf.data.Dataset, sizes: dict[int, int], drop_remainder: bool
+) -> tf.data.Dataset:
+    """Batches of similar lengths (§5.1): `sizes` maps each bucket length to
+    its batch size; a batch is padded to its bucket's length."""
     lengths = list(sizes)
-    dataset = dataset.bucket_by_sequence_length(
+    return dataset.bucket_by_sequence_length(
         element_length_func=lambda inputs, label: tf.maximum(
             tf.shape(inputs[0])[0], tf.shape(label)[0]
         ),
@@ -428,17 +476,20 @@ def make_translation_dataset(
         pad_to_bucket_boundary=True,
         drop_remainder=drop_remainder,
     )
-    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def encode_sources(
-    tokenizer: SubwordTokenizer, sentences: tf.Tensor | Sequence[str], max_length: int
+    tokenizer: SubwordTokenizer,
+    sentences: tf.Tensor | Sequence[str],
+    max_input_length: int | None = None,
+    *,
+    max_length: int | None = None,
 ) -> tf.RaggedTensor:
     """The encoder input of raw sentences: the one source-cut rule.
 
     Each sentence is tokenized without START, cut to its first
-    ``max_length - 1`` subword tokens, and END is appended, so at most
-    ``max_length`` ids reach the encoder (§5.1 trains on sentences of
+    ``max_input_length - 1`` subword tokens, and END is appended, so at most
+    ``max_input_length`` ids reach the encoder (§5.1 trains on sentences of
     bounded length; §6.1 decodes up to the source length + 50). A sentence
     without any subword token (``""``, whitespace) gives ``[END]``.
 
@@ -449,19 +500,26 @@ def encode_sources(
     Args:
         tokenizer: the model's tokenizer.
         sentences: a ``tf.string`` tensor ``[batch]`` or a list of strings.
-        max_length: the longest source in ids, END included (>= 2).
+        max_input_length: the longest source in ids, END included (>= 2):
+            the decode setting of the same name.
+        max_length: deprecated name of ``max_input_length`` (removed in 0.4).
 
     Returns:
         int32 ids, a ``tf.RaggedTensor`` ``[batch, (length)]``.
     """
-    if isinstance(max_length, bool) or not isinstance(max_length, int):
-        raise TypeError(f"max_length must be an integer. Received: {max_length!r}")
-    if max_length < 2:
+    if max_length is not None:
+        warn_deprecated("encode_sources(max_length=...)", "max_input_length=")
+        max_input_length = max_length
+    limit = max_input_length
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"max_input_length must be an integer. Received: {limit!r}")
+    if limit < 2:
         raise ValueError(
-            f"max_length must be at least 2 (one token and END). Received: {max_length}"
+            "max_input_length must be at least 2 (one token and END). "
+            f"Received: {limit}"
         )
     sentences = tf.reshape(tf.convert_to_tensor(sentences, tf.string), [-1])
-    tokens = tokenizer.tokenize(sentences)[:, : max_length - 1]
+    tokens = tokenizer.tokenize(sentences)[:, : limit - 1]
     end = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.END_ID, tf.int32))
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1)
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.validation import check_positive_int
+
 __all__ = [
     "CIFAR10_FILES",
     "SAMPLE_IMAGE_SPLITS",
@@ -293,11 +295,8 @@ def extract_patches(image: np.ndarray, size: int, stride: int) -> np.ndarray:
     Returns:
         `(n, size, size, channels)` in raster order of the corners.
     """
-    for name, value in (("size", size), ("stride", stride)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(
-                f"`{name}` must be a positive integer. Received: {name}={value!r}"
-            )
+    check_positive_int("size", size)
+    check_positive_int("stride", stride)
     image = np.asarray(image)
     height, width = image.shape[:2]
     if size > min(height, width):

@@ -226,17 +226,21 @@ def _read_raw_lines(path: Path) -> list[bytes]:
         ) from e
 
 
-def _decode_line(raw: bytes, line_number: int, max_chars: int | None) -> str:
-    """Decodes one line as strict UTF-8 and removes trailing whitespace."""
+def _utf8(raw: bytes, line_number: int) -> str:
+    """One line as strict UTF-8; `_BadLineError` when it is not."""
     try:
         # Line 1 may start with a byte-order mark, which is not text.
-        text = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
+        return raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
     except UnicodeDecodeError as e:
         raise _BadLineError(
             SKIP_INVALID_UTF8,
             f"invalid UTF-8 ({e.reason} at byte {e.start} of the line)",
         ) from None
-    text = text.rstrip()
+
+
+def _decode_line(raw: bytes, line_number: int, max_chars: int | None) -> str:
+    """Decodes one line as strict UTF-8 and removes trailing whitespace."""
+    text = _utf8(raw, line_number).rstrip()
     if not text:
         raise _BadLineError(SKIP_EMPTY, "empty line")
     _check_length(text, max_chars)
@@ -335,6 +339,61 @@ def read_parallel_files(
     )
 
 
+def _check_columns(
+    source_column: int, target_column: int, num_columns: int | None
+) -> int:
+    """Checks the column arguments of `read_tsv_pairs`; returns the number of
+    columns a line needs."""
+    if source_column < 0 or target_column < 0 or source_column == target_column:
+        raise ValueError(
+            "source_column and target_column must be two different non-negative "
+            f"column indices, got {source_column} and {target_column}."
+        )
+    needed = max(source_column, target_column) + 1
+    if num_columns is not None and num_columns < needed:
+        raise ValueError(
+            f"num_columns={num_columns} is too small for source_column="
+            f"{source_column} and target_column={target_column}; pass "
+            f"num_columns >= {needed} or None."
+        )
+    return needed
+
+
+def _tsv_cells(raw: bytes, index: int) -> list[str]:
+    """The tab-separated cells of line `index` (0-based): strict UTF-8 (a
+    byte-order mark on the first line is dropped), line ending removed;
+    `_BadLineError` for invalid UTF-8 or an empty line."""
+    text = _utf8(raw, index + 1).rstrip("\r\n")
+    if not text.strip():
+        raise _BadLineError(SKIP_EMPTY, "empty line")
+    return text.split("\t")
+
+
+def _tsv_pair(
+    cells: list[str],
+    expected: int,
+    source_column: int,
+    target_column: int,
+    max_chars: int | None,
+) -> tuple[str, str]:
+    """The ``(source, target)`` cells of a line of `expected` columns, trailing
+    whitespace removed; `_BadLineError` for a wrong column count, an empty
+    cell or one longer than `max_chars`."""
+    if len(cells) != expected:
+        raise _BadLineError(
+            SKIP_WRONG_COLUMNS,
+            f"{len(cells)} tab-separated columns instead of {expected}",
+        )
+    source = cells[source_column].rstrip()
+    target = cells[target_column].rstrip()
+    if not source or not target:
+        side = "source" if not source else "target"
+        raise _BadLineError(SKIP_EMPTY, f"empty {side} column")
+    _check_length(source, max_chars)
+    _check_length(target, max_chars)
+    return source, target
+
+
 def read_tsv_pairs(
     path: str | os.PathLike[str],
     *,
@@ -375,40 +434,17 @@ def read_tsv_pairs(
             index does not fit ``num_columns``.
     """
     _check_policy(on_bad_line, max_chars)
-    if source_column < 0 or target_column < 0 or source_column == target_column:
-        raise ValueError(
-            "source_column and target_column must be two different non-negative "
-            f"column indices, got {source_column} and {target_column}."
-        )
-    needed = max(source_column, target_column) + 1
-    if num_columns is not None and num_columns < needed:
-        raise ValueError(
-            f"num_columns={num_columns} is too small for source_column="
-            f"{source_column} and target_column={target_column}; pass "
-            f"num_columns >= {needed} or None."
-        )
+    needed = _check_columns(source_column, target_column, num_columns)
     path = Path(path)
     lines = _read_raw_lines(path)
-    start = 1 if skip_header else 0
-
     sources: list[str] = []
     targets: list[str] = []
     skipped: Counter[str] = Counter()
     expected = num_columns
-    for index in range(start, len(lines)):
+    for index in range(1 if skip_header else 0, len(lines)):
         line_number = index + 1
         try:
-            try:
-                text = lines[index].decode("utf-8-sig" if index == 0 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise _BadLineError(
-                    SKIP_INVALID_UTF8,
-                    f"invalid UTF-8 ({e.reason} at byte {e.start} of the line)",
-                ) from None
-            text = text.rstrip("\r\n")
-            if not text.strip():
-                raise _BadLineError(SKIP_EMPTY, "empty line")
-            cells = text.split("\t")
+            cells = _tsv_cells(lines[index], index)
             if expected is None:
                 expected = len(cells)
                 if expected < needed:
@@ -419,18 +455,9 @@ def read_tsv_pairs(
                         f"{target_column}. Check the file is tab-separated and "
                         "the column indices are right."
                     )
-            if len(cells) != expected:
-                raise _BadLineError(
-                    SKIP_WRONG_COLUMNS,
-                    f"{len(cells)} tab-separated columns instead of {expected}",
-                )
-            source = cells[source_column].rstrip()
-            target = cells[target_column].rstrip()
-            if not source or not target:
-                side = "source" if not source else "target"
-                raise _BadLineError(SKIP_EMPTY, f"empty {side} column")
-            _check_length(source, max_chars)
-            _check_length(target, max_chars)
+            source, target = _tsv_pair(
+                cells, expected, source_column, target_column, max_chars
+            )
         except _BadLineError as bad:
             if on_bad_line == "raise":
                 raise _bad_line_error(path, line_number, bad) from None

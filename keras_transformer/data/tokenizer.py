@@ -50,7 +50,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import sentencepiece as spm
@@ -292,89 +292,30 @@ class SubwordTokenizer(tf.Module):
             ValueError: If an argument is invalid or the corpus is too small
                 for ``vocabulary_size``.
         """
-        if model_type not in _MODEL_TYPES:
-            raise ValueError(
-                f"model_type={model_type!r} is not supported; use one of "
-                f"{_MODEL_TYPES}."
-            )
-        minimum = 5 + (256 if byte_fallback else 0)
-        if vocabulary_size < minimum:
-            raise ValueError(
-                f"vocabulary_size={vocabulary_size} is too small; it must be at "
-                f"least {minimum} (four special ids plus pieces)."
-            )
-        if not 0.0 < character_coverage <= 1.0:
-            raise ValueError(
-                f"character_coverage must be in (0, 1], got {character_coverage}."
-            )
-        if max_sentences is not None and max_sentences < 1:
-            raise ValueError(
-                f"max_sentences must be positive or None, got {max_sentences}."
-            )
-        if isinstance(texts, str):
-            raise TypeError(
-                "texts must be an iterable of sentences, not a single str; wrap "
-                "it in a list."
-            )
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
-
+        _check_training_arguments(
+            texts,
+            vocabulary_size,
+            model_type,
+            character_coverage,
+            seed,
+            max_sentences,
+            byte_fallback,
+        )
         counter = {"sentences": 0}
-
-        def sentences() -> Iterator[str]:
-            for text in texts:
-                if not isinstance(text, str):
-                    raise TypeError(
-                        f"texts must yield str, got {type(text).__name__}; "
-                        "decode bytes first."
-                    )
-                if text.strip():
-                    counter["sentences"] += 1
-                    yield text
-
         options = {
             "model_type": model_type,
             "vocab_size": vocabulary_size,
             "character_coverage": character_coverage,
-            "pad_id": cls.PAD_ID,
-            "unk_id": cls.UNK_ID,
-            "bos_id": cls.START_ID,
-            "eos_id": cls.END_ID,
             "byte_fallback": byte_fallback,
             "num_threads": num_threads,
-            "minloglevel": 2,
-            # SentencePiece gets exactly the sentences chosen here: its own
-            # sampling (input_sentence_size with shuffle_input_sentence) is
-            # seeded per process, not by set_random_generator_seed.
-            "input_sentence_size": 0,
-            "shuffle_input_sentence": False,
+            **_fixed_options(cls),
         }
-        chosen: Iterable[str] = sentences()
+        chosen: Iterable[str] = _non_empty_sentences(texts, counter)
         if max_sentences is not None:
             chosen = _sample(chosen, max_sentences, int(seed))
         # For any randomness left inside SentencePiece (none is known).
         spm.set_random_generator_seed(int(seed))
-        model = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(chosen), model_writer=model, **options
-            )
-        except RuntimeError as e:
-            if counter["sentences"] == 0:
-                raise ValueError(
-                    "Cannot train a tokenizer on no text: texts held no "
-                    "non-empty sentence."
-                ) from e
-            message = str(e)
-            used = min(counter["sentences"], max_sentences or counter["sentences"])
-            if "Vocabulary size too high" in message or "vocab_size" in message:
-                raise ValueError(
-                    f"vocabulary_size={vocabulary_size} is too large for "
-                    f"{used} training sentences ({message}). "
-                    "Lower vocabulary_size or train on more text."
-                ) from e
-            raise ValueError(f"SentencePiece training failed: {message}") from e
-        return cls(model.getvalue())
+        return cls(_train_sentencepiece(chosen, options, counter, max_sentences))
 
     @classmethod
     def from_proto(cls, model_proto: bytes) -> SubwordTokenizer:
@@ -692,3 +633,100 @@ class SubwordTokenizer(tf.Module):
             f"SubwordTokenizer(vocabulary_size={self.vocabulary_size}, "
             f"model_type={self.model_type!r}, fingerprint={self.fingerprint[:12]})"
         )
+
+
+def _check_training_arguments(
+    texts: Iterable[str],
+    vocabulary_size: int,
+    model_type: str,
+    character_coverage: float,
+    seed: Any,
+    max_sentences: int | None,
+    byte_fallback: bool,
+) -> None:
+    """The argument checks of `SubwordTokenizer.train` (one-line errors)."""
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(
+            f"model_type={model_type!r} is not supported; use one of {_MODEL_TYPES}."
+        )
+    minimum = 5 + (256 if byte_fallback else 0)
+    if vocabulary_size < minimum:
+        raise ValueError(
+            f"vocabulary_size={vocabulary_size} is too small; it must be at "
+            f"least {minimum} (four special ids plus pieces)."
+        )
+    if not 0.0 < character_coverage <= 1.0:
+        raise ValueError(
+            f"character_coverage must be in (0, 1], got {character_coverage}."
+        )
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(
+            f"max_sentences must be positive or None, got {max_sentences}."
+        )
+    if isinstance(texts, str):
+        raise TypeError(
+            "texts must be an iterable of sentences, not a single str; wrap "
+            "it in a list."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
+
+
+def _fixed_options(cls: type[SubwordTokenizer]) -> dict[str, Any]:
+    """The SentencePiece trainer options that `train` does not take."""
+    return {
+        "pad_id": cls.PAD_ID,
+        "unk_id": cls.UNK_ID,
+        "bos_id": cls.START_ID,
+        "eos_id": cls.END_ID,
+        "minloglevel": 2,
+        # SentencePiece gets exactly the sentences chosen here: its own
+        # sampling (input_sentence_size with shuffle_input_sentence) is
+        # seeded per process, not by set_random_generator_seed.
+        "input_sentence_size": 0,
+        "shuffle_input_sentence": False,
+    }
+
+
+def _non_empty_sentences(
+    texts: Iterable[str], counter: dict[str, int]
+) -> Iterator[str]:
+    """The non-empty sentences of `texts`, counted in ``counter["sentences"]``."""
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(
+                f"texts must yield str, got {type(text).__name__}; decode bytes first."
+            )
+        if text.strip():
+            counter["sentences"] += 1
+            yield text
+
+
+def _train_sentencepiece(
+    chosen: Iterable[str],
+    options: dict[str, Any],
+    counter: dict[str, int],
+    max_sentences: int | None,
+) -> bytes:
+    """The serialized SentencePiece model learned on `chosen`; SentencePiece's
+    failures as one-line `ValueError`s (no text, too large a vocabulary)."""
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(chosen), model_writer=model, **options
+        )
+    except RuntimeError as e:
+        if counter["sentences"] == 0:
+            raise ValueError(
+                "Cannot train a tokenizer on no text: texts held no non-empty sentence."
+            ) from e
+        message = str(e)
+        used = min(counter["sentences"], max_sentences or counter["sentences"])
+        if "Vocabulary size too high" in message or "vocab_size" in message:
+            raise ValueError(
+                f"vocabulary_size={options['vocab_size']} is too large for "
+                f"{used} training sentences ({message}). "
+                "Lower vocabulary_size or train on more text."
+            ) from e
+        raise ValueError(f"SentencePiece training failed: {message}") from e
+    return model.getvalue()

@@ -15,7 +15,7 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.local_attention import RestrictedMultiHeadAttention
 from keras_transformer.layers.normalization import LayerNormalization
-from keras_transformer.layers.validation import check_positive_int, check_rate
+from keras_transformer.validation import check_positive_int, check_rate
 
 
 class TransformerBlockBase(keras.layers.Layer):

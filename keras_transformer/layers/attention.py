@@ -16,7 +16,7 @@ from keras import ops
 
 from keras_transformer.backend import linear
 from keras_transformer.layers import masking
-from keras_transformer.layers.validation import check_positive_int, check_rate
+from keras_transformer.validation import check_positive_int, check_rate
 
 
 def scaled_dot_product_attention(

@@ -10,7 +10,7 @@ import keras
 from keras import ops
 
 from keras_transformer import backend
-from keras_transformer.layers.validation import check_positive_int
+from keras_transformer.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -10,7 +10,7 @@ from keras import ops
 
 from keras_transformer.backend import linear
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.validation import check_positive_int, check_rate
+from keras_transformer.validation import check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -27,12 +27,13 @@ from keras import ops
 from keras_transformer.layers._block import TransformerBlockBase
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.local_attention import LocalBlockAttention
-from keras_transformer.layers.local_attention_2d import (
-    LocalAttention2D,
-    _check_grid,
-    _check_pair,
+from keras_transformer.layers.local_attention_2d import LocalAttention2D
+from keras_transformer.validation import (
+    check_choice,
+    check_grid,
+    check_pair,
+    check_positive_int,
 )
-from keras_transformer.layers.validation import check_choice, check_positive_int
 
 __all__ = ["ATTENTION_TYPES", "ImageTransformerBlock", "check_local_1d"]
 
@@ -138,8 +139,8 @@ class ImageTransformerBlock(TransformerBlockBase):
         super().__init__(num_heads=num_heads, d_ff=d_ff, **kwargs)
         check_choice("attention", attention, ATTENTION_TYPES)
         self.attention = attention
-        self.query_block = _check_pair("query_block", query_block, 1)
-        self.memory_flange = _check_pair("memory_flange", memory_flange, 0)
+        self.query_block = check_pair("query_block", query_block, 1)
+        self.memory_flange = check_pair("memory_flange", memory_flange, 0)
         _check_local_1d_arguments(query_block_length, memory_length)
         self.query_block_length = query_block_length
         self.memory_length = memory_length
@@ -155,7 +156,7 @@ class ImageTransformerBlock(TransformerBlockBase):
             )
         rows, cols, d_model = shape[1], shape[2], int(shape[-1])
         if self.attention == "local_2d":
-            _check_grid(rows, cols, self.query_block)
+            check_grid(rows, cols, self.query_block)
         elif self.attention == "local_1d":
             check_local_1d(rows * cols, self.query_block_length, self.memory_length)
         if self.key_dim is None and d_model % self.num_heads:

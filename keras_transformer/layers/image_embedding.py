@@ -38,7 +38,7 @@ from keras import ops
 from keras_transformer.backend import linear
 from keras_transformer.layers.pixel_outputs import NUM_INTENSITIES, check_pixels
 from keras_transformer.layers.position import sinusoidal_encoding
-from keras_transformer.layers.validation import check_choice, check_positive_int
+from keras_transformer.validation import check_choice, check_positive_int
 
 __all__ = [
     "IMAGE_POSITIONS",

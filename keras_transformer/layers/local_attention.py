@@ -30,7 +30,7 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.validation import check_positive_int
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "LocalBlockAttention",

@@ -39,63 +39,9 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.validation import check_grid, check_pair
 
 __all__ = ["LocalAttention2D", "local_2d_attention_mask"]
-
-
-# ----------------------------------------------------------- argument checks
-def _check_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:
-    """A pair of integers `>= minimum`, as a tuple; `ValueError` otherwise."""
-    kind = "positive" if minimum > 0 else "non-negative"
-    message = (
-        f"`{name}` must be a pair of {kind} integers (rows, columns). "
-        f"Received: {name}={value!r}"
-    )
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ValueError(message)
-    for item in value:
-        if (
-            isinstance(item, bool)
-            or not isinstance(item, (int, np.integer))
-            or item < minimum
-        ):
-            raise ValueError(message)
-    return int(value[0]), int(value[1])
-
-
-def _largest_divisor(size: int, at_most: int) -> int:
-    """The largest divisor of `size` that is `<= at_most`."""
-    return max(d for d in range(1, min(size, at_most) + 1) if size % d == 0)
-
-
-def _check_grid(rows: Any, cols: Any, query_block: tuple[int, int]) -> None:
-    """Raises `ValueError` unless the query blocks tile the `rows x cols` grid."""
-    for name, size in (("rows", rows), ("cols", cols)):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            raise ValueError(
-                f"LocalAttention2D needs a static image size; `{name}` must be "
-                f"a positive integer. Received: {name}={size!r}"
-            )
-        if size <= 0:
-            raise ValueError(
-                f"The image `{name}` must be positive. Received: {name}={size}"
-            )
-    h_q, w_q = query_block
-    suggestion = (_largest_divisor(rows, h_q), _largest_divisor(cols, w_q))
-    grid = f"an image of {rows} rows x {cols} columns of positions"
-    if h_q > rows or w_q > cols:
-        raise ValueError(
-            f"`query_block` is larger than {grid}. Received: "
-            f"query_block={query_block}. Choose query_block={suggestion}."
-        )
-    if rows % h_q or cols % w_q:
-        padded = (-(-rows // h_q) * h_q, -(-cols // w_q) * w_q)
-        raise ValueError(
-            f"The query blocks must tile {grid}: the rows must be a multiple "
-            f"of query_block[0] and the columns of query_block[1]. Received: "
-            f"query_block={query_block}. Pad the image to {padded[0]} rows x "
-            f"{padded[1]} columns or choose query_block={suggestion}."
-        )
 
 
 # ------------------------------------------------------------- dense mask
@@ -134,9 +80,9 @@ def local_2d_attention_mask(
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 and Figure 2.
     """
-    query_block = _check_pair("query_block", query_block, 1)
-    memory_flange = _check_pair("memory_flange", memory_flange, 0)
-    _check_grid(height, width, query_block)
+    query_block = check_pair("query_block", query_block, 1)
+    memory_flange = check_pair("memory_flange", memory_flange, 0)
+    check_grid(height, width, query_block)
     (h_q, w_q), (h_m, w_m) = query_block, memory_flange
     positions = np.arange(height * width)
     rows, cols = positions // width, positions % width
@@ -230,8 +176,8 @@ class LocalAttention2D(MultiHeadAttention):
         memory_flange: Sequence[int],
         **kwargs: Any,
     ) -> None:
-        query_block = _check_pair("query_block", query_block, 1)
-        memory_flange = _check_pair("memory_flange", memory_flange, 0)
+        query_block = check_pair("query_block", query_block, 1)
+        memory_flange = check_pair("memory_flange", memory_flange, 0)
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.query_block = query_block
         self.memory_flange = memory_flange
@@ -253,7 +199,7 @@ class LocalAttention2D(MultiHeadAttention):
                 f"inputs.shape={tuple(shape)}"
             )
         rows, cols = shape[1], shape[2]
-        _check_grid(rows, cols, self.query_block)
+        check_grid(rows, cols, self.query_block)
         return int(rows), int(cols)
 
     def _block_masks(self, rows: int, cols: int, causal: bool) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.backend import linear
-from keras_transformer.layers.validation import check_positive_int
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "NUM_INTENSITIES",

@@ -13,7 +13,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer.layers.validation import check_choice, check_positive_int
+from keras_transformer.validation import check_choice, check_positive_int
 
 MERGE_MODES = ("add", "concat")
 

@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import keras
 
-from keras_transformer.layers.validation import (
+from keras_transformer.conventions import LABEL_SMOOTHING
+from keras_transformer.schedules import OptimizerConfig
+from keras_transformer.validation import (
     check_bool,
     check_choice,
+    check_known_names,
     check_number,
     check_positive_int,
     check_rate,
     check_string,
+    warn_deprecated,
 )
-from keras_transformer.schedules import OptimizerConfig
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig:
+class _TransformerFields:
     """Hyperparameters of the encoder-decoder Transformer (paper Table 3).
 
     Only `build_transformer` reads this class; the layers take explicit
@@ -45,11 +46,11 @@ class TransformerConfig:
         dropout: `P_drop`, the residual and embedding dropout (0.1).
         attention_dropout: dropout on attention weights (0 in the paper).
         ffn_dropout: dropout inside the feed-forward networks (0).
-        label_smoothing: deprecated: label smoothing (§5.4) shapes the loss,
-            not the model, and is now the training setting
-            `TrainingConfig.label_smoothing` (``train.label_smoothing``).
-            Still accepted for one release with a `DeprecationWarning`; a
-            `TrainConfig` moves it to ``train.label_smoothing``.
+        label_smoothing: deprecated (removed in 0.4), an argument, not a
+            field: label smoothing (§5.4) shapes the loss, not the model,
+            and is the training setting ``train.label_smoothing``. Still
+            accepted with a `DeprecationWarning` (`TransformerConfig.__init__`);
+            a `TrainConfig` moves it to ``train.label_smoothing``.
         position_encoding: `"sinusoidal"` (Eqs. 5-6) or `"learned"` (row E).
         max_length: the number of positions the model supports: the longest
             source or output sequence, in tokens (the size of the learned
@@ -167,6 +168,7 @@ class TransformerConfig:
         new = dataclasses.replace(self, **changes)
         legacy = self.legacy_label_smoothing
         if "label_smoothing" not in changes and legacy is not None:
+            # Carried over without warning again.
             object.__setattr__(new, "_legacy_label_smoothing", legacy)
         return new
 
@@ -177,11 +179,7 @@ class TransformerConfig:
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         # `label_smoothing` (deprecated) is still accepted for one release.
         known = {field.name for field in dataclasses.fields(cls)} | {"label_smoothing"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown TransformerConfig fields: {unknown}. Known: {sorted(known)}"
-            )
+        check_known_names(values, known, "TransformerConfig fields")
         return cls(**values)
 
     def to_json(self) -> str:
@@ -192,43 +190,34 @@ class TransformerConfig:
         return cls.from_dict(json.loads(text))
 
 
-def _label_smoothing(config: TransformerConfig) -> float:
-    warnings.warn(
-        "TransformerConfig.label_smoothing is deprecated: read "
-        "TrainConfig.train.label_smoothing (label smoothing is a training "
-        "setting, §5.4).",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    legacy = config.legacy_label_smoothing
-    return 0.1 if legacy is None else legacy
+class TransformerConfig(_TransformerFields):
+    __doc__ = _TransformerFields.__doc__
 
+    def __init__(
+        self, *args: Any, label_smoothing: float | None = None, **kwargs: Any
+    ) -> None:
+        """The fields as arguments (see the class); `label_smoothing` is
+        deprecated (removed in 0.4): it moved to ``train.label_smoothing``."""
+        super().__init__(*args, **kwargs)
+        if label_smoothing is not None:
+            warn_deprecated(
+                "TransformerConfig(label_smoothing=...)",
+                "train.label_smoothing (TrainingConfig.label_smoothing: label "
+                "smoothing, §5.4, is a training setting)",
+            )
+            check_rate("model.label_smoothing", label_smoothing)
+            object.__setattr__(self, "_legacy_label_smoothing", float(label_smoothing))
 
-_dataclass_init = TransformerConfig.__init__
-
-
-@functools.wraps(_dataclass_init)
-def _init(self: TransformerConfig, *args: Any, **kwargs: Any) -> None:
-    label_smoothing = kwargs.pop("label_smoothing", None)
-    _dataclass_init(self, *args, **kwargs)
-    if label_smoothing is None:
-        return
-    warnings.warn(
-        "TransformerConfig(label_smoothing=...) is deprecated: label smoothing "
-        "(§5.4) is a training setting, train.label_smoothing "
-        "(TrainingConfig.label_smoothing). It is accepted for one release; move "
-        f"label_smoothing={label_smoothing!r} there.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    check_rate("model.label_smoothing", label_smoothing)
-    object.__setattr__(self, "_legacy_label_smoothing", float(label_smoothing))
-
-
-# The deprecated argument and attribute still work for one release (reading
-# gives the paper's 0.1 unless the argument was given); neither is a field.
-TransformerConfig.__init__ = _init  # type: ignore[method-assign]
-TransformerConfig.label_smoothing = property(_label_smoothing)  # type: ignore[attr-defined]
+    @property
+    def label_smoothing(self) -> float:
+        """Deprecated (removed in 0.4): the `label_smoothing` argument, or
+        the paper's `conventions.LABEL_SMOOTHING`; read
+        ``TrainConfig.train.label_smoothing``."""
+        warn_deprecated(
+            "TransformerConfig.label_smoothing", "TrainConfig.train.label_smoothing"
+        )
+        legacy = self.legacy_label_smoothing
+        return LABEL_SMOOTHING if legacy is None else legacy
 
 
 def _optimizer_config(value: Any) -> OptimizerConfig:
@@ -237,12 +226,9 @@ def _optimizer_config(value: Any) -> OptimizerConfig:
         return value
     if isinstance(value, Mapping):
         known = [field.name for field in dataclasses.fields(OptimizerConfig)]
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise ValueError(
-                f"Unknown `model.optimizer` settings: {unknown}. Known settings: "
-                f"{known}."
-            )
+        check_known_names(
+            value, known, "`model.optimizer` settings", listing="Known settings"
+        )
         return OptimizerConfig(**value)
     raise ValueError(
         "`model.optimizer` must be a mapping of optimizer settings (a JSON "

@@ -11,10 +11,14 @@ from keras_transformer.layers.image_embedding import (
     _check_image_shape,
     position_grid_shape,
 )
-from keras_transformer.layers.local_attention_2d import _check_grid, _check_pair
-from keras_transformer.layers.validation import check_positive_int, check_rate
 from keras_transformer.models.config import _optimizer_config
 from keras_transformer.schedules import OptimizerConfig
+from keras_transformer.validation import (
+    check_grid,
+    check_pair,
+    check_positive_int,
+    check_rate,
+)
 
 __all__ = ["IMAGE_OUTPUTS", "ImageTransformerConfig", "image_presets"]
 
@@ -90,10 +94,10 @@ class ImageTransformerConfig:
         object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         object.__setattr__(self, "image_shape", _check_image_shape(self.image_shape))
         object.__setattr__(
-            self, "query_block", _check_pair("query_block", self.query_block, 1)
+            self, "query_block", check_pair("query_block", self.query_block, 1)
         )
         object.__setattr__(
-            self, "memory_flange", _check_pair("memory_flange", self.memory_flange, 0)
+            self, "memory_flange", check_pair("memory_flange", self.memory_flange, 0)
         )
         for name in ("num_mixtures", "num_layers", "d_model", "d_ff", "num_heads"):
             check_positive_int(name, getattr(self, name))
@@ -125,7 +129,7 @@ class ImageTransformerConfig:
             )
         rows, cols = self.grid_shape
         if self.attention == "local_2d":
-            _check_grid(rows, cols, self.query_block)
+            check_grid(rows, cols, self.query_block)
         elif self.attention == "local_1d":
             check_local_1d(rows * cols, self.query_block_length, self.memory_length)
 

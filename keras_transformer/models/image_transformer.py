@@ -31,6 +31,7 @@ from keras_transformer.layers.pixel_outputs import (
     check_pixels,
 )
 from keras_transformer.models.image_config import ImageTransformerConfig
+from keras_transformer.validation import check_positive_int
 
 __all__ = ["ImageTransformerStack", "build_image_transformer", "image_bits_per_dim"]
 
@@ -335,15 +336,7 @@ def image_bits_per_dim(
     Reference: Parmar et al. (2018), "Image Transformer", §5 (bits/dim).
     """
     check_pixels("images", images)
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
-        or batch_size < 1
-    ):
-        raise ValueError(
-            "`batch_size` must be a positive integer. Received: "
-            f"batch_size={batch_size!r}"
-        )
+    check_positive_int("batch_size", batch_size)
     stack = ImageTransformerStack.of(model)
     total, count = 0.0, 0
     for start in range(0, len(images), batch_size):

@@ -38,29 +38,30 @@ _TABLE3_ROWS: dict[str, dict] = {
     "table3_E_learned": {"position_encoding": "learned"},
 }
 
+
+def _cpu_model(
+    vocabulary_size: int, *, layers: int, d_model: int, num_heads: int, max_length: int
+) -> TransformerConfig:
+    """A small `base`: `layers` blocks per stack and `d_ff = 4 d_model`, the
+    paper's ratio (2048 = 4 x 512)."""
+    return BASE.replace(
+        vocabulary_size=vocabulary_size,
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
+        d_model=d_model,
+        d_ff=4 * d_model,
+        num_heads=num_heads,
+        max_length=max_length,
+    )
+
+
 presets: dict[str, TransformerConfig] = {
     "base": BASE,
     "big": BASE.replace(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3),
     **{name: BASE.replace(**row) for name, row in _TABLE3_ROWS.items()},
     # CPU-friendly models; the vocabulary size is replaced by the tokenizer's.
-    "small": BASE.replace(
-        vocabulary_size=8000,
-        num_encoder_layers=3,
-        num_decoder_layers=3,
-        d_model=256,
-        d_ff=1024,
-        num_heads=8,
-        max_length=128,
-    ),
-    "tiny": BASE.replace(
-        vocabulary_size=1000,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        d_model=64,
-        d_ff=256,
-        num_heads=4,
-        max_length=64,
-    ),
+    "small": _cpu_model(8000, layers=3, d_model=256, num_heads=8, max_length=128),
+    "tiny": _cpu_model(1000, layers=2, d_model=64, num_heads=4, max_length=64),
 }
 
 #: The rows of Table 3 (D) that change label smoothing (§5.4), a training

@@ -26,6 +26,7 @@ from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.runs import RunFingerprint, save_checkpoint, save_weights
 from keras_transformer.training.config import TrainConfig
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "AttentionImages",
@@ -773,8 +774,7 @@ class PlainProgressLogger(keras.callbacks.Callback):
         printer: Callable[[str], None] = print,
     ) -> None:
         super().__init__()
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"`every` must be a positive integer. Received: {every!r}")
+        check_positive_int("every", every)
         self.every = every
         self.total_steps = total_steps
         self.printer = printer

@@ -35,7 +35,6 @@ from keras_transformer.files import FolderLock
 from keras_transformer.models import build_transformer
 from keras_transformer.runs import (
     AVERAGED_WEIGHTS,
-    BEST_INFO,
     BEST_WEIGHTS,
     CHECKPOINT_DIR,
     CHECKPOINT_METADATA,
@@ -62,20 +61,20 @@ from keras_transformer.runs import (
     save_weights,
     write_checkpoint_metadata,
 )
+from keras_transformer.runs import (
+    BEST_INFO as BEST_INFO,  # re-exported (see `keras_transformer.runs`)
+)
 from keras_transformer.runs import fingerprint_variable as runs_fingerprint_variable
 from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
     TrainConfig,
     config_differences,
 )
+from keras_transformer.validation import check_positive_int
 
+# The run-folder names (`CHECKPOINT_DIR`, `CONFIG_FILE`, ...) are defined and
+# listed in `keras_transformer.runs`; they stay importable from here.
 __all__ = [
-    "AVERAGED_WEIGHTS",
-    "BEST_INFO",
-    "BEST_WEIGHTS",
-    "CHECKPOINT_DIR",
-    "CONFIG_FILE",
-    "TOKENIZER_DIR",
     "CheckpointDamagedError",
     "CheckpointWriteError",
     "ConfigMismatchError",
@@ -365,8 +364,7 @@ def average_checkpoints(
         FolderLockedError: when another command writes the run folder.
     """
     workdir = Path(workdir)
-    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-        raise ValueError(f"`last` must be a positive integer. Received: {last!r}")
+    check_positive_int("last", last)
     config, tokenizer = _load_run(workdir)
     checkpoint_dir = workdir / CHECKPOINT_DIR
     check_tokenizer(checkpoint_dir, tokenizer)

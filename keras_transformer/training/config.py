@@ -40,27 +40,36 @@ run resumed with the same settings is not seen as changed.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.conventions import EXTRA_LENGTH, PRECISIONS, TASK_NAMES
-from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
+from keras_transformer.conventions import (
+    EXTRA_LENGTH,
+    LABEL_SMOOTHING,
+    PRECISIONS,
+    TASK_NAMES,
+)
+from keras_transformer.data.batching import (
+    DEFAULT_BUCKET_BOUNDARIES,
+    DEFAULT_MAX_TOKENS_PER_BATCH,
+)
 from keras_transformer.files import write_atomically
-from keras_transformer.layers.validation import (
+from keras_transformer.models import TransformerConfig, get_preset
+from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
+from keras_transformer.validation import (
     check_bool,
     check_choice,
     check_int,
+    check_known_names,
     check_positive_int,
     check_rate,
     check_string,
+    take_renamed_argument,
+    warn_deprecated,
 )
-from keras_transformer.models import TransformerConfig, get_preset
-from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
 
 __all__ = [
     "DataConfig",
@@ -72,6 +81,7 @@ __all__ = [
     "TrainConfig",
     "TrainingConfig",
     "config_differences",
+    "implied_label_smoothing",
     "read_config_file",
     "reconcile_vocabulary_size",
     "upgrade_config_dict",
@@ -79,8 +89,6 @@ __all__ = [
 
 #: The `data.task` values (defined, without TensorFlow, in `conventions`).
 TASKS = TASK_NAMES
-#: Label smoothing of §5.4 when neither the config nor its preset sets one.
-PAPER_LABEL_SMOOTHING = 0.1
 EVALUATE_WITH = ("last", "best", "average")
 TOO_LONG = ("drop", "truncate")
 #: `data.on_bad_line` (the readers' policy in `kt.data.text`).
@@ -127,12 +135,7 @@ RENAMED_KEYS = {
 
 
 def _renamed_warning(old: str, new: str) -> None:
-    warnings.warn(
-        f"The config key {old!r} is deprecated and is read as {new!r}; rename it "
-        "(it is accepted for one release).",
-        DeprecationWarning,
-        stacklevel=4,
-    )
+    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=5)
 
 
 def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,41 +172,6 @@ def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
-def _accept_renamed_argument(cls: type, old: str, new: str) -> None:
-    """Lets `cls(old=...)` mean `cls(new=...)` (with a warning), and reading
-    `instance.old` give `instance.new`, for one release."""
-    dataclass_init = cls.__init__
-
-    @functools.wraps(dataclass_init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        if old in kwargs:
-            value = kwargs.pop(old)
-            warnings.warn(
-                f"{cls.__name__}({old}=...) is deprecated: use {new}= (accepted "
-                "for one release).",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if new in kwargs and kwargs[new] != value:
-                raise ValueError(
-                    f"{cls.__name__} got both {old}={value!r} (the old name) and "
-                    f"{new}={kwargs[new]!r}. Pass only {new}."
-                )
-            kwargs[new] = value
-        dataclass_init(self, *args, **kwargs)
-
-    def read(self: Any) -> Any:
-        warnings.warn(
-            f"{cls.__name__}.{old} is deprecated: read {new}.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(self, new)
-
-    cls.__init__ = __init__
-    setattr(cls, old, property(read, doc=f"Deprecated name of `{new}`."))
-
-
 def _shorten(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to `limit` characters (a message stays one line)."""
     shown = repr(value)
@@ -223,11 +191,7 @@ def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
         )
     values = upgrade_config_dict({section: values}).get(section, {})
     known = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(
-            f"Unknown `{section}` settings: {unknown}. Known settings: {sorted(known)}."
-        )
+    check_known_names(values, known, f"`{section}` settings", listing="Known settings")
     return cls(**values)
 
 
@@ -256,7 +220,7 @@ def _bucket_boundaries(value: Any) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig:
+class _DataFields:
     """Where the sentence pairs come from and how they are batched.
 
     Attributes:
@@ -339,7 +303,7 @@ class DataConfig:
     tokenizer_model_type: str = "unigram"
     tokenizer_max_sentences: int | None = 2_000_000
     max_sentence_length: int | None = None
-    max_tokens_per_batch: int = 4096
+    max_tokens_per_batch: int = DEFAULT_MAX_TOKENS_PER_BATCH
     bucket_boundaries: tuple[int, ...] = DEFAULT_BUCKET_BOUNDARIES
     too_long: str = "drop"
     shuffle_buffer: int | None = None
@@ -375,6 +339,12 @@ class DataConfig:
             "held_out_pairs",
         ):
             check_positive_int(f"data.{name}", getattr(self, name), allow_none=True)
+        self._check_lengths()
+        self._check_task()
+
+    def _check_lengths(self) -> None:
+        """`max_sentence_length`, `bucket_boundaries` (stored as a tuple) and
+        `max_tokens_per_batch` fit together."""
         longest = self.max_sentence_length
         check_positive_int("data.max_sentence_length", longest, allow_none=True)
         if longest is not None and longest < 2:
@@ -397,6 +367,9 @@ class DataConfig:
                 f"hold one sentence of {longest} tokens (data.max_sentence_length);"
                 " raise it or lower data.max_sentence_length."
             )
+
+    def _check_task(self) -> None:
+        """The languages and files that `task` needs."""
         if self.task == "multi30k":
             for name in ("source_language", "target_language"):
                 check_choice(f"data.{name}", getattr(self, name), ("de", "en", "fr"))
@@ -456,11 +429,24 @@ class DataConfig:
         return f"{self.source_language}-{self.target_language}"
 
 
-_accept_renamed_argument(DataConfig, "max_length", "max_sentence_length")
+class DataConfig(_DataFields):
+    __doc__ = _DataFields.__doc__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The fields as arguments; ``max_length=`` is the deprecated name of
+        ``max_sentence_length=`` (removed in 0.4)."""
+        take_renamed_argument(kwargs, "DataConfig", "max_length", "max_sentence_length")
+        super().__init__(*args, **kwargs)
+
+    @property
+    def max_length(self) -> int | None:
+        """Deprecated name of `max_sentence_length` (removed in 0.4)."""
+        warn_deprecated("DataConfig.max_length", "max_sentence_length")
+        return self.max_sentence_length
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingConfig:
+class _TrainingFields:
     """How long and how to train, checkpoint and evaluate.
 
     Attributes:
@@ -557,7 +543,22 @@ class TrainingConfig:
         check_choice("train.evaluate_with", self.evaluate_with, EVALUATE_WITH)
 
 
-_accept_renamed_argument(TrainingConfig, "decode_extra_length", "extra_length")
+class TrainingConfig(_TrainingFields):
+    __doc__ = _TrainingFields.__doc__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The fields as arguments; ``decode_extra_length=`` is the deprecated
+        name of ``extra_length=`` (removed in 0.4)."""
+        take_renamed_argument(
+            kwargs, "TrainingConfig", "decode_extra_length", "extra_length"
+        )
+        super().__init__(*args, **kwargs)
+
+    @property
+    def decode_extra_length(self) -> int:
+        """Deprecated name of `extra_length` (removed in 0.4)."""
+        warn_deprecated("TrainingConfig.decode_extra_length", "extra_length")
+        return self.extra_length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -592,7 +593,7 @@ class TrainConfig:
     train: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
 
     def __post_init__(self) -> None:
-        model, label_smoothing = _resolve_model(self.model)
+        model = _resolve_model(self.model)
         data = self.data
         if not isinstance(data, DataConfig):
             data = _from_mapping(DataConfig, "data", data)
@@ -611,7 +612,8 @@ class TrainConfig:
                 "data.max_sentence_length or raise model.max_length."
             )
         if train.label_smoothing is None:
-            train = dataclasses.replace(train, label_smoothing=label_smoothing)
+            implied = implied_label_smoothing(self.model)
+            train = dataclasses.replace(train, label_smoothing=implied)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "train", train)
@@ -643,18 +645,15 @@ class TrainConfig:
                 f"A training config must be a JSON object. Received: {_shorten(values)}"
             )
         known = {"model", "data", "train"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown config sections: {unknown}. A config has the "
-                f"sections {sorted(known)}."
-            )
+        check_known_names(
+            values, known, "config sections", listing="A config has the sections"
+        )
         values = upgrade_config_dict(values)
         model_values = values.get("model", "tiny")
         data = _from_mapping(DataConfig, "data", values.get("data", {}))
         if isinstance(model_values, Mapping) and "vocabulary_size" in model_values:
             reconcile_vocabulary_size(
-                _resolve_model(model_values)[0], data, model_sets_it=True
+                _resolve_model(model_values), data, model_sets_it=True
             )
         return cls(
             model=model_values,
@@ -780,16 +779,38 @@ def reconcile_vocabulary_size(
     return model, data
 
 
-def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
-    """The model settings, and the label smoothing they imply (their preset's,
-    the deprecated ``model.label_smoothing``, or the paper's 0.1)."""
+def implied_label_smoothing(model: Any) -> float:
+    """The label smoothing (§5.4) that a ``model`` section implies, for a
+    config that leaves ``train.label_smoothing`` unset (null).
+
+    The one place that reads label smoothing's old homes, in this order: the
+    deprecated model setting (a ``label_smoothing`` key of a model mapping,
+    or a `TransformerConfig`'s deprecated ``label_smoothing`` argument); the
+    preset's (`PRESET_LABEL_SMOOTHING`: the rows of Table 3 (D)); the
+    paper's `conventions.LABEL_SMOOTHING` (0.1).
+
+    Args:
+        model: the ``model`` section as given: a `TransformerConfig`, a
+            preset name or a mapping (checked by `_resolve_model` first).
+    """
     if isinstance(model, TransformerConfig):
         legacy = model.legacy_label_smoothing
-        return model, PAPER_LABEL_SMOOTHING if legacy is None else legacy
+        return LABEL_SMOOTHING if legacy is None else legacy
+    if isinstance(model, Mapping):
+        if "label_smoothing" in model:
+            return model["label_smoothing"]
+        model = model.get("preset")
+    return PRESET_LABEL_SMOOTHING.get(model, LABEL_SMOOTHING)
+
+
+def _resolve_model(model: Any) -> TransformerConfig:
+    """The model settings as a `TransformerConfig` (a deprecated
+    ``label_smoothing`` key is dropped with a warning: see
+    `implied_label_smoothing`)."""
+    if isinstance(model, TransformerConfig):
+        return model
     if isinstance(model, str):
-        return get_preset(model), PRESET_LABEL_SMOOTHING.get(
-            model, PAPER_LABEL_SMOOTHING
-        )
+        return get_preset(model)
     if isinstance(model, Mapping):
         values = dict(model)
         has_preset = "preset" in values
@@ -800,12 +821,11 @@ def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
                 "big, table3_*), or left out for the defaults. Received: "
                 f"model.preset={_shorten(preset)}"
             )
-        label_smoothing = PRESET_LABEL_SMOOTHING.get(preset, PAPER_LABEL_SMOOTHING)
         if "label_smoothing" in values:
-            label_smoothing = values.pop("label_smoothing")
+            del values["label_smoothing"]
             _renamed_warning("model.label_smoothing", "train.label_smoothing")
         if preset is None:
-            return TransformerConfig.from_dict(values), label_smoothing
+            return TransformerConfig.from_dict(values)
         base = get_preset(preset)
         if isinstance(values.get("optimizer"), Mapping):
             # The preset's optimizer, with the given settings changed (the
@@ -815,13 +835,10 @@ def _resolve_model(model: Any) -> tuple[TransformerConfig, float]:
                 **values["optimizer"],
             }
         known = {field.name for field in dataclasses.fields(TransformerConfig)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown model settings: {unknown}. Known: {sorted(known)} "
-                "(plus 'preset')."
-            )
-        return base.replace(**values), label_smoothing
+        check_known_names(
+            values, known, "model settings", listing="Known (besides 'preset')"
+        )
+        return base.replace(**values)
     raise ValueError(
         'The `model` section must be a preset name (e.g. "tiny"), or a JSON '
         'object of model settings, optionally with a "preset" they change. '
@@ -849,6 +866,9 @@ def config_differences(old: TrainConfig, new: TrainConfig) -> dict[str, tuple]:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "PAPER_LABEL_SMOOTHING":
+        warn_deprecated(f"{__name__}.{name}", "conventions.LABEL_SMOOTHING")
+        return LABEL_SMOOTHING
     # `--set` overrides moved to `keras_transformer.training.overrides`; their
     # old names here keep working for one release (looked up on first use,
     # so that this module does not import the one that builds on it).

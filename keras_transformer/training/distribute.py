@@ -23,6 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.conventions import STRATEGIES
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "STRATEGIES",
@@ -45,8 +46,7 @@ def configure_cpu_devices(count: int) -> None:
     Raises:
         RuntimeError: when TensorFlow is already initialised.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"`count` must be a positive integer. Received: {count!r}")
+    check_positive_int("count", count)
     cpus = tf.config.list_physical_devices("CPU")
     current = tf.config.get_logical_device_configuration(cpus[0])
     if count == 1 and not current:

@@ -45,7 +45,6 @@ from keras_transformer.data.images import (
     load_sample_patches,
 )
 from keras_transformer.files import FolderLock, write_atomically
-from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import (
     ImageTransformerStack,
@@ -65,6 +64,7 @@ from keras_transformer.training.callbacks import (
     write_hparams,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "IMAGE_RESUMABLE_CHANGES",

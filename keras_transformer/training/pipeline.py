@@ -158,7 +158,7 @@ def _bucketed(
         tokenizer,
         max_tokens_per_batch=config.max_tokens_per_batch * accumulation,
         bucket_boundaries=config.bucket_boundaries,
-        max_length=config.max_sentence_length,
+        max_sentence_length=config.max_sentence_length,
         too_long=too_long or config.too_long,  # type: ignore[arg-type]
         shuffle=shuffle,
         repeat=repeat,

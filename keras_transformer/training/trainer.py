@@ -27,7 +27,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer.conventions import PAD_ID
+from keras_transformer.conventions import LABEL_SMOOTHING, PAD_ID
 from keras_transformer.losses import label_smoothed_nll
 
 __all__ = ["TokenStatistics", "TranslationTrainer", "accumulation_dataset"]
@@ -135,7 +135,7 @@ class TranslationTrainer(keras.Model):
     def __init__(
         self,
         transformer: keras.Model,
-        label_smoothing: float = 0.1,
+        label_smoothing: float = LABEL_SMOOTHING,
         clipnorm: float | None = None,
         **kwargs: Any,
     ) -> None:

@@ -21,7 +21,7 @@ def global_token_count(local_count: Any) -> Any:
 
 
 def label_smoothed_nll(
-    labels: Any, logits: Any, label_smoothing: float = 0.1
+    labels: Any, logits: Any, label_smoothing: float
 ) -> tuple[Any, Any]:
     """`label_smoothed_nll` (§5.4) from a fused softmax, with its gradient by hand.
 

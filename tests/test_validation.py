@@ -1,0 +1,97 @@
+"""`keras_transformer.validation`: the one public module of argument checks."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keras_transformer import validation
+from keras_transformer.validation import (
+    check_grid,
+    check_int,
+    check_pair,
+    check_positive_int,
+)
+
+PACKAGE = Path(__file__).resolve().parents[1] / "keras_transformer"
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0, True, "4", None])
+def test_positive_int_names_the_argument_and_the_value(value):
+    with pytest.raises(ValueError) as caught:
+        check_positive_int("model.d_model", value)
+    message = str(caught.value)
+    assert message == (
+        f"`model.d_model` must be a positive integer. Received: model.d_model={value!r}"
+    )
+    assert "\n" not in message
+
+
+def test_positive_int_accepts_positive_integers_and_none_when_allowed():
+    check_positive_int("n", 1)
+    check_positive_int("n", None, allow_none=True)
+    with pytest.raises(ValueError, match="positive integer or null"):
+        check_positive_int("n", 0, allow_none=True)
+    # One wording: `check_int(minimum=1)` says the same.
+    with pytest.raises(ValueError, match="^`n` must be a positive integer\\."):
+        check_int("n", 0, 1)
+
+
+def test_the_positive_integer_message_is_written_once_in_the_package():
+    """Every positive-integer check goes through `check_positive_int`."""
+    writers = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if "must be a positive integer" in path.read_text(encoding="utf-8")
+        or '"a positive integer"' in path.read_text(encoding="utf-8")
+    ]
+    assert writers == ["validation.py"]
+
+
+def test_check_pair():
+    assert check_pair("query_block", (2, np.int64(3)), 1) == (2, 3)
+    assert check_pair("memory_flange", [0, 0], 0) == (0, 0)
+    assert all(type(x) is int for x in check_pair("q", (np.int32(1), 2), 1))
+    for bad in [(0, 1), (1,), (1, 2, 3), (True, 2), (1.0, 2), "12", 3]:
+        with pytest.raises(ValueError, match="pair of positive integers"):
+            check_pair("query_block", bad, 1)
+    with pytest.raises(ValueError, match="pair of non-negative integers"):
+        check_pair("memory_flange", (-1, 0), 0)
+
+
+def test_check_grid():
+    check_grid(8, 12, (4, 6))
+    check_grid(np.int64(4), 4, (2, 2))
+    with pytest.raises(ValueError, match="static image size; `rows` must be a"):
+        check_grid(None, 4, (2, 2))
+    with pytest.raises(ValueError, match="The image `cols` must be positive"):
+        check_grid(4, 0, (2, 2))
+    with pytest.raises(ValueError, match=r"larger than .* query_block=\(2, 2\)"):
+        check_grid(1, 4, (2, 2))
+    with pytest.raises(ValueError, match=r"Pad the image to 6 rows x 4 columns"):
+        check_grid(5, 4, (2, 2))
+
+
+def test_the_old_module_reexports_with_a_warning():
+    sys.modules.pop("keras_transformer.layers.validation", None)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        old = importlib.import_module("keras_transformer.layers.validation")
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(validation, name)
+
+
+def test_check_known_names_names_the_unknown_and_lists_the_known():
+    from keras_transformer.validation import check_known_names
+
+    check_known_names({"a": 1}, ["a", "b"], "settings")
+    with pytest.raises(ValueError) as caught:
+        check_known_names(["zz", "a", "c"], ("b", "a"), "`data` settings")
+    assert str(caught.value) == (
+        "Unknown `data` settings: ['c', 'zz']. Known: ['a', 'b']."
+    )
+    with pytest.raises(ValueError, match=r"^Unknown x: \['q'\]\. Listed: \['p'\]\.$"):
+        check_known_names(["q"], ["p"], "x", listing="Listed")
