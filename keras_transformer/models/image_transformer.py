@@ -1,15 +1,20 @@
 """The Image Transformer as a functional Keras model (Parmar et al., 2018).
 
-A decoder-only Transformer over the intensities of an image in raster order:
+A decoder-only Transformer over the intensities of an image, generated in
+the order of `ImageTransformerConfig.generation_order` (query block after
+query block, §3.2, or one raster order over the image):
 
-    images -> ImageEmbedding (shifted by one position, 2D sinusoids, class)
+    images -> ImageEmbedding (shifted by one generation step, 2D sinusoids,
+              class)
            -> dropout -> N x ImageTransformerBlock (causal full / local 1D /
               local 2D self-attention, feed-forward) -> [final LayerNorm]
            -> CategoricalPixelHead or DiscretizedLogisticMixtureHead
 
 `ImageTransformerStack` holds the named layers and runs them: `forward`
 (the whole image at once, what `build_image_transformer` wires) and
-`init_cache` / `step` (one position at a time, what sampling runs). Written
+`init_cache` / `step` (one position at a time, what sampling runs). Every
+tensor keeps the image's layout, whatever the order, so outputs, losses and
+bits/dim compare each pixel with its own distribution. Written
 with `keras` and `keras.ops` only: it runs on every Keras backend.
 """
 
@@ -30,6 +35,7 @@ from keras_transformer.layers.pixel_outputs import (
     DiscretizedLogisticMixtureHead,
     check_pixels,
 )
+from keras_transformer.layers.validation import check_positive_int
 from keras_transformer.models.image_config import ImageTransformerConfig
 
 __all__ = ["ImageTransformerStack", "build_image_transformer", "image_bits_per_dim"]
@@ -49,7 +55,8 @@ class ImageTransformerStack:
       the earlier ones (teacher forcing), `(batch, height, width, channels,
       256)` logits or `(batch, height, width, P)` DMOL parameters;
     - `init_cache(batch)` and `step(previous, caches, index)`: the same for
-      one raster position at a time, with key/value caches (sampling);
+      one position at a time in `generation_positions` order, with
+      key/value caches (sampling);
     - `bits_per_dim(outputs, images)` and `sample(outputs, temperature)`:
       the head's negative log-likelihood and its draws.
 
@@ -84,6 +91,7 @@ class ImageTransformerStack:
             d_model=config.d_model,
             positions=config.positions,
             num_classes=config.num_classes,
+            query_block=config.generation_query_block,
             dtype=dtype,
             name="image_embedding",
         )
@@ -97,6 +105,7 @@ class ImageTransformerStack:
                 memory_flange=config.memory_flange,
                 query_block_length=config.query_block_length,
                 memory_length=config.memory_length,
+                generation_order=config.generation_order,
                 dropout=config.dropout,
                 attention_dropout=config.attention_dropout,
                 ffn_dropout=config.ffn_dropout,
@@ -169,6 +178,16 @@ class ImageTransformerStack:
     def num_positions(self) -> int:
         return self.embedding.num_positions
 
+    @property
+    def generation_positions(self) -> Any:
+        """`(n,)`: the raster positions in the order the model generates them."""
+        return self.embedding.generation_positions
+
+    @property
+    def generation_query_block(self) -> tuple[int, int] | None:
+        """The query blocks that order the generation, or `None` (raster order)."""
+        return self.embedding.query_block
+
     # -------------------------------------------------------- full pass
     def forward(
         self, images: Any, labels: Any | None = None, training: bool | None = None
@@ -214,13 +233,14 @@ class ImageTransformerStack:
     ) -> tuple[Any, BlockCaches]:
         """The output distribution of raster position `index` alone.
 
-        Positions must be fed in raster order, `0, 1, ..., n - 1`: each step
+        Positions must be fed in the order of `generation_positions` (raster
+        order, `0, 1, ..., n - 1`, for `generation_order="image"`): each step
         writes its keys and values into the caches that later steps read.
 
         Args:
-            previous: the value of position `index - 1` (ignored at 0):
-                integer `(batch,)` intensities (categorical, the channel
-                `(index - 1) % channels`) or `(batch, channels)` pixels
+            previous: the value of the position generated before `index`
+                (ignored at 0): integer `(batch,)` intensities (categorical,
+                that position's channel) or `(batch, channels)` pixels
                 (DMOL).
             caches: from `init_cache` or the previous step.
             index: the raster position (may be a tensor in a compiled loop).
@@ -270,10 +290,11 @@ def build_image_transformer(
     in [0, 255], and, for a class-conditional config, `labels`, int32
     `(batch,)`. Output: float32 logits `(batch, height, width, channels,
     256)` (categorical) or DMOL parameters `(batch, height, width, K (1 + 2C
-    + C(C-1)/2))`. The output at an intensity depends only on the
-    intensities before it in raster order (channels innermost): the inputs
-    are shifted by one position inside the model, so the model is trained
-    with the images as both input and target.
+    + C(C-1)/2))`, in the image's layout. The output at an intensity
+    depends only on the intensities generated before it
+    (`config.generation_order`; channels innermost): the inputs are shifted
+    by one generation step inside the model, so the model is trained with
+    the images as both input and target.
 
     Args:
         config: the hyperparameters.
@@ -335,15 +356,7 @@ def image_bits_per_dim(
     Reference: Parmar et al. (2018), "Image Transformer", §5 (bits/dim).
     """
     check_pixels("images", images)
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
-        or batch_size < 1
-    ):
-        raise ValueError(
-            "`batch_size` must be a positive integer. Received: "
-            f"batch_size={batch_size!r}"
-        )
+    check_positive_int("batch_size", batch_size)
     stack = ImageTransformerStack.of(model)
     total, count = 0.0, 0
     for start in range(0, len(images), batch_size):
