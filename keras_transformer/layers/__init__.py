@@ -25,7 +25,9 @@ from keras_transformer.layers.local_attention import (
     restricted_attention_mask,
 )
 from keras_transformer.layers.local_attention_2d import (
+    GENERATION_ORDERS,
     LocalAttention2D,
+    generation_positions,
     local_2d_attention_mask,
 )
 from keras_transformer.layers.masking import (
@@ -62,6 +64,7 @@ __all__ = [
     "ScaledEmbedding",
     "SinusoidalPositionEncoding",
     "causal_mask",
+    "generation_positions",
     "local_2d_attention_mask",
     "local_block_attention_mask",
     "merge_attention_masks",
