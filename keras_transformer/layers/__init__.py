@@ -47,6 +47,7 @@ from keras_transformer.layers.position import (
 )
 
 __all__ = [
+    "GENERATION_ORDERS",
     "CategoricalPixelHead",
     "DecoderBlock",
     "DiscretizedLogisticMixtureHead",

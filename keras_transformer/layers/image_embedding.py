@@ -224,8 +224,8 @@ class ImageEmbedding(keras.layers.Layer):
 
     @property
     def num_positions(self) -> int:
-        rows, cols = self.grid_shape
-        return rows * cols
+        """`rows * cols`."""
+        return math.prod(self.grid_shape)
 
     @property
     def generation_positions(self) -> np.ndarray:

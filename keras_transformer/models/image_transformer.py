@@ -40,6 +40,24 @@ from keras_transformer.models.image_config import ImageTransformerConfig
 
 __all__ = ["ImageTransformerStack", "build_image_transformer", "image_bits_per_dim"]
 
+#: The `ImageTransformerBlock` arguments read from config fields of the same name.
+_BLOCK_SETTINGS = (
+    "num_heads",
+    "d_ff",
+    "attention",
+    "query_block",
+    "memory_flange",
+    "query_block_length",
+    "memory_length",
+    "generation_order",
+    "dropout",
+    "attention_dropout",
+    "ffn_dropout",
+    "activation",
+    "norm_first",
+    "layer_norm_epsilon",
+)
+
 #: Caches of the blocks, one `ImageTransformerBlock.init_cache` dict each.
 BlockCaches = list[dict[str, Any]]
 
@@ -95,25 +113,14 @@ class ImageTransformerStack:
             dtype=dtype,
             name="image_embedding",
         )
+        # The block's arguments that are config fields of the same name.
+        block_settings = {name: getattr(config, name) for name in _BLOCK_SETTINGS}
         blocks = [
             ImageTransformerBlock(
-                num_heads=config.num_heads,
-                d_ff=config.d_ff,
                 key_dim=config.head_key_dim,
-                attention=config.attention,
-                query_block=config.query_block,
-                memory_flange=config.memory_flange,
-                query_block_length=config.query_block_length,
-                memory_length=config.memory_length,
-                generation_order=config.generation_order,
-                dropout=config.dropout,
-                attention_dropout=config.attention_dropout,
-                ffn_dropout=config.ffn_dropout,
-                activation=config.activation,
-                norm_first=config.norm_first,
-                layer_norm_epsilon=config.layer_norm_epsilon,
                 dtype=dtype,
                 name=f"image_block_{i}",
+                **block_settings,
             )
             for i in range(config.num_layers)
         ]
