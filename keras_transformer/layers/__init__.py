@@ -25,7 +25,6 @@ from keras_transformer.layers.local_attention import (
     restricted_attention_mask,
 )
 from keras_transformer.layers.local_attention_2d import (
-    GENERATION_ORDERS,
     LocalAttention2D,
     generation_positions,
     local_2d_attention_mask,
@@ -47,7 +46,6 @@ from keras_transformer.layers.position import (
 )
 
 __all__ = [
-    "GENERATION_ORDERS",
     "CategoricalPixelHead",
     "DecoderBlock",
     "DiscretizedLogisticMixtureHead",
