@@ -284,10 +284,7 @@ def test_the_two_orders_are_two_models_with_the_same_weights() -> None:
     image.set_weights(blocks.get_weights())
     images = _images()
     assert not np.allclose(_numpy(blocks(images)), _numpy(image(images)), atol=1e-4)
-    old = {
-        layer.name: {k: v for k, v in layer.get_config().items()}
-        for layer in image.layers
-    }
+    old = {layer.name: layer.get_config() for layer in image.layers}
     for name in ("image_block_0", "image_block_1"):
         del old[name]["generation_order"]
         restored = type(image.get_layer(name)).from_config(old[name])
