@@ -2,8 +2,13 @@
 
 `complete_images(model, images, given_rows)` keeps the top `given_rows`
 rows of each image and draws the rest, one intensity (categorical) or one
-pixel (DMOL) at a time in raster order, each from the model's distribution
-given everything before it, at a `temperature`. The loop is one
+pixel (DMOL) at a time in the model's generation order (§3.2: query block
+after query block in raster order, raster order inside each block; or one
+raster order over the image for `generation_order="image"`), each from the
+model's distribution given everything generated before it, at a
+`temperature`. In the block order the given rows must be whole rows of
+query blocks (a multiple of the query block's height), so that they are
+exactly the first positions generated. The loop is one
 `tf.while_loop` in a `tf.function` over the model's cached step
 (`ImageTransformerStack.step`): every position costs one pass through the
 blocks for that position alone, attending to the cached keys and values of
@@ -61,6 +66,11 @@ class ImageSampler:
     def image_shape(self) -> tuple[int, int, int]:
         return self.stack.image_shape
 
+    @property
+    def generation_positions(self) -> np.ndarray:
+        """`(n,)`: the raster positions in the order the loop writes them."""
+        return np.asarray(self.stack.generation_positions)
+
     def _loop(self, given_rows: int, temperature: float, conditional: bool) -> Any:
         key = (given_rows, temperature, conditional)
         if key in self._loops:
@@ -68,25 +78,32 @@ class ImageSampler:
         stack, seed = self.stack, self._seed
         rows, cols = stack.grid_shape
         length, given = rows * cols, given_rows * cols
+        # (n,): the raster position written at each step.
+        order = self.generation_positions.astype("int32")
 
         def run(values: Any, labels: Any) -> Any:
             # values: int32 (batch, n) intensities or (batch, n, channels)
             # pixels in raster order.
             labels = labels if conditional else None
             caches = stack.init_cache(tf.shape(values)[0])
+            positions = tf.constant(order)
 
-            def body(index: Any, values: Any, caches: Any) -> Any:
-                previous = tf.gather(values, tf.maximum(index - 1, 0), axis=1)
+            def body(step: Any, values: Any, caches: Any) -> Any:
+                # The position of this step and of the one before it.
+                index = tf.gather(positions, step)
+                before = tf.gather(positions, tf.maximum(step - 1, 0))
+                previous = tf.gather(values, before, axis=1)
                 outputs, caches = stack.step(previous, caches, index, labels)
                 drawn = stack.sample(outputs, temperature=temperature, seed=seed)
                 kept = tf.gather(values, index, axis=1)
-                value = tf.where(index < given, kept, ops.cast(drawn, "int32"))
+                # The given rows are the first `given` steps.
+                value = tf.where(step < given, kept, ops.cast(drawn, "int32"))
                 start = (0, index, 0) if values.shape.rank == 3 else (0, index)
                 values = ops.slice_update(values, start, value[:, None])
-                return index + 1, values, caches
+                return step + 1, values, caches
 
             _, values, _ = tf.while_loop(
-                lambda index, *_: index < length,
+                lambda step, *_: step < length,
                 body,
                 (tf.constant(0, tf.int32), values, caches),
                 maximum_iterations=length,
@@ -96,6 +113,21 @@ class ImageSampler:
         loop = tf.function(run, jit_compile=self.jit_compile, reduce_retracing=True)
         self._loops[key] = loop
         return loop
+
+    def _check_whole_block_rows(self, given_rows: int) -> None:
+        """In the block order the given rows must be the first generated."""
+        blocks = self.stack.generation_query_block
+        if blocks is None or given_rows % blocks[0] == 0:
+            return
+        h_q, height = blocks[0], self.image_shape[0]
+        below, above = given_rows // h_q * h_q, min(-(-given_rows // h_q) * h_q, height)
+        raise ValueError(
+            "The model generates query block after query block (generation_order="
+            f"'blocks', query_block={blocks}): `given_rows` must be whole rows of "
+            f"query blocks, a multiple of {h_q}, so that the given rows come "
+            f"first. Received: given_rows={given_rows}. Pass given_rows={below} "
+            f"or {above}."
+        )
 
     def complete(
         self,
@@ -111,7 +143,8 @@ class ImageSampler:
             images: integer `(batch, height, width, channels)` in [0, 255];
                 only the top `given_rows` rows are read.
             given_rows: how many rows are given, `0 <= given_rows <= height`
-                (0: sample whole images).
+                (0: sample whole images); in the block order a multiple of
+                the query block's height (whole rows of query blocks).
             temperature: `T >= 0`: 1 samples the model, 0 takes the most
                 likely value at every step.
             seed: an integer for reproducible draws (`None`: the sampler's
@@ -134,6 +167,7 @@ class ImageSampler:
                 f"{height}. Received: given_rows={given_rows!r}. Pass e.g. "
                 f"given_rows={height // 2} to complete the lower half."
             )
+        self._check_whole_block_rows(int(given_rows))
         temperature = check_temperature(temperature)
         conditional = self.stack.embedding.num_classes is not None
         if conditional and labels is None:

@@ -5,13 +5,18 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.image_sampling import (
     ImageSampler,
     complete_images,
     sample_images,
 )
-from keras_transformer.models import build_image_transformer
+from keras_transformer.layers.local_attention_2d import (
+    GENERATION_ORDERS,
+    local_2d_attention_mask,
+)
+from keras_transformer.models import ImageTransformerStack, build_image_transformer
 from tests.models.test_image_transformer import ATTENTION, tiny_config
 
 # Some of the combinations; the cached step itself is checked for all six
@@ -30,11 +35,14 @@ def _model(output: str, attention: str, seed: int = 0, **changes) -> keras.Model
     return build_image_transformer(tiny_config(output, attention, **changes))
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize(("output", "attention"), CASES)
-def test_given_rows_never_change(output: str, attention: str) -> None:
-    model = _model(output, attention)
+def test_given_rows_never_change(output: str, attention: str, order: str) -> None:
+    model = _model(output, attention, generation_order=order)
     images = _images()
-    for given in (0, 1, 3, 4):
+    # In the block order the given rows are whole rows of 2-row query blocks.
+    blocks = attention == "local_2d" and order == "blocks"
+    for given in (0, 2, 4) if blocks else (0, 1, 3, 4):
         completed = ImageSampler(model).complete(images, given, temperature=1.0, seed=1)
         assert completed.shape == images.shape and completed.dtype == np.int32
         np.testing.assert_array_equal(completed[:, :given], images[:, :given])
@@ -43,19 +51,18 @@ def test_given_rows_never_change(output: str, attention: str) -> None:
     np.testing.assert_array_equal(complete_images(model, images, 4, seed=0), images)
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize(("output", "attention"), CASES)
 def test_temperature_zero_is_greedy_under_the_full_forward_pass(
-    output: str, attention: str
+    output: str, attention: str, order: str
 ) -> None:
     """Every drawn value is the mode of the model's distribution given the
     completed image before it: the full pass on the result reproduces it."""
-    model = _model(output, attention, seed=1)
+    model = _model(output, attention, seed=1, generation_order=order)
     images = _images(seed=2)
     given = 2
     completed = ImageSampler(model).complete(images, given, temperature=0.0)
     outputs = model(completed)
-    from keras_transformer.models import ImageTransformerStack
-
     modes = keras.ops.convert_to_numpy(
         ImageTransformerStack.of(model).sample(outputs, temperature=0.0)
     )
@@ -65,14 +72,69 @@ def test_temperature_zero_is_greedy_under_the_full_forward_pass(
         np.testing.assert_array_equal(completed[:, given:], argmax[:, given:])
 
 
+@pytest.mark.parametrize("output", ["categorical", "dmol"])
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
+def test_the_sampler_writes_in_a_topological_order_of_the_mask(
+    output: str, order: str
+) -> None:
+    """The positions the compiled loop writes, recorded as it runs: every
+    position once, and no position attends to one written after it."""
+    model = _model(output, "local_2d", seed=13, generation_order=order)
+    config = tiny_config(output, "local_2d", generation_order=order)
+    sampler = ImageSampler(model)
+    written: list[int] = []
+    step = sampler.stack.step
+
+    def recording_step(previous, caches, index, labels=None):  # noqa: ANN001, ANN202
+        record = tf.py_function(
+            lambda i: written.append(int(i)) or 0, [index], tf.int32
+        )
+        with tf.control_dependencies([record]):
+            return step(previous, caches, tf.identity(index), labels)
+
+    sampler.stack.step = recording_step
+    sampler.complete(_images(1), 0, temperature=1.0, seed=0)
+    rows, cols = config.grid_shape
+    assert sorted(written) == list(range(rows * cols))
+    np.testing.assert_array_equal(written, sampler.generation_positions)
+    # (n,): the step at which each position was written.
+    written_at = np.argsort(written)
+    mask = keras.ops.convert_to_numpy(
+        local_2d_attention_mask(
+            rows,
+            cols,
+            config.query_block,
+            config.memory_flange,
+            causal=True,
+            generation_order=order,
+        )
+    )
+    queries, keys = np.nonzero(mask)
+    assert np.all(written_at[keys] <= written_at[queries])
+    if order == "blocks":
+        # Raster order over the image would break the paper's mask.
+        assert np.any(keys > queries)
+
+
+def test_given_rows_must_be_whole_rows_of_query_blocks() -> None:
+    model = _model("dmol", "local_2d", seed=14)  # query blocks of 2 x 2
+    with pytest.raises(
+        ValueError, match=r"multiple of 2.*given_rows=3\. Pass given_rows=2 or 4"
+    ):
+        complete_images(model, _images(1), 3)
+    image_order = _model("dmol", "local_2d", seed=14, generation_order="image")
+    completed = complete_images(image_order, _images(1), 3, seed=0)
+    np.testing.assert_array_equal(completed[:, :3], _images(1)[:, :3])
+
+
 def test_low_temperature_approaches_the_argmax() -> None:
     model = _model("categorical", "local_2d", seed=3)
     images = _images(seed=4)
     sampler = ImageSampler(model)
-    greedy = sampler.complete(images, 1, temperature=0.0)
-    cold = sampler.complete(images, 1, temperature=1e-4, seed=5)
+    greedy = sampler.complete(images, 2, temperature=0.0)
+    cold = sampler.complete(images, 2, temperature=1e-4, seed=5)
     np.testing.assert_array_equal(cold, greedy)
-    warm = sampler.complete(images, 1, temperature=1.0, seed=5)
+    warm = sampler.complete(images, 2, temperature=1.0, seed=5)
     assert not np.array_equal(warm, greedy)
 
 

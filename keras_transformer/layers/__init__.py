@@ -26,6 +26,7 @@ from keras_transformer.layers.local_attention import (
 )
 from keras_transformer.layers.local_attention_2d import (
     LocalAttention2D,
+    generation_positions,
     local_2d_attention_mask,
 )
 from keras_transformer.layers.masking import (
@@ -62,6 +63,7 @@ __all__ = [
     "ScaledEmbedding",
     "SinusoidalPositionEncoding",
     "causal_mask",
+    "generation_positions",
     "local_2d_attention_mask",
     "local_block_attention_mask",
     "merge_attention_masks",

@@ -11,9 +11,14 @@ has no encoder-decoder attention. The self-attention is one of three kinds:
 - `"local_1d"`: `LocalBlockAttention`, blocks of `l_q` positions in raster
   order attending to themselves and the `l_m` positions before them;
 - `"local_2d"`: `LocalAttention2D`, rectangular query blocks with their
-  memory flanges (Figure 2).
+  memory flanges (Figure 2), causal in the block's `generation_order`:
+  query block after query block (`"blocks"`, the paper's) or one raster
+  order over the image (`"image"`).
 
-All three are causal in raster order and create the same weights.
+The query blocks of full and 1D local attention are the whole image and
+runs of raster positions, so their block-by-block order is the raster
+order: `generation_order` changes only local 2D attention. All three create
+the same weights.
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ from keras import ops
 from keras_transformer.layers._block import TransformerBlockBase
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.local_attention import LocalBlockAttention
-from keras_transformer.layers.local_attention_2d import LocalAttention2D
+from keras_transformer.layers.local_attention_2d import (
+    GENERATION_ORDERS,
+    LocalAttention2D,
+)
 from keras_transformer.validation import (
     check_choice,
     check_grid,
+    check_int,
     check_pair,
     check_positive_int,
 )
@@ -70,15 +79,7 @@ def check_local_1d(length: int, query_block_length: int, memory_length: int) -> 
 
 def _check_local_1d_arguments(query_block_length: Any, memory_length: Any) -> None:
     check_positive_int("query_block_length", query_block_length)
-    if (
-        isinstance(memory_length, bool)
-        or not isinstance(memory_length, int)
-        or memory_length < 0
-    ):
-        raise ValueError(
-            "`memory_length` must be a non-negative integer. Received: "
-            f"memory_length={memory_length!r}"
-        )
+    check_int("memory_length", memory_length, 0)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -92,6 +93,10 @@ class ImageTransformerBlock(TransformerBlockBase):
         attention: `"full"`, `"local_1d"` or `"local_2d"`.
         query_block, memory_flange: `(h_q, w_q)` and `(h_m, w_m)` of
             `"local_2d"` (see `LocalAttention2D`).
+        generation_order: `"blocks"` (query block after query block, §3.2)
+            or `"image"` (one raster order over the image): the causal order
+            of `"local_2d"` (the other kinds generate in raster order either
+            way). A saved block without this setting loads with `"image"`.
         query_block_length, memory_length: `l_q` and `l_m` of `"local_1d"`
             (see `LocalBlockAttention`); `l_q` must divide the positions.
         **kwargs: base layer arguments.
@@ -103,7 +108,7 @@ class ImageTransformerBlock(TransformerBlockBase):
 
     Returns:
         `(batch, rows, cols, d_model)`; the output at a position depends on
-        the inputs at that position and the earlier ones in raster order.
+        the inputs at that position and the ones generated before it.
 
     Example:
     >>> import numpy as np
@@ -129,6 +134,7 @@ class ImageTransformerBlock(TransformerBlockBase):
         memory_flange: Sequence[int] = (8, 8),
         query_block_length: int = 256,
         memory_length: int = 512,
+        generation_order: str = "blocks",
         **kwargs: Any,
     ) -> None:
         if "attention_window" in kwargs:
@@ -144,6 +150,8 @@ class ImageTransformerBlock(TransformerBlockBase):
         _check_local_1d_arguments(query_block_length, memory_length)
         self.query_block_length = query_block_length
         self.memory_length = memory_length
+        check_choice("generation_order", generation_order, GENERATION_ORDERS)
+        self.generation_order = generation_order
         self.grid_shape: tuple[int, int] | None = None
 
     # -------------------------------------------------------------- build
@@ -186,7 +194,10 @@ class ImageTransformerBlock(TransformerBlockBase):
         }
         if self.attention == "local_2d":
             self.self_attention = LocalAttention2D(
-                query_block=self.query_block, memory_flange=self.memory_flange, **common
+                query_block=self.query_block,
+                memory_flange=self.memory_flange,
+                generation_order=self.generation_order,
+                **common,
             )
             self.self_attention.build(tuple(inputs_shape))
         elif self.attention == "local_1d":
@@ -210,7 +221,7 @@ class ImageTransformerBlock(TransformerBlockBase):
 
     # --------------------------------------------------------------- call
     def _attend(self, sequence: Any, training: bool | None) -> Any:
-        """Causal self-attention of `(batch, n, d_model)` in raster order."""
+        """Causal self-attention of `(batch, n, d_model)` (raster layout)."""
         rows, cols = self.grid_shape
         if self.attention == "local_2d":
             batch, d_model = ops.shape(sequence)[0], sequence.shape[-1]
@@ -286,8 +297,9 @@ class ImageTransformerBlock(TransformerBlockBase):
 
         Returns:
             `(output, cache)`: `(batch, 1, d_model)`, equal to position
-            `index` of `call` once positions `0 .. index` have been fed in
-            order, and the cache with the position's keys and values.
+            `index` of `call` once the positions generated up to `index`
+            have been fed in the generation order, and the cache with the
+            position's keys and values.
         """
         new_cache = dict(cache)
 
@@ -329,6 +341,12 @@ class ImageTransformerBlock(TransformerBlockBase):
                 "memory_flange": list(self.memory_flange),
                 "query_block_length": self.query_block_length,
                 "memory_length": self.memory_length,
+                "generation_order": self.generation_order,
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ImageTransformerBlock:
+        # Blocks saved before the setting existed were trained in "image" order.
+        return super().from_config({"generation_order": "image", **config})

@@ -15,10 +15,15 @@ An image of `height x width x channels` 8-bit intensities becomes a grid of
   embed pixels.
 
 The intensity embeddings are multiplied by `sqrt(d_model)` (Vaswani et al.,
-§3.4). The result is **shifted right by one raster position**: position `p`
-holds the embedding of position `p - 1`, position 0 a zero vector, so that
-a causal stack never sees the value it predicts. A position encoding is
-added: sinusoids (Eqs. 5-6) of the row on the first `d_model / 2`
+§3.4). The result is **shifted right by one position in the generation
+order**: each position holds the embedding of the position generated just
+before it, the first position a zero vector, so that a causal stack never
+sees the value it predicts. With `query_block` the order is the paper's
+(§3.2: query block after query block in raster order, raster order inside
+each block, `generation_positions`); without it, one raster order over the
+whole image (position `p` holds `p - 1`). Either way the grid stays in the
+image's layout: only which value lands at which position follows the order.
+A position encoding is added: sinusoids (Eqs. 5-6) of the row on the first `d_model / 2`
 dimensions and of the column on the other half (§3.1: "d/2 of the
 dimensions to encode the row number and the other d/2 to encode the column
 and the color channel"), and, with `num_classes`, a learned class embedding
@@ -36,13 +41,20 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.backend import linear
+from keras_transformer.layers.local_attention_2d import generation_positions
 from keras_transformer.layers.pixel_outputs import NUM_INTENSITIES, check_pixels
 from keras_transformer.layers.position import sinusoidal_encoding
-from keras_transformer.validation import check_choice, check_positive_int
+from keras_transformer.validation import (
+    check_choice,
+    check_grid,
+    check_pair,
+    check_positive_int,
+)
 
 __all__ = [
     "IMAGE_POSITIONS",
     "ImageEmbedding",
+    "check_image_d_model",
     "grid_position_encoding",
     "position_grid_shape",
 ]
@@ -97,6 +109,17 @@ def grid_position_encoding(rows: int, cols: int, depth: int) -> Any:
     )
 
 
+def check_image_d_model(d_model: Any) -> None:
+    """Raises `ValueError` unless `d_model` is a positive multiple of 4."""
+    check_positive_int("d_model", d_model)
+    if d_model % 4:
+        raise ValueError(
+            "`d_model` must be a multiple of 4 (the 2D position encoding "
+            f"gives half of it to the row, half to the column). Received: "
+            f"d_model={d_model}. Choose d_model={max(4, d_model // 4 * 4)}."
+        )
+
+
 def _check_image_shape(image_shape: Any) -> tuple[int, int, int]:
     message = (
         "`image_shape` must be three positive integers (height, width, "
@@ -114,7 +137,7 @@ def _check_image_shape(image_shape: Any) -> tuple[int, int, int]:
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ImageEmbedding(keras.layers.Layer):
-    """Embeds an image as a grid of positions, shifted by one raster position.
+    """Embeds an image as a grid of positions, shifted by one generation step.
 
     Args:
         image_shape: `(height, width, channels)`.
@@ -124,6 +147,11 @@ class ImageEmbedding(keras.layers.Layer):
             `height x width`).
         num_classes: the number of classes of class-conditional generation,
             or `None`.
+        query_block: `(h_q, w_q)` in positions: the positions are generated
+            query block after query block (§3.2, the order of
+            `LocalAttention2D(generation_order="blocks")` with these blocks),
+            so that is the order of the shift; `None` (and a saved layer
+            without this setting): one raster order over the whole image.
         embeddings_initializer: initializer of the intensity (`"channel"`)
             and class tables (the embeddings are multiplied by
             `sqrt(d_model)`).
@@ -139,10 +167,10 @@ class ImageEmbedding(keras.layers.Layer):
         labels: integer `(batch,)` classes, with `num_classes` only.
 
     Returns:
-        `(batch, rows, cols, d_model)`: position `p` (raster order) holds
-        the embedding of the intensity (or pixel) at `p - 1` plus the
-        encoding of `p` and the class embedding; position 0 holds no
-        intensity.
+        `(batch, rows, cols, d_model)`: each position holds the embedding of
+        the intensity (or pixel) generated just before it (raster order:
+        `p - 1`) plus the encoding of its own row and column and the class
+        embedding; position 0, the first generated, holds no intensity.
 
     Example:
     >>> import numpy as np
@@ -160,25 +188,24 @@ class ImageEmbedding(keras.layers.Layer):
         d_model: int,
         positions: str = "channel",
         num_classes: int | None = None,
+        query_block: Sequence[int] | None = None,
         embeddings_initializer: str | keras.initializers.Initializer | None = None,
         kernel_initializer: str | keras.initializers.Initializer | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.image_shape = _check_image_shape(image_shape)
-        check_positive_int("d_model", d_model)
-        if d_model % 4:
-            raise ValueError(
-                "`d_model` must be a multiple of 4 (the 2D position encoding "
-                f"gives half of it to the row, half to the column). Received: "
-                f"d_model={d_model}. Choose d_model={max(4, d_model // 4 * 4)}."
-            )
+        check_image_d_model(d_model)
         check_choice("positions", positions, IMAGE_POSITIONS)
         if num_classes is not None:
             check_positive_int("num_classes", num_classes)
         self.d_model = d_model
         self.positions = positions
         self.num_classes = num_classes
+        self.query_block = None
+        if query_block is not None:
+            self.query_block = check_pair("query_block", query_block, 1)
+            check_grid(*self.grid_shape, self.query_block)
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer
             or keras.initializers.RandomNormal(stddev=d_model**-0.5)
@@ -198,8 +225,21 @@ class ImageEmbedding(keras.layers.Layer):
 
     @property
     def num_positions(self) -> int:
-        rows, cols = self.grid_shape
-        return rows * cols
+        """`rows * cols`."""
+        return math.prod(self.grid_shape)
+
+    @property
+    def generation_positions(self) -> np.ndarray:
+        """`(n,)`: the raster positions in the order they are generated."""
+        return generation_positions(*self.grid_shape, self.query_block)
+
+    def _predecessors(self) -> np.ndarray:
+        """`(n,)` int32: the raster position generated before each one, -1
+        before the first."""
+        order = self.generation_positions
+        predecessors = np.empty_like(order)
+        predecessors[order] = np.concatenate([[-1], order[:-1]])
+        return predecessors.astype("int32")
 
     # --------------------------------------------------------------- build
     def build(self, images_shape: Any = None, labels_shape: Any = None) -> None:
@@ -279,8 +319,17 @@ class ImageEmbedding(keras.layers.Layer):
             embedded = self._embed_pixels(images)
         # (batch, n, d_model) in raster order, channels innermost.
         sequence = ops.reshape(embedded, (batch, rows * cols, self.d_model))
-        # Shift right by one raster position: p holds p - 1, 0 holds zeros.
-        sequence = ops.pad(sequence[:, :-1], [[0, 0], [1, 0], [0, 0]])
+        if self.query_block is None:
+            # Shift right by one raster position: p holds p - 1, 0 holds zeros.
+            sequence = ops.pad(sequence[:, :-1], [[0, 0], [1, 0], [0, 0]])
+        else:
+            # Each position takes its predecessor in the generation order;
+            # index 0 of the padded sequence is the zeros of the first one.
+            sequence = ops.take(
+                ops.pad(sequence, [[0, 0], [1, 0], [0, 0]]),
+                ops.convert_to_tensor(self._predecessors() + 1),
+                axis=1,
+            )
         # (batch, rows, cols, d_model)
         grid = ops.reshape(sequence, (batch, rows, cols, self.d_model))
         grid = (
@@ -298,24 +347,27 @@ class ImageEmbedding(keras.layers.Layer):
         """The input of raster position `index` alone, for cached sampling.
 
         Args:
-            previous: the value at position `index - 1`: integer `(batch,)`
-                intensities with `positions="channel"` (of channel
-                `(index - 1) % channels`), `(batch, channels)` pixels with
-                `"pixel"`; ignored at `index = 0`.
+            previous: the value at the position generated just before
+                `index` (`index - 1` in raster order): integer `(batch,)`
+                intensities with `positions="channel"` (of that position's
+                channel), `(batch, channels)` pixels with `"pixel"`; ignored
+                at `index = 0`, the first position generated.
             index: the raster position (a Python or scalar tensor integer).
             labels: integer `(batch,)` classes, with `num_classes`.
 
         Returns:
             `(batch, 1, d_model)`, equal to position `index` of `call` on
-            any image whose position `index - 1` holds `previous`.
+            any image whose position generated before `index` holds
+            `previous`.
         """
         rows, cols = self.grid_shape
         channels = self.image_shape[2]
         index = ops.cast(index, "int32")
         if self.positions == "channel":
-            # The intensity of channel (index - 1) % channels.
+            # The channel of the position generated before `index`.
             previous = ops.reshape(ops.cast(previous, "int32"), (-1,))
-            channel = (index + channels - 1) % channels
+            predecessor = ops.take(ops.convert_to_tensor(self._predecessors()), index)
+            channel = ops.maximum(predecessor, 0) % cols % channels
             ids = previous + channel * NUM_INTENSITIES
             table = ops.cast(self.intensity_embeddings, self.compute_dtype)
             embedded = ops.take(table, ids, axis=0) * ops.cast(
@@ -360,6 +412,9 @@ class ImageEmbedding(keras.layers.Layer):
                 "d_model": self.d_model,
                 "positions": self.positions,
                 "num_classes": self.num_classes,
+                "query_block": None
+                if self.query_block is None
+                else list(self.query_block),
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

@@ -13,13 +13,25 @@ The grid is cut into non-overlapping query blocks of `query_block = (h_q,
 w_q)` positions. Each query block attends to its *memory block*: the query
 block extended by `memory_flange = (h_m, w_m)`, i.e. `h_m` rows above it and
 `w_m` columns to its left and to its right (Parmar et al., §3.2, Figure 2).
-With `use_causal_mask=True` a query also never sees a key that comes after
-it in raster order (it sees itself and the earlier positions of its memory
-block, `MultiHeadAttention`'s causal convention): the right flange therefore
-only contributes from the rows above the query's. A model that must not see
-the intensity it predicts feeds the layer its input shifted right by one
-raster position, as the Transformer decoder shifts its targets (§3.2.3 of
-Vaswani et al.).
+With `use_causal_mask=True` a query also never sees a key that is generated
+after it (it sees itself and the earlier positions of its memory block,
+`MultiHeadAttention`'s causal convention). The *generation order* is one of
+`GENERATION_ORDERS`:
+
+- `"blocks"` (the default, the paper's): "we generate the image one query
+  block after another, ordering the blocks in raster-scan order" (§3.2),
+  and the positions within a query block in raster order. A query sees all
+  of the memory block that lies in earlier query blocks (its right flange
+  included: the blocks above and to the right come earlier) and the earlier
+  positions of its own query block;
+- `"image"`: one raster order over the whole image (this package's
+  order up to 0.1.0, kept for the models trained with it): the right
+  flange only contributes from the rows above the query's.
+
+A model that must not see the intensity it predicts feeds the layer its
+input shifted right by one position *in the generation order*, as the
+Transformer decoder shifts its targets (§3.2.3 of Vaswani et al.):
+`ImageEmbedding` does, given the same query blocks.
 
 Keys and values are gathered block by block with pads and reshapes; the
 scores live in a `(batch, heads, n_row_blocks, n_col_blocks, h_q w_q,
@@ -39,9 +51,62 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.validation import check_grid, check_pair
+from keras_transformer.validation import check_choice, check_grid, check_pair
 
-__all__ = ["LocalAttention2D", "local_2d_attention_mask"]
+__all__ = [
+    "GENERATION_ORDERS",
+    "LocalAttention2D",
+    "generation_positions",
+    "local_2d_attention_mask",
+]
+
+#: The orders in which an image's positions are generated: query block after
+#: query block (§3.2, the default) or one raster order over the whole image.
+GENERATION_ORDERS = ("blocks", "image")
+
+
+def _check_generation_order(generation_order: Any) -> str:
+    check_choice("generation_order", generation_order, GENERATION_ORDERS)
+    return generation_order
+
+
+# ------------------------------------------------------ the generation order
+def generation_positions(
+    rows: int,
+    cols: int,
+    query_block: Sequence[int] | None,
+    generation_order: str = "blocks",
+) -> np.ndarray:
+    """The raster positions of a `rows x cols` grid in the order they are generated.
+
+    With `generation_order="blocks"` (Parmar et al. 2018, §3.2): the query
+    blocks of `query_block = (h_q, w_q)` one after another in raster order,
+    the positions of each block in raster order. With `"image"`, or
+    `query_block=None` (one block: the whole grid), `0, 1, ..., n - 1`.
+
+    Args:
+        rows, cols: the grid of positions.
+        query_block: `(h_q, w_q)`, tiling the grid, or `None`.
+        generation_order: one of `GENERATION_ORDERS`.
+
+    Returns:
+        int64 `(rows * cols,)`: entry `t` is the raster position `row * cols
+        + col` generated at step `t`. Its inverse, `np.argsort`, gives each
+        position's step.
+
+    Example:
+    >>> generation_positions(2, 4, (2, 2)).tolist()
+    [0, 1, 4, 5, 2, 3, 6, 7]
+    """
+    _check_generation_order(generation_order)
+    positions = np.arange(rows * cols)
+    if generation_order == "image" or query_block is None:
+        return positions
+    h_q, w_q = check_pair("query_block", query_block, 1)
+    check_grid(rows, cols, (h_q, w_q))
+    # (R, h_q, C, w_q) -> (R, C, h_q, w_q): block by block, raster inside.
+    blocks = positions.reshape(rows // h_q, h_q, cols // w_q, w_q)
+    return blocks.transpose(0, 2, 1, 3).reshape(-1)
 
 
 # ------------------------------------------------------------- dense mask
@@ -51,6 +116,7 @@ def local_2d_attention_mask(
     query_block: Sequence[int],
     memory_flange: Sequence[int],
     causal: bool = False,
+    generation_order: str = "blocks",
 ) -> Any:
     """The dense equivalent of `LocalAttention2D`'s memory blocks.
 
@@ -58,8 +124,9 @@ def local_2d_attention_mask(
     `(r, c)` lies in the block whose top-left position is `(r0, c0) = (h_q
     floor(r / h_q), w_q floor(c / w_q))` and may attend to the key `(r', c')`
     when `r0 - h_m <= r' < r0 + h_q` and `c0 - w_m <= c' < c0 + w_q + w_m`
-    (and, when `causal`, `r' width + c' <= r width + c`). Costs
-    `O((height * width)^2)`: for tests and small images.
+    (and, when `causal`, when the key is generated no later than the query
+    in `generation_order`, see `generation_positions`). Costs `O((height *
+    width)^2)`: for tests and small images.
 
     Args:
         height: the rows of the grid (the image height).
@@ -67,10 +134,13 @@ def local_2d_attention_mask(
             the channels with channel-wise positions).
         query_block: `(h_q, w_q)`, positive, dividing `(height, width)`.
         memory_flange: `(h_m, w_m)`, non-negative.
-        causal: also mask the keys after each query in raster order.
+        causal: also mask the keys generated after each query.
+        generation_order: `"blocks"` (query block after query block, §3.2)
+            or `"image"` (one raster order over the whole image).
 
     Returns:
-        boolean `(n, n)`, `n = height * width`; `True` means "may attend".
+        boolean `(n, n)`, `n = height * width`, rows and columns in raster
+        order; `True` means "may attend".
 
     Example:
     >>> import numpy as np
@@ -83,6 +153,7 @@ def local_2d_attention_mask(
     query_block = check_pair("query_block", query_block, 1)
     memory_flange = check_pair("memory_flange", memory_flange, 0)
     check_grid(height, width, query_block)
+    _check_generation_order(generation_order)
     (h_q, w_q), (h_m, w_m) = query_block, memory_flange
     positions = np.arange(height * width)
     rows, cols = positions // width, positions % width
@@ -96,7 +167,11 @@ def local_2d_attention_mask(
         & (cols[None] < left + w_q + w_m)
     )
     if causal:
-        mask &= positions[None] <= positions[:, None]
+        # (n,): the step at which each position is generated.
+        steps = np.argsort(
+            generation_positions(height, width, query_block, generation_order)
+        )
+        mask &= steps[None] <= steps[:, None]
     return ops.convert_to_tensor(mask)
 
 
@@ -110,17 +185,18 @@ class LocalAttention2D(MultiHeadAttention):
     memory block that extends it by `memory_flange = (h_m, w_m)`: `h_m`
     rows above, `w_m` columns left and `w_m` right, `M = (h_m + h_q)(w_q + 2
     w_m)` keys, of which those outside the image are masked. With
-    `use_causal_mask=True` each query also ignores the keys after it in
-    raster order (it sees itself: the causal convention of
-    `MultiHeadAttention`; shift the model's inputs by one raster position so
-    that an intensity is predicted from the earlier ones only). Cost
-    `O(n * M * d)` for `n = rows * cols` positions.
+    `use_causal_mask=True` each query also ignores the keys generated after
+    it in `generation_order` (it sees itself: the causal convention of
+    `MultiHeadAttention`; shift the model's inputs by one position in the
+    same order so that an intensity is predicted from the earlier ones
+    only). Cost `O(n * M * d)` for `n = rows * cols` positions.
 
     The weights are exactly those of `MultiHeadAttention` (same names and
     shapes), so `set_weights` moves them between full and local attention:
     on the raster-order sequence `x.reshape(batch, rows * cols, d)`, the layer
-    equals `MultiHeadAttention` with the mask of `local_2d_attention_mask`.
-    With one query block per row band, `query_block = (h_q, cols)` and
+    equals `MultiHeadAttention` with the mask of `local_2d_attention_mask`
+    (same `generation_order`). With one query block per row band, where
+    both orders are the raster order, `query_block = (h_q, cols)` and
     `memory_flange = (h_m, w_m)` (any `w_m`: the side flanges fall outside
     the image), it equals `LocalBlockAttention(query_block_length=h_q * cols,
     memory_length=h_m * cols)` on that sequence.
@@ -131,6 +207,11 @@ class LocalAttention2D(MultiHeadAttention):
         query_block: `(h_q, w_q)`, positive; must divide the grid's
             `(rows, cols)` (checked when the layer is built).
         memory_flange: `(h_m, w_m)`, non-negative.
+        generation_order: the order of the causal mask: `"blocks"` (query
+            block after query block, raster order inside each, as in §3.2)
+            or `"image"` (one raster order over the whole image, this
+            package's order up to 0.1.0). A saved layer without this setting
+            loads with `"image"`, the order it was trained with.
         value_dim, output_dim, dropout, use_bias, kernel_initializer,
         bias_initializer: as for `MultiHeadAttention`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
@@ -139,7 +220,7 @@ class LocalAttention2D(MultiHeadAttention):
         inputs: `(batch, rows, cols, features)` with static `rows` and
             `cols`; with channel-wise positions `rows` is the image height
             and `cols` the width times the channels, channels innermost.
-        use_causal_mask: also mask the keys after each query in raster order
+        use_causal_mask: also mask the keys generated after each query
             (image generation).
         return_attention_scores: also return the attention weights.
         training: whether attention dropout is active.
@@ -174,14 +255,19 @@ class LocalAttention2D(MultiHeadAttention):
         key_dim: int,
         query_block: Sequence[int],
         memory_flange: Sequence[int],
+        generation_order: str = "blocks",
         **kwargs: Any,
     ) -> None:
         query_block = check_pair("query_block", query_block, 1)
         memory_flange = check_pair("memory_flange", memory_flange, 0)
+        _check_generation_order(generation_order)
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.query_block = query_block
         self.memory_flange = memory_flange
+        self.generation_order = generation_order
         self.grid_shape: tuple[int, int] | None = None
+        # (n,) int32: the step at which each raster position is generated.
+        self._steps: np.ndarray | None = None
 
     # ------------------------------------------------------------ geometry
     @property
@@ -206,8 +292,8 @@ class LocalAttention2D(MultiHeadAttention):
         """Static boolean `(n_row_blocks, n_col_blocks, h_q w_q, M)` mask.
 
         Keys outside the image are masked; with `causal`, so are the keys
-        after the query in raster order, a comparison of relative offsets
-        that is the same in every block.
+        generated after the query, a comparison of relative offsets that is
+        the same in every block.
         """
         (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
         mem_rows, mem_cols = self.memory_shape
@@ -225,7 +311,14 @@ class LocalAttention2D(MultiHeadAttention):
             # (Q, M): the key is the query or comes before it in raster order.
             dr = key_r[None] - query_r[:, None]
             dc = key_c[None] - query_c[:, None]
-            mask = mask & ((dr < 0) | ((dr == 0) & (dc <= 0)))[None, None]
+            earlier = (dr < 0) | ((dr == 0) & (dc <= 0))
+            if self.generation_order == "blocks":
+                # (M,): the key's query block relative to the query's.
+                block_r, block_c = key_r // h_q, key_c // w_q
+                earlier_block = (block_r < 0) | ((block_r == 0) & (block_c < 0))
+                same_block = (block_r == 0) & (block_c == 0)
+                earlier = earlier_block[None] | (same_block[None] & earlier)
+            mask = mask & earlier[None, None]
         else:
             mask = np.broadcast_to(
                 mask, (*mask.shape[:2], h_q * w_q, mask.shape[3])
@@ -456,12 +549,13 @@ class LocalAttention2D(MultiHeadAttention):
 
         The keys and values of the position are written into the cache at
         `index`; its query attends to the cached keys of its memory block,
-        masked as by `use_causal_mask=True` (itself and the earlier
-        positions only), at a cost of `O(M)`, not `O(n)`. Feeding the
-        positions `0, 1, ..., n - 1` in raster order reproduces
-        `layer(x, use_causal_mask=True)` at every position. Sampling feeds
-        each new position the embedding of the intensity just drawn (shifted
-        inputs: position `p` gets intensity `p - 1`).
+        masked as by `use_causal_mask=True` (itself and the positions
+        generated before it only), at a cost of `O(M)`, not `O(n)`. Feeding
+        the positions in the generation order (`generation_positions`)
+        reproduces `layer(x, use_causal_mask=True)` at every position.
+        Sampling feeds each new position the embedding of the intensity just
+        drawn (shifted inputs: a position gets the intensity generated
+        before it).
 
         Args:
             position_inputs: `(batch, 1, features)`, the input of position
@@ -496,12 +590,15 @@ class LocalAttention2D(MultiHeadAttention):
         key_cols = left + ops.convert_to_tensor(
             np.tile(np.arange(mem_cols), mem_rows).astype("int32")
         )
-        key_positions = key_rows * cols + key_cols
+        slots = ops.clip(key_rows * cols + key_cols, 0, rows * cols - 1)
+        # (n,): the generation step of every position.
+        steps = ops.convert_to_tensor(self._steps)
         allowed = ops.logical_and(
             ops.logical_and(key_rows >= 0, key_cols >= 0),
-            ops.logical_and(key_cols < cols, key_positions <= index),
+            ops.logical_and(
+                key_cols < cols, ops.take(steps, slots) <= ops.take(steps, index)
+            ),
         )
-        slots = ops.clip(key_positions, 0, rows * cols - 1)
         # (batch, heads, M, dim)
         memory_keys = ops.take(cache["keys"], slots, axis=2)
         memory_values = ops.take(cache["values"], slots, axis=2)
@@ -514,6 +611,10 @@ class LocalAttention2D(MultiHeadAttention):
     def build(self, inputs_shape: Sequence[int | None]) -> None:
         rows, cols = self._grid(inputs_shape)
         self.grid_shape = (rows, cols)
+        order = generation_positions(
+            rows, cols, self.query_block, self.generation_order
+        )
+        self._steps = np.argsort(order).astype("int32")
         sequence_shape = (inputs_shape[0], rows * cols, inputs_shape[-1])
         super().build(sequence_shape)
 
@@ -552,6 +653,12 @@ class LocalAttention2D(MultiHeadAttention):
             {
                 "query_block": list(self.query_block),
                 "memory_flange": list(self.memory_flange),
+                "generation_order": self.generation_order,
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> LocalAttention2D:
+        # Layers saved before the setting existed were trained in "image" order.
+        return super().from_config({"generation_order": "image", **config})

@@ -9,11 +9,14 @@ from typing import Any
 from keras_transformer.layers.image_block import ATTENTION_TYPES, check_local_1d
 from keras_transformer.layers.image_embedding import (
     _check_image_shape,
+    check_image_d_model,
     position_grid_shape,
 )
+from keras_transformer.layers.local_attention_2d import GENERATION_ORDERS
 from keras_transformer.models.config import _optimizer_config
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
+    check_choice,
     check_grid,
     check_pair,
     check_positive_int,
@@ -51,6 +54,16 @@ class ImageTransformerConfig:
             2D attention, in positions of the grid (with channel-wise
             positions a pixel is `channels` columns wide); `query_block`
             must tile the grid.
+        generation_order: the order in which the positions are generated,
+            the order of the causal masks, the input shift and sampling:
+            `"blocks"` (the paper's, §3.2: "we generate the image one query
+            block after another, ordering the blocks in raster-scan order",
+            raster order inside each block) or `"image"` (one raster order
+            over the whole image, this package's order up to 0.1.0). The two
+            differ only with local 2D attention (the blocks of full and 1D
+            local attention follow the raster order). `from_dict` reads a
+            stored config without this key as `"image"`, the order it was
+            trained with; new configs default to `"blocks"`.
         query_block_length, memory_length: `l_q` and `l_m` of local 1D
             attention, in positions; `l_q` must divide the positions.
         num_layers: the decoder layers `N`.
@@ -75,6 +88,7 @@ class ImageTransformerConfig:
     attention: str = "local_2d"
     query_block: tuple[int, int] = (8, 8)
     memory_flange: tuple[int, int] = (8, 8)
+    generation_order: str = "blocks"
     query_block_length: int = 256
     memory_length: int = 512
     num_layers: int = 12
@@ -99,8 +113,9 @@ class ImageTransformerConfig:
         object.__setattr__(
             self, "memory_flange", check_pair("memory_flange", self.memory_flange, 0)
         )
-        for name in ("num_mixtures", "num_layers", "d_model", "d_ff", "num_heads"):
+        for name in ("num_mixtures", "num_layers", "d_ff", "num_heads"):
             check_positive_int(name, getattr(self, name))
+        check_image_d_model(self.d_model)
         for name in ("num_classes", "key_dim"):
             check_positive_int(name, getattr(self, name), allow_none=True)
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
@@ -115,13 +130,7 @@ class ImageTransformerConfig:
                 f"`attention` must be one of {ATTENTION_TYPES}. Received: "
                 f"attention={self.attention!r}"
             )
-        if self.d_model % 4:
-            raise ValueError(
-                "`d_model` must be a multiple of 4 (the 2D position encoding "
-                "gives half of it to the row, half to the column). Received: "
-                f"d_model={self.d_model}. Choose "
-                f"d_model={max(4, self.d_model // 4 * 4)}."
-            )
+        check_choice("generation_order", self.generation_order, GENERATION_ORDERS)
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="
@@ -150,6 +159,17 @@ class ImageTransformerConfig:
         return rows * cols
 
     @property
+    def generation_query_block(self) -> tuple[int, int] | None:
+        """The query blocks that order the generation, or `None` (raster order).
+
+        `query_block` with local 2D attention in the `"blocks"` order; the
+        whole image, `None`, otherwise.
+        """
+        if self.attention == "local_2d" and self.generation_order == "blocks":
+            return self.query_block
+        return None
+
+    @property
     def head_key_dim(self) -> int:
         """`d_k`, resolved."""
         return self.key_dim or self.d_model // self.num_heads
@@ -167,6 +187,13 @@ class ImageTransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ImageTransformerConfig:
+        """The config of a stored dict (`to_dict`, a run's config.json).
+
+        A dict without `generation_order` was written before the setting
+        existed, by code that generated in one raster order over the image:
+        it is read as `generation_order="image"`, so that its model keeps
+        the order it was trained with. Give the key to get `"blocks"`.
+        """
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -174,7 +201,7 @@ class ImageTransformerConfig:
                 f"Unknown ImageTransformerConfig fields: {unknown}. Known: "
                 f"{sorted(known)}"
             )
-        values = dict(values)
+        values = {"generation_order": "image", **values}
         for name in ("image_shape", "query_block", "memory_flange"):
             if name in values:
                 values[name] = tuple(values[name])

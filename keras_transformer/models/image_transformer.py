@@ -1,15 +1,20 @@
 """The Image Transformer as a functional Keras model (Parmar et al., 2018).
 
-A decoder-only Transformer over the intensities of an image in raster order:
+A decoder-only Transformer over the intensities of an image, generated in
+the order of `ImageTransformerConfig.generation_order` (query block after
+query block, §3.2, or one raster order over the image):
 
-    images -> ImageEmbedding (shifted by one position, 2D sinusoids, class)
+    images -> ImageEmbedding (shifted by one generation step, 2D sinusoids,
+              class)
            -> dropout -> N x ImageTransformerBlock (causal full / local 1D /
               local 2D self-attention, feed-forward) -> [final LayerNorm]
            -> CategoricalPixelHead or DiscretizedLogisticMixtureHead
 
 `ImageTransformerStack` holds the named layers and runs them: `forward`
 (the whole image at once, what `build_image_transformer` wires) and
-`init_cache` / `step` (one position at a time, what sampling runs). Written
+`init_cache` / `step` (one position at a time, what sampling runs). Every
+tensor keeps the image's layout, whatever the order, so outputs, losses and
+bits/dim compare each pixel with its own distribution. Written
 with `keras` and `keras.ops` only: it runs on every Keras backend.
 """
 
@@ -35,6 +40,24 @@ from keras_transformer.validation import check_positive_int
 
 __all__ = ["ImageTransformerStack", "build_image_transformer", "image_bits_per_dim"]
 
+#: The `ImageTransformerBlock` arguments read from config fields of the same name.
+_BLOCK_SETTINGS = (
+    "num_heads",
+    "d_ff",
+    "attention",
+    "query_block",
+    "memory_flange",
+    "query_block_length",
+    "memory_length",
+    "generation_order",
+    "dropout",
+    "attention_dropout",
+    "ffn_dropout",
+    "activation",
+    "norm_first",
+    "layer_norm_epsilon",
+)
+
 #: Caches of the blocks, one `ImageTransformerBlock.init_cache` dict each.
 BlockCaches = list[dict[str, Any]]
 
@@ -50,7 +73,8 @@ class ImageTransformerStack:
       the earlier ones (teacher forcing), `(batch, height, width, channels,
       256)` logits or `(batch, height, width, P)` DMOL parameters;
     - `init_cache(batch)` and `step(previous, caches, index)`: the same for
-      one raster position at a time, with key/value caches (sampling);
+      one position at a time in `generation_positions` order, with
+      key/value caches (sampling);
     - `bits_per_dim(outputs, images)` and `sample(outputs, temperature)`:
       the head's negative log-likelihood and its draws.
 
@@ -85,27 +109,18 @@ class ImageTransformerStack:
             d_model=config.d_model,
             positions=config.positions,
             num_classes=config.num_classes,
+            query_block=config.generation_query_block,
             dtype=dtype,
             name="image_embedding",
         )
+        # The block's arguments that are config fields of the same name.
+        block_settings = {name: getattr(config, name) for name in _BLOCK_SETTINGS}
         blocks = [
             ImageTransformerBlock(
-                num_heads=config.num_heads,
-                d_ff=config.d_ff,
                 key_dim=config.head_key_dim,
-                attention=config.attention,
-                query_block=config.query_block,
-                memory_flange=config.memory_flange,
-                query_block_length=config.query_block_length,
-                memory_length=config.memory_length,
-                dropout=config.dropout,
-                attention_dropout=config.attention_dropout,
-                ffn_dropout=config.ffn_dropout,
-                activation=config.activation,
-                norm_first=config.norm_first,
-                layer_norm_epsilon=config.layer_norm_epsilon,
                 dtype=dtype,
                 name=f"image_block_{i}",
+                **block_settings,
             )
             for i in range(config.num_layers)
         ]
@@ -170,6 +185,16 @@ class ImageTransformerStack:
     def num_positions(self) -> int:
         return self.embedding.num_positions
 
+    @property
+    def generation_positions(self) -> Any:
+        """`(n,)`: the raster positions in the order the model generates them."""
+        return self.embedding.generation_positions
+
+    @property
+    def generation_query_block(self) -> tuple[int, int] | None:
+        """The query blocks that order the generation, or `None` (raster order)."""
+        return self.embedding.query_block
+
     # -------------------------------------------------------- full pass
     def forward(
         self, images: Any, labels: Any | None = None, training: bool | None = None
@@ -215,13 +240,14 @@ class ImageTransformerStack:
     ) -> tuple[Any, BlockCaches]:
         """The output distribution of raster position `index` alone.
 
-        Positions must be fed in raster order, `0, 1, ..., n - 1`: each step
+        Positions must be fed in the order of `generation_positions` (raster
+        order, `0, 1, ..., n - 1`, for `generation_order="image"`): each step
         writes its keys and values into the caches that later steps read.
 
         Args:
-            previous: the value of position `index - 1` (ignored at 0):
-                integer `(batch,)` intensities (categorical, the channel
-                `(index - 1) % channels`) or `(batch, channels)` pixels
+            previous: the value of the position generated before `index`
+                (ignored at 0): integer `(batch,)` intensities (categorical,
+                that position's channel) or `(batch, channels)` pixels
                 (DMOL).
             caches: from `init_cache` or the previous step.
             index: the raster position (may be a tensor in a compiled loop).
@@ -271,10 +297,11 @@ def build_image_transformer(
     in [0, 255], and, for a class-conditional config, `labels`, int32
     `(batch,)`. Output: float32 logits `(batch, height, width, channels,
     256)` (categorical) or DMOL parameters `(batch, height, width, K (1 + 2C
-    + C(C-1)/2))`. The output at an intensity depends only on the
-    intensities before it in raster order (channels innermost): the inputs
-    are shifted by one position inside the model, so the model is trained
-    with the images as both input and target.
+    + C(C-1)/2))`, in the image's layout. The output at an intensity
+    depends only on the intensities generated before it
+    (`config.generation_order`; channels innermost): the inputs are shifted
+    by one generation step inside the model, so the model is trained with
+    the images as both input and target.
 
     Args:
         config: the hyperparameters.

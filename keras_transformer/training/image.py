@@ -464,6 +464,8 @@ def _prepare_config(config: ImageRunConfig, workdir: Path, force: bool) -> None:
     resumed = any((workdir / CHECKPOINT_DIR).glob("ckpt-*.index"))
     if path.is_file() and resumed and not force:
         stored, new = json.loads(path.read_text()), config.to_dict()
+        # Read as a stored config: one of 0.1.0 keeps its generation order.
+        stored["model"] = ImageTransformerConfig.from_dict(stored["model"]).to_dict()
         changed = sorted(
             f"{section}.{key}"
             for section in set(stored) | set(new)

@@ -13,6 +13,10 @@ import pytest
 from keras_transformer.layers import ImageEmbedding, ImageTransformerBlock
 from keras_transformer.layers.image_embedding import grid_position_encoding
 from keras_transformer.layers.local_attention import LocalBlockAttention
+from keras_transformer.layers.local_attention_2d import (
+    GENERATION_ORDERS,
+    generation_positions,
+)
 from keras_transformer.layers.position import sinusoidal_encoding
 from tests.layer_testing import run_layer_test
 
@@ -28,6 +32,23 @@ def _images(batch: int = 2, seed: int = 0) -> np.ndarray:
     return rng.integers(0, 256, (batch, HEIGHT, WIDTH, CHANNELS)).astype("int32")
 
 
+def _shift(embedded: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """NumPy reference: `(batch, n, d)` shifted by one step of `order` (the
+    raster positions in generation order), zeros at the first."""
+    in_order = embedded[:, order]
+    shifted = np.concatenate([np.zeros_like(in_order[:, :1]), in_order[:, :-1]], 1)
+    result = np.empty_like(shifted)
+    result[:, order] = shifted
+    return result
+
+
+#: Query blocks of the block generation order, in positions (None: the
+#: whole-image raster order). (2, 4) on the 4 x 12 channel grid cuts pixels
+#: across blocks, so the channel of a predecessor is not `(p - 1) % 3`.
+CHANNEL_BLOCKS = [None, (2, 4), (2, 6)]
+PIXEL_BLOCKS = [None, (2, 2)]
+
+
 # --------------------------------------------------------------- embedding
 def test_grid_position_encoding_halves_are_row_and_column_sinusoids() -> None:
     codes = _numpy(grid_position_encoding(3, 5, 8))
@@ -41,24 +62,34 @@ def test_grid_position_encoding_halves_are_row_and_column_sinusoids() -> None:
     assert codes[0, 2, 5] == pytest.approx(math.cos(2.0), abs=1e-6)
 
 
-def test_channel_positions_are_the_shifted_intensity_embeddings() -> None:
-    layer = ImageEmbedding((HEIGHT, WIDTH, CHANNELS), D_MODEL)
+@pytest.mark.parametrize("query_block", CHANNEL_BLOCKS)
+def test_channel_positions_are_the_shifted_intensity_embeddings(
+    query_block: tuple[int, int] | None,
+) -> None:
+    layer = ImageEmbedding((HEIGHT, WIDTH, CHANNELS), D_MODEL, query_block=query_block)
     images = _images()
     out = _numpy(layer(images))
     assert out.shape == (2, HEIGHT, WIDTH * CHANNELS, D_MODEL)
     table = _numpy(layer.intensity_embeddings) * math.sqrt(D_MODEL)
     codes = _numpy(grid_position_encoding(HEIGHT, WIDTH * CHANNELS, D_MODEL))
-    # NumPy reference: raster order, channels innermost, shifted by one.
+    # NumPy reference: raster layout, channels innermost, shifted by one
+    # step of the generation order.
     flat = images.reshape(2, -1)
     channel = np.tile(np.arange(CHANNELS), HEIGHT * WIDTH)
     embedded = table[channel[None] * 256 + flat]  # (batch, n, d)
-    shifted = np.concatenate([np.zeros_like(embedded[:, :1]), embedded[:, :-1]], 1)
+    order = generation_positions(HEIGHT, WIDTH * CHANNELS, query_block)
+    shifted = _shift(embedded, order)
     expected = shifted.reshape(out.shape) + codes[None]
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
-def test_pixel_positions_map_the_scaled_intensities() -> None:
-    layer = ImageEmbedding((HEIGHT, WIDTH, CHANNELS), D_MODEL, positions="pixel")
+@pytest.mark.parametrize("query_block", PIXEL_BLOCKS)
+def test_pixel_positions_map_the_scaled_intensities(
+    query_block: tuple[int, int] | None,
+) -> None:
+    layer = ImageEmbedding(
+        (HEIGHT, WIDTH, CHANNELS), D_MODEL, positions="pixel", query_block=query_block
+    )
     images = _images()
     out = _numpy(layer(images))
     assert out.shape == (2, HEIGHT, WIDTH, D_MODEL)
@@ -66,15 +97,25 @@ def test_pixel_positions_map_the_scaled_intensities() -> None:
     kernel, bias = _numpy(layer.pixel_kernel), _numpy(layer.pixel_bias)
     # The 1x3 strided convolution on intensities scaled to [-1, 1].
     pixels = (images.reshape(2, -1, CHANNELS) / 127.5 - 1.0) @ kernel + bias
-    shifted = np.concatenate([np.zeros_like(pixels[:, :1]), pixels[:, :-1]], 1)
+    shifted = _shift(pixels, generation_positions(HEIGHT, WIDTH, query_block))
     codes = _numpy(grid_position_encoding(HEIGHT, WIDTH, D_MODEL))
     np.testing.assert_allclose(out, shifted.reshape(out.shape) + codes[None], atol=1e-4)
 
 
-@pytest.mark.parametrize("positions", ["channel", "pixel"])
-def test_embed_step_equals_the_position_of_the_full_call(positions: str) -> None:
+@pytest.mark.parametrize(
+    ("positions", "query_block"),
+    [("channel", block) for block in CHANNEL_BLOCKS]
+    + [("pixel", block) for block in PIXEL_BLOCKS],
+)
+def test_embed_step_equals_the_position_of_the_full_call(
+    positions: str, query_block: tuple[int, int] | None
+) -> None:
     layer = ImageEmbedding(
-        (HEIGHT, WIDTH, CHANNELS), D_MODEL, positions=positions, num_classes=5
+        (HEIGHT, WIDTH, CHANNELS),
+        D_MODEL,
+        positions=positions,
+        num_classes=5,
+        query_block=query_block,
     )
     images, labels = _images(), np.array([1, 4])
     full = _numpy(layer(images, labels))
@@ -85,9 +126,11 @@ def test_embed_step_equals_the_position_of_the_full_call(positions: str) -> None
         if positions == "channel"
         else images.reshape(2, -1, CHANNELS)
     )
-    for index in (0, 1, 2, 5, rows * cols - 1):
-        step = _numpy(layer.embed_step(values[:, max(index - 1, 0)], index, labels))
-        np.testing.assert_allclose(step[:, 0], flat[:, index], atol=1e-5)
+    order = generation_positions(rows, cols, query_block)
+    for step in (0, 1, 2, 5, 13, rows * cols - 1):
+        index, previous = order[step], order[max(step - 1, 0)]
+        embedded = _numpy(layer.embed_step(values[:, previous], index, labels))
+        np.testing.assert_allclose(embedded[:, 0], flat[:, index], atol=1e-5)
 
 
 def test_class_embedding_is_added_everywhere() -> None:
@@ -100,14 +143,20 @@ def test_class_embedding_is_added_everywhere() -> None:
     )
 
 
-def test_embedding_config_round_trip() -> None:
-    layer = ImageEmbedding((2, 3, 1), 12, positions="pixel", num_classes=4)
+@pytest.mark.parametrize("query_block", [None, (1, 3)])
+def test_embedding_config_round_trip(query_block: tuple[int, int] | None) -> None:
+    layer = ImageEmbedding(
+        (2, 3, 1), 12, positions="pixel", num_classes=4, query_block=query_block
+    )
     config = layer.get_config()
     clone = ImageEmbedding.from_config(config)
     assert json.dumps(clone.get_config(), sort_keys=True) == json.dumps(
         config, sort_keys=True
     )
-    assert clone.grid_shape == (2, 3)
+    assert clone.grid_shape == (2, 3) and clone.query_block == query_block
+    # A layer saved before the setting existed shifts in raster order.
+    del config["query_block"]
+    assert ImageEmbedding.from_config(config).query_block is None
 
 
 @pytest.mark.parametrize(
@@ -118,6 +167,10 @@ def test_embedding_config_round_trip() -> None:
         ({"image_shape": (4, 4, 3), "d_model": 10}, "d_model=10.*d_model=8"),
         ({"image_shape": (4, 4, 3), "d_model": 8, "positions": "row"}, "positions"),
         ({"image_shape": (4, 4, 3), "d_model": 8, "num_classes": 0}, "num_classes"),
+        (
+            {"image_shape": (4, 4, 3), "d_model": 8, "query_block": (3, 6)},
+            r"query_block=\(3, 6\).*query_block=\(2, 6\)",
+        ),
     ],
 )
 def test_bad_embedding_arguments_raise(kwargs: dict, match: str) -> None:
@@ -163,7 +216,14 @@ def _grid(seed: int = 0) -> np.ndarray:
     return rng.normal(size=(2, HEIGHT, WIDTH * CHANNELS, 16)).astype("float32")
 
 
-def test_block_contract(tmp_path: Path) -> None:
+def _block_order(block: ImageTransformerBlock) -> np.ndarray:
+    """The raster positions of the block's grid in its generation order."""
+    blocks = block.query_block if block.attention == "local_2d" else None
+    return generation_positions(*block.grid_shape, blocks, block.generation_order)
+
+
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
+def test_block_contract(tmp_path: Path, order: str) -> None:
     run_layer_test(
         ImageTransformerBlock,
         {
@@ -173,6 +233,7 @@ def test_block_contract(tmp_path: Path) -> None:
             "dropout": 0.0,
             "query_block": (2, 6),
             "memory_flange": (1, 3),
+            "generation_order": order,
         },
         [_grid()],
         (2, HEIGHT, WIDTH * CHANNELS, 16),
@@ -180,10 +241,11 @@ def test_block_contract(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize("attention", sorted(BLOCK_KWARGS))
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_block_cached_positions_equal_the_full_block(
-    attention: str, norm_first: bool
+    attention: str, norm_first: bool, order: str
 ) -> None:
     keras.utils.set_random_seed(1)
     block = ImageTransformerBlock(
@@ -191,31 +253,55 @@ def test_block_cached_positions_equal_the_full_block(
         d_ff=32,
         attention=attention,
         norm_first=norm_first,
+        generation_order=order,
         **BLOCK_KWARGS[attention],
     )
     x = _grid()
     full = _numpy(block(x)).reshape(2, -1, 16)
     sequence = x.reshape(2, -1, 16)
     cache = block.init_cache(2)
-    for index in range(sequence.shape[1]):
+    for index in _block_order(block).tolist():
         output, cache = block.call_cached(sequence[:, index : index + 1], cache, index)
         np.testing.assert_allclose(_numpy(output)[:, 0], full[:, index], atol=2e-5)
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize("attention", sorted(BLOCK_KWARGS))
-def test_block_is_causal_in_raster_order(attention: str) -> None:
+def test_block_is_causal_in_its_generation_order(attention: str, order: str) -> None:
+    """Changing the inputs from step 20 of the generation order on (raster
+    order but for local 2D attention in the block order) changes no output
+    before that step."""
     keras.utils.set_random_seed(2)
     block = ImageTransformerBlock(
-        num_heads=2, d_ff=32, attention=attention, **BLOCK_KWARGS[attention]
+        num_heads=2,
+        d_ff=32,
+        attention=attention,
+        generation_order=order,
+        **BLOCK_KWARGS[attention],
     )
     x = _grid()
-    changed = x.copy().reshape(2, -1, 16)
-    position = 20
-    changed[:, position:] += 5.0
     before = _numpy(block(x)).reshape(2, -1, 16)
+    steps = _block_order(block)
+    if attention != "local_2d" or order == "image":
+        np.testing.assert_array_equal(steps, np.arange(len(steps)))
+    changed = x.copy().reshape(2, -1, 16)
+    step = 20
+    changed[:, steps[step:]] += 5.0
     after = _numpy(block(changed.reshape(x.shape))).reshape(2, -1, 16)
-    np.testing.assert_allclose(after[:, :position], before[:, :position], atol=1e-5)
-    assert not np.allclose(after[:, position], before[:, position])
+    earlier, first = steps[:step], steps[step]
+    np.testing.assert_allclose(after[:, earlier], before[:, earlier], atol=1e-5)
+    assert not np.allclose(after[:, first], before[:, first])
+
+
+def test_a_saved_block_without_the_order_loads_with_the_raster_order() -> None:
+    block = ImageTransformerBlock(num_heads=2, d_ff=8, **BLOCK_KWARGS["local_2d"])
+    config = block.get_config()
+    assert config["generation_order"] == "blocks"
+    del config["generation_order"]
+    restored = ImageTransformerBlock.from_config(config)
+    assert restored.generation_order == "image"
+    restored(_grid())
+    assert restored.self_attention.generation_order == "image"
 
 
 def test_block_local_1d_attention_equals_local_block_attention() -> None:
@@ -239,7 +325,8 @@ def test_block_local_1d_attention_equals_local_block_attention() -> None:
         ({"query_block": (0, 2)}, "query_block"),
         ({"memory_flange": (-1, 2)}, "memory_flange"),
         ({"query_block_length": 0}, "query_block_length"),
-        ({"memory_length": -1}, "memory_length"),
+        ({"memory_length": -1}, "memory_length=-1"),
+        ({"generation_order": "rows"}, "generation_order='rows'"),
         ({"attention_window": 4}, "attention_window"),
     ],
 )

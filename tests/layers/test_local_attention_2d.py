@@ -11,6 +11,10 @@ import pytest
 from keras_transformer.layers import LocalAttention2D, local_2d_attention_mask
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.local_attention import LocalBlockAttention
+from keras_transformer.layers.local_attention_2d import (
+    GENERATION_ORDERS,
+    generation_positions,
+)
 from tests.layer_testing import run_layer_test
 
 # A 4 x 8 RGB image with channel-wise positions: 4 rows x 24 columns.
@@ -44,7 +48,8 @@ def _dense_twin(layer: keras.layers.Layer, x: np.ndarray) -> MultiHeadAttention:
 
 
 # ------------------------------------------------------------ the contract
-def test_layer_contract(tmp_path: Path) -> None:
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
+def test_layer_contract(tmp_path: Path, order: str) -> None:
     run_layer_test(
         LocalAttention2D,
         {
@@ -52,6 +57,7 @@ def test_layer_contract(tmp_path: Path) -> None:
             "key_dim": KEY_DIM,
             "query_block": (2, 6),
             "memory_flange": (1, 3),
+            "generation_order": order,
         },
         [_image()],
         (BATCH, ROWS, COLS, D_MODEL),
@@ -81,6 +87,7 @@ GEOMETRIES = [
 ]
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("rows", "cols", "query_block", "memory_flange"), GEOMETRIES)
 def test_equals_multi_head_attention_with_dense_mask(
@@ -89,14 +96,21 @@ def test_equals_multi_head_attention_with_dense_mask(
     query_block: tuple[int, int],
     memory_flange: tuple[int, int],
     causal: bool,
+    order: str,
 ) -> None:
     x = _image(rows, cols)
     layer = LocalAttention2D(
-        HEADS, KEY_DIM, query_block=query_block, memory_flange=memory_flange
+        HEADS,
+        KEY_DIM,
+        query_block=query_block,
+        memory_flange=memory_flange,
+        generation_order=order,
     )
     dense = _dense_twin(layer, x)
     sequence = x.reshape(BATCH, rows * cols, D_MODEL)
-    mask = local_2d_attention_mask(rows, cols, query_block, memory_flange, causal)
+    mask = local_2d_attention_mask(
+        rows, cols, query_block, memory_flange, causal, generation_order=order
+    )
     expected, expected_scores = dense(
         sequence, sequence, attention_mask=mask, return_attention_scores=True
     )
@@ -123,13 +137,24 @@ def test_dense_mask_pattern_follows_figure_2() -> None:
     expected = np.zeros((4, 6), int)
     expected[1:4, 1:5] = 1
     assert mask[2 * 6 + 2].reshape(4, 6).tolist() == expected.tolist()
+    # The paper's order: the blocks above (row 1, its right flange included)
+    # and to the left (column 1) come first; the query is the first of its
+    # own block; the block to the right (column 4) comes later.
+    blocks = np.zeros((4, 6), int)
+    blocks[1, 1:5] = blocks[2:4, 1] = blocks[2, 2] = 1
     causal = _numpy(local_2d_attention_mask(4, 6, (2, 2), (1, 1), causal=True))
-    # Causal: row 1 (above) whole, row 2 up to the query itself.
+    assert causal.astype(int)[2 * 6 + 2].reshape(4, 6).tolist() == blocks.tolist()
+    # Whole-image raster order: row 1 (above) whole, row 2 up to the query.
     expected[2, 3:] = 0
     expected[3] = 0
-    assert causal.astype(int)[2 * 6 + 2].reshape(4, 6).tolist() == expected.tolist()
+    image = _numpy(
+        local_2d_attention_mask(
+            4, 6, (2, 2), (1, 1), causal=True, generation_order="image"
+        )
+    )
+    assert image.astype(int)[2 * 6 + 2].reshape(4, 6).tolist() == expected.tolist()
     # Every query sees itself.
-    assert np.all(np.diag(causal))
+    assert np.all(np.diag(causal)) and np.all(np.diag(image))
 
 
 def test_local_attention_is_not_full_attention() -> None:
@@ -169,41 +194,57 @@ def test_full_width_blocks_equal_local_1d_attention(
 
 
 # -------------------------------------------------------------- causality
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize(
     ("query_block", "memory_flange"), [((2, 6), (1, 3)), ((2, 6), (2, 12))]
 )
 def test_causal_outputs_ignore_later_positions(
-    query_block: tuple[int, int], memory_flange: tuple[int, int]
+    query_block: tuple[int, int], memory_flange: tuple[int, int], order: str
 ) -> None:
+    """Changing the inputs generated after step t changes no output up to t."""
     x = _image()
     layer = LocalAttention2D(
-        HEADS, KEY_DIM, query_block=query_block, memory_flange=memory_flange
+        HEADS,
+        KEY_DIM,
+        query_block=query_block,
+        memory_flange=memory_flange,
+        generation_order=order,
     )
+    # (n,): the raster positions in generation order.
+    steps = generation_positions(ROWS, COLS, query_block, order)
     before = _numpy(layer(x, use_causal_mask=True)).reshape(BATCH, -1, D_MODEL)
     for t in (0, 7, 30, 50, ROWS * COLS - 2):
+        later = steps[t + 1 :]
         changed = x.reshape(BATCH, -1, D_MODEL).copy()
-        changed[:, t + 1 :] = _image(seed=t + 1).reshape(BATCH, -1, D_MODEL)[:, t + 1 :]
+        changed[:, later] = _image(seed=t + 1).reshape(BATCH, -1, D_MODEL)[:, later]
         after = _numpy(layer(changed.reshape(x.shape), use_causal_mask=True))
         after = after.reshape(BATCH, -1, D_MODEL)
-        _close(after[:, : t + 1], before[:, : t + 1], atol=1e-6)
-        assert np.abs(after[:, t + 1] - before[:, t + 1]).max() > 1e-4
+        _close(after[:, steps[: t + 1]], before[:, steps[: t + 1]], atol=1e-6)
+        assert np.abs(after[:, steps[t + 1]] - before[:, steps[t + 1]]).max() > 1e-4
 
 
-def test_shifted_inputs_never_see_the_predicted_position() -> None:
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
+def test_shifted_inputs_never_see_the_predicted_position(order: str) -> None:
     """The mask lets a position see itself (MultiHeadAttention's convention);
-    a model feeds position p the embedding of intensity p - 1 (inputs
-    shifted right by one raster position), so the output that predicts
-    intensity p depends on no intensity at p or later."""
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3))
-    embedded = _image().reshape(BATCH, -1, D_MODEL)  # one row per intensity
+    a model feeds each position the embedding of the intensity generated
+    before it (inputs shifted right by one step of the generation order), so
+    the output that predicts an intensity depends on no intensity generated
+    with it or later."""
+    layer = LocalAttention2D(
+        HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3), generation_order=order
+    )
+    steps = generation_positions(ROWS, COLS, (2, 6), order)
+    # One row per intensity, in generation order.
+    embedded = _image().reshape(BATCH, -1, D_MODEL)
 
     def outputs(embedded: np.ndarray) -> np.ndarray:
+        """The outputs in generation order."""
         start = np.zeros_like(embedded[:, :1])
         shifted = np.concatenate([start, embedded[:, :-1]], axis=1)
-        output = layer(
-            shifted.reshape(BATCH, ROWS, COLS, D_MODEL), use_causal_mask=True
-        )
-        return _numpy(output).reshape(BATCH, -1, D_MODEL)
+        grid = np.empty_like(shifted)
+        grid[:, steps] = shifted  # back to raster positions
+        output = layer(grid.reshape(BATCH, ROWS, COLS, D_MODEL), use_causal_mask=True)
+        return _numpy(output).reshape(BATCH, -1, D_MODEL)[:, steps]
 
     before = outputs(embedded)
     for t in (0, 29, ROWS * COLS - 2):
@@ -230,22 +271,29 @@ def test_two_sided_memory_sees_the_right_flange() -> None:
 
 
 # --------------------------------------------------------- cached sampling
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize(
     ("query_block", "memory_flange"), [((2, 3), (1, 3)), ((1, 6), (2, 2))]
 )
 def test_cached_positions_equal_full_causal_layer(
-    query_block: tuple[int, int], memory_flange: tuple[int, int]
+    query_block: tuple[int, int], memory_flange: tuple[int, int], order: str
 ) -> None:
+    """Fed one position at a time in the generation order, the cached layer
+    gives the causal layer's output at every position."""
     rows, cols = 4, 12  # a 4 x 4 RGB image
     x = _image(rows, cols)
     layer = LocalAttention2D(
-        HEADS, KEY_DIM, query_block=query_block, memory_flange=memory_flange
+        HEADS,
+        KEY_DIM,
+        query_block=query_block,
+        memory_flange=memory_flange,
+        generation_order=order,
     )
     full = _numpy(layer(x, use_causal_mask=True)).reshape(BATCH, -1, D_MODEL)
     sequence = x.reshape(BATCH, rows * cols, D_MODEL)
     cache = layer.init_cache(BATCH)
     assert tuple(cache["keys"].shape) == (BATCH, HEADS, rows * cols, KEY_DIM)
-    for index in range(rows * cols):
+    for index in generation_positions(rows, cols, query_block, order).tolist():
         position = sequence[:, index : index + 1]
         # A tensor index, as inside a compiled sampling loop, every few steps.
         step_index = keras.ops.convert_to_tensor(index) if index % 5 else index
@@ -282,10 +330,29 @@ def test_config_round_trip_and_serialization() -> None:
     )
     config = layer.get_config()
     assert config["query_block"] == [2, 6] and config["memory_flange"] == [1, 3]
+    assert config["generation_order"] == "blocks"
     restored = keras.layers.deserialize(keras.layers.serialize(layer))
     assert isinstance(restored, LocalAttention2D)
     assert restored.query_block == (2, 6) and restored.memory_flange == (1, 3)
     assert restored.get_config() == config
+
+
+def test_a_saved_layer_without_the_order_loads_with_the_raster_order() -> None:
+    """Layers saved before `generation_order` existed were causal in one
+    raster order over the image; they load with that order."""
+    config = LocalAttention2D(
+        HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3)
+    ).get_config()
+    del config["generation_order"]
+    assert LocalAttention2D.from_config(config).generation_order == "image"
+    with pytest.raises(ValueError, match=r"generation_order='rows'"):
+        LocalAttention2D(
+            HEADS,
+            KEY_DIM,
+            query_block=(2, 6),
+            memory_flange=(1, 3),
+            generation_order="rows",
+        )
 
 
 def test_attention_dropout_only_in_training() -> None:
@@ -358,3 +425,102 @@ def test_bad_input_shapes_raise(shape: tuple) -> None:
 def test_non_positive_image_size_raises() -> None:
     with pytest.raises(ValueError, match="rows.*rows=0"):
         local_2d_attention_mask(0, COLS, (1, 6), (1, 3))
+
+
+# ------------------------------------------- the paper's order, from its text
+def _paper_mask(
+    rows: int,
+    cols: int,
+    query_block: tuple[int, int],
+    memory_flange: tuple[int, int],
+    causal: bool,
+) -> np.ndarray:
+    """§3.2 read literally, one query and one key at a time.
+
+    The query's memory block is its query block extended by h_m rows above
+    and w_m columns left and right. "We generate the image one query block
+    after another, ordering the blocks in raster-scan order", the pixels of
+    a block in raster order: a key generated no later than the query is one
+    in an earlier block (block row first, then block column) or in the same
+    block and not after the query in raster order.
+    """
+    (h_q, w_q), (h_m, w_m) = query_block, memory_flange
+    n = rows * cols
+    mask = np.zeros((n, n), bool)
+    for query in range(n):
+        r, c = divmod(query, cols)
+        for key in range(n):
+            kr, kc = divmod(key, cols)
+            top, left = r // h_q * h_q, c // w_q * w_q
+            in_memory = (
+                top - h_m <= kr < top + h_q and left - w_m <= kc < left + w_q + w_m
+            )
+            query_rank = (r // h_q, c // w_q, r % h_q, c % w_q)
+            key_rank = (kr // h_q, kc // w_q, kr % h_q, kc % w_q)
+            mask[query, key] = in_memory and (not causal or key_rank <= query_rank)
+    return mask
+
+
+PAPER_GEOMETRIES = [
+    # (rows, cols, query_block, memory_flange)
+    (2, 4, (2, 2), (0, 1)),  # the minimal case of issue 21
+    (8, 8, (4, 4), (3, 3)),
+    (4, 12, (2, 3), (1, 2)),  # non-square grid and blocks
+    (6, 8, (3, 2), (2, 3)),  # flanges wider than a block
+    (4, 6, (1, 6), (2, 0)),  # full-width blocks: the raster order
+]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    ("rows", "cols", "query_block", "memory_flange"), PAPER_GEOMETRIES
+)
+def test_mask_equals_the_papers_text(
+    rows: int,
+    cols: int,
+    query_block: tuple[int, int],
+    memory_flange: tuple[int, int],
+    causal: bool,
+) -> None:
+    mask = _numpy(
+        local_2d_attention_mask(rows, cols, query_block, memory_flange, causal)
+    )
+    expected = _paper_mask(rows, cols, query_block, memory_flange, causal)
+    np.testing.assert_array_equal(mask, expected)
+
+
+def test_the_two_cells_of_issue_21() -> None:
+    """A 2 x 4 grid, 2 x 2 query blocks, memory flange (0, 1): query (0, 2)
+    also sees (1, 1) (an earlier block), query (1, 0) no longer sees (0, 2)
+    (a later block). The whole-image raster order is the other way round."""
+
+    def cell(mask: object, query: tuple[int, int], key: tuple[int, int]) -> bool:
+        return bool(_numpy(mask)[query[0] * 4 + query[1], key[0] * 4 + key[1]])
+
+    blocks = local_2d_attention_mask(2, 4, (2, 2), (0, 1), causal=True)
+    image = local_2d_attention_mask(
+        2, 4, (2, 2), (0, 1), causal=True, generation_order="image"
+    )
+    row_0_2 = _numpy(blocks)[2].reshape(2, 4)
+    assert {tuple(p) for p in np.argwhere(row_0_2)} == {(0, 1), (0, 2), (1, 1)}
+    assert cell(blocks, (0, 2), (1, 1)) and not cell(image, (0, 2), (1, 1))
+    assert not cell(blocks, (1, 0), (0, 2)) and cell(image, (1, 0), (0, 2))
+
+
+def test_the_orders_differ_on_144_of_1600_pairs_on_8x8() -> None:
+    blocks = _numpy(local_2d_attention_mask(8, 8, (4, 4), (3, 3), causal=True))
+    image = _numpy(
+        local_2d_attention_mask(8, 8, (4, 4), (3, 3), True, generation_order="image")
+    )
+    assert blocks.sum() == image.sum() == 1600
+    assert (blocks & ~image).sum() == (image & ~blocks).sum() == 144
+
+
+def test_generation_positions_go_block_by_block() -> None:
+    assert generation_positions(2, 4, (2, 2)).tolist() == [0, 1, 4, 5, 2, 3, 6, 7]
+    assert generation_positions(2, 4, (2, 2), "image").tolist() == list(range(8))
+    assert generation_positions(2, 4, None).tolist() == list(range(8))
+    # Full-width blocks: the raster order.
+    assert generation_positions(4, 6, (2, 6)).tolist() == list(range(24))
+    with pytest.raises(ValueError, match="generation_order='spiral'"):
+        generation_positions(2, 4, (2, 2), "spiral")

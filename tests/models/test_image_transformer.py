@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.layers.local_attention_2d import GENERATION_ORDERS
 from keras_transformer.models import (
     ImageTransformerConfig,
     ImageTransformerStack,
@@ -71,6 +72,26 @@ def test_config_defaults_are_the_paper_model_and_round_trip() -> None:
     assert categorical.grid_shape == (32, 96) and categorical.num_positions == 3072
     assert ImageTransformerConfig.from_json(config.to_json()) == config
     assert kt.models.image_presets["small"].num_layers == 4
+    # The paper's order (§3.2) for new configs and presets.
+    assert config.generation_order == "blocks"
+    assert kt.models.image_presets["small"].generation_order == "blocks"
+    assert config.generation_query_block == (8, 8)
+    assert config.replace(generation_order="image").generation_query_block is None
+    assert config.replace(attention="full").generation_query_block is None
+
+
+def test_a_stored_config_without_the_order_keeps_the_raster_order() -> None:
+    """Configs written before `generation_order` existed (runs, checkpoints)
+    were trained in one raster order over the image: from_dict reads them
+    with it; a stored order is kept."""
+    stored = ImageTransformerConfig().to_dict()
+    del stored["generation_order"]
+    old = ImageTransformerConfig.from_dict(stored)
+    assert old.generation_order == "image"
+    assert old == ImageTransformerConfig(generation_order="image")
+    for order in GENERATION_ORDERS:
+        config = ImageTransformerConfig(generation_order=order)
+        assert ImageTransformerConfig.from_json(config.to_json()) == config
 
 
 @pytest.mark.parametrize(
@@ -83,6 +104,7 @@ def test_config_defaults_are_the_paper_model_and_round_trip() -> None:
         ({"num_layers": 0}, r"num_layers=0"),
         ({"dropout": 1.0}, r"dropout=1.0"),
         ({"num_classes": 0}, r"num_classes=0"),
+        ({"generation_order": "rows"}, r"generation_order='rows'"),
         # Blocks that do not tile the 32 x 32 pixel grid, or larger than it.
         ({"query_block": (8, 12)}, r"32 columns.*query_block=\(8, 12\).*\(8, 8\)"),
         ({"query_block": (64, 8)}, r"larger than.*query_block=\(32, 8\)"),
@@ -145,38 +167,50 @@ def test_bits_per_dim_matches_a_numpy_reference() -> None:
     )
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize("output", ["categorical", "dmol"])
 @pytest.mark.parametrize("attention", sorted(ATTENTION))
 def test_outputs_never_see_the_predicted_position_or_later(
-    output: str, attention: str
+    output: str, attention: str, order: str
 ) -> None:
-    """Changing the intensity at raster position p changes no output <= p."""
+    """Changing the intensity generated at step t changes no output of the
+    steps up to t, in the image's layout; the output of step t + 1 sees it."""
     keras.utils.set_random_seed(4)
-    config = tiny_config(output, attention)
+    config = tiny_config(output, attention, generation_order=order)
     model = build_image_transformer(config)
     categorical = output == "categorical"
     images = _images()
+    # (n,): the raster positions in generation order.
+    steps = ImageTransformerStack.of(model).generation_positions
+    if attention == "local_2d" and order == "blocks":
+        assert steps.tolist() != list(range(config.num_positions))
     before = _raster(_numpy(model(images)), categorical=False)
-    flat_before = before.reshape(2, config.num_positions, -1)
-    for position in (0, 7, config.num_positions - 2):
+    flat_before = before.reshape(2, config.num_positions, -1)[:, steps]
+    for step in (0, 7, config.num_positions - 2):
         changed = _raster(images.copy(), categorical)
+        position = steps[step]
         changed[:, position] = (changed[:, position] + 128) % 256
         after = _numpy(model(changed.reshape(images.shape)))
-        flat_after = after.reshape(2, config.num_positions, -1)
+        flat_after = after.reshape(2, config.num_positions, -1)[:, steps]
         np.testing.assert_allclose(
-            flat_after[:, : position + 1], flat_before[:, : position + 1], atol=1e-5
+            flat_after[:, : step + 1], flat_before[:, : step + 1], atol=1e-5
         )
-        # The next position does see it.
-        assert not np.allclose(
-            flat_after[:, position + 1], flat_before[:, position + 1]
-        )
+        # The next step does see it.
+        assert not np.allclose(flat_after[:, step + 1], flat_before[:, step + 1])
 
 
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
 @pytest.mark.parametrize("output", ["categorical", "dmol"])
 @pytest.mark.parametrize("attention", sorted(ATTENTION))
-def test_cached_step_equals_the_full_forward_pass(output: str, attention: str) -> None:
+def test_cached_step_equals_the_full_forward_pass(
+    output: str, attention: str, order: str
+) -> None:
+    """Fed in its generation order, the cached step gives the forward pass's
+    distribution at every position."""
     keras.utils.set_random_seed(5)
-    config = tiny_config(output, attention, num_classes=3, norm_first=True)
+    config = tiny_config(
+        output, attention, num_classes=3, norm_first=True, generation_order=order
+    )
     model = build_image_transformer(config)
     images, labels = _images(), np.array([2, 0])
     full = _numpy(model({"images": images, "labels": labels}))
@@ -184,9 +218,11 @@ def test_cached_step_equals_the_full_forward_pass(output: str, attention: str) -
     stack = ImageTransformerStack.of(model)
     values = _raster(images, output == "categorical")
     caches = stack.init_cache(2)
-    for index in range(config.num_positions):
-        step, caches = stack.step(values[:, max(index - 1, 0)], caches, index, labels)
-        np.testing.assert_allclose(_numpy(step), full[:, index], atol=5e-5)
+    steps = stack.generation_positions.tolist()
+    for step, index in enumerate(steps):
+        previous = values[:, steps[max(step - 1, 0)]]
+        outputs, caches = stack.step(previous, caches, index, labels)
+        np.testing.assert_allclose(_numpy(outputs), full[:, index], atol=5e-5)
 
 
 def test_local_2d_blocks_covering_the_image_equal_full_attention() -> None:
@@ -213,9 +249,17 @@ def test_class_conditioning_changes_the_outputs() -> None:
         ImageTransformerStack.of(model).forward(images)
 
 
-def test_save_and_load_keep_the_outputs(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("attention", "order"),
+    [("local_1d", "blocks"), ("local_2d", "blocks"), ("local_2d", "image")],
+)
+def test_save_and_load_keep_the_outputs(
+    tmp_path: Path, attention: str, order: str
+) -> None:
     keras.utils.set_random_seed(8)
-    model = build_image_transformer(tiny_config("categorical", "local_1d"))
+    model = build_image_transformer(
+        tiny_config("categorical", attention, generation_order=order)
+    )
     images = _images()
     path = tmp_path / "image_transformer.keras"
     model.save(path)
@@ -225,6 +269,27 @@ def test_save_and_load_keep_the_outputs(tmp_path: Path) -> None:
     )
     stack = ImageTransformerStack.of(restored)
     assert stack.categorical and len(stack.blocks) == 2
+    np.testing.assert_array_equal(
+        stack.generation_positions, ImageTransformerStack.of(model).generation_positions
+    )
+
+
+def test_the_two_orders_are_two_models_with_the_same_weights() -> None:
+    """Same weights, other factorization: the outputs differ, and the
+    whole-image order is the model the layers build when given no order
+    (what a model saved before the setting existed loads as)."""
+    keras.utils.set_random_seed(10)
+    blocks = build_image_transformer(tiny_config("dmol"))
+    image = build_image_transformer(tiny_config("dmol", generation_order="image"))
+    image.set_weights(blocks.get_weights())
+    images = _images()
+    assert not np.allclose(_numpy(blocks(images)), _numpy(image(images)), atol=1e-4)
+    old = {layer.name: layer.get_config() for layer in image.layers}
+    for name in ("image_block_0", "image_block_1"):
+        del old[name]["generation_order"]
+        restored = type(image.get_layer(name)).from_config(old[name])
+        assert restored.generation_order == "image"
+    assert old["image_embedding"]["query_block"] is None
 
 
 def test_one_fit_step_trains(tmp_path: Path) -> None:

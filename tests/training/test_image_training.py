@@ -172,6 +172,25 @@ def test_another_config_in_the_same_folder_is_refused(tmp_path: Path) -> None:
         train_image_model(wider, tmp_path / "run", data, printer=None)
 
 
+def test_a_run_of_0_1_0_resumes_in_its_generation_order(tmp_path: Path) -> None:
+    """A config.json written before `generation_order` existed (a run in one
+    raster order over the image) resumes with generation_order="image" and
+    refuses the new default, "blocks"."""
+    data = _data(3)
+    old = _config(2, 2, generation_order="image")
+    train_image_model(old, tmp_path / "run", data, printer=None)
+    path = tmp_path / "run" / "config.json"
+    stored = json.loads(path.read_text())
+    del stored["model"]["generation_order"]
+    path.write_text(json.dumps(stored))
+    with pytest.raises(ConfigMismatchError, match="model.generation_order"):
+        train_image_model(_config(4, 2), tmp_path / "run", data, printer=None)
+    resumed = train_image_model(
+        _config(4, 2, generation_order="image"), tmp_path / "run", data, printer=None
+    )
+    assert resumed.initial_step == 2 and resumed.steps == 4
+
+
 def test_class_conditional_training(tmp_path: Path) -> None:
     data = _data(4, classes=True)
     result = train_image_model(
