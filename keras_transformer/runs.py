@@ -479,6 +479,9 @@ def _check_folder(manager: tf.train.CheckpointManager) -> None:
     """
     directory = Path(manager.directory)
     lost_folder = not directory.is_dir()
+    # A folder that never held a checkpoint of this run (its first save) is
+    # made without a warning: nothing was lost.
+    had_checkpoints = bool(manager.checkpoints)
     gone = manager.forget_missing() if isinstance(manager, CheckpointManager) else []
     if not lost_folder and not gone:
         return
@@ -488,6 +491,8 @@ def _check_folder(manager: tf.train.CheckpointManager) -> None:
         lost_folder or not (directory / CHECKPOINT_METADATA).is_file()
     ):
         rewrite()
+    if not (had_checkpoints or gone):
+        return
     logger.warning(
         "%s: %s during the run; the next checkpoint is written from the "
         "weights in memory, so the run loses nothing%s.",

@@ -399,3 +399,20 @@ def test_a_full_disk_at_each_run_file_keeps_its_previous_version(
     result = train(small_config(*RUN_OVERRIDES, "train.train_steps=9"), workdir)
     assert result.steps == 9
     assert json.loads((workdir / "result.json").read_text())["steps"] == 9
+
+
+def test_the_first_checkpoint_of_a_new_folder_warns_of_nothing(tmp_path, caplog):
+    # A manager whose folder does not exist yet (no checkpoint written):
+    # its first save makes the folder; no "deleted during the run" warning.
+    variable = tf.Variable(1.0)
+    folder = tmp_path / "checkpoints"
+    manager = runs.CheckpointManager(
+        tf.train.Checkpoint(value=variable), str(folder), max_to_keep=2
+    )
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.runs"):
+        runs.save_checkpoint(manager, 1)
+        shutil.rmtree(folder)  # now a checkpoint is lost: that one warns
+        runs.save_checkpoint(manager, 2)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "the folder was deleted" in warnings[0], warnings
+    assert [Path(p).name for p in manager.checkpoints] == ["ckpt-2"]
