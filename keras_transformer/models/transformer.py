@@ -353,16 +353,6 @@ class TransformerStack:
             DeprecationWarning,
             stacklevel=2,
         )
-        return self._decode_positions(target_ids, caches, index, source_padding_mask)
-
-    def _decode_positions(
-        self,
-        target_ids: Any,
-        caches: DecoderCaches,
-        index: Any,
-        source_padding_mask: Any,
-    ) -> tuple[Any, DecoderCaches]:
-        """Consecutive positions of one hypothesis, under the causal mask."""
         hidden = self.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
         hidden = self.target_position(hidden, start_index=index)
         return self._decode_cached(
@@ -604,7 +594,7 @@ class IncrementalDecoder:
             `(logits, state)`: float32 `(batch, step_length, vocabulary)` and
             the updated state.
         """
-        logits, caches = self.stack._decode_positions(
+        logits, caches = self.stack.decode_step(
             target_ids, state["layers"], index, state["source_padding_mask"]
         )
         return logits, {**state, "layers": caches}
