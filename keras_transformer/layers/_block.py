@@ -9,7 +9,6 @@ import keras
 from keras import ops
 
 from keras_transformer.backend import residual_add
-from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
@@ -123,47 +122,45 @@ class TransformerBlockBase(keras.layers.Layer):
         attention_mask: Any | None,
         use_causal_mask: bool,
         training: bool | None,
-    ) -> tuple[Any, Any]:
-        """Self-attention of the whole sequence: `(output, scores)`.
+        cache_arguments: dict[str, Any] | None = None,
+    ) -> tuple[Any, tuple[Callable[[], Any], tuple[Any, Any] | None]]:
+        """The self-attention layer's one call: `(output, (scores_fn, cache))`.
 
-        Full attention (Eq. 1) under the merged mask, or with
-        `attention_window` r the blocked restricted attention of §4, whose
-        cost grows as O(r n) (its scores are expanded to the dense
-        `(batch, heads, n, n)` layout only when they are asked for).
+        Without a cache, the whole sequence: full attention (Eq. 1) under the
+        merged mask, or with `attention_window` r the blocked restricted
+        attention of §4, whose cost grows as O(r n) (its scores are expanded
+        to the dense `(batch, heads, n, n)` layout only when `scores_fn` is
+        called). With `cache_arguments` (`cache`, `cache_update_index`, ...,
+        see `MultiHeadAttention.call`), the step's queries over the cache;
+        `padding_mask` then marks the queries only.
         """
         attention = self.self_attention
-        queries, keys, values = attention.project_self_attention(inputs)
-        if self.attention_window is not None:
-            output, scores = attention.attend_local(
-                queries,
-                keys,
-                values,
+        if cache_arguments is not None:
+            output, scores, cache = attention.call(
+                inputs,
                 query_mask=padding_mask,
-                key_mask=padding_mask,
-                use_causal_mask=use_causal_mask,
                 attention_mask=attention_mask,
-                training=training,
+                use_causal_mask=use_causal_mask,
+                return_attention_scores=True,
+                **cache_arguments,
             )
-            length = ops.shape(inputs)[1]
-            return output, lambda: attention.local_to_dense_scores(
-                scores, length, use_causal_mask
-            )
-        length = ops.shape(inputs)[1]
-        mask = masking.merge_attention_masks(
-            length,
-            length,
+            return output, (lambda: scores, cache)
+        output, scores = attention.call(
+            inputs,
             query_mask=padding_mask,
             key_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
+            return_attention_scores=True,
+            training=training,
         )
-        if mask is not None:
-            # (batch, 1, length, length): the same mask for every head.
-            mask = ops.expand_dims(mask, -3)
-        output, scores = attention.attend(
-            queries, keys, values, mask, training=training
+        if self.attention_window is None:
+            return output, (lambda: scores, None)
+        length = ops.shape(inputs)[1]
+        return output, (
+            lambda: attention.local_to_dense_scores(scores, length, use_causal_mask),
+            None,
         )
-        return output, lambda: scores
 
     def _feed_forward(self) -> FeedForward:
         return FeedForward(
@@ -204,6 +201,35 @@ class TransformerBlockBase(keras.layers.Layer):
                 inputs, dropout(sublayer(norm(inputs)), training=training)
             )
         return norm(residual_add(inputs, dropout(sublayer(inputs), training=training)))
+
+    def _attention_sublayer(
+        self,
+        inputs: Any,
+        attend: Callable[[Any], tuple[Any, Any]],
+        norm: keras.layers.Layer,
+        dropout: keras.layers.Layer,
+        training: bool | None,
+    ) -> tuple[Any, Any]:
+        """`_sublayer` around `attend(x) -> (output, extra)`: `(outputs, extra)`
+        (the extra being the attention weights, or the weights and a cache)."""
+        extras = []
+
+        def sublayer(x: Any) -> Any:
+            output, extra = attend(x)
+            extras.append(extra)
+            return output
+
+        return self._sublayer(inputs, sublayer, norm, dropout, training), extras[0]
+
+    def _feed_forward_block(self, inputs: Any, training: bool | None) -> Any:
+        """The position-wise feed-forward sub-layer (§3.3) with its residual."""
+        return self._sublayer(
+            inputs,
+            lambda x: self.feed_forward(x, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            training,
+        )
 
     def compute_output_shape(
         self, input_shape: Sequence[int | None], *args: Any, **kwargs: Any

@@ -16,7 +16,7 @@ from keras import ops
 
 from keras_transformer.backend import linear
 from keras_transformer.layers import masking
-from keras_transformer.validation import check_positive_int, check_rate
+from keras_transformer.validation import check_positive_int, check_rate, warn_deprecated
 
 
 def scaled_dot_product_attention(
@@ -381,24 +381,24 @@ class MultiHeadAttention(keras.layers.Layer):
     def empty_cache(
         self, batch_size: Any, max_length: int, beam_size: int | None = None
     ) -> tuple[Any, Any]:
-        """A zero self-attention cache for incremental decoding.
+        """A zero self-attention cache, for `call(..., cache=...)`.
 
         Args:
             batch_size: number of sequences (examples).
             max_length: number of positions the cache holds; 0 for a cache
-                that `cached_beam_self_attention(..., append=True)` grows.
-            beam_size: with a number, one slot per hypothesis at every
-                position (for `cached_beam_self_attention`).
+                that `call(..., append_to_cache=True)` grows.
+            beam_size: the number of hypotheses per position (beam search);
+                `None` or 1 for one.
 
         Returns:
-            `(keys, values)` of shapes `(batch, heads, max_length, key_dim)` and
-            `(batch, heads, max_length, value_dim)`, or with `beam_size`
-            `(batch, heads, max_length * beam_size, key_dim)` and the same for
-            the values: slot `j` of position `t` is row `t * beam_size + j`,
-            the layout attention reads, so that writing a step needs no
-            reshape of the cache (under XLA, a reshape of the updated cache
-            made it copy the whole cache at every step). The size is fixed,
-            so a decoding loop keeps static shapes (XLA).
+            `(keys, values)` of shapes `(batch, heads, max_length * beam,
+            key_dim)` and `(batch, heads, max_length * beam, value_dim)`: the
+            one cache layout of the package, in which slot `j` of position
+            `t` is row `t * beam + j` (with one hypothesis, row `t` is
+            position `t`). It is the layout attention reads, so writing a
+            step needs no reshape of the cache (under XLA, a reshape of the
+            updated cache made it copy the whole cache at every step). The
+            size is fixed, so a decoding loop keeps static shapes (XLA).
         """
         slots = max_length if beam_size is None else max_length * beam_size
         shape = (batch_size, self.num_heads, slots)
@@ -407,6 +407,90 @@ class MultiHeadAttention(keras.layers.Layer):
             ops.zeros((*shape, self.value_dim), self.compute_dtype),
         )
 
+    @property
+    def cache_window(self) -> int | None:
+        """How far back a cached query may attend (`None`: to every position)."""
+        return None
+
+    def _attend_cache(
+        self,
+        query: Any,
+        value: Any | None,
+        key: Any | None,
+        masks: dict[str, Any],
+        cache: tuple[Any, Any],
+        cache_update_index: Any | None,
+        append_to_cache: bool,
+        beam_size: int,
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
+        """`call` with a cache: write this call's keys and values, then attend.
+
+        With `cache_update_index=None` the cache is read as it is (the
+        encoder-decoder keys and values, computed once). Otherwise the keys
+        and values of `value` (of `query` when `value` is None) go to rows
+        `cache_update_index * beam_size ...`, or are appended to a cache that
+        holds exactly the rows before them; the queries then attend over
+        every row of the cache, under `_cache_mask`.
+
+        Returns:
+            `(output, scores, cache)`.
+        """
+        keys, values = cache
+        index = None
+        if cache_update_index is not None:
+            index = ops.cast(cache_update_index, "int32")
+            step_keys, step_values = self.project_key_value(
+                query if value is None else value, key
+            )
+            keys, values = _write_rows(
+                (keys, values),
+                (step_keys, step_values),
+                None if append_to_cache else _row(index, beam_size),
+            )
+        mask = self._cache_mask(
+            ops.shape(query)[1], ops.shape(keys)[2], index, beam_size, masks
+        )
+        output, scores = self.attend(
+            self.project_query(query), keys, values, mask, training=False
+        )
+        return output, scores, (keys, values)
+
+    def _cache_mask(
+        self,
+        query_length: Any,
+        cache_length: Any,
+        index: Any | None,
+        beam_size: int,
+        masks: dict[str, Any],
+    ) -> Any | None:
+        """The mask of cached attention, `(batch or 1, 1, query_length, rows)`.
+
+        The caller's masks (`attention_mask` over the cache rows, e.g. each
+        hypothesis' history in a beam search, and the padding masks), and,
+        with `use_causal_mask` or a `cache_window`, the positions: query `i`
+        sits at position `index + i // beam_size`, row `r` holds position
+        `r // beam_size`, and a query sees the positions up to its own (and
+        no farther back than the window).
+        """
+        mask = masking.merge_attention_masks(
+            query_length,
+            cache_length,
+            query_mask=masks["query_mask"],
+            key_mask=masks["key_mask"],
+            attention_mask=masks["attention_mask"],
+        )
+        causal = masks["use_causal_mask"] and index is not None
+        window = self.cache_window if index is not None else None
+        if causal or window is not None:
+            positions = masking.cached_positions_mask(
+                query_length, cache_length, index, beam_size, causal, window
+            )
+            mask = positions if mask is None else ops.logical_and(mask, positions)
+        if mask is not None:
+            # (batch or 1, 1, query_length, rows): one mask for every head.
+            mask = ops.expand_dims(mask, axis=-3)
+        return mask
+
     def cached_self_attention(
         self,
         query_step: Any,
@@ -414,43 +498,92 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index: Any,
         window: int | None = None,
     ) -> tuple[Any, Any, tuple[Any, Any]]:
-        """Causal self-attention of the positions `cache_index ...` only.
-
-        The keys and values of the step are written into the cache at
-        `cache_index`; query `i` attends to the cached positions
-        `0 .. cache_index + i` (the last `window + 1` of them with a window),
-        and the unused slots are masked out.
-
-        Args:
-            query_step: `(batch, step_length, query_dim)`.
-            cache: `(keys, values)` from `empty_cache` or the previous step.
-            cache_index: integer scalar (may be a tensor), the position of the
-                first query.
-            window: restrict attention to this distance (§4).
-
-        Returns:
-            `(output, scores, cache)`: `(batch, step_length, output_dim)`,
-            `(batch, heads, step_length, max_length)` and the updated cache.
-        """
-        keys, values = self.project_key_value(query_step)
-        index = ops.cast(cache_index, "int32")
-        start = (0, 0, index, 0)
-        cache = (
-            ops.slice_update(cache[0], start, keys),
-            ops.slice_update(cache[1], start, values),
+        """Deprecated (removed in 0.4): `call(query_step, cache=cache,
+        cache_update_index=cache_index, use_causal_mask=True,
+        return_attention_scores=True)`; returns `(output, scores, cache)`."""
+        warn_deprecated("MultiHeadAttention.cached_self_attention", "call(cache=...)")
+        if window is not None and window != self.cache_window:
+            raise ValueError(
+                f"cached_self_attention(window={window}) is no longer supported: "
+                "use RestrictedMultiHeadAttention(window=...) with call(cache=...)."
+            )
+        return self.call(
+            query_step,
+            cache=cache,
+            cache_update_index=cache_index,
+            use_causal_mask=True,
+            return_attention_scores=True,
         )
-        mask = masking.causal_mask(
-            ops.shape(query_step)[1],
-            ops.shape(cache[0])[2],
-            query_offset=index,
-            window=window,
+
+    # ------------------------------------------------------------------- call
+    def call(
+        self,
+        query: Any,
+        value: Any | None = None,
+        key: Any | None = None,
+        attention_mask: Any | None = None,
+        use_causal_mask: bool = False,
+        return_attention_scores: bool = False,
+        training: bool | None = None,
+        query_mask: Any | None = None,
+        value_mask: Any | None = None,
+        key_mask: Any | None = None,
+        cache: tuple[Any, Any] | None = None,
+        cache_update_index: Any | None = None,
+        append_to_cache: bool = False,
+        beam_size: int = 1,
+    ) -> Any:
+        masks = {
+            "query_mask": query_mask,
+            "key_mask": key_mask if key_mask is not None else value_mask,
+            "attention_mask": attention_mask,
+            "use_causal_mask": use_causal_mask,
+        }
+        if cache is None:
+            _check_no_cache_arguments(cache_update_index, append_to_cache, beam_size)
+            if value is None and key is None:
+                # Self-attention: the three projections in one product.
+                projected = self.project_self_attention(query)
+            else:
+                projected = (
+                    self.project_query(query),
+                    *self.project_key_value(query if value is None else value, key),
+                )
+            output, scores = self._attend_projected(*projected, masks, training)
+            return (output, scores) if return_attention_scores else output
+        check_positive_int("beam_size", beam_size)
+        output, scores, cache = self._attend_cache(
+            query,
+            value,
+            key,
+            masks,
+            cache,
+            cache_update_index,
+            append_to_cache,
+            beam_size,
         )
-        # (1, 1, step_length, max_length)
-        mask = mask[None, None]
-        output, scores = self.attend(
-            self.project_query(query_step), cache[0], cache[1], mask, training=False
+        if return_attention_scores:
+            return output, scores, cache
+        return output, cache
+
+    def _attend_projected(
+        self,
+        queries: Any,
+        keys: Any,
+        values: Any,
+        masks: dict[str, Any],
+        training: bool | None,
+    ) -> tuple[Any, Any]:
+        """Eq. 1 over projected heads under the merged masks: `(output, scores)`."""
+        mask = masking.merge_attention_masks(
+            query_length=ops.shape(queries)[2],
+            key_length=ops.shape(keys)[2],
+            **masks,
         )
-        return output, scores, cache
+        if mask is not None:
+            # (batch, 1, query_length, key_length): one mask for every head.
+            mask = ops.expand_dims(mask, axis=-3)
+        return self.attend(queries, keys, values, mask, training=training)
 
     def cached_beam_self_attention(
         self,
@@ -461,99 +594,27 @@ class MultiHeadAttention(keras.layers.Layer):
         window: int | None = None,
         append: bool = False,
     ) -> tuple[Any, Any, tuple[Any, Any]]:
-        """Causal self-attention of one position of several hypotheses per
-        sequence (beam search), over caches that are never reordered.
-
-        Hypothesis `k` writes its keys and values of position `cache_index`
-        into slot `k` of that position; the slots of earlier positions hold
-        what the hypotheses of those steps computed. Which slot of position
-        `t` belongs to the history of hypothesis `k` is given by
-        `beam_mask`, so a search that reorders its hypotheses moves that
-        small mask, not the caches. One matrix product per head scores the
-        `beam` queries of a sequence against every slot; the slots outside a
-        hypothesis' history get exactly zero weight (Eq. 1 with a mask).
-
-        Args:
-            hypotheses: `(batch, beam, query_dim)`: the inputs of the `beam`
-                hypotheses of each sequence, all at position `cache_index`.
-            cache: `(keys, values)` `(batch, heads, length * beam, dim)` from
-                `empty_cache(..., beam_size=beam)` or the previous step; slot
-                `j` of position `t` is row `t * beam + j`.
-            cache_index: integer scalar (may be a tensor): the position.
-            beam_mask: boolean `(batch, beam, cached_length * beam)`: `True`
-                where hypothesis `k` may attend to slot `j` of position `t`
-                (flat index `t * beam + j`), with `cached_length` the length
-                of the cache after this step's write.
-            window: restrict attention to this distance (§4).
-            append: the cache holds exactly the positions before
-                `cache_index` and grows by this one (shapes change every
-                step: a TensorFlow graph, not XLA); otherwise the step is
-                written at `cache_index` into a fixed-size cache.
-
-        Returns:
-            `(output, scores, cache)`: `(batch, beam, output_dim)`,
-            `(batch, heads, beam, cached_length * beam)` and the new cache.
-
-        Reference: Vaswani et al. (2017), §3.2.3 and §6.1.
-        """
-        # (batch, heads, beam, dim): the slots of position `cache_index`.
-        keys, values = self.project_key_value(hypotheses)
-        index = ops.cast(cache_index, "int32")
-        beam = ops.shape(hypotheses)[1]
-        if append:
-            cache = (
-                ops.concatenate([cache[0], keys], axis=2),
-                ops.concatenate([cache[1], values], axis=2),
+        """Deprecated (removed in 0.4): `call(hypotheses, cache=cache,
+        cache_update_index=cache_index, attention_mask=beam_mask,
+        beam_size=beam, append_to_cache=append, return_attention_scores=True)`."""
+        warn_deprecated(
+            "MultiHeadAttention.cached_beam_self_attention", "call(cache=...)"
+        )
+        if window is not None and window != self.cache_window:
+            raise ValueError(
+                f"cached_beam_self_attention(window={window}) is no longer "
+                "supported: use RestrictedMultiHeadAttention(window=...) with "
+                "call(cache=...)."
             )
-        else:
-            start = (0, 0, index * beam, 0)
-            cache = (
-                ops.slice_update(cache[0], start, keys),
-                ops.slice_update(cache[1], start, values),
-            )
-        # (batch, 1, beam, length * beam): one mask for every head.
-        mask = ops.expand_dims(ops.cast(beam_mask, "bool"), 1)
-        if window is not None:
-            slots = ops.shape(cache[0])[2]
-            positions = ops.floor_divide(ops.arange(slots, dtype="int32"), beam)
-            mask = ops.logical_and(mask, ops.less_equal(index - positions, window))
-        output, scores = self.attend(
-            self.project_query(hypotheses), cache[0], cache[1], mask, training=False
+        return self.call(
+            hypotheses,
+            cache=cache,
+            cache_update_index=cache_index,
+            attention_mask=beam_mask,
+            beam_size=hypotheses.shape[1],
+            append_to_cache=append,
+            return_attention_scores=True,
         )
-        return output, scores, cache
-
-    # ------------------------------------------------------------------- call
-    def call(
-        self,
-        query: Any,
-        value: Any,
-        key: Any | None = None,
-        attention_mask: Any | None = None,
-        use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
-        training: bool | None = None,
-        query_mask: Any | None = None,
-        value_mask: Any | None = None,
-        key_mask: Any | None = None,
-    ) -> Any:
-        mask = masking.merge_attention_masks(
-            query_length=ops.shape(query)[1],
-            key_length=ops.shape(value)[1],
-            query_mask=query_mask,
-            key_mask=key_mask if key_mask is not None else value_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-        )
-        if mask is not None:
-            # (batch, 1, query_length, key_length): one mask for every head.
-            mask = ops.expand_dims(mask, axis=-3)
-        keys, values = self.project_key_value(value, key)
-        output, scores = self.attend(
-            self.project_query(query), keys, values, mask, training=training
-        )
-        if return_attention_scores:
-            return output, scores
-        return output
 
     def compute_output_shape(
         self,
@@ -567,23 +628,24 @@ class MultiHeadAttention(keras.layers.Layer):
     def compute_output_spec(
         self,
         query: Any,
-        value: Any,
+        value: Any | None = None,
         key: Any | None = None,
-        attention_mask: Any | None = None,
-        use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
-        training: bool | None = None,
-        query_mask: Any | None = None,
-        value_mask: Any | None = None,
-        key_mask: Any | None = None,
+        **kwargs: Any,
     ) -> Any:
+        """Shapes of `call`'s results (the call arguments as keywords)."""
+        value = query if value is None else value
         output_shape = self.compute_output_shape(query.shape, value.shape)
-        output = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return output
-        # The key length comes from the value (cross-attention included).
-        scores_shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
-        return output, keras.KerasTensor(scores_shape, dtype="float32")
+        results = [keras.KerasTensor(output_shape, dtype=self.compute_dtype)]
+        cache = kwargs.get("cache")
+        if kwargs.get("return_attention_scores"):
+            # The key length comes from the value (cross-attention included),
+            # or from the cache.
+            key_length = value.shape[1] if cache is None else cache[0].shape[2]
+            scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
+            results.append(keras.KerasTensor(scores_shape, dtype="float32"))
+        if cache is not None:
+            results.append(tuple(keras.KerasTensor(c.shape, c.dtype) for c in cache))
+        return results[0] if len(results) == 1 else tuple(results)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -616,6 +678,40 @@ def _last_dim(name: str, shape: Sequence[int | None]) -> int:
             f"Received: {name}.shape={tuple(shape)}"
         )
     return int(shape[-1])
+
+
+def _check_no_cache_arguments(
+    cache_update_index: Any | None, append_to_cache: bool, beam_size: int
+) -> None:
+    """Raises `ValueError` for cache arguments given without a cache."""
+    if cache_update_index is not None or append_to_cache or beam_size != 1:
+        raise ValueError(
+            "cache_update_index, append_to_cache and beam_size need a cache: "
+            "pass cache=layer.empty_cache(batch, max_length, beam_size). Received: "
+            f"cache=None, cache_update_index={cache_update_index!r}, "
+            f"append_to_cache={append_to_cache!r}, beam_size={beam_size!r}"
+        )
+
+
+def _row(index: Any, beam_size: int) -> Any:
+    """The first cache row of position `index`: `index * beam_size`."""
+    return index if beam_size == 1 else index * beam_size
+
+
+def _write_rows(
+    cache: tuple[Any, Any], step: tuple[Any, Any], row: Any | None
+) -> tuple[Any, Any]:
+    """Writes the step's `(keys, values)` into the cache at `row`, or appends
+    them (`row=None`: the cache holds exactly the rows before them)."""
+    if row is None:
+        return tuple(
+            ops.concatenate([old, new], axis=2)
+            for old, new in zip(cache, step, strict=True)
+        )
+    start = (0, 0, row, 0)
+    return tuple(
+        ops.slice_update(old, start, new) for old, new in zip(cache, step, strict=True)
+    )
 
 
 def _scaled(weight: Any, scale: float) -> Any:

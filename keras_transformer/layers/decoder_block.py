@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import keras
 from keras import ops
 
-from keras_transformer.layers import masking
 from keras_transformer.layers._block import TransformerBlockBase
+from keras_transformer.validation import warn_deprecated
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -22,10 +22,12 @@ class DecoderBlock(TransformerBlockBase):
     sub-layer in the decoder stack to prevent positions from attending to
     subsequent positions."
 
-    Incremental decoding feeds one (or a few) tokens per step through
-    `call_cached`, reusing the keys and values of earlier positions from a
-    fixed-size cache (static shapes, so the decoding loop compiles with XLA)
-    and the encoder-decoder keys and values computed once by `init_cache`.
+    Incremental decoding is the same call with a `cache` from `init_cache`:
+    the step's keys and values are written into the self-attention cache
+    (one layout, `MultiHeadAttention.empty_cache`: fixed size and static
+    shapes, so the decoding loop compiles with XLA, or grown by
+    `append_to_cache`), and the encoder-decoder keys and values are those
+    computed once by `init_cache`.
 
     Args:
         num_heads, d_ff, key_dim, value_dim, dropout, attention_dropout,
@@ -46,12 +48,22 @@ class DecoderBlock(TransformerBlockBase):
         use_causal_mask: the decoder's causal mask (default true).
         return_attention_scores: also return both attention weights.
         training: whether dropout is active.
+        cache: a dict from `init_cache` (or the previous step): the step's
+            positions are decoded over it (inference: no dropout), and
+            `encoder_sequence` may be omitted. With a cache
+            `self_attention_mask` is over the cache rows (`(batch,
+            step_length, rows)`, e.g. each hypothesis' history in a beam
+            search) and `decoder_padding_mask` marks the step's queries.
+        cache_update_index, append_to_cache, beam_size: where the step's
+            keys and values go, as for `MultiHeadAttention.call`.
 
     Returns:
         `(batch, target_length, d_model)`, or `(output, self_scores,
         cross_scores)` with self scores `(batch, heads, target_length,
         target_length)` and cross scores `(batch, heads, target_length,
-        source_length)`.
+        source_length)`; with a cache, the updated cache comes last:
+        `(output, cache)` or `(output, self_scores, cross_scores, cache)`
+        (the self scores over the cache rows).
 
     Example:
     >>> import numpy as np
@@ -94,11 +106,11 @@ class DecoderBlock(TransformerBlockBase):
         self.feed_forward_norm = self._norm("feed_forward_norm", decoder_sequence_shape)
         self.built = True
 
-    # ------------------------------------------------------------- full pass
+    # ------------------------------------------------------------------ call
     def call(
         self,
         decoder_sequence: Any,
-        encoder_sequence: Any,
+        encoder_sequence: Any | None = None,
         decoder_padding_mask: Any | None = None,
         encoder_padding_mask: Any | None = None,
         self_attention_mask: Any | None = None,
@@ -107,82 +119,71 @@ class DecoderBlock(TransformerBlockBase):
         training: bool | None = None,
         decoder_sequence_mask: Any | None = None,
         encoder_sequence_mask: Any | None = None,
+        cache: dict[str, Any] | None = None,
+        cache_update_index: Any | None = None,
+        append_to_cache: bool = False,
+        beam_size: int = 1,
     ) -> Any:
         if decoder_padding_mask is None:
             decoder_padding_mask = decoder_sequence_mask
         if encoder_padding_mask is None:
             encoder_padding_mask = encoder_sequence_mask
-        target_length = ops.shape(decoder_sequence)[1]
-        source_length = ops.shape(encoder_sequence)[1]
-        cross_mask = masking.merge_attention_masks(
-            target_length,
-            source_length,
-            query_mask=decoder_padding_mask,
-            key_mask=encoder_padding_mask,
-        )
-        outputs, self_scores, cross_scores = self._forward(
+        cache_arguments = cross_cache = None
+        if cache is not None:
+            training = False  # inference only
+            decoder_sequence = ops.cast(decoder_sequence, self.compute_dtype)
+            cache_arguments = {
+                "cache": (cache["self_keys"], cache["self_values"]),
+                "cache_update_index": cache_update_index,
+                "append_to_cache": append_to_cache,
+                "beam_size": beam_size,
+            }
+            cross_cache = (cache["cross_keys"], cache["cross_values"])
+        elif encoder_sequence is None:
+            raise ValueError(
+                "DecoderBlock needs the encoder output: pass encoder_sequence, "
+                "or a cache from init_cache(encoder_sequence, max_length)."
+            )
+        # Masked self-attention block.
+        outputs, (self_scores, self_cache) = self._attention_sublayer(
             decoder_sequence,
             lambda x: self._self_attend(
-                x, decoder_padding_mask, self_attention_mask, use_causal_mask, training
+                x,
+                decoder_padding_mask,
+                self_attention_mask,
+                use_causal_mask,
+                training,
+                cache_arguments,
             ),
-            cross_keys_values=self.cross_attention.project_key_value(encoder_sequence),
-            cross_mask=_per_head(cross_mask),
-            training=training,
-        )
-        if return_attention_scores:
-            return outputs, self_scores(), cross_scores
-        return outputs
-
-    def _forward(
-        self,
-        decoder_sequence: Any,
-        self_attend: Callable[[Any], tuple[Any, Callable[[], Any]]],
-        cross_keys_values: tuple[Any, Any],
-        cross_mask: Any,
-        training: bool | None,
-    ) -> tuple[Any, Callable[[], Any], Any]:
-        """The three sub-layers; `self_attend(x)` returns `(output, scores_fn)`."""
-        scores = {}
-
-        # Masked self-attention block.
-        def masked_self_attend(x: Any) -> Any:
-            output, scores["self"] = self_attend(x)
-            return output
-
-        # Encoder-decoder attention block.
-        def cross_attend(x: Any) -> Any:
-            attention = self.cross_attention
-            output, scores["cross"] = attention.attend(
-                attention.project_query(x),
-                *cross_keys_values,
-                cross_mask,
-                training=training,
-            )
-            return output
-
-        outputs = self._sublayer(
-            decoder_sequence,
-            masked_self_attend,
             self.self_attention_norm,
             self.self_attention_dropout,
             training,
         )
-        outputs = self._sublayer(
+        # Encoder-decoder attention block (its keys and values cached once).
+        outputs, cross_scores = self._attention_sublayer(
             outputs,
-            cross_attend,
+            lambda x: self.cross_attention.call(
+                x,
+                encoder_sequence,
+                query_mask=decoder_padding_mask,
+                key_mask=encoder_padding_mask,
+                return_attention_scores=True,
+                training=training,
+                cache=cross_cache,
+            )[:2],
             self.cross_attention_norm,
             self.cross_attention_dropout,
             training,
         )
         # Feed-forward block.
-        outputs = self._sublayer(
-            outputs,
-            lambda x: self.feed_forward(x, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            training,
-        )
-        return outputs, scores["self"], scores["cross"]
+        outputs = self._feed_forward_block(outputs, training)
+        results = (outputs,)
+        if return_attention_scores:
+            results = (outputs, self_scores(), cross_scores)
+        if cache is not None:
+            new_cache = dict(zip(("self_keys", "self_values"), self_cache, strict=True))
+            results = (*results, {**cache, **new_cache})
+        return results[0] if len(results) == 1 else results
 
     # ------------------------------------------------------ cached decoding
     def init_cache(
@@ -194,10 +195,10 @@ class DecoderBlock(TransformerBlockBase):
             encoder_sequence: the encoder output `(batch, source_length,
                 d_model)`.
             max_length: the number of target positions the cache can hold
-                (0 for a cache that `call_beam_step(..., append=True)` grows).
-            beam_size: with a number, a cache for `call_beam_step`: one
-                self-attention slot per hypothesis at every position, and the
-                encoder-decoder keys and values once per sequence.
+                (0 for a cache that `call(..., append_to_cache=True)` grows).
+            beam_size: with a number, one self-attention slot per
+                hypothesis at every position (and the encoder-decoder keys
+                and values once per sequence, for all its hypotheses).
 
         Returns:
             A dict of four tensors: `self_keys` and `self_values`
@@ -232,36 +233,15 @@ class DecoderBlock(TransformerBlockBase):
         cache_index: Any,
         encoder_padding_mask: Any | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Runs the block on the tokens at `cache_index ...` (inference only).
-
-        Args:
-            decoder_step: `(batch, step_length, d_model)`, the inputs of the
-                positions `cache_index .. cache_index + step_length - 1`.
-            cache: from `init_cache` or the previous step.
-            cache_index: integer scalar (may be a tensor) where the step
-                starts.
-            encoder_padding_mask: boolean `(batch, source_length)`.
-
-        Returns:
-            `(outputs, cache)`: `(batch, step_length, d_model)` and the cache
-            with this step's keys and values written at `cache_index`.
-        """
-        new_cache = dict(cache)
-
-        def cached_self_attend(x: Any) -> tuple[Any, Callable[[], Any]]:
-            output, scores, (keys, values) = self.self_attention.cached_self_attention(
-                x,
-                (cache["self_keys"], cache["self_values"]),
-                cache_index,
-                window=self.attention_window,
-            )
-            new_cache["self_keys"], new_cache["self_values"] = keys, values
-            return output, lambda: scores
-
-        outputs = self._cached_forward(
-            decoder_step, cached_self_attend, cache, encoder_padding_mask
+        """Deprecated (removed in 0.4): `call(decoder_step,
+        encoder_padding_mask=..., cache=cache, cache_update_index=cache_index)`."""
+        warn_deprecated("DecoderBlock.call_cached", "call(cache=...)")
+        return self.call(
+            decoder_step,
+            encoder_padding_mask=encoder_padding_mask,
+            cache=cache,
+            cache_update_index=cache_index,
         )
-        return outputs, new_cache
 
     def call_beam_step(
         self,
@@ -272,89 +252,32 @@ class DecoderBlock(TransformerBlockBase):
         encoder_padding_mask: Any | None = None,
         append: bool = False,
     ) -> tuple[Any, dict[str, Any]]:
-        """Runs the block on one position of `beam` hypotheses per sequence.
-
-        The hypotheses of a sequence share its encoder-decoder keys and
-        values (computed once, never repeated per hypothesis) and a
-        self-attention cache with one slot per hypothesis and position,
-        which is never reordered: `beam_mask` says which slots make up each
-        hypothesis' history (see
-        `MultiHeadAttention.cached_beam_self_attention`). Inference only.
-
-        Args:
-            hypotheses: `(batch, beam, d_model)`, the inputs at position
-                `cache_index` of every hypothesis.
-            cache: from `init_cache(..., beam_size=beam)` or the previous step.
-            cache_index: integer scalar (may be a tensor): the position.
-            beam_mask: boolean `(batch, beam, cached_length * beam)`.
-            encoder_padding_mask: boolean `(batch, source_length)`.
-            append: grow the cache by this position instead of writing it at
-                `cache_index` (a cache holding exactly the earlier positions;
-                graph mode only, as shapes change).
-
-        Returns:
-            `(outputs, cache)`: `(batch, beam, d_model)` and the new cache.
-
-        Reference: Vaswani et al. (2017), §3.1 and §6.1.
-        """
-        new_cache = dict(cache)
-
-        def beam_self_attend(x: Any) -> tuple[Any, Callable[[], Any]]:
-            attention = self.self_attention
-            output, scores, (keys, values) = attention.cached_beam_self_attention(
-                x,
-                (cache["self_keys"], cache["self_values"]),
-                cache_index,
-                beam_mask,
-                window=self.attention_window,
-                append=append,
-            )
-            new_cache["self_keys"], new_cache["self_values"] = keys, values
-            return output, lambda: scores
-
-        outputs = self._cached_forward(
-            hypotheses, beam_self_attend, cache, encoder_padding_mask
+        """Deprecated (removed in 0.4): `call(hypotheses, encoder_padding_mask=...,
+        self_attention_mask=beam_mask, use_causal_mask=False, cache=cache,
+        cache_update_index=cache_index, append_to_cache=append, beam_size=beam)`."""
+        warn_deprecated("DecoderBlock.call_beam_step", "call(cache=...)")
+        return self.call(
+            hypotheses,
+            encoder_padding_mask=encoder_padding_mask,
+            self_attention_mask=beam_mask,
+            use_causal_mask=False,
+            cache=cache,
+            cache_update_index=cache_index,
+            append_to_cache=append,
+            beam_size=hypotheses.shape[1],
         )
-        return outputs, new_cache
-
-    def _cached_forward(
-        self,
-        decoder_step: Any,
-        self_attend: Callable[[Any], tuple[Any, Callable[[], Any]]],
-        cache: dict[str, Any],
-        encoder_padding_mask: Any | None,
-    ) -> Any:
-        """`_forward` at inference over the cached encoder-decoder keys/values."""
-        cross_mask = None
-        if encoder_padding_mask is not None:
-            masking.check_padding_mask("encoder_padding_mask", encoder_padding_mask)
-            # (batch, 1, source_length): the same for every query.
-            cross_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), -2)
-        outputs, _, _ = self._forward(
-            ops.cast(decoder_step, self.compute_dtype),
-            self_attend,
-            cross_keys_values=(cache["cross_keys"], cache["cross_values"]),
-            cross_mask=_per_head(cross_mask),
-            training=False,
-        )
-        return outputs
 
     # ----------------------------------------------------------- Keras glue
     def compute_output_spec(
         self,
         decoder_sequence: Any,
-        encoder_sequence: Any,
-        decoder_padding_mask: Any | None = None,
-        encoder_padding_mask: Any | None = None,
-        self_attention_mask: Any | None = None,
-        use_causal_mask: bool = True,
-        return_attention_scores: bool = False,
-        training: bool | None = None,
-        decoder_sequence_mask: Any | None = None,
-        encoder_sequence_mask: Any | None = None,
+        encoder_sequence: Any | None = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> Any:
+        """Shapes of `call`'s results (the call arguments as keywords)."""
         output = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
+        if not kwargs.get("return_attention_scores"):
             return output
         batch, target_length = decoder_sequence.shape[0], decoder_sequence.shape[1]
         source_length = encoder_sequence.shape[1]
@@ -365,8 +288,3 @@ class DecoderBlock(TransformerBlockBase):
             (batch, self.num_heads, target_length, source_length), dtype="float32"
         )
         return output, self_scores, cross_scores
-
-
-def _per_head(mask: Any | None) -> Any | None:
-    """(batch, query, key) -> (batch, 1, query, key): one mask for all heads."""
-    return None if mask is None else ops.expand_dims(mask, -3)

@@ -91,47 +91,26 @@ class EncoderBlock(TransformerBlockBase):
     ) -> Any:
         if padding_mask is None:
             padding_mask = mask
-        scores = []
-
         # Self-attention block.
-        def self_attend(x: Any) -> Any:
-            output, scores_fn = self._self_attend(
-                x, padding_mask, attention_mask, use_causal_mask, training
-            )
-            scores.append(scores_fn)
-            return output
-
-        outputs = self._sublayer(
+        outputs, (scores, _) = self._attention_sublayer(
             inputs,
-            self_attend,
+            lambda x: self._self_attend(
+                x, padding_mask, attention_mask, use_causal_mask, training
+            ),
             self.self_attention_norm,
             self.self_attention_dropout,
             training,
         )
         # Feed-forward block.
-        outputs = self._sublayer(
-            outputs,
-            lambda x: self.feed_forward(x, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            training,
-        )
+        outputs = self._feed_forward_block(outputs, training)
         if return_attention_scores:
-            return outputs, scores[0]()
+            return outputs, scores()
         return outputs
 
-    def compute_output_spec(
-        self,
-        inputs: Any,
-        padding_mask: Any | None = None,
-        attention_mask: Any | None = None,
-        use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
-        training: bool | None = None,
-        mask: Any | None = None,
-    ) -> Any:
+    def compute_output_spec(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Shapes of `call`'s results (the call arguments as keywords)."""
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
+        if not kwargs.get("return_attention_scores"):
             return output
         batch, length = inputs.shape[0], inputs.shape[1]
         scores = keras.KerasTensor(

@@ -30,7 +30,7 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_positive_int, warn_deprecated
 
 __all__ = [
     "LocalBlockAttention",
@@ -168,9 +168,6 @@ class _BlockedSelfAttention(MultiHeadAttention):
             weights `(batch, heads, n_blocks, block, W)`; see
             `local_to_dense_scores`.
         """
-        for name, padding in (("query_mask", query_mask), ("key_mask", key_mask)):
-            if padding is not None:
-                masking.check_padding_mask(name, padding)
         block, left, right = self._window_geometry(use_causal_mask)
         length = query_heads.shape[2]
         if length is None:
@@ -186,11 +183,44 @@ class _BlockedSelfAttention(MultiHeadAttention):
         )
         # (batch, heads, n_blocks, W, value_dim)
         value_windows = _gather_windows(values, block, left, right, pad_end)
+        mask = self._local_mask(
+            length, use_causal_mask, query_mask, key_mask, attention_mask
+        )
 
+        # (batch, heads, n_blocks, block, W), accumulated in float32; the
+        # queries carry the 1 / sqrt(d_k) of Eq. 1 (see `project_query`).
+        logits = ops.matmul(query_blocks, ops.swapaxes(key_windows, -1, -2))
+        weights = masking.masked_softmax(logits, mask)
+        if self.dropout > 0.0 and training:
+            weights = keras.random.dropout(
+                weights, self.dropout, seed=self.seed_generator
+            )
+        # (batch, heads, n_blocks, block, value_dim)
+        heads_output = ops.matmul(ops.cast(weights, compute_dtype), value_windows)
+        batch = ops.shape(heads_output)[0]
+        # (batch, heads, n_blocks * block, value_dim) -> (batch, heads, n, value_dim)
+        heads_output = ops.reshape(
+            heads_output, (batch, self.num_heads, -1, self.value_dim)
+        )[:, :, :length]
+        return self.combine_heads(heads_output), weights
+
+    def _local_mask(
+        self,
+        length: Any,
+        causal: bool,
+        query_mask: Any | None,
+        key_mask: Any | None,
+        attention_mask: Any | None,
+    ) -> Any:
+        """The blocked mask, `(batch or 1, 1, n_blocks, block, W)`: the static
+        band, the keys outside `[0, n)`, padding and a dense `attention_mask`."""
+        for name, padding in (("query_mask", query_mask), ("key_mask", key_mask)):
+            if padding is not None:
+                masking.check_padding_mask(name, padding)
+        block, left, right = self._window_geometry(causal)
+        pad_end = (-length) % block
         # The static band; (1, 1, 1, block, W).
-        mask = ops.convert_to_tensor(self._relative_mask(use_causal_mask))[
-            None, None, None
-        ]
+        mask = ops.convert_to_tensor(self._relative_mask(causal))[None, None, None]
         # Keys outside [0, n) and padded keys: (batch or 1, 1, n_blocks, 1, W).
         if key_mask is None:
             key_mask = ops.ones((1, length), "bool")
@@ -211,23 +241,7 @@ class _BlockedSelfAttention(MultiHeadAttention):
                 mask,
                 _blocked_dense_mask(attention_mask, block, left, right, length),
             )
-
-        # (batch, heads, n_blocks, block, W), accumulated in float32; the
-        # queries carry the 1 / sqrt(d_k) of Eq. 1 (see `project_query`).
-        logits = ops.matmul(query_blocks, ops.swapaxes(key_windows, -1, -2))
-        weights = masking.masked_softmax(logits, mask)
-        if self.dropout > 0.0 and training:
-            weights = keras.random.dropout(
-                weights, self.dropout, seed=self.seed_generator
-            )
-        # (batch, heads, n_blocks, block, value_dim)
-        heads_output = ops.matmul(ops.cast(weights, compute_dtype), value_windows)
-        batch = ops.shape(heads_output)[0]
-        # (batch, heads, n_blocks * block, value_dim) -> (batch, heads, n, value_dim)
-        heads_output = ops.reshape(
-            heads_output, (batch, self.num_heads, -1, self.value_dim)
-        )[:, :, :length]
-        return self.combine_heads(heads_output), weights
+        return mask
 
     def local_to_dense_scores(self, scores: Any, length: int, causal: bool) -> Any:
         """Scatters blocked local weights into a dense `(batch, heads, n, n)`.
@@ -278,9 +292,13 @@ class _BlockedSelfAttention(MultiHeadAttention):
         key_mask: Any | None = None,
         padding_mask: Any | None = None,
         mask: Any | None = None,
+        cache: tuple[Any, Any] | None = None,
+        cache_update_index: Any | None = None,
+        append_to_cache: bool = False,
+        beam_size: int = 1,
     ) -> Any:
-        value = query if value is None else value
-        self._check_self_attention(query, value, key)
+        if cache is None:
+            self._check_self_attention(query, value, key)
         if query_mask is None:
             query_mask = mask
         if key_mask is None:
@@ -288,21 +306,34 @@ class _BlockedSelfAttention(MultiHeadAttention):
         if padding_mask is not None:
             masking.check_padding_mask("padding_mask", padding_mask)
             query_mask = _and_masks(query_mask, padding_mask)
-            key_mask = _and_masks(key_mask, padding_mask)
-        keys, values = self.project_key_value(value, key)
-        output, scores = self.attend_local(
-            self.project_query(query),
-            keys,
-            values,
+            if cache is None:  # a cache's rows are not the query's positions
+                key_mask = _and_masks(key_mask, padding_mask)
+        return super().call(
+            query,
+            value,
+            key,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
             query_mask=query_mask,
             key_mask=key_mask,
-            use_causal_mask=use_causal_mask,
-            attention_mask=attention_mask,
-            training=training,
+            cache=cache,
+            cache_update_index=cache_update_index,
+            append_to_cache=append_to_cache,
+            beam_size=beam_size,
         )
-        if return_attention_scores:
-            return output, scores
-        return output
+
+    def _attend_projected(
+        self,
+        queries: Any,
+        keys: Any,
+        values: Any,
+        masks: dict[str, Any],
+        training: bool | None,
+    ) -> tuple[Any, Any]:
+        """The blocked Eq. 1 (`attend_local`) in place of the dense one."""
+        return self.attend_local(queries, keys, values, **masks, training=training)
 
     def _check_self_attention(self, query: Any, value: Any, key: Any | None) -> None:
         for name, tensor in (("value", value), ("key", key)):
@@ -325,16 +356,13 @@ class _BlockedSelfAttention(MultiHeadAttention):
         query: Any,
         value: Any | None = None,
         key: Any | None = None,
-        attention_mask: Any | None = None,
-        use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
-        training: bool | None = None,
-        query_mask: Any | None = None,
-        value_mask: Any | None = None,
-        key_mask: Any | None = None,
-        padding_mask: Any | None = None,
-        mask: Any | None = None,
+        **kwargs: Any,
     ) -> Any:
+        """Shapes of `call`'s results: the scores in the blocked layout."""
+        if kwargs.get("cache") is not None:
+            return super().compute_output_spec(query, value, key, **kwargs)
+        use_causal_mask = kwargs.get("use_causal_mask", False)
+        return_attention_scores = kwargs.get("return_attention_scores", False)
         output = keras.KerasTensor(
             self.compute_output_shape(query.shape), dtype=self.compute_dtype
         )
@@ -452,8 +480,15 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
         return np.abs(distance) <= self.window
 
     # -------------------------------------------------- cached decoding
+    @property
+    def cache_window(self) -> int | None:
+        """With a cache, a query attends to the last `window + 1` positions."""
+        return self.window
+
     def init_cache(self, batch_size: int) -> dict[str, Any]:
-        """An empty sliding-window cache for `call_cached`.
+        """Deprecated (removed in 0.4): an empty sliding-window cache for
+        `call_cached`. Use `empty_cache` and `call(..., cache=...)`, the one
+        cache layout of every attention layer.
 
         Args:
             batch_size: the batch size of the decoding.
@@ -464,6 +499,7 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
             and values of the last `window` positions (zeros at first) and
             whether each slot holds a real position (all `False` at first).
         """
+        warn_deprecated("RestrictedMultiHeadAttention.init_cache", "empty_cache")
         if not self.built:
             raise ValueError(
                 "RestrictedMultiHeadAttention.init_cache needs a built layer: "
@@ -482,7 +518,8 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
         cache: dict[str, Any],
         padding_mask: Any | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Causal restricted attention for the next `s` positions (inference).
+        """Deprecated (removed in 0.4; use `call(..., cache=...)`): causal
+        restricted attention for the next `s` positions (inference).
 
         The cache holds the projected keys and values of the last `window`
         positions, oldest first (a shift register with static shapes, so the
@@ -502,6 +539,7 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
         Returns:
             `(output, cache)`: `(batch, s, output_dim)` and the updated cache.
         """
+        warn_deprecated("RestrictedMultiHeadAttention.call_cached", "call(cache=...)")
         step_length = query_step.shape[1]
         if step_length is None:
             raise ValueError(
@@ -585,7 +623,8 @@ class LocalBlockAttention(_BlockedSelfAttention):
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 10, 8), (2, 2, 3, 4, 12))
 
-    Sampling one position at a time: `init_cache` and `call_cached`.
+    Sampling one position at a time: `call(x_p, cache=layer.empty_cache(batch,
+    n), cache_update_index=p)` (or `init_cache` and `call_cached`).
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 1D
     attention); Vaswani et al. (2017), §4 and Table 1.
@@ -624,7 +663,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
 
         Returns:
             `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
-            n, value_dim)}`, zeros.
+            n, value_dim)}`, zeros (`empty_cache`'s layout).
         """
         check_positive_int("length", length)
         keys, values = self.empty_cache(batch_size, length)
@@ -633,45 +672,69 @@ class LocalBlockAttention(_BlockedSelfAttention):
     def call_cached(
         self, position_inputs: Any, cache: dict[str, Any], index: Any
     ) -> tuple[Any, dict[str, Any]]:
+        """`call(position_inputs, cache=..., cache_update_index=index)` on a
+        `{"keys", "values"}` cache from `init_cache`: `(output, cache)`."""
+        output, (keys, values) = self.call(
+            position_inputs,
+            cache=(cache["keys"], cache["values"]),
+            cache_update_index=index,
+            use_causal_mask=True,
+        )
+        return output, {"keys": keys, "values": values}
+
+    def _attend_cache(
+        self,
+        query: Any,
+        value: Any | None,
+        key: Any | None,
+        masks: dict[str, Any],
+        cache: tuple[Any, Any],
+        cache_update_index: Any | None,
+        append_to_cache: bool,
+        beam_size: int,
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
         """The causal output of one position, from the cached earlier positions.
 
-        The keys and values of position `index` are written into the cache;
-        its query attends to the `l_m + l_q` cached slots of its memory
-        window, `[s - l_m, s + l_q)` with `s = l_q floor(index / l_q)`,
-        masked to the positions `<= index` that exist, at a cost of
+        The keys and values of position `cache_update_index` are written into
+        the cache; its query attends to the `l_m + l_q` cached slots of its
+        memory window, `[s - l_m, s + l_q)` with `s = l_q floor(index /
+        l_q)`, masked to the positions `<= index` that exist, at a cost of
         `O(l_m + l_q)`, not `O(n)`. Feeding positions `0, 1, ..., n - 1`
         reproduces `layer(x, use_causal_mask=True)` at every position.
-
-        Args:
-            position_inputs: `(batch, 1, features)`, the input of position
-                `index`.
-            cache: from `init_cache` or the previous call.
-            index: the position, a Python or scalar tensor integer (may vary
-                inside a compiled loop).
-
-        Returns:
-            `(output, cache)`: `(batch, 1, output_dim)` and the updated cache.
         """
-        length = cache["keys"].shape[2]
+        one_position = query.shape[1] == 1 and cache_update_index is not None
+        extra = [value, key, *(masks[name] for name in ("query_mask", "key_mask"))]
+        if (
+            not one_position
+            or append_to_cache
+            or beam_size != 1
+            or any(item is not None for item in [*extra, masks["attention_mask"]])
+        ):
+            raise ValueError(
+                "LocalBlockAttention with a cache samples one position at a time: "
+                "pass query (batch, 1, features), cache and cache_update_index only."
+                f" Received: query.shape={tuple(query.shape)}, "
+                f"cache_update_index={cache_update_index!r}"
+            )
+        keys, values = cache
+        length = keys.shape[2]
         width = self.memory_length + self.query_block_length
-        queries, keys, values = self.project_self_attention(position_inputs)
-        index = ops.cast(index, "int32")
-        cache = {
-            "keys": ops.slice_update(cache["keys"], (0, 0, index, 0), keys),
-            "values": ops.slice_update(cache["values"], (0, 0, index, 0), values),
-        }
+        queries, step_keys, step_values = self.project_self_attention(query)
+        index = ops.cast(cache_update_index, "int32")
+        keys = ops.slice_update(keys, (0, 0, index, 0), step_keys)
+        values = ops.slice_update(values, (0, 0, index, 0), step_values)
         # (W,): the positions of the memory window of the query's block.
         start = index // self.query_block_length * self.query_block_length
         positions = start - self.memory_length + ops.arange(width, dtype="int32")
         allowed = ops.logical_and(positions >= 0, positions <= index)
         slots = ops.clip(positions, 0, length - 1)
         # (batch, heads, W, dim)
-        memory_keys = ops.take(cache["keys"], slots, axis=2)
-        memory_values = ops.take(cache["values"], slots, axis=2)
-        output, _ = self.attend(
+        memory_keys = ops.take(keys, slots, axis=2)
+        memory_values = ops.take(values, slots, axis=2)
+        output, scores = self.attend(
             queries, memory_keys, memory_values, allowed[None, None, None], False
         )
-        return output, cache
+        return output, scores, (keys, values)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -37,15 +37,43 @@ def causal_mask(
     `window` r (restricted self-attention, §4) only the keys at positions
     `query_offset + i - r .. query_offset + i` remain.
     """
-    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-        query_offset, "int32"
-    )
-    key_positions = ops.arange(key_length, dtype="int32")
-    # (query_length, key_length): how far back each key lies.
+    return cached_positions_mask(query_length, key_length, query_offset, window=window)
+
+
+def cached_positions_mask(
+    query_length: Any,
+    cache_length: Any,
+    index: Any,
+    beam_size: int = 1,
+    causal: bool = True,
+    window: int | None = None,
+) -> Any:
+    """Boolean `(query_length, cache_length)` mask over the rows of a cache.
+
+    In the cache layout of `MultiHeadAttention.empty_cache`, row `r` holds
+    position `r // beam_size` (slot `r % beam_size`), and the query `i` of a
+    call that writes at position `index` sits at position `index + i //
+    beam_size`: with one hypothesis, `i` consecutive positions; with a beam,
+    the hypotheses of position `index`. A query may attend to the rows of
+    the positions up to its own when `causal` (§3.2.3), and, with a `window`
+    r, to none more than r positions back (§4). Which slot of a position
+    belongs to which hypothesis is the caller's mask (see
+    `TransformerStack.decode_beam_step`).
+    """
+    query_positions = ops.arange(query_length, dtype="int32")
+    key_positions = ops.arange(cache_length, dtype="int32")
+    if beam_size != 1:
+        query_positions = ops.floor_divide(query_positions, beam_size)
+        key_positions = ops.floor_divide(key_positions, beam_size)
+    query_positions = query_positions + ops.cast(index, "int32")
+    # (query_length, cache_length): how far back each key lies.
     distance = ops.expand_dims(query_positions, 1) - ops.expand_dims(key_positions, 0)
-    mask = ops.greater_equal(distance, 0)
+    mask = ops.greater_equal(distance, 0) if causal else None
     if window is not None:
-        mask = ops.logical_and(mask, ops.less_equal(distance, window))
+        within = ops.less_equal(distance, window)
+        mask = within if mask is None else ops.logical_and(mask, within)
+    if mask is None:
+        return ops.ones_like(distance, dtype="bool")
     return mask
 
 

@@ -3,12 +3,12 @@
 `TransformerStack` holds the named layers of the model and runs them: the
 encoder stack (`encode`), the decoder stack with the tied pre-softmax
 projection (`decode`), and the decoder one position at a time with key/value
-caches (`init_cache`, `decode_step`). Every other piece of the package runs
-the model through these methods: `build_transformer` wires them into a
+caches (`init_cache`, `decode_beam_step`). Every other piece of the package
+runs the model through these methods: `build_transformer` wires them into a
 functional model `(source_ids, target_ids) -> logits`; `encoder_model` and
 `decoder_model` rebuild the two halves from the same layers (so they share
-the weights); `IncrementalDecoder` decodes step by step;
-`keras_transformer.decoding` searches with it and `keras_transformer.visualize`
+the weights); `keras_transformer.decoding` searches with it (greedy decoding
+and sampling with one hypothesis) and `keras_transformer.visualize`
 asks it for the attention weights. Token id 0 is padding.
 
 Written with `keras` and `keras.ops` only: no TensorFlow import.
@@ -33,6 +33,7 @@ from keras_transformer.layers import (
     SinusoidalPositionEncoding,
 )
 from keras_transformer.models.config import TransformerConfig
+from keras_transformer.validation import warn_deprecated
 
 #: Former name of `keras_transformer.conventions.PAD_ID`, kept importable.
 PADDING_ID = PAD_ID
@@ -59,8 +60,9 @@ class TransformerStack:
       final LayerNorm of a pre-LN model);
     - `decode`: the same for the decoder, then the pre-softmax projection
       tied to the target embedding (§3.4);
-    - `init_cache` and `decode_step`: the decoder one position (or a few)
-      at a time with fixed-size key/value caches, for inference.
+    - `init_cache` and `decode_beam_step`: the decoder one position at a
+      time, for one or several hypotheses per example, with key/value
+      caches (every block's one `call` with a cache), for inference.
 
     Example:
     >>> import numpy as np, keras_transformer as kt
@@ -338,36 +340,19 @@ class TransformerStack:
         index: Any,
         source_padding_mask: Any,
     ) -> tuple[Any, DecoderCaches]:
-        """`decode` for the positions `index .. index + step_length - 1` only.
+        """Deprecated (removed in 0.4): use `decode_beam_step` (with one
+        hypothesis, `beam_size=1` caches and its history mask).
 
-        The keys and values of earlier positions come from `caches`; this
-        step's are written into them at `index` (static shapes, so a loop
-        around it compiles with XLA). Inference only (no dropout).
-
-        Args:
-            target_ids: int `(batch, step_length)`: the decoder inputs at
-                those positions (usually one token: the previous output).
-            caches: from `init_cache` or the previous step.
-            index: position of the first of `target_ids` (int or scalar
-                tensor).
-            source_padding_mask: boolean `(batch, source_length)`.
-
-        Returns:
-            `(logits, caches)`: float32 `(batch, step_length, vocabulary)`,
-            equal to those rows of `decode` on the whole prefix, and the
-            updated caches.
-
-        Reference: Vaswani et al. (2017), §3 ("auto-regressive").
+        `decode` for the positions `index .. index + step_length - 1` of
+        `target_ids` `(batch, step_length)`, over `caches` from `init_cache`
+        (their keys and values written at `index`): `(logits, caches)`.
         """
+        warn_deprecated("TransformerStack.decode_step", "decode_beam_step")
         hidden = self.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
         hidden = self.target_position(hidden, start_index=index)
-        new_caches = []
-        for block, cache in zip(self.decoder_blocks, caches, strict=True):
-            hidden, cache = block.call_cached(
-                hidden, cache, index, encoder_padding_mask=source_padding_mask
-            )
-            new_caches.append(cache)
-        return self._logits(hidden), new_caches
+        return self._decode_cached(
+            hidden, caches, index, source_padding_mask, use_causal_mask=True
+        )
 
     def decode_beam_step(
         self,
@@ -385,12 +370,12 @@ class TransformerStack:
         caches with one slot per hypothesis and position: hypothesis `k`
         writes slot `k` of position `index`, and `beam_mask` names the slots
         of its history, so a search that reorders hypotheses after a step
-        (§6.1) moves a mask rather than the caches. For `beam = 1` this is
-        `decode_step` with one token.
+        (§6.1) moves a mask rather than the caches. With `beam = 1` this is
+        greedy decoding (or sampling) one token at a time.
 
         Args:
             token_ids: int `(batch, beam)`: each hypothesis' previous output
-                (the start token at index 0).
+                (the start token at index 0); `beam` must be static.
             caches: from `init_cache(..., beam_size=beam)` or the previous
                 step.
             index: the position (int or scalar tensor).
@@ -411,22 +396,48 @@ class TransformerStack:
         Reference: Vaswani et al. (2017), §3 and §6.1.
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
-        batch, beam = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
+        beam = token_ids.shape[1]
+        if beam is None:
+            raise ValueError(
+                "decode_beam_step needs a static number of hypotheses. Received: "
+                f"token_ids.shape={tuple(token_ids.shape)}"
+            )
+        batch = ops.shape(token_ids)[0]
         # Every hypothesis sits at the same position: embed them as `batch *
         # beam` sequences of one token. (batch * beam, 1, d_model)
         hidden = self.target_embedding(ops.reshape(token_ids, (-1, 1)))
         hidden = self.target_position(hidden, start_index=index)
         # (batch, beam, d_model)
         hidden = ops.reshape(hidden, (batch, beam, hidden.shape[-1]))
+        return self._decode_cached(
+            hidden,
+            caches,
+            index,
+            source_padding_mask,
+            self_attention_mask=beam_mask,
+            use_causal_mask=False,  # the history mask is causal
+            append_to_cache=append,
+            beam_size=beam,
+        )
+
+    def _decode_cached(
+        self,
+        hidden: Any,
+        caches: DecoderCaches,
+        index: Any,
+        source_padding_mask: Any,
+        **step: Any,
+    ) -> tuple[Any, DecoderCaches]:
+        """The decoder blocks over their caches (`DecoderBlock.call` with a
+        cache and `step`'s masks), then the logits: `(logits, caches)`."""
         new_caches = []
         for block, cache in zip(self.decoder_blocks, caches, strict=True):
-            hidden, cache = block.call_beam_step(
+            hidden, cache = block.call(
                 hidden,
-                cache,
-                index,
-                beam_mask,
                 encoder_padding_mask=source_padding_mask,
-                append=append,
+                cache=cache,
+                cache_update_index=index,
+                **step,
             )
             new_caches.append(cache)
         return self._logits(hidden), new_caches
@@ -505,7 +516,10 @@ def decoder_model(model: keras.Model) -> keras.Model:
 
 
 class IncrementalDecoder:
-    """Step-by-step decoding of a `build_transformer` model with KV caches.
+    """Deprecated (removed in 0.4): use `TransformerStack.init_cache` and
+    `decode_beam_step` (one hypothesis per example for greedy decoding).
+
+    Step-by-step decoding of a `build_transformer` model with KV caches.
 
     The encoder runs once (`start`); each `step` feeds the newest target
     token(s), reusing the keys and values of earlier positions from
@@ -513,7 +527,7 @@ class IncrementalDecoder:
     of re-running the decoder on the whole prefix. All shapes are static for
     a given `max_length`, so a decoding loop around `step` compiles with XLA.
     A thin wrapper that keeps the source padding mask and the caches of
-    `TransformerStack.init_cache` / `decode_step` in one state dict.
+    `TransformerStack.init_cache` and its cached step in one state dict.
 
     Args:
         model: a model from `build_transformer` (or loaded from its file).
@@ -531,6 +545,9 @@ class IncrementalDecoder:
     """
 
     def __init__(self, model: keras.Model) -> None:
+        warn_deprecated(
+            "IncrementalDecoder", "TransformerStack.init_cache and decode_beam_step"
+        )
         self.model = model
         self.stack = TransformerStack.of(model)
         self.max_supported_length = self.stack.max_target_length

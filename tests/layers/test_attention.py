@@ -206,13 +206,79 @@ def test_cached_self_attention_equals_causal_attention():
     assert tuple(cache[0].shape) == (2, 2, 9, 4)
     outputs = []
     for index in range(6):
-        output, scores, cache = attention.cached_self_attention(
-            x[:, index : index + 1], cache, index
+        output, scores, cache = attention(
+            x[:, index : index + 1],
+            cache=cache,
+            cache_update_index=index,
+            use_causal_mask=True,
+            return_attention_scores=True,
         )
         outputs.append(ops.convert_to_numpy(output))
         # Unused cache slots get no weight.
         np.testing.assert_array_equal(ops.convert_to_numpy(scores)[..., index + 1 :], 0)
     np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
+    # The deprecated name is the same call.
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        output, _, _ = attention.cached_self_attention(
+            x[:, :1], attention.empty_cache(2, 9), 0
+        )
+    np.testing.assert_allclose(ops.convert_to_numpy(output), full[:, :1], atol=1e-5)
+
+
+def test_appended_cache_equals_the_fixed_size_cache():
+    """`append_to_cache` grows the cache by the step: same outputs, and a
+    cache that holds exactly the positions seen so far."""
+    rng = np.random.default_rng(6)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    full = ops.convert_to_numpy(attention(x, x, use_causal_mask=True))
+    cache = attention.empty_cache(2, max_length=0)
+    for index in range(5):
+        output, cache = attention(
+            x[:, index : index + 1],
+            cache=cache,
+            cache_update_index=index,
+            append_to_cache=True,
+            use_causal_mask=True,
+        )
+        assert tuple(cache[1].shape) == (2, 2, index + 1, 4)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(output)[:, 0], full[:, index], atol=1e-5
+        )
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_beam_layout_keeps_each_hypothesis_history(append):
+    """Slot j of position t is row t * beam + j: hypotheses that follow their
+    own slots see exactly their own sequence."""
+    rng = np.random.default_rng(8)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    beam, steps = 3, 4
+    # (batch * beam, steps, 8): one sequence per hypothesis.
+    x = rng.normal(size=(2, beam, steps, 8)).astype("float32")
+    flat = x.reshape(2 * beam, steps, 8)
+    full = ops.convert_to_numpy(attention(flat, flat, use_causal_mask=True))
+    full = full.reshape(2, beam, steps, -1)
+    cache = attention.empty_cache(2, 0 if append else steps, beam_size=beam)
+    for index in range(steps):
+        rows = (index + 1 if append else steps) * beam
+        # Hypothesis k: slot k of every position up to `index`.
+        history = (np.arange(rows) % beam == np.arange(beam)[:, None]) & (
+            np.arange(rows) // beam <= index
+        )
+        output, scores, cache = attention(
+            x[:, :, index],
+            cache=cache,
+            cache_update_index=index,
+            attention_mask=np.broadcast_to(history, (2, beam, rows)),
+            beam_size=beam,
+            append_to_cache=append,
+            return_attention_scores=True,
+        )
+        assert tuple(scores.shape) == (2, 2, beam, rows)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(output), full[:, :, index], atol=1e-5
+        )
 
 
 def test_cross_attention_keys_and_values_are_computed_once():
@@ -220,16 +286,41 @@ def test_cross_attention_keys_and_values_are_computed_once():
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     query = rng.normal(size=(2, 3, 8)).astype("float32")
     memory = rng.normal(size=(2, 5, 8)).astype("float32")
-    full = ops.convert_to_numpy(attention(query, memory))
-    keys, values = attention.project_key_value(memory)
-    assert tuple(keys.shape) == (2, 2, 5, 4)
+    padding = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    full = ops.convert_to_numpy(attention(query, memory, value_mask=padding))
+    cache = attention.project_key_value(memory)
+    assert tuple(cache[0].shape) == (2, 2, 5, 4)
     for index in range(3):
-        step, _ = attention.attend(
-            attention.project_query(query[:, index : index + 1]), keys, values
+        # No `cache_update_index`: the cache is read, never written.
+        step, unchanged = attention(
+            query[:, index : index + 1], cache=cache, key_mask=padding
         )
+        assert unchanged[0] is cache[0]
         np.testing.assert_allclose(
             ops.convert_to_numpy(step), full[:, index : index + 1], atol=1e-5
         )
+
+
+def test_self_attention_without_value_equals_value_equal_to_query():
+    """`value=None` projects the query once for Q, K and V (one product)."""
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.random.default_rng(9).normal(size=(2, 5, 8)).astype("float32")
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(attention(x, use_causal_mask=True)),
+        ops.convert_to_numpy(attention(x, x, use_causal_mask=True)),
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"cache_update_index": 0}, {"append_to_cache": True}, {"beam_size": 2}],
+)
+def test_cache_arguments_need_a_cache(arguments):
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.ones((1, 2, 8), "float32")
+    with pytest.raises(ValueError, match="need a cache"):
+        attention(x, x, **arguments)
 
 
 def test_single_key_takes_all_weight_unless_masked():

@@ -146,16 +146,35 @@ def test_cached_decoding_equals_full_pass(norm_first):
     assert tuple(cache["self_keys"].shape) == (2, 2, 8, 4)
     steps = []
     for index in range(6):
-        output, cache = block.call_cached(
-            y[:, index : index + 1], cache, index, encoder_padding_mask=source_mask
+        output, cache = block(
+            y[:, index : index + 1],
+            encoder_padding_mask=source_mask,
+            cache=cache,
+            cache_update_index=index,
         )
         steps.append(ops.convert_to_numpy(output))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
     # Two tokens at once, starting at position 2, after a fresh prefix.
     cache = block.init_cache(x, max_length=8)
-    _, cache = block.call_cached(y[:, :2], cache, 0, encoder_padding_mask=source_mask)
-    two, _ = block.call_cached(y[:, 2:4], cache, 2, encoder_padding_mask=source_mask)
+    _, cache = block(
+        y[:, :2], encoder_padding_mask=source_mask, cache=cache, cache_update_index=0
+    )
+    two, _ = block(
+        y[:, 2:4], encoder_padding_mask=source_mask, cache=cache, cache_update_index=2
+    )
     np.testing.assert_allclose(ops.convert_to_numpy(two), full[:, 2:4], atol=1e-5)
+    # The deprecated name is the same call.
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        two, _ = block.call_cached(
+            y[:, 2:4], cache, 2, encoder_padding_mask=source_mask
+        )
+    np.testing.assert_allclose(ops.convert_to_numpy(two), full[:, 2:4], atol=1e-5)
+
+
+def test_decoder_block_without_encoder_output_or_cache_is_refused():
+    block = DecoderBlock(**BLOCK_ARGS)
+    with pytest.raises(ValueError, match="needs the encoder output"):
+        block.call(np.zeros((1, 2, 8), "float32"))
 
 
 def test_blocks_return_attention_maps():
@@ -256,7 +275,9 @@ def test_windowed_decoder_block_caches_like_its_full_pass():
     cache = block.init_cache(x, max_length=7)
     steps = []
     for index in range(7):
-        output, cache = block.call_cached(y[:, index : index + 1], cache, index)
+        output, cache = block(
+            y[:, index : index + 1], cache=cache, cache_update_index=index
+        )
         steps.append(ops.convert_to_numpy(output))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
     # A token more than 2 positions back no longer matters.

@@ -298,6 +298,33 @@ def test_sliding_window_cache_equals_full_causal(step: int) -> None:
         assert tuple(cache["values"].shape) == (BATCH, HEADS, window, KEY_DIM)
 
 
+@pytest.mark.parametrize("append", [False, True])
+def test_restricted_attention_in_the_one_cache_layout_equals_full_causal(
+    append: bool,
+) -> None:
+    """`call(..., cache=...)` over `empty_cache`: the window bounds how far
+    back a cached query looks, as in the full causal layer."""
+    length, window = 9, 2
+    x = _inputs(length)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
+    full = _numpy(layer(x, use_causal_mask=True))
+    cache = layer.empty_cache(BATCH, 0 if append else length)
+    for index in range(length):
+        output, scores, cache = layer(
+            x[:, index : index + 1],
+            cache=cache,
+            cache_update_index=index,
+            append_to_cache=append,
+            use_causal_mask=True,
+            return_attention_scores=True,
+        )
+        _close(_numpy(output)[:, 0], full[:, index])
+        # Nothing more than `window` positions back, nothing ahead.
+        weights = _numpy(scores)[..., 0, :]
+        assert not weights[..., : max(0, index - window)].any()
+        assert not weights[..., index + 1 :].any()
+
+
 def test_init_cache_needs_a_built_layer() -> None:
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=2)
     with pytest.raises(ValueError, match="built"):
@@ -434,8 +461,28 @@ def test_local_block_cached_positions_equal_the_full_causal_layer(
     x = np.random.default_rng(7).normal(size=(2, 15, 8)).astype("float32")
     full = keras.ops.convert_to_numpy(layer(x, use_causal_mask=True))
     cache = layer.init_cache(2, 15)
+    one_layout = layer.empty_cache(2, 15)
     for index in range(15):
         output, cache = layer.call_cached(x[:, index : index + 1], cache, index)
         np.testing.assert_allclose(
             keras.ops.convert_to_numpy(output)[:, 0], full[:, index], atol=1e-5
         )
+        same, one_layout = layer(
+            x[:, index : index + 1],
+            cache=one_layout,
+            cache_update_index=index,
+            use_causal_mask=True,
+        )
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(same), keras.ops.convert_to_numpy(output)
+        )
+
+
+def test_local_block_cache_samples_one_position_at_a_time() -> None:
+    layer = LocalBlockAttention(
+        num_heads=2, key_dim=4, query_block_length=2, memory_length=2
+    )
+    x = np.zeros((1, 4, 8), "float32")
+    layer(x)
+    with pytest.raises(ValueError, match="one position at a time"):
+        layer(x[:, :2], cache=layer.empty_cache(1, 4), cache_update_index=0)

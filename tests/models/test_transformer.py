@@ -39,12 +39,21 @@ VARIANTS = {
 
 
 def decode_step_by_step(model):
-    """Logits of TARGET fed one token at a time through the KV caches."""
-    decoder = IncrementalDecoder(model)
-    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
+    """Logits of TARGET fed one token at a time through the KV caches: one
+    hypothesis per example (`decode_beam_step` with beam 1, as greedy
+    decoding runs it)."""
+    stack = TransformerStack.of(model)
+    source_mask = ops.not_equal(SOURCE, 0)
+    encoded = stack.encode(SOURCE, training=False)
+    (batch, length), positions = TARGET.shape, np.arange(TARGET.shape[1])
+    caches = stack.init_cache(encoded, length, beam_size=1)
     steps = []
-    for index in range(TARGET.shape[1]):
-        logits, state = decoder.step(TARGET[:, index : index + 1], state, index)
+    for index in range(length):
+        # (batch, 1, length): the one hypothesis' own slots up to `index`.
+        history = np.broadcast_to(positions <= index, (batch, 1, length))
+        logits, caches = stack.decode_beam_step(
+            TARGET[:, index : index + 1], caches, index, source_mask, history
+        )
         steps.append(ops.convert_to_numpy(logits))
     return np.concatenate(steps, 1)
 
@@ -174,8 +183,10 @@ def test_mixed_float16_model_with_padding_is_finite():
 
 def test_learned_positions_refuse_too_long_decoding():
     model = build_transformer(VARIANTS["pre_ln_learned_separate"])
+    stack = TransformerStack.of(model)
+    encoded = stack.encode(SOURCE)
     with pytest.raises(ValueError, match="longer than the model supports"):
-        IncrementalDecoder(model).start(SOURCE, max_length=1000)
+        stack.init_cache(encoded, max_length=1000, beam_size=1)
 
 
 @pytest.mark.parametrize(
@@ -209,7 +220,7 @@ def test_unknown_preset_lists_the_known_ones():
 def test_model_from_other_builder_is_refused():
     plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="not built by build_transformer"):
-        IncrementalDecoder(plain)
+        TransformerStack.of(plain)
 
 
 def test_restricted_attention_model_caches_like_its_full_pass(tmp_path):
@@ -274,7 +285,8 @@ def test_stack_attention_scores_and_last_position(variant):
     np.testing.assert_allclose(ops.convert_to_numpy(last), logits[:, -1:], atol=1e-6)
 
 
-def test_stack_decode_step_equals_decode():
+def test_deprecated_decode_step_and_incremental_decoder_equal_decode():
+    """The former cached entry points warn and run the one cached path."""
     model = build_transformer(presets["tiny"])
     stack = TransformerStack.of(model)
     source_mask = ops.not_equal(SOURCE, 0)
@@ -283,11 +295,19 @@ def test_stack_decode_step_equals_decode():
     caches = stack.init_cache(encoded, max_length=TARGET.shape[1])
     assert len(caches) == len(stack.decoder_blocks)
     # Two positions, then the other three, through the same caches.
-    first, caches = stack.decode_step(TARGET[:, :2], caches, 0, source_mask)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        first, caches = stack.decode_step(TARGET[:, :2], caches, 0, source_mask)
     rest, _ = stack.decode_step(TARGET[:, 2:], caches, 2, source_mask)
     stepwise = np.concatenate([ops.convert_to_numpy(x) for x in (first, rest)], 1)
     real = TARGET != 0
     np.testing.assert_allclose(stepwise[real], full[real], atol=1e-4)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        decoder = IncrementalDecoder(model)
+    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
+    logits, _ = decoder.step(TARGET[:, :3], state, 0)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(logits)[real[:, :3]], full[:, :3][real[:, :3]], atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("append", [False, True])
