@@ -24,6 +24,7 @@ accumulation, preemption); this module says what differs:
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -47,6 +48,7 @@ __all__ = [
     "ExampleStatistics",
     "Reviews",
     "ReviewData",
+    "evaluate_run",
 ]
 
 #: The label of the padding rows of an accumulation stack (not counted).
@@ -457,3 +459,32 @@ class ClassificationRecipe(Recipe):
             f"updates: {evaluation.summary()}"
         )
         return evaluation
+
+
+def evaluate_run(
+    workdir: str | Path,
+    weights: str = "last",
+    *,
+    data_dir: str | None = None,
+    max_examples: int | None = None,
+) -> ClassificationEvaluation:
+    """The test accuracy of a classification run's `weights` (``evaluate``).
+
+    Args:
+        workdir: the run folder.
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
+            (see `runs.RunFolder.restore`).
+        data_dir: the folder of the reviews (default: the run's).
+        max_examples: evaluate a seeded sample of this many test reviews.
+    """
+    folder = runs.RunFolder(workdir).check()
+    config = TrainConfig.load(folder.config_file)
+    changes: dict[str, Any] = {}
+    if data_dir is not None:
+        changes["data"] = dataclasses.replace(config.data, data_dir=data_dir)
+    if max_examples is not None:
+        changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
+    config = config.replace(**changes) if changes else config
+    model, tokenizer = folder.load(weights)
+    test = load_reviews(config).test
+    return classification_accuracy(model, test, tokenizer, config)
