@@ -413,23 +413,11 @@ class ClassificationRecipe(Recipe):
     ) -> tf.data.Dataset:
         return review_dataset(data.validation, tokenizer, config)
 
-    def plan(
-        self,
-        config: TrainConfig,
-        strategy: tf.distribute.Strategy,
-        data: ReviewData,
-        tokenizer: SubwordTokenizer,
-        schedule: tuple[int, int],
-    ) -> str:
-        total_steps, per_epoch = schedule
-        return (
-            f"Training {total_steps} updates ({per_epoch} per epoch, "
-            f"{config.classification.batch_size} x "
-            f"{config.train.gradient_accumulation} reviews per update, "
-            f"{strategy.num_replicas_in_sync} replica(s)) on {len(data.train)} "
-            f"{config.classification.task} reviews; vocabulary "
-            f"{tokenizer.vocabulary_size}."
-        )
+    def update_size(self, config: TrainConfig) -> str:
+        return f"{config.classification.batch_size} reviews"
+
+    def training_set(self, config: TrainConfig, data: ReviewData) -> str:
+        return f"{len(data.train)} {config.classification.task} reviews"
 
     def validation(self, run: RunContext) -> BestAccuracy:
         return BestAccuracy(run)

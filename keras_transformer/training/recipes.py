@@ -112,6 +112,14 @@ class Recipe:
     ) -> tf.data.Dataset:
         raise NotImplementedError
 
+    def update_size(self, config: Any) -> str:
+        """What one update holds before accumulation, e.g. ``"4096 tokens"``."""
+        raise NotImplementedError
+
+    def training_set(self, config: Any, data: Any) -> str:
+        """What the run trains on, e.g. ``"300 dates pairs"``."""
+        raise NotImplementedError
+
     def plan(
         self,
         config: Any,
@@ -121,7 +129,15 @@ class Recipe:
         schedule: tuple[int, int],
     ) -> str:
         """The one line that says what the run will do."""
-        raise NotImplementedError
+        total_steps, per_epoch = schedule
+        count, unit = self.update_size(config).split(" ", 1)
+        return (
+            f"Training {total_steps} updates ({per_epoch} per epoch, {count} x "
+            f"{config.train.gradient_accumulation} {unit} per update, "
+            f"{strategy.num_replicas_in_sync} replica(s)) on "
+            f"{self.training_set(config, data)}; vocabulary "
+            f"{tokenizer.vocabulary_size}."
+        )
 
     def validation(self, run: RunContext) -> keras.callbacks.Callback | None:
         """The chief's validation callback (keeps the best weights), or None."""

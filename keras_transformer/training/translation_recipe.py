@@ -113,22 +113,11 @@ class TranslationRecipe(Recipe):
     ) -> tf.data.Dataset:
         return validation_dataset(data.validation, tokenizer, config.data)
 
-    def plan(
-        self,
-        config: TrainConfig,
-        strategy: tf.distribute.Strategy,
-        data: TaskData,
-        tokenizer: SubwordTokenizer,
-        schedule: tuple[int, int],
-    ) -> str:
-        total_steps, per_epoch = schedule
-        return (
-            f"Training {total_steps} updates ({per_epoch} per epoch, "
-            f"{config.data.max_tokens_per_batch} x "
-            f"{config.train.gradient_accumulation} tokens per update, "
-            f"{strategy.num_replicas_in_sync} replica(s)) on {len(data.train)} "
-            f"{config.data.task} pairs; vocabulary {tokenizer.vocabulary_size}."
-        )
+    def update_size(self, config: TrainConfig) -> str:
+        return f"{config.data.max_tokens_per_batch} tokens"
+
+    def training_set(self, config: TrainConfig, data: TaskData) -> str:
+        return f"{len(data.train)} {config.data.task} pairs"
 
     def validation(self, run: RunContext) -> ValidationTranslations:
         """The validation BLEU of `train.bleu_samples` pairs (and the best weights)."""
