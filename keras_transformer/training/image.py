@@ -65,6 +65,11 @@ from keras_transformer.training.callbacks import (
     write_hparams,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
+from keras_transformer.training.trainer import (
+    clip_replica_summed,
+    replica_context,
+    sum_over_replicas,
+)
 
 __all__ = [
     "IMAGE_RESUMABLE_CHANGES",
@@ -385,11 +390,19 @@ class ImageTrainer(keras.Model):
 
     def train_step(self, data: dict[str, Any]) -> dict[str, Any]:
         variables = self.image_model.trainable_variables
+        _, replicas = replica_context()
         with tf.GradientTape() as tape:
             bits = self._bits_per_dim(data, training=True)
-        gradients = tape.gradient(bits, variables)
+            loss = bits
+            if replicas > 1:
+                # The optimizer sums the replicas' gradients: weigh each
+                # replica's mean by its share of the global batch.
+                batch = tf.cast(tf.shape(data["images"])[0], tf.float32)
+                loss = bits * batch / sum_over_replicas(batch)
+        gradients = tape.gradient(loss, variables)
         if self.clipnorm is not None:
-            gradients, _ = tf.clip_by_global_norm(gradients, self.clipnorm)
+            # The update's gradient (summed over replicas), as the text trainer.
+            gradients = clip_replica_summed(gradients, self.clipnorm, self.optimizer)
         self.optimizer.apply(gradients, variables)
         self.bits_tracker.update_state(bits)
         return self._logs()

@@ -32,13 +32,17 @@ from keras_transformer.losses import label_smoothed_nll
 
 __all__ = [
     "SummedLossTrainer",
+    "clip_replica_summed",
+    "replica_context",
+    "sum_over_replicas",
     "TokenStatistics",
     "TranslationTrainer",
     "accumulation_dataset",
 ]
 
 
-def _replica_context() -> tuple[Any, int]:
+def replica_context() -> tuple[Any, int]:
+    """(the replica context or None, the number of replicas in sync)."""
     context = tf.distribute.get_replica_context()
     if context is None:
         return None, 1
@@ -54,12 +58,33 @@ def _multi_worker() -> bool:
     return bool(in_multi_worker_mode()) if in_multi_worker_mode else True
 
 
-def _sum_over_replicas(values: Any) -> Any:
+def sum_over_replicas(values: Any) -> Any:
     """Sums tensors over the replicas (identity outside `tf.distribute`)."""
-    context, replicas = _replica_context()
+    context, replicas = replica_context()
     if replicas == 1:
         return values
     return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
+def clip_replica_summed(
+    gradients: list[Any], clipnorm: float, optimizer: Any = None
+) -> list[Any]:
+    """Clips the update's gradient, summed over the replicas, to `clipnorm`.
+
+    Each replica holds its part of the gradient and the optimizer sums the
+    parts; clipping each part alone (Keras' `global_clipnorm`) would clip
+    another vector than the update's. The parts are summed here, unscaled
+    (a `LossScaleOptimizer`'s `dynamic_scale`), clipped by their global
+    norm, and handed back as equal shares (the optimizer sums them again).
+    Outside `tf.distribute` this is `tf.clip_by_global_norm`.
+    """
+    _, replicas = replica_context()
+    total = sum_over_replicas(gradients)
+    scale = getattr(optimizer, "dynamic_scale", None)
+    scale = 1.0 if scale is None else tf.cast(scale, tf.float32)
+    unscaled = [g / scale for g in total]
+    clipped, _ = tf.clip_by_global_norm(unscaled, clipnorm)
+    return [g * scale / replicas for g in clipped]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -192,7 +217,7 @@ class SummedLossTrainer(keras.Model):
         # One stacked tensor: a single all-reduce, and an op placed on the
         # replica's device (reads of sync-on-read variables carry none, which
         # MultiWorkerMirroredStrategy's all-reduce refuses).
-        sums = _sum_over_replicas(tf.stack(self.statistics.sums()))
+        sums = sum_over_replicas(tf.stack(self.statistics.sums()))
         logs = self.statistics.results_from_sums(tf.unstack(sums))
         if _multi_worker():
             # Keras averages the logs of several workers with
@@ -216,14 +241,7 @@ class SummedLossTrainer(keras.Model):
 
     def _clip(self, gradients: list[Any]) -> list[Any]:
         """Clips the replica-summed, unscaled gradient to `clipnorm`."""
-        _, replicas = _replica_context()
-        total = _sum_over_replicas(gradients)
-        scale = getattr(self.optimizer, "dynamic_scale", None)
-        scale = 1.0 if scale is None else tf.cast(scale, tf.float32)
-        unscaled = [g / scale for g in total]
-        clipped, _ = tf.clip_by_global_norm(unscaled, self.clipnorm)
-        # The optimizer sums the replicas' gradients again.
-        return [g * scale / replicas for g in clipped]
+        return clip_replica_summed(gradients, self.clipnorm, self.optimizer)
 
     def _accumulated_gradients(self, inputs: Any, labels: Any, count: Any) -> list[Any]:
         """The summed gradients of the `k` batches stacked on axis 1."""
@@ -256,7 +274,7 @@ class SummedLossTrainer(keras.Model):
     # ---------------------------------------------------------- train/test
     def train_step(self, data: Any) -> dict[str, Any]:
         inputs, labels = self._unpack(data)
-        count = _sum_over_replicas(self._count(labels))
+        count = sum_over_replicas(self._count(labels))
         if labels.shape.rank == self.label_rank:
             gradients = self._gradients(inputs, labels, count)
         else:
