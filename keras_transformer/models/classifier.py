@@ -21,6 +21,18 @@ from keras_transformer.models.config import TransformerConfig
 
 __all__ = ["build_classifier"]
 
+_BLOCK_SETTINGS = (
+    "key_dim",
+    "value_dim",
+    "dropout",
+    "attention_dropout",
+    "ffn_dropout",
+    "activation",
+    "norm_first",
+    "layer_norm_epsilon",
+    "attention_window",
+)
+
 
 def build_classifier(
     config: TransformerConfig, dtype: str | None = None
@@ -49,20 +61,11 @@ def build_classifier(
     else:
         x = SinusoidalPositionEncoding(dtype=dtype)(x)
     x = keras.layers.Dropout(config.dropout, dtype=dtype)(x)
+    # The encoder block settings of `TransformerConfig`, by their own names.
+    block_settings = {name: getattr(config, name) for name in _BLOCK_SETTINGS}
     for _ in range(config.num_encoder_layers):
         x = EncoderBlock(
-            num_heads=config.num_heads,
-            d_ff=config.d_ff,
-            key_dim=config.key_dim,
-            value_dim=config.value_dim,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            ffn_dropout=config.ffn_dropout,
-            activation=config.activation,
-            norm_first=config.norm_first,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            attention_window=config.attention_window,
-            dtype=dtype,
+            num_heads=config.num_heads, d_ff=config.d_ff, dtype=dtype, **block_settings
         )(x)
     x = keras.layers.GlobalAveragePooling1D(dtype=dtype)(x)  # real tokens only
     x = keras.layers.Dropout(config.dropout, dtype=dtype)(x)

@@ -51,6 +51,7 @@ from keras_transformer.models.image_transformer import (
     ImageTransformerStack,
     build_image_transformer,
 )
+from keras_transformer.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_DIR, RESULT_FILE
 from keras_transformer.schedules import paper_adam
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
@@ -65,6 +66,7 @@ from keras_transformer.training.callbacks import (
     write_hparams,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
+from keras_transformer.training.loop import TrainingDivergedError
 from keras_transformer.training.trainer import (
     clip_replica_summed,
     replica_context,
@@ -101,10 +103,6 @@ IMAGE_RESUMABLE_CHANGES = frozenset(
         "train.verbose",
     }
 )
-CONFIG_FILE = "config.json"
-CHECKPOINT_DIR = "checkpoints"
-LOG_DIR = "logs"
-RESULT_FILE = "result.json"
 
 
 # ------------------------------------------------------------------ configs
@@ -574,7 +572,6 @@ def _train_image_model(
     printer: Callable[[str], None] | None,
 ) -> ImageTrainResult:
     """`train_image_model` in its locked run folder."""
-    from keras_transformer.training.loop import TrainingDivergedError
 
     say = printer or (lambda _: None)
     _prepare_config(config, root, force)
