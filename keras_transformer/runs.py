@@ -62,6 +62,7 @@ from keras_transformer.files import (
     write_atomically,
 )
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
+from keras_transformer.models.classifier import build_classifier
 
 __all__ = [
     "AVERAGED_WEIGHTS",
@@ -1036,8 +1037,11 @@ class RunFolder:
         return checkpoint_paths(self.checkpoint_dir)
 
     def build_model(self, tokenizer: SubwordTokenizer | None = None) -> keras.Model:
-        """A freshly initialized model of the run's configuration."""
-        return build_transformer(self.model_config(tokenizer))
+        """A freshly initialized model of the run's configuration (and kind)."""
+        config = self.model_config(tokenizer)
+        if self.raw_config().get("kind") == "classification":
+            return build_classifier(config)
+        return build_transformer(config)
 
     def restore(self, model: keras.Model, weights: str = "last") -> None:
         """Loads `weights` into `model`.

@@ -269,6 +269,28 @@ def _save(output: _Output, write: Callable[[Path], None]) -> bool:
     return True
 
 
+def _is_classification_run(workdir: Path) -> bool:
+    from keras_transformer.runs import RunFolder, is_run_dir
+
+    return is_run_dir(workdir) and (
+        RunFolder(workdir).raw_config().get("kind") == "classification"
+    )
+
+
+def _evaluate_classifier(args: argparse.Namespace) -> int:
+    """The test accuracy of a classification run (``kind="classification"``)."""
+    from keras_transformer.training.classification import evaluate_run
+
+    result = evaluate_run(
+        args.workdir,
+        args.weights,
+        data_dir=args.data_dir,
+        max_examples=args.max_sentences,
+    )
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Translates the test set with `Translator`, prints (and logs) the scores.
 
@@ -286,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
         log_dir="new folder",
     )
     check_weights(args)
+    if _is_classification_run(Path(args.workdir)):
+        return _evaluate_classifier(args)
     from keras_transformer.translation import (
         SourceCutWarning,
         Translator,

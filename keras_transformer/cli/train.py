@@ -1,4 +1,8 @@
-"""``keras-transformer train``: train a Transformer, resuming a run in --workdir."""
+"""``keras-transformer train``: train a model of any kind, resuming a run in --workdir.
+
+The config's ``kind`` picks the recipe (translation by default,
+classification for configs/imdb.json); see `keras_transformer.training.recipes`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from keras_transformer.cli._common import CommandError, check_paths
 from keras_transformer.conventions import STRATEGIES, TASK_NAMES
 
 NAME = "train"
-HELP = "Train a Transformer (resumes a run in --workdir)."
+HELP = "Train a Transformer: translation or classification (resumes --workdir)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,8 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "config",
         nargs="?",
-        help="A JSON training config (e.g. configs/dates_tiny.json). Without "
-        "it, the defaults with --preset/--task.",
+        help="A JSON training config (e.g. configs/dates_tiny.json, or "
+        "configs/imdb.json for a classifier: its `kind`). Without it, the "
+        "defaults with --preset/--task.",
     )
     parser.add_argument(
         "--workdir",

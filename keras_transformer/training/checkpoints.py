@@ -270,6 +270,7 @@ def weights_to_evaluate(
     workdir: Path,
     last: keras.Model,
     say: Callable[[str], None] = print,
+    build: Callable[[], keras.Model] | None = None,
 ) -> keras.Model:
     """The model that `train.evaluate_with` chooses for the final evaluation.
 
@@ -277,7 +278,8 @@ def weights_to_evaluate(
     validation BLEU (`last` when no validation ran yet). ``"average"``: the
     average of the kept checkpoints (§6.1: "averaging the last 5
     checkpoints"), written by `average_checkpoints` (`last` when there is
-    no checkpoint).
+    no checkpoint). `build` makes an empty model of the run's kind
+    (default: `build_transformer(config.model)`).
     """
     choice = config.train.evaluate_with
     if choice == "best":
@@ -294,7 +296,7 @@ def weights_to_evaluate(
         )
     else:
         return last
-    model = build_transformer(config.model)
+    model = build() if build else build_transformer(config.model)
     RunFolder(workdir)._load_weights_file(
         model, path, run_fingerprint(workdir / CHECKPOINT_DIR)
     )

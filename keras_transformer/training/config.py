@@ -59,6 +59,7 @@ from keras_transformer.data.batching import (
 from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
+from keras_transformer.training.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS
 from keras_transformer.validation import (
     check_bool,
     check_choice,
@@ -591,8 +592,13 @@ class TrainConfig:
     )
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    #: The kind of run (`kinds.KINDS`), and the section of its own settings
+    #: (``classification``); a translation run has none.
+    kind: str = DEFAULT_KIND
+    classification: Any = None
 
     def __post_init__(self) -> None:
+        _resolve_kind(self)
         model = _resolve_model(self.model)
         data = self.data
         if not isinstance(data, DataConfig):
@@ -624,9 +630,16 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config as plain JSON-compatible values."""
+        """The resolved config as plain JSON-compatible values.
+
+        A translation run writes no ``kind`` key and no kind section, as
+        before kinds existed: its ``config.json`` stays the same.
+        """
         values = dataclasses.asdict(self)
         values["data"]["bucket_boundaries"] = list(self.data.bucket_boundaries)
+        for key in ("kind", *(section for section, _ in KIND_SECTIONS.values())):
+            if values.get(key) is None or self.kind == DEFAULT_KIND:
+                values.pop(key, None)
         return values
 
     @classmethod
@@ -644,7 +657,8 @@ class TrainConfig:
             raise ValueError(
                 f"A training config must be a JSON object. Received: {_shorten(values)}"
             )
-        known = {"model", "data", "train"}
+        known = {"model", "data", "train", "kind"}
+        known |= {section for section, _ in KIND_SECTIONS.values()}
         check_known_names(
             values, known, "config sections", listing="A config has the sections"
         )
@@ -659,6 +673,12 @@ class TrainConfig:
             model=model_values,
             data=data,
             train=_from_mapping(TrainingConfig, "train", values.get("train", {})),
+            kind=values.get("kind", DEFAULT_KIND),
+            **{
+                section: values[section]
+                for section, _ in KIND_SECTIONS.values()
+                if section in values
+            },
         )
 
     def to_json(self) -> str:
@@ -687,6 +707,26 @@ class TrainConfig:
     def flat(self) -> dict[str, Any]:
         """The settings as ``{"model.d_model": 512, ...}`` (for HParams)."""
         return dict(_flatten(self.to_dict()))
+
+
+def _resolve_kind(config: TrainConfig) -> None:
+    """Checks `config.kind` and fills in (or parses) its own section."""
+    check_choice("kind", config.kind, KINDS)
+    for kind, (section, cls) in KIND_SECTIONS.items():
+        value = getattr(config, section)
+        if kind != config.kind:
+            if value is not None:
+                raise ValueError(
+                    f"The `{section}` section belongs to kind={kind!r} runs; this "
+                    f"config has kind={config.kind!r}. Set kind to {kind!r} or "
+                    f"remove the section."
+                )
+            continue
+        if value is None:
+            value = cls()
+        elif not isinstance(value, cls):
+            value = _from_mapping(cls, section, value)
+        object.__setattr__(config, section, value)
 
 
 def _parse_json(text: str) -> Any:

@@ -50,6 +50,7 @@ from keras_transformer.models.image_transformer import (
     ImageTransformerStack,
     build_image_transformer,
 )
+from keras_transformer.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_DIR, RESULT_FILE
 from keras_transformer.schedules import paper_adam
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
@@ -64,6 +65,12 @@ from keras_transformer.training.callbacks import (
     write_hparams,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
+from keras_transformer.training.loop import TrainingDivergedError
+from keras_transformer.training.trainer import (
+    clip_replica_summed,
+    replica_context,
+    sum_over_replicas,
+)
 from keras_transformer.validation import check_positive_int
 
 __all__ = [
@@ -96,10 +103,6 @@ IMAGE_RESUMABLE_CHANGES = frozenset(
         "train.verbose",
     }
 )
-CONFIG_FILE = "config.json"
-CHECKPOINT_DIR = "checkpoints"
-LOG_DIR = "logs"
-RESULT_FILE = "result.json"
 
 
 # ------------------------------------------------------------------ configs
@@ -385,11 +388,19 @@ class ImageTrainer(keras.Model):
 
     def train_step(self, data: dict[str, Any]) -> dict[str, Any]:
         variables = self.image_model.trainable_variables
+        _, replicas = replica_context()
         with tf.GradientTape() as tape:
             bits = self._bits_per_dim(data, training=True)
-        gradients = tape.gradient(bits, variables)
+            loss = bits
+            if replicas > 1:
+                # The optimizer sums the replicas' gradients: weigh each
+                # replica's mean by its share of the global batch.
+                batch = tf.cast(tf.shape(data["images"])[0], tf.float32)
+                loss = bits * batch / sum_over_replicas(batch)
+        gradients = tape.gradient(loss, variables)
         if self.clipnorm is not None:
-            gradients, _ = tf.clip_by_global_norm(gradients, self.clipnorm)
+            # The update's gradient (summed over replicas), as the text trainer.
+            gradients = clip_replica_summed(gradients, self.clipnorm, self.optimizer)
         self.optimizer.apply(gradients, variables)
         self.bits_tracker.update_state(bits)
         return self._logs()
@@ -563,7 +574,6 @@ def _train_image_model(
     printer: Callable[[str], None] | None,
 ) -> ImageTrainResult:
     """`train_image_model` in its locked run folder."""
-    from keras_transformer.training.loop import TrainingDivergedError
 
     say = printer or (lambda _: None)
     _prepare_config(config, root, force)

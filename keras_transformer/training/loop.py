@@ -26,14 +26,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import runs
-from keras_transformer.data import SubwordTokenizer, TextPairs
-from keras_transformer.data.tasks import TaskData
+from keras_transformer.data import SubwordTokenizer
 from keras_transformer.files import FolderLock, write_atomically
-from keras_transformer.models import build_transformer
-from keras_transformer.schedules import paper_adam
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
-    AttentionImages,
     CheckpointCallback,
     NaNGuard,
     PlainProgressLogger,
@@ -41,8 +37,6 @@ from keras_transformer.training.callbacks import (
     StopAtStep,
     TrainingPreempted,
     TrainingSummaries,
-    TranslationEvaluator,
-    ValidationTranslations,
     is_terminal,
     write_hparams,
     write_skipped_pairs,
@@ -50,15 +44,7 @@ from keras_transformer.training.callbacks import (
 from keras_transformer.training.checkpoints import ConfigMismatchError
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.distribute import is_chief, make_strategy, worker_index
-from keras_transformer.training.evaluation import EvaluationResult
-from keras_transformer.training.pipeline import (
-    count_updates,
-    learn_tokenizer,
-    load_task,
-    training_dataset,
-    validation_dataset,
-)
-from keras_transformer.training.trainer import TranslationTrainer
+from keras_transformer.training.recipes import RunContext, recipe_for
 
 __all__ = [
     "ConfigMismatchError",
@@ -89,10 +75,13 @@ class TrainResult:
         history: Keras' per-epoch logs of this call (loss, token_accuracy,
             perplexity, val_* and val_bleu/val_chrf/val_exact_match).
         best_validation_bleu: best BLEU on the validation sample, if any.
-        evaluation: the final greedy translation of the test pairs (chief
-            only), with sacreBLEU, chrF and their signatures.
+        evaluation: the final evaluation of the test split (chief only):
+            for translation the greedy translation of the test pairs, with
+            sacreBLEU, chrF and their signatures; for classification the
+            test accuracy (`classification.ClassificationEvaluation`).
         weights_checksum: a checksum of the final weights.
-        model: the trained `build_transformer` model.
+        model: the trained model (`build_transformer` for translation,
+            `build_classifier` for classification).
         tokenizer: its tokenizer.
         skipped_pairs: what reading the data dropped (bad lines, see
             `data.on_bad_line`), per split: its files, the pairs kept and
@@ -111,7 +100,7 @@ class TrainResult:
     learning_rate: float
     history: dict[str, list[float]]
     best_validation_bleu: float | None
-    evaluation: EvaluationResult | None
+    evaluation: Any
     weights_checksum: str
     model: keras.Model = dataclasses.field(repr=False)
     tokenizer: SubwordTokenizer = dataclasses.field(repr=False)
@@ -156,7 +145,7 @@ def _directories(root: Path, strategy: tf.distribute.Strategy) -> tuple[Path, Pa
 def _tokenizer(
     config: TrainConfig,
     directory: Path,
-    train_pairs: TextPairs,
+    train_pairs: Any,
     strategy: tf.distribute.Strategy,
     say: Callable[[str], None],
 ) -> SubwordTokenizer:
@@ -199,7 +188,7 @@ def _tokenizer(
 def _load_or_learn_tokenizer(
     config: TrainConfig,
     directory: Path,
-    train_pairs: TextPairs,
+    train_pairs: Any,
     say: Callable[[str], None],
 ) -> SubwordTokenizer:
     """Loads ``<directory>/tokenizer``, or learns and saves it on a fresh run.
@@ -222,7 +211,7 @@ def _load_or_learn_tokenizer(
                 folder,
             )
         say(f"Learning the tokenizer ({config.data.vocabulary_size} pieces).")
-        tokenizer = learn_tokenizer(train_pairs, config.data, seed=config.train.seed)
+        tokenizer = recipe_for(config).learn_tokenizer(config, train_pairs)
         tokenizer.save(folder)
     ckpt.check_tokenizer(directory / ckpt.CHECKPOINT_DIR, tokenizer)
     ckpt.check_vocabulary_size(config, tokenizer)
@@ -289,27 +278,23 @@ def _check_same_on_all_workers(strategy: tf.distribute.Strategy, text: str) -> N
 
 # ----------------------------------------------------------------- building
 def _build(
-    config: TrainConfig, strategy: tf.distribute.Strategy
-) -> tuple[keras.Model, TranslationTrainer, Any]:
+    config: TrainConfig, strategy: tf.distribute.Strategy, total_steps: int = 0
+) -> tuple[keras.Model, keras.Model, Any]:
+    """(model, trainer, optimizer) of the run's recipe, built in `strategy`'s
+    scope with the run's precision (a loss-scaled optimizer for float16)."""
+    recipe = recipe_for(config)
     precision = config.train.precision
-    optimizer_config = config.model.optimizer
     with strategy.scope():
-        transformer = build_transformer(
-            config.model, dtype=None if precision == "float32" else precision
+        model = recipe.build_model(
+            config, dtype=None if precision == "float32" else precision
         )
-        optimizer = paper_adam(
-            config.model.d_model, dataclasses.replace(optimizer_config, clipnorm=None)
-        )
+        optimizer = recipe.optimizer(config, total_steps)
         if precision == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        trainer = TranslationTrainer(
-            transformer,
-            label_smoothing=config.train.label_smoothing,
-            clipnorm=optimizer_config.clipnorm,
-        )
+        trainer = recipe.trainer(config, model)
         trainer.compile(optimizer=optimizer, jit_compile=config.train.jit_compile)
-        optimizer.build(transformer.trainable_variables)
-    return transformer, trainer, optimizer
+        optimizer.build(model.trainable_variables)
+    return model, trainer, optimizer
 
 
 def _steps(
@@ -318,29 +303,49 @@ def _steps(
     """(total updates, updates per epoch).
 
     Raises:
-        ValueError: when the warm-up of Eq. 7 is longer than the run: the
-            learning rate would only rise, and the run end at its peak.
+        ValueError: when the recipe's learning-rate schedule does not fit
+            the run (translation: a warm-up of Eq. 7 longer than the run).
     """
     train_config = config.train
+    recipe = recipe_for(config)
     per_epoch = train_config.steps_per_epoch
     if per_epoch is None:
-        per_epoch = count_updates(
-            data.train, tokenizer, config.data, train_config.gradient_accumulation
-        )
+        per_epoch = recipe.updates_per_epoch(config, data, tokenizer)
     total = train_config.train_steps or (train_config.epochs or 1) * per_epoch
-    warmup = config.model.optimizer.warmup_steps
-    if warmup > total:
-        raise ValueError(
-            f"The warm-up of Eq. 7 (model.optimizer.warmup_steps={warmup}) is "
-            f"longer than the run ({total} updates): the learning rate would only "
-            "rise and never decay. Set model.optimizer.warmup_steps to at most "
-            f"{total}, or train longer (train.train_steps or train.epochs)."
-        )
+    recipe.check_schedule(config, total)
     return total, min(per_epoch, total)
 
 
-def _evaluation_sample(pairs: TextPairs, size: int | None) -> TextPairs:
-    return pairs if size is None else pairs.take(min(size, len(pairs)))
+def _checkpoints(
+    config: TrainConfig,
+    checkpoint_dir: Path,
+    tokenizer: SubwordTokenizer,
+    model: keras.Model,
+    optimizer: Any,
+    say: Callable[[str], None],
+) -> tuple[runs.RunFingerprint, Any, int]:
+    """(the run's fingerprint, its checkpoint manager, the step it resumes
+    from), with the newest intact checkpoint restored; one of another run is
+    refused."""
+    fingerprint = ckpt.write_checkpoint_metadata(
+        checkpoint_dir, tokenizer, config.model
+    )
+    manager = ckpt.resume_checkpoints(
+        checkpoint_dir,
+        model,
+        optimizer,
+        config.train.keep_checkpoints,
+        fingerprint=fingerprint,
+        # A checkpoint folder deleted during the run gets the same metadata.
+        on_new_folder=lambda: ckpt.write_checkpoint_metadata(
+            checkpoint_dir, tokenizer, config.model, run_id=fingerprint.run_id
+        ),
+    )
+    initial_step = int(optimizer.iterations.numpy())
+    if initial_step:
+        latest = manager.latest_checkpoint
+        say(f"Resuming {checkpoint_dir.parent} from step {initial_step} ({latest}).")
+    return fingerprint, manager, initial_step
 
 
 # --------------------------------------------------------------------- train
@@ -424,59 +429,38 @@ def _train(
     """`train` in a locked run folder (this process's `directory`)."""
     say = printer or (lambda _: None)
     chief = is_chief(strategy)
+    recipe = recipe_for(config)
     ckpt.prepare_run_config(config, directory, force)
 
     # Data and the tokenizer (learned once, then reloaded on every restart).
     keras.utils.set_random_seed(config.train.seed)
-    data = load_task(config.data, seed=config.train.seed)
+    data = recipe.load_data(config)
     _report_skipped(data, say)  # bad lines are never dropped silently
     tokenizer = _tokenizer(config, directory, data.train, strategy, say)
     _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
-    total_steps, per_epoch = schedule = _steps(config, data, tokenizer)
+    schedule = _steps(config, data, tokenizer)
 
-    # The model, resumed from the newest intact checkpoint if there is one;
-    # every checkpoint carries the run's fingerprint, and one of another run
-    # is refused.
-    transformer, trainer, optimizer = _build(config, strategy)
+    # The model, resumed from the newest intact checkpoint (of this run).
+    model, trainer, optimizer = _build(config, strategy, schedule[0])
     checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
-
-    fingerprint = ckpt.write_checkpoint_metadata(
-        checkpoint_dir, tokenizer, config.model
+    fingerprint, manager, initial_step = _checkpoints(
+        config, checkpoint_dir, tokenizer, model, optimizer, say
     )
-    manager = ckpt.resume_checkpoints(
-        checkpoint_dir,
-        transformer,
-        optimizer,
-        config.train.keep_checkpoints,
-        fingerprint=fingerprint,
-        # A checkpoint folder deleted during the run gets the same metadata.
-        on_new_folder=lambda: ckpt.write_checkpoint_metadata(
-            checkpoint_dir, tokenizer, config.model, run_id=fingerprint.run_id
-        ),
+    say(recipe.plan(config, strategy, data, tokenizer, schedule))
+    run = RunContext(
+        config, root, log_dir, model, tokenizer, data, fingerprint, initial_step, say
     )
-    initial_step = int(optimizer.iterations.numpy())
-    latest = manager.latest_checkpoint
-    if initial_step:
-        say(f"Resuming {directory} from step {initial_step} ({latest}).")
-    say(_plan(config, strategy, len(data.train), tokenizer, total_steps, per_epoch))
 
-    # Training: checkpoints, the NaN guard, validation, summaries, progress
-    # lines and the preemption checkpoint are callbacks.
+    # Training; checkpoints, validation, summaries, preemption are callbacks.
+    validation = recipe.validation(run) if chief else None
     nan_guard = NaNGuard()
-    run_callbacks: list[keras.callbacks.Callback] = [nan_guard, StopAtStep(total_steps)]
-    validation = None
-    if chief:
-        validation = _validation(
-            config, root, transformer, tokenizer, data, log_dir, fingerprint
-        )
-        run_callbacks += _chief_callbacks(
-            config, root, validation, log_dir, initial_step, data
-        )
-    run_callbacks += [CheckpointCallback(manager, nan_guard), *callbacks]
-    verbose, progress = _progress(config, say if printer else None, total_steps)
-    # Last, so that an update's other callbacks have run when it stops.
     preemption = PreemptionCheckpoint(manager, nan_guard)
-    run_callbacks += [*progress, preemption]
+    run_callbacks = [nan_guard, StopAtStep(schedule[0])]
+    if chief:
+        run_callbacks += _chief_callbacks(run, validation)
+    run_callbacks += [CheckpointCallback(manager, nan_guard), *callbacks]
+    verbose, progress = _progress(config, say if printer else None, schedule[0])
+    run_callbacks += [*progress, preemption]  # last: the others have run
     history = _fit(
         config, trainer, data, tokenizer, run_callbacks, initial_step, schedule, verbose
     )
@@ -489,9 +473,7 @@ def _train(
     if preemption.requested is not None:
         say(preemption.resume_message())
     elif chief:
-        evaluation = _final_evaluation(
-            config, root, transformer, tokenizer, data, log_dir, steps, say
-        )
+        evaluation = recipe.evaluate(run, steps)
     result = TrainResult(
         workdir=directory,
         log_dir=log_dir,
@@ -500,10 +482,10 @@ def _train(
         steps=steps,
         learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
         history=history,
-        best_validation_bleu=validation.best_bleu if validation else None,
+        best_validation_bleu=recipe.best_validation_score(validation),
         evaluation=evaluation,
-        weights_checksum=ckpt.weights_checksum(transformer),
-        model=transformer,
+        weights_checksum=ckpt.weights_checksum(model),
+        model=model,
         tokenizer=tokenizer,
         skipped_pairs=data.skipped(),
         preempted=preemption.requested is not None,
@@ -521,97 +503,35 @@ def _named(strategy: tf.distribute.Strategy | str | None) -> bool:
     return strategy is None or isinstance(strategy, str)
 
 
-def _report_skipped(data: TaskData, say: Callable[[str], None]) -> None:
+def _report_skipped(data: Any, say: Callable[[str], None]) -> None:
     """Prints (and logs) one line per data file that lost pairs, by reason."""
     for line in data.skip_messages():
         logger.warning("%s", line)
         say(line)
 
 
-def _plan(
-    config: TrainConfig,
-    strategy: tf.distribute.Strategy,
-    num_pairs: int,
-    tokenizer: SubwordTokenizer,
-    total_steps: int,
-    per_epoch: int,
-) -> str:
-    return (
-        f"Training {total_steps} updates ({per_epoch} per epoch, "
-        f"{config.data.max_tokens_per_batch} x {config.train.gradient_accumulation} "
-        f"tokens per update, {strategy.num_replicas_in_sync} replica(s)) on "
-        f"{num_pairs} {config.data.task} pairs; vocabulary "
-        f"{tokenizer.vocabulary_size}."
-    )
-
-
-def _validation(
-    config: TrainConfig,
-    root: Path,
-    transformer: keras.Model,
-    tokenizer: SubwordTokenizer,
-    data: TaskData,
-    log_dir: Path,
-    fingerprint: runs.RunFingerprint | None = None,
-) -> ValidationTranslations:
-    """The validation BLEU of `train.bleu_samples` pairs (and the best weights)."""
-    train_config = config.train
-    return ValidationTranslations(
-        transformer,
-        tokenizer,
-        _evaluation_sample(data.validation, train_config.bleu_samples),
-        TranslationEvaluator(config),
-        log_dir,
-        every=train_config.validation_every,
-        attention_example=train_config.attention_example,
-        best_weights=(root / ckpt.BEST_WEIGHTS) if train_config.keep_best else None,
-        fingerprint=fingerprint,
-    )
-
-
 def _chief_callbacks(
-    config: TrainConfig,
-    root: Path,
-    validation: ValidationTranslations,
-    log_dir: Path,
-    initial_step: int,
-    data: TaskData,
+    run: RunContext, validation: keras.callbacks.Callback | None
 ) -> list[keras.callbacks.Callback]:
-    """What only the chief does: validation, attention images, TensorBoard.
+    """What only the chief does: validation, the recipe's own, TensorBoard.
 
     A new run also writes its hyperparameters (HParams) and what reading the
     data skipped (TensorBoard text) once, at step 0.
     """
-    train_config = config.train
-    found: list[keras.callbacks.Callback] = [validation]
-    if len(validation.pairs):
-        example = min(train_config.attention_example, len(validation.pairs) - 1)
-        found.append(
-            AttentionImages(
-                validation.transformer,
-                validation.tokenizer,
-                validation.pairs.sources[example],
-                config,
-                log_dir,
-                every=train_config.validation_every,
-            )
-        )
+    recipe = recipe_for(run.config)
+    found = [] if validation is None else [validation]
+    found += recipe.chief_callbacks(run, validation)
     # The one writer of the training and validation scalars (no
     # keras.callbacks.TensorBoard: its epoch_* copies showed everything twice).
-    found.append(TrainingSummaries(log_dir, train_config.log_every))
-    if initial_step == 0:
-        write_skipped_pairs(log_dir, data.skipped(), step=0)
+    found.append(TrainingSummaries(run.log_dir, run.config.train.log_every))
+    if run.initial_step == 0:
+        write_skipped_pairs(run.log_dir, run.data.skipped(), step=0)
         # The HParams session is the validation run, where its metrics are.
         write_hparams(
-            log_dir,
-            config.flat(),
-            trial_id=root.resolve().name,
-            metrics=[
-                ("bleu", "validation"),
-                ("chrf", "validation"),
-                ("exact_match", "validation"),
-                ("loss", "validation"),
-            ],
+            run.log_dir,
+            run.config.flat(),
+            trial_id=run.root.resolve().name,
+            metrics=[(name, "validation") for name in recipe.hparams_metrics],
             session="validation",
         )
     return found
@@ -619,8 +539,8 @@ def _chief_callbacks(
 
 def _fit(
     config: TrainConfig,
-    trainer: TranslationTrainer,
-    data: TaskData,
+    trainer: keras.Model,
+    data: Any,
     tokenizer: SubwordTokenizer,
     callbacks: list[keras.callbacks.Callback],
     initial_step: int,
@@ -637,14 +557,8 @@ def _fit(
     total_steps, per_epoch = schedule
     if initial_step >= total_steps:
         return {}
-    dataset = training_dataset(
-        data.train,
-        tokenizer,
-        config.data,
-        accumulation=config.train.gradient_accumulation,
-        seed=config.train.seed,
-        skip_updates=initial_step,
-    )
+    recipe = recipe_for(config)
+    dataset = recipe.training_dataset(config, data, tokenizer, initial_step)
     preemption = next(
         (c for c in callbacks if isinstance(c, PreemptionCheckpoint)), None
     )
@@ -654,7 +568,7 @@ def _fit(
             epochs=math.ceil(total_steps / per_epoch),
             initial_epoch=initial_step // per_epoch,
             steps_per_epoch=per_epoch,
-            validation_data=validation_dataset(data.validation, tokenizer, config.data),
+            validation_data=recipe.validation_dataset(config, data, tokenizer),
             validation_freq=config.train.validation_every,
             shuffle=False,
             callbacks=callbacks,
@@ -672,7 +586,7 @@ def _fit(
     return _history_so_far(trainer)
 
 
-def _history_so_far(trainer: TranslationTrainer) -> dict[str, list[float]]:
+def _history_so_far(trainer: keras.Model) -> dict[str, list[float]]:
     """Keras' history of the epochs `fit` finished (all of them, or before a stop)."""
     history = getattr(getattr(trainer, "history", None), "history", None) or {}
     return {k: [float(v) for v in values] for k, values in history.items()}
@@ -711,37 +625,3 @@ def _diverged(nan_guard: NaNGuard, latest: str | None) -> TrainingDivergedError:
         "mixed_bfloat16 instead of mixed_float16; then restart with --force "
         "(or from a new work directory)."
     )
-
-
-def _final_evaluation(
-    config: TrainConfig,
-    root: Path,
-    transformer: keras.Model,
-    tokenizer: SubwordTokenizer,
-    data: TaskData,
-    log_dir: Path,
-    steps: int,
-    say: Callable[[str], None],
-) -> EvaluationResult:
-    """Translates the test pairs with the weights `train.evaluate_with` picks."""
-    train_config = config.train
-    model = ckpt.weights_to_evaluate(config, root, transformer, say)
-    pairs = _evaluation_sample(data.test, train_config.test_samples)
-    evaluation = TranslationEvaluator(config)(
-        model, tokenizer, pairs, split=data.test_name
-    )
-    writer = tf.summary.create_file_writer(str(log_dir / "test"))
-    with writer.as_default(step=steps):
-        tf.summary.scalar("bleu", evaluation.bleu)
-        tf.summary.scalar("chrf", evaluation.chrf)
-        tf.summary.scalar("exact_match", evaluation.exact_match)
-    writer.close()
-    say(
-        f"Evaluation of the {train_config.evaluate_with} weights after {steps} "
-        f"updates, greedy decoding: {evaluation.summary()}"
-    )
-    for translation in evaluation.translations[: train_config.num_translations]:
-        say(f"  source:    {translation.source}")
-        say(f"  reference: {translation.reference}")
-        say(f"  output:    {translation.hypothesis}")
-    return evaluation

@@ -27,10 +27,15 @@ from keras_transformer.training.config import (
     _renamed_warning,
     upgrade_config_dict,
 )
+from keras_transformer.training.kinds import KIND_SECTIONS
 
 __all__ = ["apply_overrides", "known_keys", "parse_override"]
 
-_SECTIONS = {"data": DataConfig, "train": TrainingConfig}
+_SECTIONS = {
+    "data": DataConfig,
+    "train": TrainingConfig,
+    **dict(KIND_SECTIONS.values()),
+}
 
 #: Settings that follow the model when ``model=<preset>`` replaces it.
 _FOLLOW_THE_MODEL = {
@@ -122,7 +127,7 @@ def apply_overrides(
 def known_keys(path: list[str]) -> list[str]:
     """The valid keys below `path` (``[]``: the sections)."""
     if not path:
-        return ["model", "data", "train"]
+        return ["model", "data", "train", "kind", *_SECTIONS.keys() - {"data", "train"}]
     if path[0] in _SECTIONS and len(path) == 1:
         return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
     if path == ["model"]:

@@ -30,10 +30,19 @@ import tensorflow as tf
 from keras_transformer.conventions import LABEL_SMOOTHING, PAD_ID
 from keras_transformer.losses import label_smoothed_nll
 
-__all__ = ["TokenStatistics", "TranslationTrainer", "accumulation_dataset"]
+__all__ = [
+    "SummedLossTrainer",
+    "clip_replica_summed",
+    "replica_context",
+    "sum_over_replicas",
+    "TokenStatistics",
+    "TranslationTrainer",
+    "accumulation_dataset",
+]
 
 
-def _replica_context() -> tuple[Any, int]:
+def replica_context() -> tuple[Any, int]:
+    """(the replica context or None, the number of replicas in sync)."""
     context = tf.distribute.get_replica_context()
     if context is None:
         return None, 1
@@ -49,12 +58,33 @@ def _multi_worker() -> bool:
     return bool(in_multi_worker_mode()) if in_multi_worker_mode else True
 
 
-def _sum_over_replicas(values: Any) -> Any:
+def sum_over_replicas(values: Any) -> Any:
     """Sums tensors over the replicas (identity outside `tf.distribute`)."""
-    context, replicas = _replica_context()
+    context, replicas = replica_context()
     if replicas == 1:
         return values
     return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
+def clip_replica_summed(
+    gradients: list[Any], clipnorm: float, optimizer: Any = None
+) -> list[Any]:
+    """Clips the update's gradient, summed over the replicas, to `clipnorm`.
+
+    Each replica holds its part of the gradient and the optimizer sums the
+    parts; clipping each part alone (Keras' `global_clipnorm`) would clip
+    another vector than the update's. The parts are summed here, unscaled
+    (a `LossScaleOptimizer`'s `dynamic_scale`), clipped by their global
+    norm, and handed back as equal shares (the optimizer sums them again).
+    Outside `tf.distribute` this is `tf.clip_by_global_norm`.
+    """
+    _, replicas = replica_context()
+    total = sum_over_replicas(gradients)
+    scale = getattr(optimizer, "dynamic_scale", None)
+    scale = 1.0 if scale is None else tf.cast(scale, tf.float32)
+    unscaled = [g / scale for g in total]
+    clipped, _ = tf.clip_by_global_norm(unscaled, clipnorm)
+    return [g * scale / replicas for g in clipped]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -109,7 +139,163 @@ class TokenStatistics(keras.metrics.Metric):
             variable.assign(0.0)
 
 
-class TranslationTrainer(keras.Model):
+class SummedLossTrainer(keras.Model):
+    """The train step every kind of run shares: summed losses, accumulation.
+
+    A subclass says what one batch contributes: `_forward_sums` returns
+    float32 sums whose first entry is the loss summed over the batch's
+    counted items (tokens, reviews) and whose last is their count, and
+    `_count` the count alone. The update's loss is the sum over all replicas
+    (under `tf.distribute`) and all `k` accumulated batches divided by the
+    count of the whole update, so an update with accumulation or several
+    replicas equals one step on the concatenated batch. Gradient clipping
+    by global norm (`clipnorm`) acts on the gradient summed over the
+    replicas; the optimizer may be a `keras.optimizers.LossScaleOptimizer`.
+
+    Args:
+        model: the wrapped model (`call` runs it).
+        statistics: the metric holding the sums (``update_sums``, ``sums``
+            and ``results_from_sums``, like `TokenStatistics`).
+        clipnorm: the global norm to clip each update's gradient to, or None.
+        **kwargs: `keras.Model` arguments.
+    """
+
+    #: The rank of one batch's labels; one more is a stack of `k` batches.
+    label_rank = 2
+
+    def __init__(
+        self,
+        model: keras.Model,
+        statistics: keras.metrics.Metric,
+        clipnorm: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if clipnorm is not None and not clipnorm > 0:
+            raise ValueError(f"`clipnorm` must be positive. Received: {clipnorm!r}")
+        self.wrapped = model
+        self.clipnorm = clipnorm
+        self.statistics = statistics
+        # The wrapped model is built; the trainer's inputs may be accumulation
+        # stacks that `call` never sees, so Keras must not build it from data.
+        self.built = model.built
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        return [self.statistics]
+
+    def _maybe_symbolic_build(
+        self, iterator: Any = None, data_batch: Any = None
+    ) -> Any:
+        # Under a tf.distribute strategy Keras builds a model by averaging a
+        # batch across replicas, which fails for integer token ids under
+        # MultiWorkerMirroredStrategy. The model and the optimizer are built
+        # before `fit`, so there is nothing to build.
+        if self.built and self.optimizer is not None and self.optimizer.built:
+            return None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        return self.wrapped(inputs, training=training)
+
+    # ------------------------------------------------------ what a kind says
+    def _unpack(self, data: Any) -> tuple[Any, Any]:
+        """(inputs, labels) of one element of the dataset."""
+        raise NotImplementedError
+
+    def _forward_sums(self, inputs: Any, labels: Any, training: bool) -> tuple:
+        """(loss sum, ..., count) of one batch, float32."""
+        raise NotImplementedError
+
+    def _count(self, labels: Any) -> Any:
+        """The number of counted items (the loss's divisor) of `labels`."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------- helpers
+    def _logs(self) -> dict[str, Any]:
+        """Exact global metric values: the sums are added over replicas first."""
+        # One stacked tensor: a single all-reduce, and an op placed on the
+        # replica's device (reads of sync-on-read variables carry none, which
+        # MultiWorkerMirroredStrategy's all-reduce refuses).
+        sums = sum_over_replicas(tf.stack(self.statistics.sums()))
+        logs = self.statistics.results_from_sums(tf.unstack(sums))
+        if _multi_worker():
+            # Keras averages the logs of several workers with
+            # `strategy.reduce("MEAN", value, axis=0)`, which needs rank >= 1.
+            logs = {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        return logs
+
+    def _gradients(self, inputs: Any, labels: Any, count: Any) -> list[Any]:
+        """Gradients of (this batch's loss sum / `count`), loss-scaled."""
+        variables = self.wrapped.trainable_variables
+        with tf.GradientTape() as tape:
+            sums = self._forward_sums(inputs, labels, training=True)
+            loss = tf.math.divide_no_nan(sums[0], count)
+            scaled = self.optimizer.scale_loss(loss) if self.optimizer else loss
+        gradients = tape.gradient(scaled, variables)
+        self.statistics.update_sums(*sums)
+        return [
+            tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+            for g, v in zip(gradients, variables, strict=True)
+        ]
+
+    def _clip(self, gradients: list[Any]) -> list[Any]:
+        """Clips the replica-summed, unscaled gradient to `clipnorm`."""
+        return clip_replica_summed(gradients, self.clipnorm, self.optimizer)
+
+    def _accumulated_gradients(self, inputs: Any, labels: Any, count: Any) -> list[Any]:
+        """The summed gradients of the `k` batches stacked on axis 1."""
+        steps = labels.shape[1]
+        if steps is None:
+            raise ValueError(
+                "Accumulated batches need a static number of steps on axis 1; "
+                "build the dataset with accumulation_dataset()."
+            )
+
+        def body(index: Any, accumulated: list[Any]) -> tuple[Any, list[Any]]:
+            gradients = self._gradients(
+                tf.nest.map_structure(lambda x: x[:, index], inputs),
+                labels[:, index],
+                count,
+            )
+            return index + 1, [
+                a + g for a, g in zip(accumulated, gradients, strict=True)
+            ]
+
+        zeros = [tf.zeros_like(v) for v in self.wrapped.trainable_variables]
+        _, gradients = tf.while_loop(
+            lambda index, _: index < steps,
+            body,
+            (tf.constant(0), zeros),
+            parallel_iterations=1,
+        )
+        return gradients
+
+    # ---------------------------------------------------------- train/test
+    def train_step(self, data: Any) -> dict[str, Any]:
+        inputs, labels = self._unpack(data)
+        count = sum_over_replicas(self._count(labels))
+        if labels.shape.rank == self.label_rank:
+            gradients = self._gradients(inputs, labels, count)
+        else:
+            gradients = self._accumulated_gradients(inputs, labels, count)
+        if self.clipnorm is not None:
+            gradients = self._clip(gradients)
+        self.optimizer.apply(gradients, self.wrapped.trainable_variables)
+        return self._logs()
+
+    def test_step(self, data: Any) -> dict[str, Any]:
+        inputs, labels = self._unpack(data)
+        self.statistics.update_sums(*self._forward_sums(inputs, labels, False))
+        return self._logs()
+
+    def get_config(self) -> dict[str, Any]:
+        raise NotImplementedError(
+            f"{type(self).__name__} is not saved; save the model it trains instead."
+        )
+
+
+class TranslationTrainer(SummedLossTrainer):
     """Trains a `build_transformer` model: `fit` with the paper's loss (§5.4).
 
     Args:
@@ -139,36 +325,14 @@ class TranslationTrainer(keras.Model):
         clipnorm: float | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if clipnorm is not None and not clipnorm > 0:
-            raise ValueError(f"`clipnorm` must be positive. Received: {clipnorm!r}")
-        self.transformer = transformer
+        super().__init__(transformer, TokenStatistics(), clipnorm, **kwargs)
         self.label_smoothing = float(label_smoothing)
-        self.clipnorm = clipnorm
-        self.statistics = TokenStatistics()
-        # The wrapped model is built; the trainer's inputs may be accumulation
-        # stacks that `call` never sees, so Keras must not build it from data.
-        self.built = transformer.built
 
     @property
-    def metrics(self) -> list[keras.metrics.Metric]:
-        return [self.statistics]
+    def transformer(self) -> keras.Model:
+        """The trained `build_transformer` model."""
+        return self.wrapped
 
-    def _maybe_symbolic_build(
-        self, iterator: Any = None, data_batch: Any = None
-    ) -> Any:
-        # Under a tf.distribute strategy Keras builds a model by averaging a
-        # batch across replicas, which fails for integer token ids under
-        # MultiWorkerMirroredStrategy. The transformer and the optimizer are
-        # built before `fit`, so there is nothing to build.
-        if self.built and self.optimizer is not None and self.optimizer.built:
-            return None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
-        return self.transformer(inputs, training=training)
-
-    # ------------------------------------------------------------- helpers
     def _token_sums(self, labels: Any, logits: Any) -> tuple[Any, Any, Any, Any]:
         """(smoothed loss sum, NLL sum, correct count, token count), float32."""
         token_loss, nll = label_smoothed_nll(labels, logits, self.label_smoothing)
@@ -182,51 +346,16 @@ class TranslationTrainer(keras.Model):
             tf.reduce_sum(weights),
         )
 
-    def _logs(self) -> dict[str, Any]:
-        """Exact global metric values: the sums are added over replicas first."""
-        # One stacked tensor: a single all-reduce, and an op placed on the
-        # replica's device (reads of sync-on-read variables carry none, which
-        # MultiWorkerMirroredStrategy's all-reduce refuses).
-        sums = _sum_over_replicas(tf.stack(self.statistics.sums()))
-        logs = TokenStatistics.results_from_sums(tf.unstack(sums))
-        if _multi_worker():
-            # Keras averages the logs of several workers with
-            # `strategy.reduce("MEAN", value, axis=0)`, which needs rank >= 1.
-            logs = {name: tf.reshape(value, [1]) for name, value in logs.items()}
-        return logs
+    def _forward_sums(self, inputs: Any, labels: Any, training: bool) -> tuple:
+        source, target_input = inputs
+        logits = self.transformer([source, target_input], training=training)
+        return self._token_sums(labels, logits)
 
-    def _gradients(
-        self, source: Any, target_input: Any, labels: Any, tokens: Any
-    ) -> list[Any]:
-        """Gradients of (this batch's loss sum / `tokens`), loss-scaled."""
-        variables = self.transformer.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = self.transformer([source, target_input], training=True)
-            sums = self._token_sums(labels, logits)
-            loss = tf.math.divide_no_nan(sums[0], tokens)
-            scaled = self.optimizer.scale_loss(loss) if self.optimizer else loss
-        gradients = tape.gradient(scaled, variables)
-        self.statistics.update_sums(*sums)
-        return [
-            tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-            for g, v in zip(gradients, variables, strict=True)
-        ]
+    def _count(self, labels: Any) -> Any:
+        return tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
 
-    def _clip(self, gradients: list[Any]) -> list[Any]:
-        """Clips the replica-summed, unscaled gradient to `clipnorm`."""
-        _, replicas = _replica_context()
-        total = _sum_over_replicas(gradients)
-        scale = getattr(self.optimizer, "dynamic_scale", None)
-        scale = 1.0 if scale is None else tf.cast(scale, tf.float32)
-        unscaled = [g / scale for g in total]
-        clipped, _ = tf.clip_by_global_norm(unscaled, self.clipnorm)
-        # The optimizer sums the replicas' gradients again.
-        return [g * scale / replicas for g in clipped]
-
-    # ---------------------------------------------------------- train/test
-    @staticmethod
-    def _unpack(data: Any) -> tuple[Any, Any, Any]:
-        """(source, target_input, labels) of ``((source, target_input), labels)``.
+    def _unpack(self, data: Any) -> tuple[Any, Any]:
+        """((source, target_input), labels) of ``((source, target_input), labels)``.
 
         Keras hands `fit`'s elements over as they are, but `train_on_batch`
         and `test_on_batch` as ``(x, y, sample_weight)``.
@@ -243,49 +372,7 @@ class TranslationTrainer(keras.Model):
                 "labels); received no labels or another input structure."
             )
         source, target_input = x
-        return source, target_input, labels
-
-    def train_step(self, data: Any) -> dict[str, Any]:
-        source, target_input, labels = self._unpack(data)
-        tokens = _sum_over_replicas(
-            tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
-        )
-        variables = self.transformer.trainable_variables
-        if labels.shape.rank == 2:
-            gradients = self._gradients(source, target_input, labels, tokens)
-        else:
-            steps = labels.shape[1]
-            if steps is None:
-                raise ValueError(
-                    "Accumulated batches need a static number of steps on axis 1; "
-                    "build the dataset with accumulation_dataset()."
-                )
-
-            def body(index: Any, accumulated: list[Any]) -> tuple[Any, list[Any]]:
-                gradients = self._gradients(
-                    source[:, index], target_input[:, index], labels[:, index], tokens
-                )
-                return index + 1, [
-                    a + g for a, g in zip(accumulated, gradients, strict=True)
-                ]
-
-            zeros = [tf.zeros_like(v) for v in variables]
-            _, gradients = tf.while_loop(
-                lambda index, _: index < steps,
-                body,
-                (tf.constant(0), zeros),
-                parallel_iterations=1,
-            )
-        if self.clipnorm is not None:
-            gradients = self._clip(gradients)
-        self.optimizer.apply(gradients, variables)
-        return self._logs()
-
-    def test_step(self, data: Any) -> dict[str, Any]:
-        source, target_input, labels = self._unpack(data)
-        logits = self.transformer([source, target_input], training=False)
-        self.statistics.update_sums(*self._token_sums(labels, logits))
-        return self._logs()
+        return (source, target_input), labels
 
     def get_config(self) -> dict[str, Any]:
         raise NotImplementedError(

@@ -26,10 +26,12 @@ from keras_transformer.training import checkpoint_paths
 from keras_transformer.training.checkpoints import checkpoint_step
 from tests.training.helpers import (
     REPO_ROOT,
+    SMALL_CLASSIFICATION_CONFIG,
     SMALL_CONFIG,
     run_cli,
     subprocess_env,
     write_config,
+    write_reviews,
 )
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -41,15 +43,18 @@ def _result_line(output: str) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-def test_mirrored_on_two_cpu_devices_matches_one_device():
+@pytest.mark.parametrize("kind", ["translation", "classification", "image"])
+def test_mirrored_on_two_cpu_devices_matches_one_device(kind):
     """Same global batches, dropout 0: 3 updates on 1 and on 2 replicas.
 
     The replicas split every batch and the loss divides by the global token
-    count, so the updates are the same up to float32 summation order.
-    Tolerance: relative 1e-5 on the loss of a held-out batch.
+    (or review) count, so the updates are the same up to float32 summation
+    order; the image trainer weighs each replica's mean by its share of the
+    batch. Gradients are clipped after the sum over replicas. Tolerance:
+    relative 1e-5 on the loss of a held-out batch.
     """
     process = subprocess.run(
-        [sys.executable, str(SCRIPTS / "mirrored_vs_single.py")],
+        [sys.executable, str(SCRIPTS / "mirrored_vs_single.py"), kind],
         cwd=REPO_ROOT,
         env=subprocess_env(),
         capture_output=True,
@@ -61,7 +66,9 @@ def test_mirrored_on_two_cpu_devices_matches_one_device():
     single = results["single_k1"]
     assert single["replicas"] == 1 and single["iterations"] == 3
     assert single["loss"] < single["initial_loss"] - 0.1  # it did learn
-    for name in ("mirrored_k1", "mirrored_k2"):
+    names = ["mirrored_k1"] + (["mirrored_k2"] if kind != "image" else [])
+    assert sorted(results) == sorted(["single_k1", *names])
+    for name in names:
         mirrored = results[name]
         assert mirrored["replicas"] == 2 and mirrored["iterations"] == 3
         assert mirrored["initial"] == single["initial"]  # same initial weights
@@ -189,13 +196,38 @@ def test_multi_worker_run_stops_every_worker_when_the_chief_has_no_tokenizer(
     assert not (workdir / "workers" / "worker_1" / "tokenizer").exists()
 
 
-def test_killed_run_resumes_with_the_same_command(tmp_path):
+def _final_learning_rate(values: dict, steps: int) -> float:
+    """The learning rate of the kind's schedule after `steps` updates."""
+    if values.get("kind") == "classification":
+        import keras
+
+        settings = values["classification"]
+        schedule = keras.optimizers.schedules.CosineDecay(
+            0.0,
+            steps,
+            warmup_target=settings.get("learning_rate", 1e-3),
+            warmup_steps=int(steps * settings.get("warmup_share", 0.1)),
+        )
+        return float(schedule(steps))
+    model = values["model"]
+    # The learning rate of Eq. 7.
+    return float(
+        NoamSchedule(model["d_model"], model["optimizer"]["warmup_steps"])(steps)
+    )
+
+
+@pytest.mark.parametrize("kind", ["translation", "classification"])
+def test_killed_run_resumes_with_the_same_command(tmp_path, kind):
     """SIGKILL after a checkpoint exists; the same command finishes the run.
 
     Runs under MirroredStrategy on two logical CPU devices, so restoring
     mirrored variables is covered too.
     """
-    values = copy.deepcopy(SMALL_CONFIG)
+    if kind == "translation":
+        values = copy.deepcopy(SMALL_CONFIG)
+    else:
+        values = copy.deepcopy(SMALL_CLASSIFICATION_CONFIG)
+        values["data"]["data_dir"] = str(write_reviews(tmp_path / "reviews"))
     values["train"].update(
         train_steps=60, steps_per_epoch=5, validation_every=1000, test_samples=4
     )
@@ -245,10 +277,9 @@ def test_killed_run_resumes_with_the_same_command(tmp_path):
     result = json.loads((workdir / "result.json").read_text())
     assert result["initial_step"] == killed_at
     assert result["steps"] == 60
-    # The learning rate of Eq. 7 at the final step: the schedule resumed too.
-    model = values["model"]
-    expected = NoamSchedule(model["d_model"], model["optimizer"]["warmup_steps"])(60)
-    np.testing.assert_allclose(result["learning_rate"], float(expected), rtol=1e-6)
+    # The learning rate at the final step: the schedule resumed too.
+    expected = _final_learning_rate(values, 60)
+    np.testing.assert_allclose(result["learning_rate"], expected, rtol=1e-6)
     # The resumed part trained exactly the remaining updates.
     assert len(result["history"]["loss"]) == (60 - killed_at) // 5
     assert checkpoint_step(checkpoint_paths(workdir / "checkpoints")[-1]) == 60

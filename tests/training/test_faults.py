@@ -41,9 +41,11 @@ from tests.training.helpers import (
     REPO_ROOT,
     SMALL_CONFIG,
     damage_file,
+    small_classification_config,
     small_config,
     subprocess_env,
     write_config,
+    write_reviews,
 )
 
 #: Three checkpoints (ckpt-3, ckpt-6, ckpt-9), no validation pass.
@@ -71,6 +73,36 @@ def run(trained, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(trained, copy)
     return copy
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    """Synthetic reviews for the classification runs."""
+    return write_reviews(tmp_path_factory.mktemp("reviews"))
+
+
+def _kind_config(kind: str, reviews: Path, *overrides: str):
+    if kind == "translation":
+        return small_config(*RUN_OVERRIDES, *overrides)
+    return small_classification_config(reviews, *RUN_OVERRIDES, *overrides)
+
+
+@pytest.fixture(scope="module")
+def trained_classification(tmp_path_factory, reviews):
+    """The classification twin of `trained`: checkpoints at 3, 6 and 9."""
+    workdir = tmp_path_factory.mktemp("faults_classification") / "run"
+    train(_kind_config("classification", reviews), workdir, printer=None)
+    assert _names(workdir) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    return workdir
+
+
+@pytest.fixture(params=["translation", "classification"])
+def kind_run(request, tmp_path):
+    """(kind, a copy of that kind's trained run that a test may damage)."""
+    name = "trained" if request.param == "translation" else "trained_classification"
+    copy = tmp_path / "run"
+    shutil.copytree(request.getfixturevalue(name), copy)
+    return request.param, copy
 
 
 def _names(workdir: Path) -> list[str]:
@@ -116,8 +148,9 @@ def _one_line_error(capsys, *names: str) -> str:
     ],
 )
 def test_damaged_newest_checkpoint_falls_back_and_is_kept(
-    run, name, how, expected, caplog
+    kind_run, name, how, expected, caplog
 ):
+    _, run = kind_run
     checkpoints = run / "checkpoints"
     intact = _weights_of(run, "ckpt-6")
     size = damage_file(checkpoints / name, how)
@@ -146,9 +179,12 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept(
 
 
 @pytest.mark.parametrize("name", ["ckpt-9.index", DATA])
-def test_train_resumes_from_the_newest_intact_checkpoint(run, name, caplog):
+def test_train_resumes_from_the_newest_intact_checkpoint(
+    kind_run, reviews, name, caplog
+):
+    kind, run = kind_run
     damage_file(run / "checkpoints" / name, "truncate")
-    config = small_config(*RUN_OVERRIDES, "train.train_steps=12")
+    config = _kind_config(kind, reviews, "train.train_steps=12")
     with caplog.at_level(logging.WARNING, logger="keras_transformer"):
         result = train(config, run, printer=None)
     assert result.initial_step == 6 and result.steps == 12
@@ -160,10 +196,11 @@ def test_train_resumes_from_the_newest_intact_checkpoint(run, name, caplog):
         assert checkpoint_problem(path) is None
 
 
-def test_only_damaged_checkpoints_never_restart_silently_from_zero(run):
+def test_only_damaged_checkpoints_never_restart_silently_from_zero(kind_run, reviews):
+    kind, run = kind_run
     for step in (3, 6, 9):
         damage_file(run / "checkpoints" / f"ckpt-{step}.index", "empty")
-    config = small_config(*RUN_OVERRIDES)
+    config = _kind_config(kind, reviews)
     with pytest.raises(CheckpointDamagedError, match="Every checkpoint") as error:
         train(config, run, printer=None)
     assert "ckpt-3.index is empty" in str(error.value)
@@ -178,7 +215,7 @@ def test_only_damaged_checkpoints_never_restart_silently_from_zero(run):
     aside.mkdir()
     for path in (run / "checkpoints").glob("*.corrupt"):
         path.rename(aside / path.name)
-    result = train(small_config(*RUN_OVERRIDES, "train.train_steps=3"), run)
+    result = train(_kind_config(kind, reviews, "train.train_steps=3"), run)
     assert result.initial_step == 0 and result.steps == 3
 
 

@@ -1,0 +1,186 @@
+"""The recipes of the kinds of run, and the one registry that finds them.
+
+One `keras_transformer.training.train` runs every kind of model: it owns
+the run folder (lock, ``config.json``, resume, damaged-checkpoint fallback,
+fingerprints), the tokenizer, the distribution strategy, the precision,
+gradient accumulation, preemption, the callbacks shared by every kind
+(NaN guard, checkpoints, summaries, progress) and the final evaluation's
+place in the run. What differs between kinds is a `Recipe`: how the data is
+read and the tokenizer learned, how the model, its optimizer and its
+trainer are built, the data streams, the validation callbacks, the final
+evaluation and the run's one-line plan.
+
+A new kind is a `Recipe` subclass registered under its name
+(`register_recipe`) plus its name in `kinds.KINDS` (and, if it has its own
+settings, a section in `kinds.KIND_SECTIONS`). The built-in recipes are
+registered by module path and imported on first use, so that this module
+imports none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import runs
+from keras_transformer.data import SubwordTokenizer
+
+__all__ = ["Recipe", "RunContext", "recipe_for", "register_recipe"]
+
+
+@dataclasses.dataclass
+class RunContext:
+    """What a recipe's callbacks and evaluation see of the run being trained.
+
+    Attributes:
+        config: the run's `TrainConfig`.
+        root: the run folder.
+        log_dir: its TensorBoard folder.
+        model: the model being trained.
+        tokenizer: the run's tokenizer.
+        data: what the recipe's `load_data` returned.
+        fingerprint: the run's fingerprint (written into its weights files).
+        initial_step: the update the run started (or resumed) from.
+        say: where progress messages go.
+    """
+
+    config: Any
+    root: Path
+    log_dir: Path
+    model: keras.Model
+    tokenizer: SubwordTokenizer
+    data: Any
+    fingerprint: runs.RunFingerprint | None
+    initial_step: int
+    say: Callable[[str], None]
+
+
+class Recipe:
+    """One kind of run: what `train` asks of it.
+
+    The data object `load_data` returns has ``train``, ``validation`` and
+    ``test`` splits (each with ``len``), ``test_name``, ``skipped()`` (what
+    reading dropped, for ``result.json``) and ``skip_messages()``.
+    """
+
+    #: The kind's name (``config.kind``).
+    kind = ""
+    #: The validation metrics written into TensorBoard's HParams session.
+    hparams_metrics: tuple[str, ...] = ("loss",)
+
+    def load_data(self, config: Any) -> Any:
+        raise NotImplementedError
+
+    def learn_tokenizer(self, config: Any, train_data: Any) -> SubwordTokenizer:
+        raise NotImplementedError
+
+    def updates_per_epoch(
+        self, config: Any, data: Any, tokenizer: SubwordTokenizer
+    ) -> int:
+        """Optimizer updates in one pass over the training data."""
+        raise NotImplementedError
+
+    def check_schedule(self, config: Any, total_steps: int) -> None:
+        """Refuses a learning-rate schedule that does not fit the run's length."""
+
+    def build_model(self, config: Any, dtype: str | None) -> keras.Model:
+        raise NotImplementedError
+
+    def optimizer(self, config: Any, total_steps: int) -> keras.optimizers.Optimizer:
+        raise NotImplementedError
+
+    def trainer(self, config: Any, model: keras.Model) -> keras.Model:
+        """The `trainer.SummedLossTrainer` that `fit` runs (uncompiled)."""
+        raise NotImplementedError
+
+    def training_dataset(
+        self, config: Any, data: Any, tokenizer: SubwordTokenizer, skip_updates: int
+    ) -> tf.data.Dataset:
+        """The endless stream of updates, a function of the seed, after the
+        `skip_updates` updates a resumed run has made (so that it sees the
+        batches an uninterrupted run would)."""
+        raise NotImplementedError
+
+    def validation_dataset(
+        self, config: Any, data: Any, tokenizer: SubwordTokenizer
+    ) -> tf.data.Dataset:
+        raise NotImplementedError
+
+    def update_size(self, config: Any) -> str:
+        """What one update holds before accumulation, e.g. ``"4096 tokens"``."""
+        raise NotImplementedError
+
+    def training_set(self, config: Any, data: Any) -> str:
+        """What the run trains on, e.g. ``"300 dates pairs"``."""
+        raise NotImplementedError
+
+    def plan(
+        self,
+        config: Any,
+        strategy: tf.distribute.Strategy,
+        data: Any,
+        tokenizer: SubwordTokenizer,
+        schedule: tuple[int, int],
+    ) -> str:
+        """The one line that says what the run will do."""
+        total_steps, per_epoch = schedule
+        count, unit = self.update_size(config).split(" ", 1)
+        return (
+            f"Training {total_steps} updates ({per_epoch} per epoch, {count} x "
+            f"{config.train.gradient_accumulation} {unit} per update, "
+            f"{strategy.num_replicas_in_sync} replica(s)) on "
+            f"{self.training_set(config, data)}; vocabulary "
+            f"{tokenizer.vocabulary_size}."
+        )
+
+    def validation(self, run: RunContext) -> keras.callbacks.Callback | None:
+        """The chief's validation callback (keeps the best weights), or None."""
+        return None
+
+    def best_validation_score(self, validation: Any) -> float | None:
+        return None
+
+    def chief_callbacks(
+        self, run: RunContext, validation: Any
+    ) -> list[keras.callbacks.Callback]:
+        """More callbacks only the chief runs (e.g. attention images)."""
+        return []
+
+    def evaluate(self, run: RunContext, steps: int) -> Any:
+        """The final evaluation on the test split (chief only); an object
+        with ``to_dict(n)`` and ``summary()``."""
+        raise NotImplementedError
+
+
+#: kind -> a Recipe, or "module:Class" imported on first use.
+_RECIPES: dict[str, Recipe | str] = {
+    "translation": "keras_transformer.training.translation_recipe:TranslationRecipe",
+    "classification": (
+        "keras_transformer.training.classification:ClassificationRecipe"
+    ),
+}
+
+
+def register_recipe(kind: str, recipe: Recipe) -> None:
+    """Registers (or replaces) the recipe of `kind`."""
+    _RECIPES[kind] = recipe
+
+
+def recipe_for(config_or_kind: Any) -> Recipe:
+    """The recipe of a `TrainConfig` (its ``kind``) or of a kind's name."""
+    kind = getattr(config_or_kind, "kind", config_or_kind)
+    found = _RECIPES.get(kind)
+    if found is None:
+        raise ValueError(
+            f"No recipe for kind={kind!r}; the known kinds are {sorted(_RECIPES)}."
+        )
+    if isinstance(found, str):
+        module, name = found.split(":")
+        found = _RECIPES[kind] = getattr(importlib.import_module(module), name)()
+    return found

@@ -1,0 +1,185 @@
+"""The kinds of run: one config with a kind, one registry of recipes.
+
+Translation is the default kind (a stored config without ``kind`` is one,
+and its ``config.json`` has no kind key); classification has its own
+section and recipe. The tests of the run itself (resume, damaged
+checkpoints, SIGKILL, MirroredStrategy) are parametrized over the kinds in
+test_faults.py and test_distributed.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.training import TrainConfig, apply_overrides
+from keras_transformer.training.classification import (
+    ClassificationRecipe,
+    load_reviews,
+    review_dataset,
+)
+from keras_transformer.training.recipes import Recipe, recipe_for, register_recipe
+from keras_transformer.training.translation_recipe import TranslationRecipe
+from tests.training.helpers import (
+    REPO_ROOT,
+    SMALL_CLASSIFICATION_CONFIG,
+    SMALL_CONFIG,
+    small_classification_config,
+    write_reviews,
+)
+
+
+def test_a_config_without_kind_is_translation_and_stays_without_it():
+    config = TrainConfig.from_dict(SMALL_CONFIG)
+    assert config.kind == "translation" and config.classification is None
+    assert "kind" not in config.to_dict() and "classification" not in config.to_dict()
+    assert isinstance(recipe_for(config), TranslationRecipe)
+    again = TrainConfig.from_json(config.to_json())
+    assert again == config
+
+
+def test_the_imdb_config_round_trips_with_its_section():
+    config = TrainConfig.load(REPO_ROOT / "configs" / "imdb.json")
+    assert config.kind == "classification"
+    settings = config.classification
+    # The notebook's settings (examples/03_text_classification.ipynb).
+    assert (settings.batch_size, settings.learning_rate) == (32, 1e-3)
+    assert (config.model.d_model, config.model.num_heads, config.model.d_ff) == (
+        64,
+        4,
+        128,
+    )
+    assert config.model.dropout == 0.2 and config.data.vocabulary_size == 8000
+    assert config.data.max_sentence_length == 512 and config.train.epochs == 3
+    values = json.loads(config.to_json())
+    assert values["kind"] == "classification"
+    assert values["classification"]["tail_tokens"] == 128
+    assert TrainConfig.from_dict(values) == config
+    assert isinstance(recipe_for(config), ClassificationRecipe)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"kind": "poetry"}, "`kind` must be one of"),
+        ({"classification": {"batch_size": 8}}, "belongs to kind='classification'"),
+        (
+            {"kind": "classification", "classification": {"batch_size": 0}},
+            "classification.batch_size",
+        ),
+        (
+            {"kind": "classification", "classification": {"task": "sst2"}},
+            "classification.task",
+        ),
+        (
+            {"kind": "classification", "classification": {"shuffle": True}},
+            "Unknown `classification` settings",
+        ),
+    ],
+)
+def test_bad_kinds_and_sections_are_one_line_errors(values, message):
+    with pytest.raises(ValueError, match=message) as error:
+        TrainConfig.from_dict(values)
+    assert "\n" not in str(error.value)
+
+
+def test_overrides_reach_the_kind_and_its_section():
+    config = apply_overrides(
+        SMALL_CLASSIFICATION_CONFIG, ["classification.batch_size=8", "train.seed=3"]
+    )
+    assert config.classification.batch_size == 8 and config.train.seed == 3
+    with pytest.raises(ValueError, match="Unknown config key 'classification.size'"):
+        apply_overrides(SMALL_CLASSIFICATION_CONFIG, ["classification.size=8"])
+    switched = apply_overrides(SMALL_CONFIG, ["kind=classification"])
+    assert switched.kind == "classification"
+    assert switched.classification.batch_size == 32
+
+
+def test_a_registered_recipe_is_found_and_an_unknown_kind_is_named():
+    class Echo(Recipe):
+        kind = "echo"
+
+    register_recipe("echo", Echo())
+    assert isinstance(recipe_for("echo"), Echo)
+    with pytest.raises(ValueError, match="No recipe for kind='sound'"):
+        recipe_for("sound")
+
+
+def test_resumed_review_stream_continues_where_it_stopped(tmp_path):
+    """The stream is a function of the seed: skipping k updates gives the
+    batches an uninterrupted run sees from update k on, across epochs."""
+    config = small_classification_config(write_reviews(tmp_path))
+    data = load_reviews(config)
+    tokenizer = ClassificationRecipe().learn_tokenizer(config, data.train)
+    per_epoch = ClassificationRecipe().updates_per_epoch(config, data, tokenizer)
+    assert per_epoch >= 18  # 288 reviews, 16 per batch, bucketed
+    whole = list(review_dataset(data.train, tokenizer, config, seed=0).take(40))
+    resumed = list(
+        review_dataset(data.train, tokenizer, config, seed=0, skip_updates=25).take(15)
+    )
+    for (ids, labels), (want_ids, want_labels) in zip(resumed, whole[25:], strict=True):
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(labels, want_labels)
+    # Every epoch is a new order of the same reviews.
+    first = np.concatenate([labels for _, labels in whole[:per_epoch]])
+    assert len(first) == len(data.train)
+    assert sorted(first) == sorted(data.train.labels)
+    second = [ids.numpy().tolist() for ids, _ in whole[per_epoch : 2 * per_epoch]]
+    assert second != [ids.numpy().tolist() for ids, _ in whole[:per_epoch]]
+
+
+def test_long_reviews_keep_their_head_and_tail(tmp_path):
+    config = small_classification_config(
+        write_reviews(tmp_path),
+        "data.max_sentence_length=8",
+        "classification.tail_tokens=3",
+    )
+    tokenizer = SubwordTokenizer.train(
+        ["a b c d e f g h i j k l m n o p"] * 20, vocabulary_size=22
+    )
+    from keras_transformer.training.classification import Reviews, encode_reviews
+
+    text = "a b c d e f g h i j k l m n o p"
+    flat, lengths = encode_reviews(Reviews([text], np.array([1])), tokenizer, config)
+    ids = tokenizer.encode([text])[0]
+    assert lengths.tolist() == [8]
+    assert flat.tolist() == ids[:5] + ids[-3:]
+
+
+def test_test_sample_holds_both_classes(tmp_path):
+    """The test file is sorted by label; a sample of it must not be."""
+    config = small_classification_config(
+        write_reviews(tmp_path), "train.test_samples=10"
+    )
+    data = load_reviews(config)
+    assert len(data.test) == 10 and 0 < data.test.labels.sum() < 10
+    assert len(data.validation) == 32 and len(data.train) == 288
+
+
+def test_evaluate_reports_the_accuracy_of_a_classification_run(tmp_path, capsys):
+    """`keras-transformer evaluate` on a classification run: its test accuracy,
+    the same as the run's final evaluation of the same weights."""
+    from keras_transformer import cli
+    from keras_transformer.training import train
+
+    reviews = write_reviews(tmp_path / "reviews")
+    config = small_classification_config(reviews, "train.train_steps=9")
+    result = train(config, tmp_path / "run", printer=None)
+    assert result.evaluation.examples == 16
+    stored = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert stored["evaluation"]["accuracy"] == result.evaluation.accuracy
+    capsys.readouterr()
+    status = cli.main(["evaluate", "--workdir", str(tmp_path / "run"), "--json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    evaluated = json.loads(out)
+    assert evaluated["examples"] == 16 and evaluated["split"] == "test"
+    assert evaluated["accuracy"] == pytest.approx(result.evaluation.accuracy)
+    status = cli.main(
+        ["evaluate", "--workdir", str(tmp_path / "run"), "--max-sentences", "6"]
+    )
+    assert status == 0
+    assert capsys.readouterr().out.startswith("accuracy ")
