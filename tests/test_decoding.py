@@ -10,13 +10,13 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.decoding import (
+    BeamSearch,
+    Decoder,
     DecodeResult,
-    beam_search,
-    greedy_decode,
-    run_beam_search,
-    run_greedy,
-    sample_decode,
-    uncached_greedy_decode,
+    DecodeSettings,
+    GreedySearch,
+    get_decoder,
+    run_search,
 )
 from keras_transformer.models import build_transformer, presets
 from tests.former_decoding import former_beam_search_graph, former_run_beam_search
@@ -32,6 +32,45 @@ SOURCES = np.array(
     [[5, 6, 7, 8, 9], [10, 11, 12, 0, 0], [13, 0, 0, 0, 0]], dtype="int32"
 )
 EXTRA = 4  # each example may generate (real source tokens + 4) tokens
+
+
+# ------------------------------------------------ the one public tier, tersely
+def _decode_with(
+    model, sources, method, *, jit_compile=False, use_cache=True, **options
+):
+    """`Decoder(model).decode(sources, DecodeSettings(method=...))` with the
+    call arguments (`max_length`, `seed`, `end_id`) split from the settings."""
+    call = {k: options.pop(k) for k in ("max_length", "seed", "end_id") if k in options}
+    settings = DecodeSettings(method=method, **options)
+    decoder = get_decoder(model, jit_compile, use_cache)
+    return decoder.decode(sources, settings, **call)
+
+
+def greedy_decode(model, sources, **options):
+    return _decode_with(model, sources, "greedy", **options)
+
+
+def uncached_greedy_decode(model, sources, **options):
+    return _decode_with(model, sources, "greedy", use_cache=False, **options)
+
+
+def beam_search(model, sources, *, length_penalty=0.6, **options):
+    return _decode_with(model, sources, "beam", alpha=length_penalty, **options)
+
+
+def sample_decode(model, sources, **options):
+    return _decode_with(model, sources, "sample", **options)
+
+
+def run_greedy(step_fn, state, limits, **options):
+    return run_search(GreedySearch(), step_fn, state, limits, **options)
+
+
+def run_beam_search(
+    step_fn, state, limits, *, beam_size=4, length_penalty_alpha=0.6, **options
+):
+    strategy = BeamSearch(beam_size, length_penalty_alpha)
+    return run_search(strategy, step_fn, state, limits, **options)
 
 
 @pytest.fixture(scope="module")
@@ -140,38 +179,35 @@ def test_max_length_caps_the_output(model):
     np.testing.assert_array_equal(result.lengths, [3, 3, 3])
 
 
-def test_graph_methods_inside_a_callers_tf_function(model):
-    """`greedy_graph` / `beam_search_graph` (what export uses) give the same
-    outputs as the checked entry points, traced in the caller's function."""
-    decoder = decoding.Decoder(model)
+def test_search_inside_a_callers_tf_function(model):
+    """`Decoder.search` (what export uses) gives the same outputs as
+    `Decoder.decode`, traced in the caller's function."""
+    decoder = Decoder(model)
+    greedy_settings = DecodeSettings(method="greedy", extra_length=EXTRA)
+    beam_settings = DecodeSettings(beam_size=2, extra_length=EXTRA)
     limits = np.array([5, 3, 1], "int32") + EXTRA
     width = 16  # the static length that `greedy` rounds up to
 
     @tf.function(autograph=False)
     def search(source_ids, limits):
-        greedy = decoder.greedy_graph(source_ids, limits, max_length=width, end_id=None)
-        beam = decoder.beam_search_graph(
-            source_ids,
-            limits,
-            max_length=width,
-            beam_size=2,
-            length_penalty=tf.constant(0.6),
-            end_id=None,
+        greedy = decoder.search(
+            source_ids, limits, greedy_settings, max_length=width, end_id=None
+        )
+        beam = decoder.search(
+            source_ids, limits, beam_settings, max_length=width, end_id=None
         )
         return greedy, beam
 
     (greedy_ids, greedy_scores, greedy_lengths), beam = search(
         tf.constant(SOURCES), tf.constant(limits)
     )
-    expected = decoder.greedy(SOURCES, extra_length=EXTRA, end_id=None)
+    expected = decoder.decode(SOURCES, greedy_settings, end_id=None)
     np.testing.assert_array_equal(greedy_lengths, expected.lengths)
     np.testing.assert_array_equal(
         np.asarray(greedy_ids)[:, : expected.token_ids.shape[1]], expected.token_ids
     )
     np.testing.assert_allclose(greedy_scores, expected.scores, atol=1e-5)
-    expected = decoder.beam_search(
-        SOURCES, beam_size=2, extra_length=EXTRA, end_id=None
-    )
+    expected = decoder.decode(SOURCES, beam_settings, end_id=None)
     beam_ids, beam_scores, beam_lengths = beam
     np.testing.assert_array_equal(beam_lengths, expected.lengths)
     np.testing.assert_array_equal(
@@ -181,8 +217,9 @@ def test_graph_methods_inside_a_callers_tf_function(model):
 
 
 def test_decoder_is_cached_per_model(model):
-    assert decoding.get_decoder(model) is decoding.get_decoder(model)
-    assert decoding.get_decoder(model) is not decoding.get_decoder(model, True)
+    assert get_decoder(model) is get_decoder(model)
+    assert get_decoder(model) is not get_decoder(model, True)
+    assert get_decoder(model) is not get_decoder(model, use_cache=False)
 
 
 # -------------------------------------------------------------- beam search
@@ -190,14 +227,18 @@ def test_decoder_is_cached_per_model(model):
 def test_beam_size_one_equals_greedy(request, fixture, end_id):
     model = request.getfixturevalue(fixture)
     greedy = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
-    beam = beam_search(
-        model,
-        SOURCES,
-        beam_size=1,
-        length_penalty=0.0,
-        extra_length=EXTRA,
-        end_id=end_id,
-    )
+    # `DecodeSettings(beam_size=1)` decodes greedily (its `strategy`); the
+    # former `beam_search` runs the beam strategy itself with one hypothesis.
+    assert DecodeSettings(beam_size=1).strategy == "greedy"
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        beam = decoding.beam_search(
+            model,
+            SOURCES,
+            beam_size=1,
+            length_penalty=0.0,
+            extra_length=EXTRA,
+            end_id=end_id,
+        )
     np.testing.assert_array_equal(beam.token_ids, greedy.token_ids)
     np.testing.assert_array_equal(beam.lengths, greedy.lengths)
     np.testing.assert_allclose(beam.scores, greedy.scores, atol=1e-4)
@@ -259,7 +300,7 @@ def _former_beam_search(model, sources, beam_size, extra_length, end_id, xla):
         jit_compile=xla,
     )
     tokens, scores, lengths = search(tf.constant(sources), tf.constant(limits))
-    return decoding._result(tokens, scores, lengths)
+    return DecodeResult.from_outputs(tokens, scores, lengths)
 
 
 @pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
@@ -364,12 +405,11 @@ def test_driver_equals_the_former_driver_on_random_tables(alpha, beam, drop):
 def test_one_trace_serves_every_output_length(model):
     """In a graph the output length is a tensor: sources of other lengths
     reuse the trace (after the one relaxing the input shape)."""
-    decoder = decoding.Decoder(model)
+    decoder = Decoder(model)
+    settings = DecodeSettings(beam_size=2, extra_length=3)
     for width in (2, 9, 40, 3):
-        decoder.beam_search(
-            SOURCES[:, :1].repeat(width, 1), beam_size=2, extra_length=3
-        )
-    assert decoder._beam_fn.experimental_get_tracing_count() <= 2
+        decoder.decode(SOURCES[:, :1].repeat(width, 1), settings)
+    assert decoder._search_fn.experimental_get_tracing_count() <= 2
 
 
 # ----------------------------------------------- beam search on fake models
@@ -564,7 +604,7 @@ def test_max_length_beyond_learned_positions_raises():
         (greedy_decode, {"extra_length": -1}, "extra_length"),
         (greedy_decode, {"end_id": 1000}, "end_id"),
         (beam_search, {"beam_size": 0}, "beam_size"),
-        (beam_search, {"length_penalty": -0.5}, "length_penalty"),
+        (beam_search, {"length_penalty": -0.5}, "alpha"),
         (sample_decode, {"temperature": 0.0}, "temperature"),
         (sample_decode, {"top_k": 0}, "top_k"),
     ],

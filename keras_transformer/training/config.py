@@ -48,8 +48,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.conventions import EXTRA_LENGTH, PRECISIONS, TASK_NAMES
+from keras_transformer.conventions import PRECISIONS, TASK_NAMES
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
+from keras_transformer.decoding.settings import default_setting
 from keras_transformer.files import write_atomically
 from keras_transformer.layers.validation import (
     check_bool,
@@ -521,7 +522,7 @@ class TrainingConfig:
     keep_checkpoints: int = 5
     keep_best: bool = True
     bleu_samples: int = 200
-    extra_length: int = EXTRA_LENGTH
+    extra_length: int = default_setting("extra_length")
     log_every: int = 50
     attention_example: int = 0
     test_samples: int | None = None
