@@ -197,6 +197,19 @@ def _check_lines(name: str, lines: Any) -> list[str]:
     return lines
 
 
+def _setting(name: str) -> property:
+    """A `DecodeSettings` field of `Translator.settings` as an attribute;
+    assigning it replaces the settings (validated again)."""
+
+    def get(self: Translator) -> Any:
+        return getattr(self.settings, name)
+
+    def set_(self: Translator, value: Any) -> None:
+        self.settings = self.settings.replace(**{name: value})
+
+    return property(get, set_, doc=f"`settings.{name}` (`DecodeSettings`).")
+
+
 @dataclasses.dataclass(init=False)
 class Translator:
     """A model, its tokenizer and the decoding settings of §6.1.
@@ -268,22 +281,11 @@ class Translator:
         self.warn_on_cut = warn_on_cut
         self.cut_lines = ()
 
-    # -- the settings, by their names ----------------------------------------
-    @property
-    def beam_size(self) -> int:
-        return self.settings.beam_size
-
-    @property
-    def alpha(self) -> float:
-        return self.settings.alpha
-
-    @property
-    def max_input_length(self) -> int:
-        return self.settings.max_input_length
-
-    @property
-    def extra_length(self) -> int:
-        return self.settings.extra_length
+    # -- the settings, by their names (setting one replaces `settings`) ------
+    beam_size = _setting("beam_size")
+    alpha = _setting("alpha")
+    max_input_length = _setting("max_input_length")
+    extra_length = _setting("extra_length")
 
     @property
     def length_penalty(self) -> float:
@@ -455,8 +457,8 @@ def translate_lines(
     """Translates sentences with beam search (§6.1) or greedily.
 
     ``Translator(model, tokenizer, **settings).translate(lines, progress)``:
-    the settings (`DecodeSettings` fields: ``beam_size=4``, ``alpha=0.6``,
-    ``max_input_length=128``, ``extra_length=50``, ``batch_size=32``,
+    the settings (`DecodeSettings` fields such as ``beam_size``, ``alpha``,
+    ``max_input_length``, ``extra_length``, and ``batch_size``,
     ``jit_compile``, ...) are those of `Translator`.
 
     Returns:

@@ -1,7 +1,10 @@
 """kt.decoding: cached greedy, beam search (§6.1, Wu et al. 2016), sampling."""
 
+import dataclasses
 import itertools
 import math
+import re
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -650,3 +653,130 @@ def test_trained_copy_model_decodes_the_copy(copy_model):
     expected = [list(row[row != PAD]) for row in labels]
     assert greedy_decode(copy_model, sources, extra_length=2).to_list() == expected
     assert beam_search(copy_model, sources, extra_length=2).to_list() == expected
+
+
+# ------------------------------------------------------------ DecodeSettings
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("method", "nucleus"),
+        ("beam_size", 0),
+        ("beam_size", 2.0),
+        ("alpha", -0.5),
+        ("alpha", float("nan")),
+        ("extra_length", -1),
+        ("max_input_length", 1),
+        ("temperature", 0.0),
+        ("top_k", 0),
+    ],
+)
+def test_decode_settings_refuse_bad_values_in_one_line(field, value):
+    with pytest.raises(ValueError, match=field) as error:
+        DecodeSettings(**{field: value})
+    assert "\n" not in str(error.value) and "Received" in str(error.value)
+
+
+def test_decode_settings_defaults_are_the_papers():
+    """§6.1: beam 4, alpha 0.6, outputs up to the input length + 50."""
+    settings = DecodeSettings()
+    assert (settings.method, settings.beam_size, settings.alpha) == ("beam", 4, 0.6)
+    assert settings.extra_length == 50 and settings.strategy == "beam"
+    assert settings.describe() == "beam 4, alpha 0.6"
+    assert DecodeSettings(method="greedy", beam_size=3).strategy == "greedy"
+    assert settings.replace(beam_size=1).describe() == "greedy"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.beam_size = 2
+
+
+def test_every_method_is_a_registered_strategy():
+    assert set(decoding.STRATEGIES) == {"greedy", "beam", "sample"}
+    options = decoding.strategies.SearchOptions(3, 0.6, 1.0, None, 0)
+    assert decoding.get_strategy("beam", options).beam_size == 3
+    with pytest.raises(ValueError, match="nucleus"):
+        decoding.get_strategy("nucleus", options)
+
+
+def test_a_new_strategy_is_one_registry_entry(model, monkeypatch):
+    """A strategy registered under a new name is a `DecodeSettings.method`
+    that `Decoder.decode` runs (here: greedy through another name)."""
+    monkeypatch.setitem(decoding.STRATEGIES, "argmax", lambda options: GreedySearch())
+    settings = DecodeSettings(method="argmax", extra_length=EXTRA)
+    result = Decoder(model).decode(SOURCES, settings, end_id=None)
+    expected = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=None)
+    np.testing.assert_array_equal(result.token_ids, expected.token_ids)
+
+
+def test_uncached_beam_search_equals_cached(model):
+    """`Decoder(use_cache=False)` (the reference) also runs beam search."""
+    settings = DecodeSettings(beam_size=3, extra_length=EXTRA)
+    cached = Decoder(model).decode(SOURCES, settings, end_id=None)
+    uncached = Decoder(model, use_cache=False).decode(SOURCES, settings, end_id=None)
+    assert cached.to_list() == uncached.to_list()
+    np.testing.assert_allclose(cached.scores, uncached.scores, atol=1e-4)
+
+
+# ------------------------------------------------------------ former names
+def test_former_names_warn_and_decode_the_same(model):
+    new = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=None)
+    beam = beam_search(model, SOURCES, beam_size=2, extra_length=EXTRA, end_id=None)
+    decoder = Decoder(model)
+    calls = {
+        "greedy_decode": lambda: decoding.greedy_decode(
+            model, SOURCES, extra_length=EXTRA, end_id=None
+        ),
+        "uncached_greedy_decode": lambda: decoding.uncached_greedy_decode(
+            model, SOURCES, extra_length=EXTRA, end_id=None
+        ),
+        "Decoder.greedy": lambda: decoder.greedy(
+            SOURCES, extra_length=EXTRA, end_id=None
+        ),
+        "sample_decode": lambda: decoding.sample_decode(
+            model, SOURCES, top_k=1, seed=1, extra_length=EXTRA, end_id=None
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+            result = call()
+        np.testing.assert_array_equal(result.token_ids, new.token_ids, err_msg=name)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        former = decoder.beam_search(
+            SOURCES, beam_size=2, extra_length=EXTRA, end_id=None
+        )
+    np.testing.assert_array_equal(former.token_ids, beam.token_ids)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        outputs = decoding.run_greedy(
+            _hash_step(tf.constant(np.log(np.full((7, 5), 0.2)), tf.float32)),
+            tf.constant([1, 2], tf.int64),
+            [3, 2],
+            max_length=3,
+        )
+    np.testing.assert_array_equal(outputs[2], [3, 2])
+
+
+# The defaults of `DecodeSettings`, each as a line that would declare it again.
+_NAMES = (
+    r"(beam_size|alpha|length_penalty|length_penalty_alpha|extra_length"
+    r"|max_input_length)"
+)
+_REPEATED_DEFAULTS = re.compile(
+    rf"^\s*{_NAMES}\s*(:[^=]+)?=\s*(4|0\.6|50|128)\b"  # a field, a parameter
+    rf"|\b{_NAMES}=(4|0\.6|50|128)\b"  # a keyword argument
+    r"|default=(4|0\.6|50|128)\b"  # a flag
+)
+
+
+def test_decode_defaults_are_declared_once():
+    """Beam 4, alpha 0.6, extra length 50, input cap 128 are declared in
+    `DecodeSettings` only: everything else reads them from there."""
+    package = Path(decoding.__file__).parents[1]
+    repeats = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "settings.py" and path.parent.name == "decoding":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if _REPEATED_DEFAULTS.search(line.split("#")[0]):
+                repeats.append(f"{path.relative_to(package)}:{number}: {line}")
+    assert repeats == []
+    settings_source = (package / "decoding" / "settings.py").read_text()
+    assert "beam_size: int = 4" in settings_source
+    assert "alpha: float = 0.6" in settings_source

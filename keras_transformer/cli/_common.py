@@ -169,14 +169,14 @@ def add_search_arguments(
     (read from `DecodeSettings`, where every default is declared once);
     `search_settings` collects them.
     """
-    from keras_transformer.decoding.settings import METHODS, default_setting
+    from keras_transformer.decoding.settings import default_setting
 
     max_input_length = default_setting("max_input_length")
     parser.add_argument(
         "--method",
-        choices=METHODS,
         default=default_setting("method"),
-        help="Search: beam (§6.1), greedy or sample (default %(default)s).",
+        help="The search: a strategy of keras_transformer.decoding.STRATEGIES, "
+        "e.g. beam (§6.1), greedy, sample (default %(default)s).",
     )
     parser.add_argument(
         "--beam-size",

@@ -18,7 +18,7 @@ default declared there once. The package:
 - `steps`: the model's cached step (`TransformerStack.decode_beam_step`,
   beam 1 for greedy decoding and sampling) and the uncached reference;
 - `decoder`: `Decoder`, which puts them together and compiles them;
-- `deprecated`: the former names, removed in 0.4.
+- `deprecated`, `former`: the former names, removed in 0.4.
 
 Token ids: 0 is padding and is never generated; by default 2 starts and 3 ends
 a sequence. Outputs hold the generated tokens (END included, the start token
@@ -45,7 +45,6 @@ PADDING_ID = PAD_ID
 # reads `DecodeSettings`' defaults without loading TensorFlow.
 _NAMES = {
     "DecodeSettings": "settings",
-    "METHODS": "settings",
     "default_setting": "settings",
     "DecodeResult": "result",
     "Decoder": "decoder",
@@ -60,7 +59,7 @@ _NAMES = {
     "beam_search": "deprecated",
     "check_integer": "deprecated",
     "check_length_penalty": "deprecated",
-    "get_decoder": "deprecated",
+    "get_decoder": "decoder",
     "greedy_decode": "deprecated",
     "run_beam_search": "deprecated",
     "run_greedy": "deprecated",

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.conventions import END_ID, PAD_ID, START_ID
-from keras_transformer.decoding.deprecated import DeprecatedDecoderMethods
+from keras_transformer.decoding.former import DeprecatedDecoderMethods
 from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.decoding.search import Outputs, run_search
 from keras_transformer.decoding.settings import DecodeSettings
@@ -292,4 +292,25 @@ def _checked_source(source_ids: Any, vocabulary_size: int) -> np.ndarray:
     return source
 
 
-__all__ = ["Decoder"]
+_DECODERS_ATTRIBUTE = "_keras_transformer_decoders"
+
+
+def get_decoder(
+    model: keras.Model, jit_compile: bool = False, use_cache: bool = True
+) -> Any:
+    """The `Decoder` of `model`, created once and then reused.
+
+    The decoders are kept in a private attribute of the model (set without
+    Keras' tracking), so they live and die with it.
+    """
+    decoders = getattr(model, _DECODERS_ATTRIBUTE, None)
+    if decoders is None:
+        decoders = {}
+        object.__setattr__(model, _DECODERS_ATTRIBUTE, decoders)
+    key = (jit_compile, use_cache)
+    if key not in decoders:
+        decoders[key] = Decoder(model, jit_compile=jit_compile, use_cache=use_cache)
+    return decoders[key]
+
+
+__all__ = ["Decoder", "get_decoder"]

@@ -18,6 +18,7 @@ Two ways to run, with the same outputs:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -161,6 +162,51 @@ def _scatter(
     )
 
 
+def _finish(
+    strategy: Strategy,
+    gather_state: GatherFunction,
+    drop_finished: bool,
+    beams: Any,
+    parents: tf.Tensor | None,
+    state: Any,
+    outputs: Outputs,
+) -> tuple[Any, Any, Outputs]:
+    """After a step: reorders the state by parent; with `drop_finished`,
+    also writes the finished examples to `outputs` and drops them."""
+    if not drop_finished:
+        if parents is not None:
+            state = gather_state(state, None, parents)
+        return beams, state, outputs
+    outputs = _scatter(outputs, beams.examples, beams.done, strategy.result(beams))
+    beams, state = _drop(beams, state, gather_state, parents)
+    return beams, state, outputs
+
+
+def _start(
+    strategy: Strategy,
+    finish: Callable[..., tuple[Any, Any, Outputs]],
+    limits: tf.Tensor,
+    state: Any,
+    max_length: int | tf.Tensor,
+    start_id: int,
+    drop_finished: bool,
+) -> tuple[Any, Any, Outputs]:
+    """The loop's first values: the strategy's start, empty outputs, and the
+    examples without any token to generate already done (their hypotheses
+    are all alike: nothing to reorder)."""
+    batch = tf.shape(limits)[0]
+    beams = strategy.start(limits, max_length, start_id)
+    outputs = (
+        tf.zeros((batch, max_length), tf.int32),
+        tf.zeros((batch,), tf.float32),
+        tf.zeros((batch,), tf.int32),
+    )
+    parents = None
+    if drop_finished and strategy.reorders:
+        parents = tf.tile(tf.range(strategy.beam_size)[None], [batch, 1])
+    return finish(beams, parents, state, outputs)
+
+
 def run_search(
     strategy: Strategy,
     step_fn: StepFunction,
@@ -204,21 +250,11 @@ def run_search(
         tokens padded with 0 after END.
     """
     limits = tf.cast(tf.convert_to_tensor(limits), tf.int32)
-    batch = tf.shape(limits)[0]
     end = -1 if end_id is None else end_id
     drop_finished = drop_finished and strategy.may_drop_finished
     gather_state = gather_state or gather_rows(strategy.beam_size)
 
-    def finish(beams: Any, parents: Any, state: Any, outputs: Outputs) -> Any:
-        """Reorders the state by parent; with `drop_finished`, also writes the
-        finished examples to `outputs` and drops them."""
-        if not drop_finished:
-            if parents is not None:
-                state = gather_state(state, None, parents)
-            return beams, state, outputs
-        outputs = _scatter(outputs, beams.examples, beams.done, strategy.result(beams))
-        beams, state = _drop(beams, state, gather_state, parents)
-        return beams, state, outputs
+    finish = functools.partial(_finish, strategy, gather_state, drop_finished)
 
     def cond(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> tf.Tensor:
         if drop_finished:
@@ -232,18 +268,9 @@ def run_search(
         beams, state, outputs = finish(beams, parents, state, outputs)
         return index + 1, beams, state, outputs
 
-    beams = strategy.start(limits, max_length, start_id)
-    outputs = (
-        tf.zeros((batch, max_length), tf.int32),
-        tf.zeros((batch,), tf.float32),
-        tf.zeros((batch,), tf.int32),
+    beams, state, outputs = _start(
+        strategy, finish, limits, state, max_length, start_id, drop_finished
     )
-    # Examples without any token to generate are done before the loop (their
-    # hypotheses are all alike: nothing to reorder).
-    parents = None
-    if drop_finished and strategy.reorders:
-        parents = tf.tile(tf.range(strategy.beam_size)[None], [batch, 1])
-    beams, state, outputs = finish(beams, parents, state, outputs)
     _, beams, _, outputs = tf.while_loop(
         cond,
         body,

@@ -20,19 +20,16 @@ from typing import Any
 
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
 
-#: The search methods of `DecodeSettings.method`, as registered in
-#: `keras_transformer.decoding.strategies` (a test checks they agree).
-METHODS = ("greedy", "beam", "sample")
-
 
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
     """How to decode: the search and its settings (§6.1).
 
     Attributes:
-        method: ``"beam"`` (beam search with the GNMT length penalty),
-            ``"greedy"`` or ``"sample"`` (ancestral sampling). A beam of one
-            hypothesis decodes greedily (`strategy`).
+        method: a strategy of `strategies.STRATEGIES`: ``"beam"`` (beam
+            search with the GNMT length penalty), ``"greedy"`` or
+            ``"sample"`` (ancestral sampling). A beam of one hypothesis
+            decodes greedily (`strategy`).
         beam_size: hypotheses kept per example (§6.1: 4).
         alpha: the length-penalty alpha (§6.1: 0.6); 0 ranks hypotheses by
             their raw log-probability. (Former names: ``length_penalty``,
@@ -68,14 +65,15 @@ class DecodeSettings:
 
     def __post_init__(self) -> None:
         # Imported here: the command line reads these defaults (its flags)
-        # before it loads Keras, which `keras_transformer.layers` imports.
+        # before it loads Keras and TensorFlow, which these modules import.
+        from keras_transformer.decoding.strategies import STRATEGIES
         from keras_transformer.layers.validation import (
             check_choice,
             check_int,
             check_number,
         )
 
-        check_choice("method", self.method, METHODS)
+        check_choice("method", self.method, tuple(STRATEGIES))
         check_int("beam_size", self.beam_size, 1)
         check_number("alpha", self.alpha, at_least=0.0)
         check_int("extra_length", self.extra_length, 0)
@@ -153,7 +151,6 @@ def settings_with(
 
 __all__ = [
     "default_setting",
-    "METHODS",
     "DecodeSettings",
     "settings_with",
     "warn_deprecated",
