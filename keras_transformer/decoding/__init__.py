@@ -34,7 +34,7 @@ Example:
 """
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.conventions import PAD_ID
 
@@ -68,6 +68,31 @@ _NAMES = {
 }
 
 
+if TYPE_CHECKING:  # the same names, for readers and documentation tools
+    from keras_transformer.decoding.decoder import Decoder, get_decoder
+    from keras_transformer.decoding.deprecated import (
+        beam_search,
+        check_integer,
+        check_length_penalty,
+        greedy_decode,
+        run_beam_search,
+        run_greedy,
+        sample_decode,
+        uncached_greedy_decode,
+    )
+    from keras_transformer.decoding.result import DecodeResult
+    from keras_transformer.decoding.search import StepFunction, run_search
+    from keras_transformer.decoding.settings import DecodeSettings, default_setting
+    from keras_transformer.decoding.strategies import (
+        STRATEGIES,
+        BeamSearch,
+        GreedySearch,
+        Sampling,
+        get_strategy,
+        length_penalty,
+    )
+
+
 def __getattr__(name: str) -> Any:
     if name in _NAMES:
         module = importlib.import_module(f"keras_transformer.decoding.{_NAMES[name]}")
@@ -81,4 +106,27 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__all__ = ["PADDING_ID", *sorted(_NAMES)]
+__all__ = [
+    "BeamSearch",
+    "DecodeResult",
+    "DecodeSettings",
+    "Decoder",
+    "GreedySearch",
+    "PADDING_ID",
+    "STRATEGIES",
+    "Sampling",
+    "StepFunction",
+    "beam_search",
+    "check_integer",
+    "check_length_penalty",
+    "default_setting",
+    "get_decoder",
+    "get_strategy",
+    "greedy_decode",
+    "length_penalty",
+    "run_beam_search",
+    "run_greedy",
+    "run_search",
+    "sample_decode",
+    "uncached_greedy_decode",
+]
