@@ -780,3 +780,19 @@ def test_decode_defaults_are_declared_once():
     settings_source = (package / "decoding" / "settings.py").read_text()
     assert "beam_size: int = 4" in settings_source
     assert "alpha: float = 0.6" in settings_source
+
+
+def test_only_sampling_draws_from_numpys_generator(model):
+    """A search without randomness leaves NumPy's global generator as it was
+    (a training run's draws do not depend on validation)."""
+    before = np.random.get_state()
+    for method in ("greedy", "beam"):
+        settings = DecodeSettings(method=method, beam_size=2, extra_length=2)
+        get_decoder(model).decode(SOURCES, settings)
+    after = np.random.get_state()
+    np.testing.assert_array_equal(after[1], before[1])
+    assert after[2] == before[2]
+    get_decoder(model).decode(SOURCES, DecodeSettings(method="sample", extra_length=2))
+    assert np.random.get_state()[2] != before[2] or not np.array_equal(
+        np.random.get_state()[1], before[1]
+    )

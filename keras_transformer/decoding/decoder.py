@@ -222,7 +222,9 @@ class Decoder(DeprecatedDecoderMethods):
         for name, value in (("start_id", start_id), ("end_id", end_id)):
             if value is not None:
                 check_int(name, value, 0, self.vocabulary_size - 1)
-        if seed is None:
+        if strategy != "sample":
+            seed = 0  # unused: NumPy's global generator stays untouched
+        elif seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
         check_int("seed", seed, 0)
         outputs = self._search_fn(
@@ -230,7 +232,7 @@ class Decoder(DeprecatedDecoderMethods):
             limits,
             tf.constant(settings.alpha, tf.float32),
             tf.constant(settings.temperature, tf.float32),
-            tf.constant(seed if strategy == "sample" else 0, tf.int32),
+            tf.constant(seed, tf.int32),
             strategy=strategy,
             beam_size=settings.beam_size if strategy == "beam" else 1,
             top_k=settings.top_k if strategy == "sample" else None,
