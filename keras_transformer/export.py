@@ -82,6 +82,7 @@ from keras_transformer.data.batching import encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import Decoder, DecodeSettings
 from keras_transformer.decoding.settings import (
+    checks,
     default_setting,
     settings_with,
     warn_deprecated,
@@ -93,7 +94,6 @@ from keras_transformer.files import (
     atomic_directory,
     check_free_space,
 )
-from keras_transformer.layers.validation import check_int
 from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
 from keras_transformer.runs import (
     EXPORT_INFO_FILE,
@@ -267,7 +267,7 @@ def source_ids_from_strings(
         (``width <= max_input_length``), and bool ``[batch]``, true for a
         sentence without any subword token (``""``, whitespace).
     """
-    check_int("max_input_length", max_input_length, 2)
+    checks().check_int("max_input_length", max_input_length, 2)
     ids = encode_sources(tokenizer, sentences, max_input_length)
     is_empty = tf.equal(ids.row_lengths(), 1)  # END only: no subword token
     return ids.to_tensor(default_value=PADDING_ID), is_empty

@@ -47,13 +47,12 @@ from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES, encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import DecodeResult, DecodeSettings, get_decoder
-from keras_transformer.decoding.settings import settings_with, warn_deprecated
+from keras_transformer.decoding.settings import checks, settings_with, warn_deprecated
 from keras_transformer.files import (
     as_os_error,
     write_atomically,
     write_error,
 )
-from keras_transformer.layers.validation import check_int
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
 
 __all__ = [
@@ -270,8 +269,8 @@ class Translator:
         warn_on_cut: bool = True,
         **decode_settings: Any,
     ) -> None:
-        check_int("batch_size", batch_size, 1)
-        check_int("max_output_length", max_output_length, 1, allow_none=True)
+        checks().check_int("batch_size", batch_size, 1)
+        checks().check_int("max_output_length", max_output_length, 1, allow_none=True)
         self.model, self.tokenizer = model, tokenizer
         self.settings = settings_with(settings, decode_settings)
         self.max_output_length = max_output_length

@@ -19,10 +19,9 @@ from keras_transformer.conventions import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.former import DeprecatedDecoderMethods
 from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.decoding.search import Outputs, run_search
-from keras_transformer.decoding.settings import DecodeSettings
+from keras_transformer.decoding.settings import DecodeSettings, checks
 from keras_transformer.decoding.steps import cached_step, uncached_step
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
-from keras_transformer.layers.validation import check_int
 from keras_transformer.models.transformer import TransformerStack
 
 #: The static length of the caches is rounded up to a multiple of this (when
@@ -221,12 +220,12 @@ class Decoder(DeprecatedDecoderMethods):
         )
         for name, value in (("start_id", start_id), ("end_id", end_id)):
             if value is not None:
-                check_int(name, value, 0, self.vocabulary_size - 1)
+                checks().check_int(name, value, 0, self.vocabulary_size - 1)
         if strategy != "sample":
             seed = 0  # unused: NumPy's global generator stays untouched
         elif seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
-        check_int("seed", seed, 0)
+        checks().check_int("seed", seed, 0)
         outputs = self._search_fn(
             source,
             limits,
@@ -254,7 +253,7 @@ class Decoder(DeprecatedDecoderMethods):
             number of real source tokens + `extra_length`, capped; §6.1) and
             the static size of the outputs and caches.
         """
-        check_int("max_length", max_length, 1, allow_none=True)
+        checks().check_int("max_length", max_length, 1, allow_none=True)
         supported = self.max_supported_length
         if max_length is not None and supported is not None and max_length > supported:
             raise ValueError(

@@ -23,9 +23,8 @@ from keras_transformer.decoding.former import (
 )
 from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.decoding.search import Outputs, StepFunction, run_search
-from keras_transformer.decoding.settings import warn_deprecated
+from keras_transformer.decoding.settings import checks, warn_deprecated
 from keras_transformer.decoding.strategies import BeamSearch, GreedySearch
-from keras_transformer.layers.validation import check_int, check_number
 
 
 def greedy_decode(
@@ -99,13 +98,13 @@ def run_beam_search(
 def check_integer(name: str, value: Any, minimum: int) -> None:
     """Deprecated: `keras_transformer.layers.validation.check_int`."""
     warn_deprecated("decoding.check_integer", "validation.check_int")
-    check_int(name, value, minimum)
+    checks().check_int(name, value, minimum)
 
 
 def check_length_penalty(length_penalty: Any) -> None:
     """Deprecated: `DecodeSettings` checks `alpha`."""
     warn_deprecated("decoding.check_length_penalty", "DecodeSettings(alpha=...)")
-    check_number("length_penalty", length_penalty, at_least=0.0)
+    checks().check_number("length_penalty", length_penalty, at_least=0.0)
 
 
 __all__ = [

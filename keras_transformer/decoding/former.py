@@ -16,10 +16,10 @@ from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.decoding.search import Outputs
 from keras_transformer.decoding.settings import (
     DecodeSettings,
+    checks,
     default_setting,
     warn_deprecated,
 )
-from keras_transformer.layers.validation import check_number
 
 # The former signatures show `DecodeSettings`' defaults.
 _BEAM_SIZE = default_setting("beam_size")
@@ -31,7 +31,7 @@ _EXTRA_LENGTH = default_setting("extra_length")
 def _settings(alpha_name: str = "length_penalty", **values: Any) -> DecodeSettings:
     """`DecodeSettings` from the former keyword names."""
     if alpha_name in values:
-        check_number(alpha_name, values[alpha_name], at_least=0.0)
+        checks().check_number(alpha_name, values[alpha_name], at_least=0.0)
         values["alpha"] = values.pop(alpha_name)
     return DecodeSettings(**values)
 

@@ -21,6 +21,16 @@ from typing import Any
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
 
 
+def checks() -> Any:
+    """The package's argument checks (`check_int`, `check_number`, ...): the
+    one place where decoding, the translator and export import them, on
+    first use (`keras_transformer.layers` loads Keras, which the command
+    line must not do before it has parsed its flags)."""
+    from keras_transformer.layers import validation
+
+    return validation
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
     """How to decode: the search and its settings (§6.1).
@@ -65,21 +75,17 @@ class DecodeSettings:
 
     def __post_init__(self) -> None:
         # Imported here: the command line reads these defaults (its flags)
-        # before it loads Keras and TensorFlow, which these modules import.
+        # before it loads TensorFlow, which the strategies import.
         from keras_transformer.decoding.strategies import STRATEGIES
-        from keras_transformer.layers.validation import (
-            check_choice,
-            check_int,
-            check_number,
-        )
 
-        check_choice("method", self.method, tuple(STRATEGIES))
-        check_int("beam_size", self.beam_size, 1)
-        check_number("alpha", self.alpha, at_least=0.0)
-        check_int("extra_length", self.extra_length, 0)
-        check_int("max_input_length", self.max_input_length, 2)
-        check_number("temperature", self.temperature, above=0.0)
-        check_int("top_k", self.top_k, 1, allow_none=True)
+        valid = checks()
+        valid.check_choice("method", self.method, tuple(STRATEGIES))
+        valid.check_int("beam_size", self.beam_size, 1)
+        valid.check_number("alpha", self.alpha, at_least=0.0)
+        valid.check_int("extra_length", self.extra_length, 0)
+        valid.check_int("max_input_length", self.max_input_length, 2)
+        valid.check_number("temperature", self.temperature, above=0.0)
+        valid.check_int("top_k", self.top_k, 1, allow_none=True)
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "temperature", float(self.temperature))
 
@@ -135,9 +141,7 @@ def settings_with(
     changes = dict(changes)
     if "length_penalty" in changes:
         warn_deprecated("length_penalty=", "alpha=")
-        from keras_transformer.layers.validation import check_number
-
-        check_number("length_penalty", changes["length_penalty"], at_least=0.0)
+        checks().check_number("length_penalty", changes["length_penalty"], at_least=0.0)
         changes["alpha"] = changes.pop("length_penalty")
     fields = {field.name for field in dataclasses.fields(DecodeSettings)}
     unknown = sorted(set(changes) - fields)
