@@ -46,10 +46,11 @@ def _history_mask(
     history: tf.Tensor | None, index: tf.Tensor, size: Any, beam: int, length: Any
 ) -> tf.Tensor:
     """`beam_mask` of `decode_beam_step`: `(size, beam, length * beam)`, true
-    where hypothesis `k` may attend to slot `j` of position `t`."""
+    where hypothesis `k` may attend to slot `j` of position `t` (`(1, 1,
+    length)` for one hypothesis: it broadcasts over the rows)."""
     decoded = tf.range(length) <= index  # positions not decoded yet: False
     if history is None:  # one hypothesis: every decoded position is its own
-        return tf.tile(decoded[None, None], [size, 1, 1])
+        return decoded[None, None]  # (1, 1, length), the same for every row
     # (size, beam, length, beam) -> (size, beam, length * beam): which slot
     # of each position belongs to each hypothesis' history.
     mask = tf.equal(history[:, :, :length, None], tf.range(beam))
