@@ -7,7 +7,7 @@ random sources, it measures target tokens per second (batch * output length
 
 * cached greedy (`kt.decoding`, graph and XLA) vs the uncached baseline that
   re-runs the decoder on the whole prefix every step
-  (`uncached_greedy_decode`), at output lengths 16, 64 and 128;
+  (`Decoder(model, use_cache=False)`), at output lengths 16, 64 and 128;
 * beam search (beam 4) vs greedy at length 64, and vs greedy on the same
   number of rows (batch * 4): the second ratio is what the search itself
   costs beyond decoding 4x the rows. The ratio of their multiply-adds per
@@ -47,7 +47,7 @@ import tensorflow as tf  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # every length is a new trace, on purpose
 
-from keras_transformer.decoding import Decoder  # noqa: E402
+from keras_transformer.decoding import Decoder, DecodeSettings  # noqa: E402
 from keras_transformer.models import (  # noqa: E402
     TransformerConfig,
     build_transformer,
@@ -245,22 +245,25 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} at the start"
     )
     cases: dict[tuple[str, str, int], Callable[[], object]] = {}
-    forced = {"end_id": None, "extra_length": 10_000}
+    # Every output runs to its maximum length: no END, a large allowance.
+    greedy = DecodeSettings(method="greedy", extra_length=10_000)
+    beam = DecodeSettings(method="beam", beam_size=4, extra_length=10_000)
+    reference = Decoder(model, use_cache=False)
     for length in lengths:
         for mode, decoder in decoders.items():
             cases["greedy (cached)", mode, length] = lambda d=decoder, n=length: (
-                d.greedy(sources, max_length=n, **forced)
+                d.decode(sources, greedy, max_length=n, end_id=None)
             )
-        cases["greedy (uncached)", "graph", length] = lambda n=length: decoders[
-            "graph"
-        ].uncached_greedy(sources, max_length=n, **forced)
+        cases["greedy (uncached)", "graph", length] = lambda n=length: reference.decode(
+            sources, greedy, max_length=n, end_id=None
+        )
     beam_rows = np.repeat(sources, 4, axis=0)
     for mode, decoder in decoders.items():
-        cases["beam 4 (cached)", mode, beam_length] = lambda d=decoder: d.beam_search(
-            sources, beam_size=4, max_length=beam_length, **forced
+        cases["beam 4 (cached)", mode, beam_length] = lambda d=decoder: d.decode(
+            sources, beam, max_length=beam_length, end_id=None
         )
-        cases["greedy, batch x 4", mode, beam_length] = lambda d=decoder: d.greedy(
-            beam_rows, max_length=beam_length, **forced
+        cases["greedy, batch x 4", mode, beam_length] = lambda d=decoder: d.decode(
+            beam_rows, greedy, max_length=beam_length, end_id=None
         )
     for length in hub_lengths:
         for mode in decoders:

@@ -330,7 +330,7 @@ def main() -> None:
     print(
         f"model: {model.count_params() / 1e6:.1f}M parameters, vocabulary "
         f"{settings.get('vocabulary_size')}; exports: beam {settings.get('beam_size')}"
-        f", alpha {settings.get('length_penalty')}, outputs up to the source + "
+        f", alpha {settings.get('alpha')}, outputs up to the source + "
         f"{settings.get('extra_length')} tokens (at most "
         f"{settings.get('max_output_length')})"
     )

@@ -67,9 +67,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,10 +77,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
+from keras_transformer import validation
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding import Decoder, check_integer, check_length_penalty
+from keras_transformer.decoding import Decoder, DecodeSettings
+from keras_transformer.decoding.settings import (
+    default_setting,
+    settings_with,
+)
 from keras_transformer.files import (
     TEMPORARY_PREFIX,
     FolderLock,
@@ -97,6 +102,7 @@ from keras_transformer.runs import (
     load_export,
     weights_nbytes,
 )
+from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
@@ -130,15 +136,14 @@ BATCH_SHAPE_MESSAGE = "expected a 1-D batch of strings, shape [batch]; got shape
 class ExportSettings:
     """The decoding settings baked into an exported translator.
 
+    ``export.json`` holds them flat: the `DecodeSettings` fields (``method``,
+    ``beam_size``, ``alpha``, ``max_input_length``, ``extra_length``, ...)
+    and the others below. Exports written before these names call
+    ``extra_length`` ``max_output_extra`` and ``alpha`` ``length_penalty``.
+
     Attributes:
-        beam_size: hypotheses kept per sentence (§6.1: 4); 1 exports greedy
-            decoding.
-        length_penalty: `alpha` of the GNMT length penalty (§6.1: 0.6).
-        max_input_length: longest source in subword ids, END included;
-            longer sources keep their first ``max_input_length - 1`` tokens.
-        extra_length: an output may have the source length plus this many
-            tokens (§6.1: 50). Exports written before this name was chosen
-            call it ``max_output_extra`` in their ``export.json``.
+        decode: the decoding settings (§6.1: beam 4, alpha 0.6, +50); a
+            beam of one exports greedy decoding.
         max_output_length: the static bound on every output (and the size of
             the decoder caches): ``max_input_length + extra_length``,
             capped by the model's learned target positions.
@@ -147,10 +152,7 @@ class ExportSettings:
         start_id, end_id: the special ids of the tokenizer.
     """
 
-    beam_size: int
-    length_penalty: float
-    max_input_length: int
-    extra_length: int
+    decode: DecodeSettings
     max_output_length: int
     vocabulary_size: int
     tokenizer_fingerprint: str
@@ -158,7 +160,8 @@ class ExportSettings:
     end_id: int = SubwordTokenizer.END_ID
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format_version": _FORMAT_VERSION, **dataclasses.asdict(self)}
+        values = dataclasses.asdict(self)
+        return {"format_version": _FORMAT_VERSION, **values.pop("decode"), **values}
 
 
 # ------------------------------------------------------------------ checks
@@ -170,12 +173,14 @@ def _learned_positions(layer: keras.layers.Layer) -> int | None:
 def _settings(
     model: keras.Model,
     tokenizer: SubwordTokenizer,
-    beam_size: int,
-    length_penalty: float,
-    max_input_length: int | None,
-    extra_length: int,
+    settings: DecodeSettings | None,
+    changes: dict[str, Any],
 ) -> ExportSettings:
-    """Validates the arguments of `export_translator`; returns the settings."""
+    """Validates the arguments of `export_translator`; returns the settings.
+
+    Without a `max_input_length` (in `settings` or `changes`) the default is
+    capped at the model's learned source positions.
+    """
     if not isinstance(model, keras.Model):
         raise TypeError(
             "export_translator needs the Keras model from build_transformer (or "
@@ -190,30 +195,28 @@ def _settings(
     parts = TransformerLayers.of(model)  # ValueError for other models
     vocabulary = parts.target_embedding.vocabulary_size
     tokenizer.check_compatible(expected_vocabulary_size=vocabulary)
-    check_integer("beam_size", beam_size, 1)
-    check_length_penalty(length_penalty)
-    check_integer("extra_length", extra_length, 0)
     source_positions = _learned_positions(parts.source_position)
     target_positions = _learned_positions(parts.target_position)
-    if max_input_length is None:
-        max_input_length = DEFAULT_MAX_INPUT_LENGTH
-        if source_positions is not None:
-            max_input_length = min(max_input_length, source_positions)
-    check_integer("max_input_length", max_input_length, 2)
+    changes = dict(changes)
+    if changes.get("max_input_length") is None:  # not given (None: the default)
+        changes.pop("max_input_length", None)
+        if settings is None:
+            default = default_setting("max_input_length")
+            limits = (default, source_positions or math.inf)
+            changes["max_input_length"] = min(limits)
+    decode = settings_with(settings, changes)
+    max_input_length = decode.max_input_length
     if source_positions is not None and max_input_length > source_positions:
         raise ValueError(
             f"max_input_length={max_input_length} is longer than the model's "
             f"learned source positions ({source_positions}). Pass "
             f"max_input_length <= {source_positions}."
         )
-    max_output_length = max_input_length + extra_length
+    max_output_length = max_input_length + decode.extra_length
     if target_positions is not None:
         max_output_length = min(max_output_length, target_positions)
     return ExportSettings(
-        beam_size=beam_size,
-        length_penalty=float(length_penalty),
-        max_input_length=max_input_length,
-        extra_length=extra_length,
+        decode=decode,
         max_output_length=max_output_length,
         vocabulary_size=tokenizer.vocabulary_size,
         tokenizer_fingerprint=tokenizer.fingerprint,
@@ -264,7 +267,7 @@ def source_ids_from_strings(
         (``width <= max_input_length``), and bool ``[batch]``, true for a
         sentence without any subword token (``""``, whitespace).
     """
-    check_integer("max_input_length", max_input_length, 2)
+    validation.check_int("max_input_length", max_input_length, 2)
     ids = encode_sources(tokenizer, sentences, max_input_length)
     is_empty = tf.equal(ids.row_lengths(), 1)  # END only: no subword token
     return ids.to_tensor(default_value=PADDING_ID), is_empty
@@ -275,9 +278,9 @@ def _decode_function(
 ) -> tf.types.experimental.GenericFunction:
     """`sentences -> (token_ids, scores, lengths)` as one `tf.function`.
 
-    The search is `keras_transformer.decoding`'s (`run_beam_search` or
-    `run_greedy` over the model's key/value-cached step), traced with the
-    static output length `settings.max_output_length`.
+    The search is `Decoder.search` (the model's key/value-cached step in
+    `keras_transformer.decoding`'s one loop), traced with the static output
+    length `settings.max_output_length`.
     """
     decoder = Decoder(model)
     length = settings.max_output_length
@@ -285,31 +288,21 @@ def _decode_function(
     def decode(sentences: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         sentences = check_sentence_batch(sentences)
         source, is_empty = source_ids_from_strings(
-            tokenizer, sentences, settings.max_input_length
+            tokenizer, sentences, settings.decode.max_input_length
         )
         source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
-        limits = tf.minimum(source_lengths + settings.extra_length, length)
+        limits = tf.minimum(source_lengths + settings.decode.extra_length, length)
         # An empty sentence is done before the first step: empty output.
         limits = tf.where(is_empty, 0, limits)
-        # The searches of `Decoder`, as ops of this graph.
-        if settings.beam_size == 1:
-            token_ids, scores, lengths = decoder.greedy_graph(
-                source,
-                limits,
-                max_length=length,
-                start_id=settings.start_id,
-                end_id=settings.end_id,
-            )
-        else:
-            token_ids, scores, lengths = decoder.beam_search_graph(
-                source,
-                limits,
-                max_length=length,
-                beam_size=settings.beam_size,
-                length_penalty=tf.constant(settings.length_penalty, tf.float32),
-                start_id=settings.start_id,
-                end_id=settings.end_id,
-            )
+        # The search of `Decoder`, as ops of this graph.
+        token_ids, scores, lengths = decoder.search(
+            source,
+            limits,
+            settings.decode,
+            max_length=length,
+            start_id=settings.start_id,
+            end_id=settings.end_id,
+        )
         width = tf.maximum(tf.reduce_max(tf.concat([lengths, [0]], 0)), 1)
         return token_ids[:, :width], scores, lengths
 
@@ -417,76 +410,10 @@ def save_model_and_tokenizer(
     return directory
 
 
-def export_translator(
-    model: keras.Model,
-    tokenizer: SubwordTokenizer,
-    export_dir: str | os.PathLike[str],
-    *,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    max_input_length: int | None = None,
-    extra_length: int = EXTRA_LENGTH,
-    overwrite: bool = False,
-    max_output_extra: int | None = None,
-) -> Path:
-    """Writes a SavedModel translating raw strings, plus the Keras model.
-
-    Tokenization, the paper's beam search (§6.1: beam 4, alpha 0.6, outputs
-    up to the input length + 50) and detokenization all run in the graph,
-    so the SavedModel needs only ``tensorflow`` and ``tensorflow_text``. See
-    the module docstring for the signatures and the input rules.
-
-    Args:
-        model: a model from `build_transformer` (or `load_trained_model`).
-        tokenizer: the `SubwordTokenizer` it was trained with.
-        export_dir: the folder to write (for TensorFlow Serving, a numbered
-            version folder such as ``exported/de_en/1``).
-        beam_size: hypotheses per sentence; 1 exports greedy decoding.
-        length_penalty: `alpha` of ``lp(Y) = ((5 + |Y|) / 6) ** alpha``.
-        max_input_length: longest source in subword ids, END included
-            (longer ones are cut); default 128, or the model's learned
-            source positions if fewer.
-        extra_length: the output may be this many tokens longer than the
-            source (§6.1: 50).
-        overwrite: replace an earlier export in `export_dir`; it stays
-            whole until the new one is complete, then the two are swapped.
-        max_output_extra: the old name of `extra_length` (deprecated; it
-            goes in the next release).
-
-    Returns:
-        The export folder.
-
-    Raises:
-        ValueError: on a bad setting or a tokenizer whose vocabulary size
-            differs from the model's.
-        FileExistsError: when `export_dir` is a file, or is not empty and
-            `overwrite` is false, or holds something other than an earlier
-            export (never deleted).
-        keras_transformer.files.FolderLockedError: when another export
-            into `export_dir` is running.
-        keras_transformer.files.FileWriteError: when the disk is full (or
-            another write fails); the earlier export, if any, is intact.
-
-    Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
-    """
-    if max_output_extra is not None:
-        warnings.warn(
-            "export_translator(max_output_extra=...) is now called extra_length "
-            "(the one name of the §6.1 output allowance); the old name goes in "
-            "the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        extra_length = max_output_extra
-    settings = _settings(
-        model, tokenizer, beam_size, length_penalty, max_input_length, extra_length
-    )
-    export_dir = Path(export_dir)
-    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
-        export_dir = Path(os.path.abspath(export_dir))
-    _check_target(export_dir, overwrite)  # before tracing: fail fast
-    check_free_space(export_dir, _needed_bytes(model))
-
+def _translate_archive(
+    model: keras.Model, tokenizer: SubwordTokenizer, settings: ExportSettings
+) -> keras.export.ExportArchive:
+    """The SavedModel's endpoints: `translate` (strings) and `translate_ids`."""
     decode = _decode_function(model, tokenizer, settings)
     spec = [tf.TensorSpec([None], tf.string, name=INPUT_NAME)]
 
@@ -512,7 +439,18 @@ def export_translator(
     # The first endpoint is also `serving_default`.
     archive.add_endpoint(TRANSLATE_SIGNATURE, translate, spec)
     archive.add_endpoint(IDS_SIGNATURE, translate_ids, spec)
+    return archive
 
+
+def _write_export(
+    archive: keras.export.ExportArchive,
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    settings: ExportSettings,
+    export_dir: Path,
+    overwrite: bool,
+) -> None:
+    """Writes the folder beside `export_dir` and swaps it in, under its lock."""
     with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
         _check_target(export_dir, overwrite)  # again, now that no one else writes
         # Written beside export_dir and swapped in when complete: the earlier
@@ -526,4 +464,67 @@ def export_translator(
             _carry_over(export_dir, temporary)
             if export_dir.is_dir():  # the earlier folder's permissions
                 shutil.copymode(export_dir, temporary)
+
+
+def export_translator(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    export_dir: str | os.PathLike[str],
+    settings: DecodeSettings | None = None,
+    *,
+    overwrite: bool = False,
+    max_output_extra: int | None = None,
+    **decode_settings: Any,
+) -> Path:
+    """Writes a SavedModel translating raw strings, plus the Keras model.
+
+    Tokenization, the paper's beam search (§6.1: beam 4, alpha 0.6, outputs
+    up to the input length + 50) and detokenization all run in the graph,
+    so the SavedModel needs only ``tensorflow`` and ``tensorflow_text``. See
+    the module docstring for the signatures and the input rules.
+
+    Args:
+        model: a model from `build_transformer` (or `load_trained_model`).
+        tokenizer: the `SubwordTokenizer` it was trained with.
+        export_dir: the folder to write (for TensorFlow Serving, a numbered
+            version folder such as ``exported/de_en/1``).
+        settings: the `DecodeSettings` to bake in (a beam of one exports
+            greedy decoding). Without one, `max_input_length` defaults to
+            128, or the model's learned source positions if fewer.
+        overwrite: replace an earlier export in `export_dir`; it stays
+            whole until the new one is complete, then the two are swapped.
+        max_output_extra: the old name of `extra_length` (deprecated,
+            removed in 0.4).
+        **decode_settings: `DecodeSettings` fields replacing those of
+            `settings` (``beam_size``, ``alpha``, ``max_input_length``,
+            ``extra_length``; ``length_penalty`` is the deprecated name of
+            ``alpha``, removed in 0.4).
+
+    Returns:
+        The export folder.
+
+    Raises:
+        ValueError: on a bad setting or a tokenizer whose vocabulary size
+            differs from the model's.
+        FileExistsError: when `export_dir` is a file, or is not empty and
+            `overwrite` is false, or holds something other than an earlier
+            export (never deleted).
+        keras_transformer.files.FolderLockedError: when another export
+            into `export_dir` is running.
+        keras_transformer.files.FileWriteError: when the disk is full (or
+            another write fails); the earlier export, if any, is intact.
+
+    Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
+    """
+    if max_output_extra is not None:
+        warn_deprecated("export_translator(max_output_extra=...)", "extra_length=")
+        decode_settings["extra_length"] = max_output_extra
+    export_settings = _settings(model, tokenizer, settings, decode_settings)
+    export_dir = Path(export_dir)
+    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
+        export_dir = Path(os.path.abspath(export_dir))
+    _check_target(export_dir, overwrite)  # before tracing: fail fast
+    check_free_space(export_dir, _needed_bytes(model))
+    archive = _translate_archive(model, tokenizer, export_settings)
+    _write_export(archive, model, tokenizer, export_settings, export_dir, overwrite)
     return export_dir

@@ -1177,4 +1177,6 @@ def load_export(
     if "max_output_extra" in info:
         # Exports written before the §6.1 allowance had one name.
         info.setdefault("extra_length", info.pop("max_output_extra"))
+    if "length_penalty" in info:  # exports written before alpha had one name
+        info.setdefault("alpha", info.pop("length_penalty"))
     return model, tokenizer, info

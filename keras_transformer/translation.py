@@ -43,22 +43,19 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
+from keras_transformer import validation
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES, encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.decoding import (
-    DecodeResult,
-    beam_search,
-    check_integer,
-    check_length_penalty,
-    greedy_decode,
-)
+from keras_transformer.decoding import DecodeResult, DecodeSettings, get_decoder
+from keras_transformer.decoding.settings import settings_with
 from keras_transformer.files import (
     as_os_error,
     write_atomically,
     write_error,
 )
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
+from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
@@ -100,8 +97,9 @@ class EvaluationResult:
             alongside the scores.
         num_sentences: how many sentences were translated.
         translations: every translation, in the order of the sources.
-        beam_size: the beam size used (1: greedy).
-        length_penalty: `alpha` of the length penalty.
+        settings: the decoding settings used; ``to_dict`` writes their
+            ``method``, ``beam_size`` and ``alpha`` (``beam_size`` 1 for a
+            one-hypothesis search).
         hypotheses_path: where the hypotheses were written, if anywhere.
         log_dir: the TensorBoard folder the scores were logged to, if any.
     """
@@ -116,8 +114,7 @@ class EvaluationResult:
     chrf_signature: str
     num_sentences: int
     translations: tuple[Translation, ...] = dataclasses.field(repr=False)
-    beam_size: int = 1
-    length_penalty: float = 0.6
+    settings: DecodeSettings = DecodeSettings(method="greedy")
     hypotheses_path: str | None = None
     log_dir: str | None = None
 
@@ -127,11 +124,25 @@ class EvaluationResult:
         return [t.hypothesis for t in self.translations]
 
     @property
+    def beam_size(self) -> int:
+        """Hypotheses per sentence (1: greedy decoding or sampling)."""
+        return self.settings.beam_size if self.settings.strategy == "beam" else 1
+
+    @property
+    def alpha(self) -> float:
+        """The length-penalty alpha of the settings."""
+        return self.settings.alpha
+
+    @property
+    def length_penalty(self) -> float:
+        """Deprecated name of `alpha` (removed in 0.4)."""
+        warn_deprecated("EvaluationResult.length_penalty", "EvaluationResult.alpha")
+        return self.alpha
+
+    @property
     def decoding(self) -> str:
         """``"greedy"`` or ``"beam 4, alpha 0.6"``."""
-        if self.beam_size == 1:
-            return "greedy"
-        return f"beam {self.beam_size}, alpha {self.length_penalty:g}"
+        return self.settings.describe()
 
     def summary(self) -> str:
         """One line: the scores, their signatures and the decoding."""
@@ -145,6 +156,9 @@ class EvaluationResult:
     def to_dict(self, num_translations: int = 0) -> dict[str, Any]:
         """JSON-compatible values, with the first `num_translations` translations."""
         values = dataclasses.asdict(self)
+        del values["settings"]
+        values["method"] = self.settings.strategy
+        values["beam_size"], values["alpha"] = self.beam_size, self.alpha
         values["translations"] = [
             dataclasses.asdict(t) for t in self.translations[:num_translations]
         ]
@@ -184,19 +198,29 @@ def _check_lines(name: str, lines: Any) -> list[str]:
     return lines
 
 
-@dataclasses.dataclass
+def _setting(name: str) -> property:
+    """A `DecodeSettings` field of `Translator.settings` as an attribute;
+    assigning it replaces the settings (validated again)."""
+
+    def get(self: Translator) -> Any:
+        return getattr(self.settings, name)
+
+    def set_(self: Translator, value: Any) -> None:
+        self.settings = self.settings.replace(**{name: value})
+
+    return property(get, set_, doc=f"`settings.{name}` (`DecodeSettings`).")
+
+
+@dataclasses.dataclass(init=False)
 class Translator:
     """A model, its tokenizer and the decoding settings of §6.1.
 
     Args:
         model: a model from `build_transformer` (or `load_translator`).
         tokenizer: the tokenizer it was trained with.
-        beam_size: hypotheses per sentence (§6.1: 4); 1 decodes greedily.
-        length_penalty: `alpha` (§6.1: 0.6); unused by greedy decoding.
-        max_input_length: longest source in subword ids, END included;
-            longer sources keep their first ``max_input_length - 1`` tokens.
-        extra_length: an output may be this many tokens longer than its
-            source (§6.1: 50); capped by the model's learned positions.
+        settings: the `DecodeSettings` (§6.1 by default: beam 4, alpha 0.6,
+            outputs up to the source length + 50, sources up to 128 ids);
+            ``beam_size=1`` decodes greedily.
         max_output_length: a cap on every output (END included), e.g. the
             model's ``max_length``; None: no cap beyond `extra_length`.
         batch_size: sentences decoded together.
@@ -206,6 +230,10 @@ class Translator:
         jit_compile: compile the decoding loop with XLA.
         warn_on_cut: warn (`SourceCutWarning`) once per call that cut
             sources; `cut_lines` is set either way.
+        **decode_settings: fields of `DecodeSettings` that replace those of
+            `settings` (``beam_size=1``, ``alpha=...``, ``max_input_length``,
+            ``extra_length``, ...); ``length_penalty`` is the deprecated
+            name of ``alpha`` (removed in 0.4).
 
     Attributes:
         cut_lines: the indices (from 0) of the sources of the last `encode`
@@ -222,31 +250,49 @@ class Translator:
 
     model: keras.Model
     tokenizer: SubwordTokenizer
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    max_input_length: int = DEFAULT_MAX_INPUT_LENGTH
-    extra_length: int = EXTRA_LENGTH
-    max_output_length: int | None = None
-    batch_size: int = 32
-    bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES
-    jit_compile: bool = False
-    warn_on_cut: bool = True
-    cut_lines: tuple[int, ...] = dataclasses.field(
-        default=(), init=False, repr=False, compare=False
-    )
+    settings: DecodeSettings
+    max_output_length: int | None
+    batch_size: int
+    bucket_boundaries: Sequence[int]
+    jit_compile: bool
+    warn_on_cut: bool
+    cut_lines: tuple[int, ...] = dataclasses.field(repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        for name, minimum in (
-            ("beam_size", 1),
-            ("max_input_length", 2),
-            ("extra_length", 0),
-            ("batch_size", 1),
-        ):
-            check_integer(name, getattr(self, name), minimum)
-        if self.max_output_length is not None:
-            check_integer("max_output_length", self.max_output_length, 1)
-        check_length_penalty(self.length_penalty)
-        self.length_penalty = float(self.length_penalty)
+    def __init__(
+        self,
+        model: keras.Model,
+        tokenizer: SubwordTokenizer,
+        settings: DecodeSettings | None = None,
+        *,
+        max_output_length: int | None = None,
+        batch_size: int = 32,
+        bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
+        jit_compile: bool = False,
+        warn_on_cut: bool = True,
+        **decode_settings: Any,
+    ) -> None:
+        validation.check_int("batch_size", batch_size, 1)
+        validation.check_int("max_output_length", max_output_length, 1, allow_none=True)
+        self.model, self.tokenizer = model, tokenizer
+        self.settings = settings_with(settings, decode_settings)
+        self.max_output_length = max_output_length
+        self.batch_size = batch_size
+        self.bucket_boundaries = bucket_boundaries
+        self.jit_compile = jit_compile
+        self.warn_on_cut = warn_on_cut
+        self.cut_lines = ()
+
+    # -- the settings, by their names (setting one replaces `settings`) ------
+    beam_size = _setting("beam_size")
+    alpha = _setting("alpha")
+    max_input_length = _setting("max_input_length")
+    extra_length = _setting("extra_length")
+
+    @property
+    def length_penalty(self) -> float:
+        """Deprecated name of `alpha` (removed in 0.4)."""
+        warn_deprecated("Translator.length_penalty", "Translator.alpha")
+        return self.alpha
 
     @classmethod
     def load(
@@ -291,23 +337,13 @@ class Translator:
         return [list(row) for row in rows]
 
     def decode_ids(self, source_ids: Any) -> DecodeResult:
-        """Greedy or beam search on a batch of source ids ``[batch, length]``."""
-        common = {
-            "max_length": self.max_output_length,
-            "start_id": self.tokenizer.START_ID,
-            "end_id": self.tokenizer.END_ID,
-            "extra_length": self.extra_length,
-            "jit_compile": self.jit_compile,
-        }
-        source_ids = np.asarray(source_ids, "int32")
-        if self.beam_size == 1:
-            return greedy_decode(self.model, source_ids, **common)
-        return beam_search(
-            self.model,
-            source_ids,
-            beam_size=self.beam_size,
-            length_penalty=self.length_penalty,
-            **common,
+        """The search of `settings` on a batch of source ids ``[batch, length]``."""
+        return get_decoder(self.model, self.jit_compile).decode(
+            np.asarray(source_ids, "int32"),
+            self.settings,
+            max_length=self.max_output_length,
+            start_id=self.tokenizer.START_ID,
+            end_id=self.tokenizer.END_ID,
         )
 
     def _padded_length(self, length: int) -> int:
@@ -401,8 +437,7 @@ class Translator:
                 Translation(s, r, h)
                 for s, r, h in zip(sources, references, hypotheses, strict=True)
             ),
-            beam_size=self.beam_size,
-            length_penalty=self.length_penalty,
+            settings=self.settings,
             hypotheses_path=None if hypotheses_path is None else str(hypotheses_path),
             log_dir=None if log_dir is None else str(log_dir),
             **score_translations(hypotheses, references),
@@ -423,8 +458,8 @@ def translate_lines(
     """Translates sentences with beam search (§6.1) or greedily.
 
     ``Translator(model, tokenizer, **settings).translate(lines, progress)``:
-    the settings (``beam_size=4``, ``length_penalty=0.6``,
-    ``max_input_length=128``, ``extra_length=50``, ``batch_size=32``,
+    the settings (`DecodeSettings` fields such as ``beam_size``, ``alpha``,
+    ``max_input_length``, ``extra_length``, and ``batch_size``,
     ``jit_compile``, ...) are those of `Translator`.
 
     Returns:
@@ -574,7 +609,7 @@ def evaluate(
         hypotheses_path, log_dir, step, split, progress: as for
             `Translator.evaluate`.
         **settings: the decoding settings of `Translator` (``beam_size``,
-            ``length_penalty``, ``max_input_length``, ``extra_length``,
+            ``alpha``, ``max_input_length``, ``extra_length``,
             ``batch_size``, ...).
 
     Returns:

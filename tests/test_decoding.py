@@ -1,7 +1,10 @@
 """kt.decoding: cached greedy, beam search (§6.1, Wu et al. 2016), sampling."""
 
+import dataclasses
 import itertools
 import math
+import re
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -10,13 +13,13 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.decoding import (
+    BeamSearch,
+    Decoder,
     DecodeResult,
-    beam_search,
-    greedy_decode,
-    run_beam_search,
-    run_greedy,
-    sample_decode,
-    uncached_greedy_decode,
+    DecodeSettings,
+    GreedySearch,
+    get_decoder,
+    run_search,
 )
 from keras_transformer.models import build_transformer, presets
 from tests.former_decoding import former_beam_search_graph, former_run_beam_search
@@ -32,6 +35,45 @@ SOURCES = np.array(
     [[5, 6, 7, 8, 9], [10, 11, 12, 0, 0], [13, 0, 0, 0, 0]], dtype="int32"
 )
 EXTRA = 4  # each example may generate (real source tokens + 4) tokens
+
+
+# ------------------------------------------------ the one public tier, tersely
+def _decode_with(
+    model, sources, method, *, jit_compile=False, use_cache=True, **options
+):
+    """`Decoder(model).decode(sources, DecodeSettings(method=...))` with the
+    call arguments (`max_length`, `seed`, `end_id`) split from the settings."""
+    call = {k: options.pop(k) for k in ("max_length", "seed", "end_id") if k in options}
+    settings = DecodeSettings(method=method, **options)
+    decoder = get_decoder(model, jit_compile, use_cache)
+    return decoder.decode(sources, settings, **call)
+
+
+def greedy_decode(model, sources, **options):
+    return _decode_with(model, sources, "greedy", **options)
+
+
+def uncached_greedy_decode(model, sources, **options):
+    return _decode_with(model, sources, "greedy", use_cache=False, **options)
+
+
+def beam_search(model, sources, *, length_penalty=0.6, **options):
+    return _decode_with(model, sources, "beam", alpha=length_penalty, **options)
+
+
+def sample_decode(model, sources, **options):
+    return _decode_with(model, sources, "sample", **options)
+
+
+def run_greedy(step_fn, state, limits, **options):
+    return run_search(GreedySearch(), step_fn, state, limits, **options)
+
+
+def run_beam_search(
+    step_fn, state, limits, *, beam_size=4, length_penalty_alpha=0.6, **options
+):
+    strategy = BeamSearch(beam_size, length_penalty_alpha)
+    return run_search(strategy, step_fn, state, limits, **options)
 
 
 @pytest.fixture(scope="module")
@@ -140,38 +182,35 @@ def test_max_length_caps_the_output(model):
     np.testing.assert_array_equal(result.lengths, [3, 3, 3])
 
 
-def test_graph_methods_inside_a_callers_tf_function(model):
-    """`greedy_graph` / `beam_search_graph` (what export uses) give the same
-    outputs as the checked entry points, traced in the caller's function."""
-    decoder = decoding.Decoder(model)
+def test_search_inside_a_callers_tf_function(model):
+    """`Decoder.search` (what export uses) gives the same outputs as
+    `Decoder.decode`, traced in the caller's function."""
+    decoder = Decoder(model)
+    greedy_settings = DecodeSettings(method="greedy", extra_length=EXTRA)
+    beam_settings = DecodeSettings(beam_size=2, extra_length=EXTRA)
     limits = np.array([5, 3, 1], "int32") + EXTRA
     width = 16  # the static length that `greedy` rounds up to
 
     @tf.function(autograph=False)
     def search(source_ids, limits):
-        greedy = decoder.greedy_graph(source_ids, limits, max_length=width, end_id=None)
-        beam = decoder.beam_search_graph(
-            source_ids,
-            limits,
-            max_length=width,
-            beam_size=2,
-            length_penalty=tf.constant(0.6),
-            end_id=None,
+        greedy = decoder.search(
+            source_ids, limits, greedy_settings, max_length=width, end_id=None
+        )
+        beam = decoder.search(
+            source_ids, limits, beam_settings, max_length=width, end_id=None
         )
         return greedy, beam
 
     (greedy_ids, greedy_scores, greedy_lengths), beam = search(
         tf.constant(SOURCES), tf.constant(limits)
     )
-    expected = decoder.greedy(SOURCES, extra_length=EXTRA, end_id=None)
+    expected = decoder.decode(SOURCES, greedy_settings, end_id=None)
     np.testing.assert_array_equal(greedy_lengths, expected.lengths)
     np.testing.assert_array_equal(
         np.asarray(greedy_ids)[:, : expected.token_ids.shape[1]], expected.token_ids
     )
     np.testing.assert_allclose(greedy_scores, expected.scores, atol=1e-5)
-    expected = decoder.beam_search(
-        SOURCES, beam_size=2, extra_length=EXTRA, end_id=None
-    )
+    expected = decoder.decode(SOURCES, beam_settings, end_id=None)
     beam_ids, beam_scores, beam_lengths = beam
     np.testing.assert_array_equal(beam_lengths, expected.lengths)
     np.testing.assert_array_equal(
@@ -181,8 +220,9 @@ def test_graph_methods_inside_a_callers_tf_function(model):
 
 
 def test_decoder_is_cached_per_model(model):
-    assert decoding.get_decoder(model) is decoding.get_decoder(model)
-    assert decoding.get_decoder(model) is not decoding.get_decoder(model, True)
+    assert get_decoder(model) is get_decoder(model)
+    assert get_decoder(model) is not get_decoder(model, True)
+    assert get_decoder(model) is not get_decoder(model, use_cache=False)
 
 
 # -------------------------------------------------------------- beam search
@@ -190,14 +230,18 @@ def test_decoder_is_cached_per_model(model):
 def test_beam_size_one_equals_greedy(request, fixture, end_id):
     model = request.getfixturevalue(fixture)
     greedy = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
-    beam = beam_search(
-        model,
-        SOURCES,
-        beam_size=1,
-        length_penalty=0.0,
-        extra_length=EXTRA,
-        end_id=end_id,
-    )
+    # `DecodeSettings(beam_size=1)` decodes greedily (its `strategy`); the
+    # former `beam_search` runs the beam strategy itself with one hypothesis.
+    assert DecodeSettings(beam_size=1).strategy == "greedy"
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        beam = decoding.beam_search(
+            model,
+            SOURCES,
+            beam_size=1,
+            length_penalty=0.0,
+            extra_length=EXTRA,
+            end_id=end_id,
+        )
     np.testing.assert_array_equal(beam.token_ids, greedy.token_ids)
     np.testing.assert_array_equal(beam.lengths, greedy.lengths)
     np.testing.assert_allclose(beam.scores, greedy.scores, atol=1e-4)
@@ -259,7 +303,7 @@ def _former_beam_search(model, sources, beam_size, extra_length, end_id, xla):
         jit_compile=xla,
     )
     tokens, scores, lengths = search(tf.constant(sources), tf.constant(limits))
-    return decoding._result(tokens, scores, lengths)
+    return DecodeResult.from_outputs(tokens, scores, lengths)
 
 
 @pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
@@ -364,12 +408,11 @@ def test_driver_equals_the_former_driver_on_random_tables(alpha, beam, drop):
 def test_one_trace_serves_every_output_length(model):
     """In a graph the output length is a tensor: sources of other lengths
     reuse the trace (after the one relaxing the input shape)."""
-    decoder = decoding.Decoder(model)
+    decoder = Decoder(model)
+    settings = DecodeSettings(beam_size=2, extra_length=3)
     for width in (2, 9, 40, 3):
-        decoder.beam_search(
-            SOURCES[:, :1].repeat(width, 1), beam_size=2, extra_length=3
-        )
-    assert decoder._beam_fn.experimental_get_tracing_count() <= 2
+        decoder.decode(SOURCES[:, :1].repeat(width, 1), settings)
+    assert decoder._search_fn.experimental_get_tracing_count() <= 2
 
 
 # ----------------------------------------------- beam search on fake models
@@ -564,7 +607,7 @@ def test_max_length_beyond_learned_positions_raises():
         (greedy_decode, {"extra_length": -1}, "extra_length"),
         (greedy_decode, {"end_id": 1000}, "end_id"),
         (beam_search, {"beam_size": 0}, "beam_size"),
-        (beam_search, {"length_penalty": -0.5}, "length_penalty"),
+        (beam_search, {"length_penalty": -0.5}, "alpha"),
         (sample_decode, {"temperature": 0.0}, "temperature"),
         (sample_decode, {"top_k": 0}, "top_k"),
     ],
@@ -610,3 +653,146 @@ def test_trained_copy_model_decodes_the_copy(copy_model):
     expected = [list(row[row != PAD]) for row in labels]
     assert greedy_decode(copy_model, sources, extra_length=2).to_list() == expected
     assert beam_search(copy_model, sources, extra_length=2).to_list() == expected
+
+
+# ------------------------------------------------------------ DecodeSettings
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("method", "nucleus"),
+        ("beam_size", 0),
+        ("beam_size", 2.0),
+        ("alpha", -0.5),
+        ("alpha", float("nan")),
+        ("extra_length", -1),
+        ("max_input_length", 1),
+        ("temperature", 0.0),
+        ("top_k", 0),
+    ],
+)
+def test_decode_settings_refuse_bad_values_in_one_line(field, value):
+    with pytest.raises(ValueError, match=field) as error:
+        DecodeSettings(**{field: value})
+    assert "\n" not in str(error.value) and "Received" in str(error.value)
+
+
+def test_decode_settings_defaults_are_the_papers():
+    """§6.1: beam 4, alpha 0.6, outputs up to the input length + 50."""
+    settings = DecodeSettings()
+    assert (settings.method, settings.beam_size, settings.alpha) == ("beam", 4, 0.6)
+    assert settings.extra_length == 50 and settings.strategy == "beam"
+    assert settings.describe() == "beam 4, alpha 0.6"
+    assert DecodeSettings(method="greedy", beam_size=3).strategy == "greedy"
+    assert settings.replace(beam_size=1).describe() == "greedy"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.beam_size = 2
+
+
+def test_every_method_is_a_registered_strategy():
+    assert set(decoding.STRATEGIES) == {"greedy", "beam", "sample"}
+    options = decoding.strategies.SearchOptions(3, 0.6, 1.0, None, 0)
+    assert decoding.get_strategy("beam", options).beam_size == 3
+    with pytest.raises(ValueError, match="nucleus"):
+        decoding.get_strategy("nucleus", options)
+
+
+def test_a_new_strategy_is_one_registry_entry(model, monkeypatch):
+    """A strategy registered under a new name is a `DecodeSettings.method`
+    that `Decoder.decode` runs (here: greedy through another name)."""
+    monkeypatch.setitem(decoding.STRATEGIES, "argmax", lambda options: GreedySearch())
+    settings = DecodeSettings(method="argmax", extra_length=EXTRA)
+    result = Decoder(model).decode(SOURCES, settings, end_id=None)
+    expected = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=None)
+    np.testing.assert_array_equal(result.token_ids, expected.token_ids)
+
+
+def test_uncached_beam_search_equals_cached(model):
+    """`Decoder(use_cache=False)` (the reference) also runs beam search."""
+    settings = DecodeSettings(beam_size=3, extra_length=EXTRA)
+    cached = Decoder(model).decode(SOURCES, settings, end_id=None)
+    uncached = Decoder(model, use_cache=False).decode(SOURCES, settings, end_id=None)
+    assert cached.to_list() == uncached.to_list()
+    np.testing.assert_allclose(cached.scores, uncached.scores, atol=1e-4)
+
+
+# ------------------------------------------------------------ former names
+def test_former_names_warn_and_decode_the_same(model):
+    new = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=None)
+    beam = beam_search(model, SOURCES, beam_size=2, extra_length=EXTRA, end_id=None)
+    decoder = Decoder(model)
+    calls = {
+        "greedy_decode": lambda: decoding.greedy_decode(
+            model, SOURCES, extra_length=EXTRA, end_id=None
+        ),
+        "uncached_greedy_decode": lambda: decoding.uncached_greedy_decode(
+            model, SOURCES, extra_length=EXTRA, end_id=None
+        ),
+        "Decoder.greedy": lambda: decoder.greedy(
+            SOURCES, extra_length=EXTRA, end_id=None
+        ),
+        "sample_decode": lambda: decoding.sample_decode(
+            model, SOURCES, top_k=1, seed=1, extra_length=EXTRA, end_id=None
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+            result = call()
+        np.testing.assert_array_equal(result.token_ids, new.token_ids, err_msg=name)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        former = decoder.beam_search(
+            SOURCES, beam_size=2, extra_length=EXTRA, end_id=None
+        )
+    np.testing.assert_array_equal(former.token_ids, beam.token_ids)
+    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+        outputs = decoding.run_greedy(
+            _hash_step(tf.constant(np.log(np.full((7, 5), 0.2)), tf.float32)),
+            tf.constant([1, 2], tf.int64),
+            [3, 2],
+            max_length=3,
+        )
+    np.testing.assert_array_equal(outputs[2], [3, 2])
+
+
+# The defaults of `DecodeSettings`, each as a line that would declare it again.
+_NAMES = (
+    r"(beam_size|alpha|length_penalty|length_penalty_alpha|extra_length"
+    r"|max_input_length)"
+)
+_REPEATED_DEFAULTS = re.compile(
+    rf"^\s*{_NAMES}\s*(:[^=]+)?=\s*(4|0\.6|50|128)\b"  # a field, a parameter
+    rf"|\b{_NAMES}=(4|0\.6|50|128)\b"  # a keyword argument
+    r"|default=(4|0\.6|50|128)\b"  # a flag
+)
+
+
+def test_decode_defaults_are_declared_once():
+    """Beam 4, alpha 0.6, extra length 50, input cap 128 are declared in
+    `DecodeSettings` only: everything else reads them from there."""
+    package = Path(decoding.__file__).parents[1]
+    repeats = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "settings.py" and path.parent.name == "decoding":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if _REPEATED_DEFAULTS.search(line.split("#")[0]):
+                repeats.append(f"{path.relative_to(package)}:{number}: {line}")
+    assert repeats == []
+    settings_source = (package / "decoding" / "settings.py").read_text()
+    assert "beam_size: int = 4" in settings_source
+    assert "alpha: float = 0.6" in settings_source
+
+
+def test_only_sampling_draws_from_numpys_generator(model):
+    """A search without randomness leaves NumPy's global generator as it was
+    (a training run's draws do not depend on validation)."""
+    before = np.random.get_state()
+    for method in ("greedy", "beam"):
+        settings = DecodeSettings(method=method, beam_size=2, extra_length=2)
+        get_decoder(model).decode(SOURCES, settings)
+    after = np.random.get_state()
+    np.testing.assert_array_equal(after[1], before[1])
+    assert after[2] == before[2]
+    get_decoder(model).decode(SOURCES, DecodeSettings(method="sample", extra_length=2))
+    assert np.random.get_state()[2] != before[2] or not np.array_equal(
+        np.random.get_state()[1], before[1]
+    )

@@ -177,7 +177,7 @@ def test_a_fresh_process_with_only_tensorflow_translates_like_beam_search(
     sources = _pad(
         [ids[:127] + [END] for ids in tokenizer.encode([INPUTS[i] for i in real])]
     )
-    result = decoding.beam_search(model, sources)
+    result = decoding.Decoder(model).decode(sources, decoding.DecodeSettings())
     np.testing.assert_allclose(
         [out["scores"][i] for i in real], result.scores, rtol=1e-4, atol=1e-4
     )
@@ -217,7 +217,8 @@ def test_the_export_folder_keeps_the_keras_model_tokenizer_and_settings(
             keras.ops.convert_to_numpy(original), keras.ops.convert_to_numpy(copy)
         )
     assert restored_tokenizer.fingerprint == tokenizer.fingerprint
-    assert info["beam_size"] == 4 and info["length_penalty"] == 0.6
+    assert info["beam_size"] == 4 and info["alpha"] == 0.6
+    assert info["method"] == "beam"
     assert info["max_input_length"] == 128 and info["extra_length"] == 50
     assert info["max_output_length"] == 178
     assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
@@ -231,11 +232,19 @@ def test_exports_translate_as_the_former_search_did(
     until the last has finished) give the same signatures and outputs."""
     model, tokenizer = tiny_translator()
 
-    def former(self, source_ids, limits, **settings):
-        return former_beam_search_graph(self.model, source_ids, limits, **settings)
+    def former(self, source_ids, limits, settings, **options):
+        assert settings.strategy == "beam"
+        return former_beam_search_graph(
+            self.model,
+            source_ids,
+            limits,
+            beam_size=settings.beam_size,
+            length_penalty=settings.alpha,
+            **options,
+        )
 
     with monkeypatch.context() as patch:
-        patch.setattr(decoding.Decoder, "beam_search_graph", former)
+        patch.setattr(decoding.Decoder, "search", former)
         former_dir = export.export_translator(model, tokenizer, tmp_path / "former")
     loaded = {
         "former": tf.saved_model.load(str(former_dir)),

@@ -11,13 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
-
 __all__ = [
     "PATH_KINDS",
     "CommandError",
     "add_model_arguments",
     "add_search_arguments",
+    "search_settings",
     "check_path",
     "check_paths",
     "check_weights",
@@ -146,41 +145,94 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _DeprecatedAlpha(argparse.Action):
+    """``--length-penalty``: the former name of ``--alpha`` (removed in 0.4)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None):
+        print(
+            "keras-transformer: warning: --length-penalty is deprecated and will "
+            "be removed in 0.4; use --alpha.",
+            file=sys.stderr,
+        )
+        namespace.alpha = values
+
+
 def add_search_arguments(
     parser: argparse.ArgumentParser,
     *,
-    max_input_length: int | None = DEFAULT_MAX_INPUT_LENGTH,
-    max_input_length_help: str = f"(default {DEFAULT_MAX_INPUT_LENGTH})",
+    max_input_length_help: str | None = None,
     batch_size: bool = True,
 ) -> None:
-    """The beam search options of §6.1 shared by evaluate, translate, export."""
+    """The decoding options of §6.1 shared by evaluate, translate, export.
+
+    Each flag is a `DecodeSettings` field of the same name, with its default
+    (read from `DecodeSettings`, where every default is declared once);
+    `search_settings` collects them.
+    """
+    from keras_transformer.decoding.settings import default_setting
+
+    max_input_length = default_setting("max_input_length")
     parser.add_argument(
-        "--beam-size", type=int, default=4, help="Beam size (§6.1: 4); 1: greedy."
+        "--method",
+        default=default_setting("method"),
+        help="The search: a strategy of keras_transformer.decoding.STRATEGIES, "
+        "e.g. beam (§6.1), greedy, sample (default %(default)s).",
+    )
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        default=default_setting("beam_size"),
+        help="Beam size (§6.1: %(default)s); 1: greedy.",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=default_setting("alpha"),
+        help="Length penalty alpha (§6.1: %(default)s).",
     )
     parser.add_argument(
         "--length-penalty",
         type=float,
-        default=0.6,
-        help="Length penalty alpha (§6.1: 0.6).",
+        action=_DeprecatedAlpha,
+        help="Deprecated name of --alpha (removed in 0.4).",
     )
     parser.add_argument(
         "--max-input-length",
         type=int,
-        default=max_input_length,
+        default=None if max_input_length_help else max_input_length,
         help="Longest source in subword ids, END included; longer ones are cut "
-        + max_input_length_help
+        + (max_input_length_help or "(default {default})").format(
+            default=max_input_length
+        )
         + ".",
     )
     parser.add_argument(
         "--extra-length",
         type=int,
-        default=EXTRA_LENGTH,
-        help="An output may be this many tokens longer than its source (§6.1: 50).",
+        default=default_setting("extra_length"),
+        help="An output may be this many tokens longer than its source "
+        "(§6.1: %(default)s).",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=default_setting("temperature"),
+        help="Sampling temperature (--method sample; default %(default)s).",
     )
     if batch_size:
         parser.add_argument(
             "--batch-size", type=int, default=32, help="Sentences decoded together."
         )
+
+
+def search_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The `DecodeSettings` fields given by `add_search_arguments`' flags
+    (``max_input_length`` left out when None: the command's own default)."""
+    names = ("method", "beam_size", "alpha", "max_input_length", "extra_length")
+    settings = {name: getattr(args, name) for name in (*names, "temperature")}
+    if settings["max_input_length"] is None:
+        del settings["max_input_length"]
+    return settings
 
 
 def warn(command: str, message: str) -> None:

@@ -19,6 +19,7 @@ from keras_transformer.cli._common import (
     check_paths,
     check_weights,
     report_cut_sources,
+    search_settings,
     warn,
 )
 from keras_transformer.conventions import TASK_NAMES
@@ -204,7 +205,7 @@ def _outputs(
     if not is_export_dir(workdir):
         run_folder = RunFolder(workdir)
         label = args.weights if args.weights in WEIGHTS else "custom"
-        beam = f"beam{args.beam_size}"
+        beam = f"beam{args.beam_size}" if args.method == "beam" else args.method
         if hypotheses.path is None:
             name = f"{split}.{beam}.{label}.txt"
             hypotheses.path = run_folder.translations_dir / name
@@ -322,10 +323,7 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.load(
         workdir,
         args.weights,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        max_input_length=args.max_input_length,
-        extra_length=args.extra_length,
+        **search_settings(args),
         batch_size=args.batch_size,
     )
     hypotheses, log, step = _outputs(args, workdir, split)

@@ -9,8 +9,8 @@ from keras_transformer.cli._common import (
     add_search_arguments,
     check_paths,
     check_weights,
+    search_settings,
 )
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
 
 NAME = "export"
 HELP = "Write a SavedModel that translates raw strings (tokenizer, beam search inside)."
@@ -27,9 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_search_arguments(
         parser,
-        max_input_length=None,
-        max_input_length_help=f"(default {DEFAULT_MAX_INPUT_LENGTH}, or the "
-        "model's learned positions)",
+        max_input_length_help="(default {default}, or the model's learned positions)",
         batch_size=False,
     )
     parser.add_argument(
@@ -54,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
             model,
             tokenizer,
             args.output,
-            beam_size=args.beam_size,
-            length_penalty=args.length_penalty,
-            max_input_length=args.max_input_length,
-            extra_length=args.extra_length,
+            **search_settings(args),
             overwrite=args.overwrite,
         )
     except (FileExistsError, FolderLockedError) as e:

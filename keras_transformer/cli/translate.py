@@ -13,6 +13,7 @@ from keras_transformer.cli._common import (
     check_paths,
     check_weights,
     report_cut_sources,
+    search_settings,
 )
 
 NAME = "translate"
@@ -56,10 +57,7 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.load(
         args.workdir,
         args.weights,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        max_input_length=args.max_input_length,
-        extra_length=args.extra_length,
+        **search_settings(args),
         batch_size=args.batch_size,
     )
     progress = str(args.input) != "-" and not args.no_progress

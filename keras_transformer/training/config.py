@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.conventions import (
-    EXTRA_LENGTH,
     LABEL_SMOOTHING,
     PRECISIONS,
     TASK_NAMES,
@@ -56,6 +55,7 @@ from keras_transformer.data.batching import (
     DEFAULT_BUCKET_BOUNDARIES,
     DEFAULT_MAX_TOKENS_PER_BATCH,
 )
+from keras_transformer.decoding.settings import default_setting
 from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
@@ -508,7 +508,7 @@ class _TrainingFields:
     keep_checkpoints: int = 5
     keep_best: bool = True
     bleu_samples: int = 200
-    extra_length: int = EXTRA_LENGTH
+    extra_length: int = default_setting("extra_length")
     log_every: int = 50
     attention_example: int = 0
     test_samples: int | None = None

@@ -16,10 +16,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_transformer.conventions import EXTRA_LENGTH
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES
 from keras_transformer.data.text import TextPairs
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.settings import default_setting
 from keras_transformer.translation import (
     EvaluationResult,
     Translation,
@@ -41,7 +41,7 @@ def greedy_translator(
     tokenizer: SubwordTokenizer,
     *,
     max_length: int = 128,
-    extra_length: int = EXTRA_LENGTH,
+    extra_length: int = default_setting("extra_length"),
     output_max_length: int | None = None,
     batch_size: int = 64,
     bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
@@ -110,16 +110,15 @@ def greedy_output_ids(
     model: keras.Model,
     source_ids: Sequence[int],
     *,
-    extra_length: int = EXTRA_LENGTH,
+    extra_length: int = default_setting("extra_length"),
     output_max_length: int | None = None,
 ) -> list[int]:
     """The greedy output of one source (ids, END included, no padding)."""
-    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.decoding import DecodeSettings, get_decoder
 
-    result = greedy_decode(
-        model,
+    result = get_decoder(model).decode(
         np.asarray([list(source_ids)], "int32"),
+        DecodeSettings(method="greedy", extra_length=extra_length),
         max_length=output_max_length,
-        extra_length=extra_length,
     )
     return [int(i) for i in np.asarray(result.token_ids)[0] if int(i) != 0]

@@ -1,0 +1,318 @@
+"""`Decoder`: the one public entry point of decoding.
+
+``Decoder(model).decode(source_ids, settings)`` checks its inputs, runs the
+search that `settings` names (`DecodeSettings.strategy`) as one compiled
+`tf.function` and returns a `DecodeResult`. `Decoder.search` is the same
+search as TensorFlow ops, for a caller's own `tf.function` (an exported
+SavedModel).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import validation
+from keras_transformer.conventions import END_ID, PAD_ID, START_ID
+from keras_transformer.decoding.former import DeprecatedDecoderMethods
+from keras_transformer.decoding.result import DecodeResult
+from keras_transformer.decoding.search import Outputs, run_search
+from keras_transformer.decoding.settings import DecodeSettings
+from keras_transformer.decoding.steps import cached_step, uncached_step
+from keras_transformer.decoding.strategies import SearchOptions, get_strategy
+from keras_transformer.models.transformer import TransformerStack
+
+#: The static length of the caches is rounded up to a multiple of this (when
+#: `max_length` is not given), so sources of similar lengths share one trace.
+_LENGTH_BUCKET = 16
+
+
+class Decoder(DeprecatedDecoderMethods):
+    """Compiled decoding (greedy, beam search, sampling) for one model.
+
+    Runs the model through its `TransformerStack`: the encoder once, then one
+    `decode_beam_step` per output token, in one `tf.while_loop`
+    (`search.run_search`). In a TensorFlow graph (the default) the caches
+    grow by one position per step and an example leaves the batch as soon as
+    it has finished; compiled with XLA (`jit_compile=True`) every shape stays
+    static: caches of the maximum length written by index, rounded up to a
+    multiple of 16 so that nearby source lengths share a compilation. Both
+    give the same outputs. One `tf.function` serves every search, traced
+    again only for new static arguments (method, beam size, top-k, ids).
+
+    Args:
+        model: a model from `build_transformer` (or loaded from its file).
+        jit_compile: compile the decoding loop with XLA.
+        use_cache: False runs the decoder on the whole prefix at every step
+            (no key/value caches): the reference the cached search must
+            equal, and the baseline of `benchmarks/decode.py`. A graph, never
+            XLA (the prefix grows).
+
+    Example:
+    >>> import numpy as np, keras_transformer as kt
+    >>> model = kt.models.build_transformer(kt.models.presets["tiny"])
+    >>> settings = DecodeSettings(method="greedy")
+    >>> Decoder(model).decode(np.array([[5, 6, 3]]), settings, max_length=4).lengths
+    array([4], dtype=int32)
+
+    Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016).
+    """
+
+    def __init__(
+        self, model: keras.Model, jit_compile: bool = False, use_cache: bool = True
+    ) -> None:
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(
+                "keras_transformer.decoding needs the TensorFlow backend. "
+                f"Received: backend={keras.backend.backend()!r}"
+            )
+        self.model = model
+        self.use_cache = use_cache
+        self.jit_compile = jit_compile and use_cache
+        self.stack = TransformerStack.of(model)
+        self.vocabulary_size: int = self.stack.target_embedding.vocabulary_size
+        self.max_supported_length: int | None = self.stack.max_target_length
+        self._search_fn = tf.function(
+            self._search, jit_compile=self.jit_compile, reduce_retracing=True
+        )
+
+    # ---------------------------------------------------------- public API
+    def decode(
+        self,
+        source_ids: Any,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | None = None,
+        seed: int | None = None,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+    ) -> DecodeResult:
+        """Decodes a batch of source ids with the search `settings` names.
+
+        Args:
+            source_ids: int `(batch, source_length)`, 0 for padding.
+            settings: the search (`method`, `beam_size`, `alpha`,
+                `temperature`, `top_k`; default `DecodeSettings()`, §6.1)
+                and `extra_length`: each example may
+                generate its number of real source tokens + `extra_length`
+                tokens (§6.1: "input length + 50").
+            max_length: cap on the number of generated tokens (END included);
+                must not exceed what the model supports (learned positions).
+            seed: makes a sample reproducible; drawn from NumPy's global
+                generator when None (sampling only).
+            start_id: the first decoder input.
+            end_id: the token that ends a sequence; None decodes exactly the
+                maximum length (for benchmarks).
+
+        Returns:
+            A `DecodeResult`: scores are summed log-probabilities (greedy,
+            sampling) or the length-normalised score of the best hypothesis
+            (beam search).
+        """
+        settings = settings or DecodeSettings()
+        return self._decode(
+            source_ids, settings, settings.strategy, max_length, seed, start_id, end_id
+        )
+
+    def search(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | tf.Tensor,
+        seed: int | tf.Tensor = 0,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+        static_shapes: bool = False,
+    ) -> Outputs:
+        """`decode` as TensorFlow ops, without its checks, for a caller's
+        `tf.function` (e.g. a SavedModel signature).
+
+        Args:
+            source_ids: int32 `(batch, source_length)`, 0 for padding.
+            limits: int32 `(batch,)`: the maximum output length of each
+                example, END included, at most `max_length`; 0 gives an
+                empty output.
+            settings: as for `decode` (`extra_length` is not read: `limits`
+                holds it).
+            max_length: size of the outputs: a Python int, or with
+                `static_shapes=False` a scalar int32 tensor.
+            seed: int32 scalar of a sample.
+            start_id, end_id: as for `decode`.
+            static_shapes: keep every shape static, as XLA needs.
+
+        Returns:
+            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
+        """
+        settings = settings or DecodeSettings()
+        return self._search(
+            source_ids,
+            limits,
+            tf.constant(settings.alpha, tf.float32),
+            tf.constant(settings.temperature, tf.float32),
+            tf.cast(seed, tf.int32),
+            strategy=settings.strategy,
+            beam_size=settings.beam_size,
+            top_k=settings.top_k,
+            max_length=max_length,
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=static_shapes,
+        )
+
+    # ------------------------------------------------------------ internals
+    def _search(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        alpha: tf.Tensor,
+        temperature: tf.Tensor,
+        seed: tf.Tensor,
+        *,
+        strategy: str,
+        beam_size: int,
+        top_k: int | None,
+        max_length: int | tf.Tensor,
+        start_id: int,
+        end_id: int | None,
+        static_shapes: bool,
+    ) -> Outputs:
+        """The search: strategy, model step and loop, with tensor settings."""
+        beam = beam_size if strategy == "beam" else 1
+        options = SearchOptions(beam, alpha, temperature, top_k, seed)
+        if self.use_cache:
+            model_step = cached_step(
+                self.stack, source_ids, max_length, beam, static_shapes
+            )
+        else:
+            model_step = uncached_step(
+                self.stack, source_ids, max_length, beam, start_id
+            )
+        return run_search(
+            get_strategy(strategy, options),
+            model_step.step,
+            model_step.state,
+            limits,
+            max_length=max_length,
+            start_id=start_id,
+            end_id=end_id,
+            drop_finished=self.use_cache and not static_shapes,
+            gather_state=model_step.gather,
+            state_shape_invariants=model_step.invariants,
+        )
+
+    def _decode(
+        self,
+        source_ids: Any,
+        settings: DecodeSettings,
+        strategy: str,
+        max_length: int | None,
+        seed: int | None,
+        start_id: int,
+        end_id: int | None,
+    ) -> DecodeResult:
+        """Checks the arguments, runs `strategy` compiled, collects the result."""
+        source, limits, length = self._prepare(
+            source_ids, max_length, settings.extra_length
+        )
+        for name, value in (("start_id", start_id), ("end_id", end_id)):
+            if value is not None:
+                validation.check_int(name, value, 0, self.vocabulary_size - 1)
+        if strategy != "sample":
+            seed = 0  # unused: NumPy's global generator stays untouched
+        elif seed is None:
+            seed = int(np.random.randint(0, 2**31 - 1))
+        validation.check_int("seed", seed, 0)
+        outputs = self._search_fn(
+            source,
+            limits,
+            tf.constant(settings.alpha, tf.float32),
+            tf.constant(settings.temperature, tf.float32),
+            tf.constant(seed, tf.int32),
+            strategy=strategy,
+            beam_size=settings.beam_size if strategy == "beam" else 1,
+            top_k=settings.top_k if strategy == "sample" else None,
+            # Shapes may change in a graph: one trace serves every length.
+            max_length=length if self.jit_compile else tf.constant(length, tf.int32),
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=self.jit_compile,
+        )
+        return DecodeResult.from_outputs(*outputs)
+
+    def _prepare(
+        self, source_ids: Any, max_length: int | None, extra_length: int
+    ) -> tuple[tf.Tensor, tf.Tensor, int]:
+        """Validates the source and the output cap.
+
+        Returns:
+            The source ids, the maximum output length of each example (its
+            number of real source tokens + `extra_length`, capped; §6.1) and
+            the static size of the outputs and caches.
+        """
+        validation.check_int("max_length", max_length, 1, allow_none=True)
+        supported = self.max_supported_length
+        if max_length is not None and supported is not None and max_length > supported:
+            raise ValueError(
+                f"max_length={max_length} is longer than the model supports: its "
+                f"learned target positions stop at {supported}. Pass max_length "
+                f"<= {supported}, or train a model with a larger max_length."
+            )
+        source = _checked_source(
+            source_ids, self.stack.source_embedding.vocabulary_size
+        )
+        length = -(-(source.shape[1] + extra_length) // _LENGTH_BUCKET) * _LENGTH_BUCKET
+        for cap in (max_length, supported):
+            length = length if cap is None else min(length, cap)
+        limits = np.minimum((source != PAD_ID).sum(axis=1) + extra_length, length)
+        return tf.constant(source, tf.int32), tf.constant(limits, tf.int32), length
+
+
+def _checked_source(source_ids: Any, vocabulary_size: int) -> np.ndarray:
+    """`source_ids` as a NumPy array, or a one-line `ValueError`."""
+    source = np.asarray(source_ids)
+    if source.ndim != 2 or not np.issubdtype(source.dtype, np.integer):
+        raise ValueError(
+            "`source_ids` must be integer token ids of shape (batch, "
+            f"source_length). Received: source_ids.shape={source.shape}, "
+            f"dtype={source.dtype}"
+        )
+    if source.shape[0] == 0 or source.shape[1] == 0:
+        raise ValueError(
+            "`source_ids` must hold at least one example and one token. "
+            f"Received: source_ids.shape={source.shape}"
+        )
+    if source.min() < 0 or source.max() >= vocabulary_size:
+        raise ValueError(
+            f"`source_ids` must be token ids in [0, {vocabulary_size}). "
+            f"Received: ids from {source.min()} to {source.max()}"
+        )
+    return source
+
+
+_DECODERS_ATTRIBUTE = "_keras_transformer_decoders"
+
+
+def get_decoder(
+    model: keras.Model, jit_compile: bool = False, use_cache: bool = True
+) -> Any:
+    """The `Decoder` of `model`, created once and then reused.
+
+    The decoders are kept in a private attribute of the model (set without
+    Keras' tracking), so they live and die with it.
+    """
+    decoders = getattr(model, _DECODERS_ATTRIBUTE, None)
+    if decoders is None:
+        decoders = {}
+        object.__setattr__(model, _DECODERS_ATTRIBUTE, decoders)
+    key = (jit_compile, use_cache)
+    if key not in decoders:
+        decoders[key] = Decoder(model, jit_compile=jit_compile, use_cache=use_cache)
+    return decoders[key]
+
+
+__all__ = ["Decoder", "get_decoder"]

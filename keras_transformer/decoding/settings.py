@@ -1,0 +1,141 @@
+"""`DecodeSettings`: the one owner of every decoding setting and its default.
+
+"We used beam search with a beam size of 4 and length penalty alpha = 0.6
+... We set the maximum output length during inference to input length + 50,
+but terminate early when possible." (Vaswani et al. 2017, §6.1). The length
+penalty is the one of Wu et al. (2016), Eq. 14:
+`lp(Y) = ((5 + |Y|) / 6) ** alpha`.
+
+The translator, the exported SavedModels, the command line and validation
+during training all take a `DecodeSettings` (or read their defaults from
+it): each default is written here and nowhere else, and each setting keeps
+one name from the command line (``--alpha``) to its use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from keras_transformer import validation
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
+from keras_transformer.validation import warn_deprecated
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """How to decode: the search and its settings (§6.1).
+
+    Attributes:
+        method: a strategy of `strategies.STRATEGIES`: ``"beam"`` (beam
+            search with the GNMT length penalty), ``"greedy"`` or
+            ``"sample"`` (ancestral sampling). A beam of one hypothesis
+            decodes greedily (`strategy`).
+        beam_size: hypotheses kept per example (§6.1: 4).
+        alpha: the length-penalty alpha (§6.1: 0.6); 0 ranks hypotheses by
+            their raw log-probability. (Former names: ``length_penalty``,
+            ``length_penalty_alpha``.)
+        extra_length: an output may have its source's number of tokens plus
+            this many (§6.1: "input length + 50"; `conventions.EXTRA_LENGTH`).
+        max_input_length: longest source in subword ids, END included, where
+            text is tokenized (translator, export); longer sources keep their
+            first ``max_input_length - 1`` tokens.
+        temperature: sampling draws from ``softmax(logits / temperature)``.
+        top_k: sampling draws among the `top_k` most likely tokens only
+            (None: all of them).
+
+    Raises:
+        ValueError: (one line) on a setting out of range, naming it.
+
+    Example:
+    >>> DecodeSettings(beam_size=1).strategy
+    'greedy'
+    >>> DecodeSettings().describe()
+    'beam 4, alpha 0.6'
+
+    Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
+    """
+
+    method: str = "beam"
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = EXTRA_LENGTH
+    max_input_length: int = DEFAULT_MAX_INPUT_LENGTH
+    temperature: float = 1.0
+    top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        # Imported here: the command line reads these defaults (its flags)
+        # before it loads TensorFlow, which the strategies import.
+        from keras_transformer.decoding.strategies import STRATEGIES
+
+        valid = validation
+        valid.check_choice("method", self.method, tuple(STRATEGIES))
+        valid.check_int("beam_size", self.beam_size, 1)
+        valid.check_number("alpha", self.alpha, at_least=0.0)
+        valid.check_int("extra_length", self.extra_length, 0)
+        valid.check_int("max_input_length", self.max_input_length, 2)
+        valid.check_number("temperature", self.temperature, above=0.0)
+        valid.check_int("top_k", self.top_k, 1, allow_none=True)
+        object.__setattr__(self, "alpha", float(self.alpha))
+        object.__setattr__(self, "temperature", float(self.temperature))
+
+    @property
+    def strategy(self) -> str:
+        """The registered strategy that runs: `method`, except that beam
+        search with one hypothesis is greedy decoding (what the translator,
+        exports and validation have always run for ``beam_size=1``)."""
+        if self.method == "beam" and self.beam_size == 1:
+            return "greedy"
+        return self.method
+
+    def describe(self) -> str:
+        """``"greedy"``, ``"beam 4, alpha 0.6"`` or ``"sample, temperature 1"``."""
+        if self.strategy == "beam":
+            return f"beam {self.beam_size}, alpha {self.alpha:g}"
+        if self.strategy == "sample":
+            top_k = "" if self.top_k is None else f", top {self.top_k}"
+            return f"sample, temperature {self.temperature:g}{top_k}"
+        return "greedy"
+
+    def replace(self, **changes: Any) -> DecodeSettings:
+        """A copy with `changes` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def default_setting(name: str) -> Any:
+    """The default of the `DecodeSettings` field `name` (for the command
+    line's flags, without building an instance)."""
+    return DecodeSettings.__dataclass_fields__[name].default
+
+
+def settings_with(
+    settings: DecodeSettings | None, changes: dict[str, Any]
+) -> DecodeSettings:
+    """`settings` (the defaults when None) with the named `changes`.
+
+    ``length_penalty`` is taken as the deprecated name of ``alpha``.
+    """
+    changes = dict(changes)
+    if "length_penalty" in changes:
+        warn_deprecated("length_penalty=", "alpha=")
+        validation.check_number(
+            "length_penalty", changes["length_penalty"], at_least=0.0
+        )
+        changes["alpha"] = changes.pop("length_penalty")
+    fields = {field.name for field in dataclasses.fields(DecodeSettings)}
+    unknown = sorted(set(changes) - fields)
+    if unknown:
+        raise TypeError(
+            f"Unknown decoding setting(s) {', '.join(unknown)}; the settings are "
+            f"{', '.join(sorted(fields))}."
+        )
+    return dataclasses.replace(settings or DecodeSettings(), **changes)
+
+
+__all__ = [
+    "default_setting",
+    "DecodeSettings",
+    "settings_with",
+    "warn_deprecated",
+]

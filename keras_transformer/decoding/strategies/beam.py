@@ -1,0 +1,196 @@
+"""Beam search with the GNMT length penalty (§6.1; Wu et al. 2016, Eq. 14).
+
+Each step extends the `beam_size` live hypotheses of every example by every
+token and keeps the `2 * beam_size` best candidates (by log-probability).
+Those ending in END and ranked within the first `beam_size` become finished
+hypotheses, scored `log P / lp(length)` with
+`lp(Y) = ((5 + |Y|) / 6) ** alpha`; the `beam_size` best finished ones are
+kept. The `beam_size` best candidates not ending in END are the new live
+hypotheses (there are always enough: at most `beam_size` candidates end in
+END). An example stops early (§6.1: "terminate early when possible") when
+its best finished score beats the best live log-probability divided by the
+largest penalty it may still get, `lp(limit)`: log-probabilities only
+decrease, so no live hypothesis can still beat it, and only the best
+hypothesis is returned. An example without any finished hypothesis returns
+its best live one, scored with `lp(limit)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.decoding.search import Outputs, write_at
+
+
+def length_penalty(length: Any, alpha: Any) -> Any:
+    """`lp(Y) = ((5 + |Y|) / 6) ** alpha` of Wu et al. (2016), Eq. 14.
+
+    `alpha = 0` gives 1 (no normalisation); the paper (§6.1) uses 0.6.
+    Works on Python numbers, numpy arrays and tensors.
+    """
+    if isinstance(length, (int, float, np.ndarray, np.number)):
+        return ((5.0 + np.asarray(length, "float64")) / 6.0) ** alpha
+    length = tf.cast(length, tf.float32)
+    return tf.pow((5.0 + length) / 6.0, alpha)
+
+
+class Beams(NamedTuple):
+    """What beam search keeps per example (one row each) between steps."""
+
+    examples: tf.Tensor  # (n,) the example's row in the whole batch
+    limits: tf.Tensor  # (n,) maximum output length
+    max_penalty: tf.Tensor  # (n,) lp(limit), the largest penalty still possible
+    alive_ids: tf.Tensor  # (n, beam, max_length)
+    alive_log_probs: tf.Tensor  # (n, beam)
+    alive_last: tf.Tensor  # (n, beam) the last token of each live hypothesis
+    finished_ids: tf.Tensor  # (n, beam, max_length)
+    finished_scores: tf.Tensor  # (n, beam) log P / lp(length), best first
+    finished_lengths: tf.Tensor  # (n, beam)
+    done: tf.Tensor  # (n,)
+
+
+_NEG_INF = -np.inf
+
+
+class BeamSearch:
+    """Beam search of `beam_size` hypotheses, ranked with the length penalty.
+
+    Args:
+        beam_size: hypotheses kept per example (§6.1: 4).
+        alpha: the length-penalty alpha (§6.1: 0.6), a number or float32
+            scalar; 0 ranks by raw log-probability.
+
+    Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
+    """
+
+    reorders = True
+    may_drop_finished = True
+
+    def __init__(self, beam_size: int, alpha: Any) -> None:
+        self.beam_size = beam_size
+        self.alpha = alpha
+
+    def start(self, limits: tf.Tensor, max_length: Any, start_id: int) -> Beams:
+        batch, beam = tf.shape(limits)[0], self.beam_size
+        return Beams(
+            examples=tf.range(batch),
+            limits=limits,
+            max_penalty=length_penalty(limits, self.alpha),
+            alive_ids=tf.zeros((batch, beam, max_length), tf.int32),
+            # Only the first live hypothesis exists at the start.
+            alive_log_probs=tf.tile(
+                tf.constant([[0.0] + [_NEG_INF] * (beam - 1)], tf.float32), [batch, 1]
+            ),
+            alive_last=tf.fill((batch, beam), tf.constant(start_id, tf.int32)),
+            finished_ids=tf.zeros((batch, beam, max_length), tf.int32),
+            finished_scores=tf.fill((batch, beam), tf.constant(_NEG_INF, tf.float32)),
+            finished_lengths=tf.zeros((batch, beam), tf.int32),
+            done=limits <= 0,
+        )
+
+    def inputs(self, beams: Beams) -> tf.Tensor:
+        return tf.reshape(beams.alive_last, [-1])
+
+    def update(
+        self, beams: Beams, log_probs: tf.Tensor, index: tf.Tensor, end: int
+    ) -> tuple[Beams, tf.Tensor]:
+        size, beam = tf.shape(beams.limits)[0], self.beam_size
+        vocabulary = tf.shape(log_probs)[-1]
+        # (size, beam * vocabulary): log P of every one-token extension.
+        candidates = tf.reshape(
+            beams.alive_log_probs[:, :, None]
+            + tf.reshape(log_probs, [size, beam, vocabulary]),
+            [size, beam * vocabulary],
+        )
+        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam)
+        parents = top_indices // vocabulary
+        tokens = top_indices % vocabulary
+        # (size, 2 * beam, max_length)
+        candidate_ids = write_at(
+            tf.gather(beams.alive_ids, parents, batch_dims=1), index, tokens
+        )
+        is_end = tf.equal(tokens, end)
+        # Live hypotheses: the best `beam` candidates not ending in END.
+        alive_log_probs, picked = tf.math.top_k(
+            tf.where(is_end, _NEG_INF, top_log_probs), k=beam
+        )
+        new_parents = tf.gather(parents, picked, batch_dims=1)
+        updated = beams._replace(
+            alive_ids=tf.gather(candidate_ids, picked, batch_dims=1),
+            alive_log_probs=alive_log_probs,
+            alive_last=tf.gather(tokens, picked, batch_dims=1),
+            **self._finished(beams, candidate_ids, top_log_probs, is_end, index),
+        )
+        # Examples already done keep their hypotheses.
+        beams = Beams(
+            *(
+                self._keep(beams.done, *pair)
+                for pair in zip(beams, updated, strict=True)
+            )
+        )
+        # Early stopping (§6.1: "terminate early when possible"): no live
+        # hypothesis, nor any extension of one, can beat the best finished.
+        best_possible = beams.alive_log_probs[:, 0] / beams.max_penalty
+        cannot_improve = beams.finished_scores[:, 0] > best_possible
+        done = beams.done | cannot_improve | (index + 1 >= beams.limits)
+        return beams._replace(done=done), new_parents
+
+    def _finished(
+        self,
+        beams: Beams,
+        candidate_ids: tf.Tensor,
+        top_log_probs: tf.Tensor,
+        is_end: tf.Tensor,
+        index: tf.Tensor,
+    ) -> dict[str, tf.Tensor]:
+        """The new finished hypotheses merged with those kept so far."""
+        size, beam = tf.shape(beams.limits)[0], self.beam_size
+        in_beam = tf.range(2 * beam) < beam
+        new_scores = tf.where(
+            is_end & in_beam,
+            top_log_probs / length_penalty(index + 1, self.alpha),
+            _NEG_INF,
+        )
+        merged_scores = tf.concat([beams.finished_scores, new_scores], axis=1)
+        finished_scores, picked = tf.math.top_k(merged_scores, k=beam)
+        merged_ids = tf.concat([beams.finished_ids, candidate_ids], axis=1)
+        merged_lengths = tf.concat(
+            [beams.finished_lengths, tf.fill([size, 2 * beam], index + 1)], axis=1
+        )
+        return {
+            "finished_ids": tf.gather(merged_ids, picked, batch_dims=1),
+            "finished_scores": finished_scores,
+            "finished_lengths": tf.gather(merged_lengths, picked, batch_dims=1),
+        }
+
+    @staticmethod
+    def _keep(done: tf.Tensor, old: tf.Tensor, new: tf.Tensor) -> tf.Tensor:
+        """`old` for the examples already done, `new` for the others."""
+        if old is new:
+            return old
+        frozen = tf.reshape(done, [-1] + [1] * (len(new.shape) - 1))
+        return tf.where(frozen, old, new)
+
+    def result(self, beams: Beams) -> Outputs:
+        """Each example's best finished hypothesis, or its best live one
+        scored with `lp(limit)` when none finished."""
+        has_finished = beams.finished_scores[:, 0] > _NEG_INF
+        return (
+            tf.where(
+                has_finished[:, None], beams.finished_ids[:, 0], beams.alive_ids[:, 0]
+            ),
+            tf.where(
+                has_finished,
+                beams.finished_scores[:, 0],
+                beams.alive_log_probs[:, 0] / beams.max_penalty,
+            ),
+            tf.where(
+                has_finished, beams.finished_lengths[:, 0], tf.maximum(beams.limits, 0)
+            ),
+        )
+
+
+__all__ = ["BeamSearch", "Beams", "length_penalty"]
