@@ -96,6 +96,7 @@ class _TransformerFields:
     share_embeddings: bool = True
     activation: str = "relu"
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    # Beyond the paper (last, so that older positional arguments keep their place).
     relative_positions: int | None = None
     relative_values: bool = False
 

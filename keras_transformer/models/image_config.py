@@ -113,12 +113,13 @@ class ImageTransformerConfig:
     layer_norm_epsilon: float = 1e-6
     activation: str = "relu"
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    # Shaw et al. (2018), over distances in the generation order.
     relative_positions: int | None = None
     relative_values: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         object.__setattr__(self, "image_shape", _check_image_shape(self.image_shape))
+        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         object.__setattr__(
             self, "query_block", check_pair("query_block", self.query_block, 1)
         )
