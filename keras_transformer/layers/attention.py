@@ -134,7 +134,8 @@ def relative_position_index(
 
 
 def relative_logits(query: Any, embeddings: Any, index: Any) -> Any:
-    """`q_i . a^K_ij` for every pair (Shaw et al., 2018, Eq. 4's second term).
+    """`q_i . a^K_ij` for every pair: the second term of Shaw et al.'s
+    (2018) Eq. 4, split off as in their Eq. 5.
 
     Args:
         query: `(..., query_length, key_dim)`.
@@ -157,7 +158,8 @@ def relative_logits(query: Any, embeddings: Any, index: Any) -> Any:
 
 
 def relative_outputs(weights: Any, embeddings: Any, index: Any) -> Any:
-    """`sum_j alpha_ij a^V_ij` for every query (Shaw et al., 2018, Eq. 3's second term).
+    """`sum_j alpha_ij a^V_ij` for every query: the second term of Shaw et
+    al.'s (2018) Eq. 3.
 
     Args:
         weights: the attention weights `(..., query_length, key_length)`.

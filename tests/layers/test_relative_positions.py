@@ -33,7 +33,7 @@ def shaw_reference(
 ) -> np.ndarray:
     """Shaw et al. (2018), written from the paper's text, float64, loops.
 
-    Eq. 5: e_ij = x_i W^Q (x_j W^K + a^K_ij)^T / sqrt(d_z);
+    Eq. 4: e_ij = x_i W^Q (x_j W^K + a^K_ij)^T / sqrt(d_z);
     Eq. 2: alpha_ij = softmax_j(e_ij) (over the allowed j);
     Eq. 3: z_i = sum_j alpha_ij (x_j W^V + a^V_ij);
     §3.2: a^K_ij = w^K_clip(j - i, k), clip(x, k) = max(-k, min(k, x));
