@@ -9,7 +9,10 @@ import keras
 from keras import ops
 
 from keras_transformer.backend import residual_add
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    check_relative_positions,
+)
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.local_attention import RestrictedMultiHeadAttention
@@ -23,6 +26,8 @@ class TransformerBlockBase(keras.layers.Layer):
     Each sub-layer is wrapped as in §3.1 and §5.4: post-LN
     `LayerNorm(x + Dropout(Sublayer(x)))` by default, or pre-LN
     `x + Dropout(Sublayer(LayerNorm(x)))` with `norm_first=True`.
+    `relative_positions` and `relative_values` go to the self-attention
+    (Shaw et al., 2018; see `MultiHeadAttention`), never to cross-attention.
     """
 
     def __init__(
@@ -41,9 +46,12 @@ class TransformerBlockBase(keras.layers.Layer):
         use_bias: bool = True,
         kernel_initializer: str | keras.initializers.Initializer = "glorot_uniform",
         bias_initializer: str | keras.initializers.Initializer = "zeros",
+        relative_positions: int | None = None,
+        relative_values: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_relative_positions(relative_positions, relative_values)
         check_positive_int("num_heads", num_heads)
         check_positive_int("d_ff", d_ff)
         if key_dim is not None:
@@ -74,6 +82,8 @@ class TransformerBlockBase(keras.layers.Layer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.relative_positions = relative_positions
+        self.relative_values = relative_values
         self.supports_masking = True
 
     # ----------------------------------------------------------- construction
@@ -94,26 +104,39 @@ class TransformerBlockBase(keras.layers.Layer):
     def _attention(
         self, name: str, d_model: int, restricted: bool = False
     ) -> MultiHeadAttention:
-        """An attention sub-layer; `restricted` self-attention uses the window."""
-        key_dim = self.key_dim or d_model // self.num_heads
+        """An attention sub-layer; `restricted` self-attention uses the window
+        and the relative positions."""
         extra = {}
         attention_class = MultiHeadAttention
         if restricted and self.attention_window is not None:
             attention_class = RestrictedMultiHeadAttention
             extra["window"] = self.attention_window
         return attention_class(
-            **extra,
-            num_heads=self.num_heads,
-            key_dim=key_dim,
-            value_dim=self.value_dim or key_dim,
-            output_dim=d_model,
-            dropout=self.attention_dropout,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
+            **extra, **self._attention_arguments(name, d_model, restricted)
         )
+
+    def _attention_arguments(
+        self, name: str, d_model: int, self_attention: bool = True
+    ) -> dict[str, Any]:
+        """The arguments of every attention sub-layer; the relative positions
+        (when set) with `self_attention` only."""
+        key_dim = self.key_dim or d_model // self.num_heads
+        arguments = {
+            "num_heads": self.num_heads,
+            "key_dim": key_dim,
+            "value_dim": self.value_dim or key_dim,
+            "output_dim": d_model,
+            "dropout": self.attention_dropout,
+            "use_bias": self.use_bias,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "dtype": self.dtype_policy,
+            "name": name,
+        }
+        if self_attention and self.relative_positions is not None:
+            arguments["relative_positions"] = self.relative_positions
+            arguments["relative_values"] = self.relative_values
+        return arguments
 
     def _self_attend(
         self,
@@ -256,6 +279,8 @@ class TransformerBlockBase(keras.layers.Layer):
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "relative_positions": self.relative_positions,
+                "relative_values": self.relative_values,
             }
         )
         return config

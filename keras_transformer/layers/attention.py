@@ -1,4 +1,5 @@
-"""Scaled dot-product attention (Eq. 1) and multi-head attention (Eqs. 2-3).
+"""Scaled dot-product attention (Eq. 1) and multi-head attention (Eqs. 2-3),
+optionally with relative position representations (Shaw et al., 2018).
 
 Masks follow one convention throughout the package: a boolean tensor in which
 `True` means "this query position may attend to this key position". Padding
@@ -16,7 +17,12 @@ from keras import ops
 
 from keras_transformer.backend import linear
 from keras_transformer.layers import masking
-from keras_transformer.validation import check_positive_int, check_rate, warn_deprecated
+from keras_transformer.validation import (
+    check_bool,
+    check_positive_int,
+    check_rate,
+    warn_deprecated,
+)
 
 
 def scaled_dot_product_attention(
@@ -29,8 +35,17 @@ def scaled_dot_product_attention(
     training: bool | None = None,
     seed_generator: keras.random.SeedGenerator | None = None,
     scale: float | None = None,
+    relative_keys: Any | None = None,
+    relative_values: Any | None = None,
+    relative_index: Any | None = None,
 ) -> tuple[Any, Any]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. 1 of the paper.
+
+    With `relative_keys` (and `relative_values`), the relative position
+    representations of Shaw et al. (2018): the logit of query `i` and key
+    `j` is `q_i (k_j + a^K_ij)^T / sqrt(d_k)` (their Eq. 4) and the output
+    `sum_j alpha_ij (v_j + a^V_ij)` (their Eq. 3), with `a_ij` the row
+    `relative_index[i, j]` of the embeddings (see `relative_position_index`).
 
     The logits and the softmax are computed in float32 whatever the input
     dtype, so the function is safe under `mixed_float16`. Masked positions get
@@ -48,6 +63,11 @@ def scaled_dot_product_attention(
         training: whether dropout is active.
         seed_generator: a `keras.random.SeedGenerator` for the dropout.
         scale: the factor applied to `Q K^T`; defaults to `1 / sqrt(key_dim)`.
+        relative_keys: optional `(2k + 1, key_dim)` embeddings `a^K`, one
+            per clipped distance, shared by every head.
+        relative_values: optional `(2k + 1, value_dim)` embeddings `a^V`.
+        relative_index: int `(query_length, key_length)`, the embedding row
+            of each pair; needed with either set of embeddings.
 
     Returns:
         `(output, weights)`: output `(..., query_length, value_dim)` in the
@@ -60,22 +80,108 @@ def scaled_dot_product_attention(
     >>> tuple(out.shape), tuple(w.shape)
     ((1, 2, 4), (1, 2, 3))
 
-    Reference: Vaswani et al. (2017), §3.2.1, Eq. 1.
+    Reference: Vaswani et al. (2017), §3.2.1, Eq. 1; Shaw et al. (2018),
+    Eqs. 3-4.
     """
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     compute_dtype = query.dtype
+    query = ops.cast(query, "float32")
     # (..., query_length, key_length), accumulated in float32.
-    logits = ops.matmul(
-        ops.cast(query, "float32"),
-        ops.swapaxes(ops.cast(key, "float32"), -1, -2),
-    )
+    logits = ops.matmul(query, ops.swapaxes(ops.cast(key, "float32"), -1, -2))
+    if relative_keys is not None:
+        logits = logits + relative_logits(query, relative_keys, relative_index)
     logits = logits * scale
     weights = masking.masked_softmax(logits, mask)
     if dropout_rate > 0.0 and training:
         weights = keras.random.dropout(weights, dropout_rate, seed=seed_generator)
     output = ops.matmul(ops.cast(weights, compute_dtype), value)
+    if relative_values is not None:
+        output = output + ops.cast(
+            relative_outputs(weights, relative_values, relative_index), compute_dtype
+        )
     return output, weights
+
+
+def relative_position_index(
+    query_positions: Any, key_positions: Any, max_distance: int
+) -> Any:
+    """`clip(j - i, -k, k) + k` for every query position `i` and key position `j`.
+
+    The row of the relative embeddings `a^K_ij`, `a^V_ij` that a pair uses:
+    Shaw et al. (2018), §3.2, "we consider a maximum relative position of
+    k", `w_clip(j - i, k)`, the `2k + 1` embeddings indexed from 0.
+
+    Args:
+        query_positions: int `(query_length,)`.
+        key_positions: int `(key_length,)`.
+        max_distance: `k`.
+
+    Returns:
+        int32 `(query_length, key_length)` in `[0, 2k]`.
+
+    Example:
+    >>> import numpy as np
+    >>> index = relative_position_index(np.arange(3), np.arange(3), 1)
+    >>> np.asarray(index).tolist()
+    [[1, 2, 2], [0, 1, 2], [0, 0, 1]]
+    """
+    query_positions = ops.cast(query_positions, "int32")
+    key_positions = ops.cast(key_positions, "int32")
+    # (query_length, key_length): j - i.
+    distance = ops.expand_dims(key_positions, 0) - ops.expand_dims(query_positions, 1)
+    return ops.clip(distance, -max_distance, max_distance) + max_distance
+
+
+def relative_logits(query: Any, embeddings: Any, index: Any) -> Any:
+    """`q_i . a^K_ij` for every pair: the second term of Shaw et al.'s
+    (2018) Eq. 4, split off as in their Eq. 5.
+
+    Args:
+        query: `(..., query_length, key_dim)`.
+        embeddings: `(2k + 1, key_dim)`, `a^K`.
+        index: int `(query_length, key_length)` from `relative_position_index`.
+
+    Returns:
+        float32 `(..., query_length, key_length)`.
+    """
+    # (..., query_length, 2k + 1): each query against every distance.
+    per_distance = ops.matmul(
+        ops.cast(query, "float32"), ops.transpose(ops.cast(embeddings, "float32"))
+    )
+    # (query_length, 2k + 1, key_length): which distance each key lies at.
+    one_hot = ops.swapaxes(_one_hot(index, embeddings.shape[0]), -1, -2)
+    # (..., query_length, 1, 2k + 1) @ (query_length, 2k + 1, key_length)
+    logits = ops.matmul(ops.expand_dims(per_distance, -2), one_hot)
+    # (..., query_length, key_length)
+    return ops.squeeze(logits, -2)
+
+
+def relative_outputs(weights: Any, embeddings: Any, index: Any) -> Any:
+    """`sum_j alpha_ij a^V_ij` for every query: the second term of Shaw et
+    al.'s (2018) Eq. 3.
+
+    Args:
+        weights: the attention weights `(..., query_length, key_length)`.
+        embeddings: `(2k + 1, value_dim)`, `a^V`.
+        index: int `(query_length, key_length)` from `relative_position_index`.
+
+    Returns:
+        float32 `(..., query_length, value_dim)`.
+    """
+    # (..., query_length, 1, key_length) @ (query_length, key_length, 2k + 1):
+    # the weight each query gives to every distance.
+    per_distance = ops.matmul(
+        ops.expand_dims(ops.cast(weights, "float32"), -2),
+        _one_hot(index, embeddings.shape[0]),
+    )
+    # (..., query_length, 2k + 1) @ (2k + 1, value_dim)
+    return ops.matmul(ops.squeeze(per_distance, -2), ops.cast(embeddings, "float32"))
+
+
+def _one_hot(index: Any, depth: int) -> Any:
+    """float32 `(query_length, key_length, depth)`."""
+    return ops.one_hot(ops.cast(index, "int32"), depth, dtype="float32")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -97,6 +203,15 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: whether the four projections have biases.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the biases.
+        relative_positions: `k`, the largest relative distance with its own
+            learned embedding (Shaw et al., 2018): the logits get
+            `q_i . a^K_ij`, one embedding per clipped distance
+            `clip(j - i, -k, k)`, shared by the heads; `None` (the default,
+            the paper's models) adds no variable. The positions are those of
+            the query and key sequences, or of the cache rows in cached
+            decoding; use it for self-attention.
+        relative_values: also add `sum_j alpha_ij a^V_ij` to the output
+            (Shaw et al., Eq. 3); needs `relative_positions`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -125,7 +240,8 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> tuple(out.shape), tuple(scores.shape)
     ((3, 5, 8), (3, 2, 5, 5))
 
-    Reference: Vaswani et al. (2017), §3.2.2, Eqs. 2-3.
+    Reference: Vaswani et al. (2017), §3.2.2, Eqs. 2-3; Shaw et al. (2018),
+    "Self-Attention with Relative Position Representations", Eqs. 3-5.
     """
 
     def __init__(
@@ -138,9 +254,12 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: bool = True,
         kernel_initializer: str | keras.initializers.Initializer = "glorot_uniform",
         bias_initializer: str | keras.initializers.Initializer = "zeros",
+        relative_positions: int | None = None,
+        relative_values: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_relative_positions(relative_positions, relative_values)
         check_positive_int("num_heads", num_heads)
         check_positive_int("key_dim", key_dim)
         if value_dim is not None:
@@ -156,6 +275,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.relative_positions = relative_positions
+        self.relative_values = relative_values
         self.supports_masking = True
         self.seed_generator = keras.random.SeedGenerator(0) if dropout > 0 else None
 
@@ -186,6 +307,19 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             self.query_bias = self.key_bias = None
             self.value_bias = self.output_bias = None
+        # Shaw et al. (2018): a^K (and a^V), one row per clipped distance
+        # -k..k, shared by the heads; created only when asked for, so the
+        # variables of other models keep their names.
+        self.relative_key_embeddings = self.relative_value_embeddings = None
+        if self.relative_positions is not None:
+            distances = 2 * self.relative_positions + 1
+            self.relative_key_embeddings = self._kernel(
+                "relative_key_embeddings", (distances, d_k)
+            )
+            if self.relative_values:
+                self.relative_value_embeddings = self._kernel(
+                    "relative_value_embeddings", (distances, d_v)
+                )
         self._output_dim = output_dim
         self.built = True
 
@@ -350,6 +484,7 @@ class MultiHeadAttention(keras.layers.Layer):
         values: Any,
         mask: Any | None = None,
         training: bool | None = None,
+        positions: tuple[Any, Any] | None = None,
     ) -> tuple[Any, Any]:
         """Eq. 1 on projected heads, then W^O.
 
@@ -360,6 +495,9 @@ class MultiHeadAttention(keras.layers.Layer):
             mask: boolean, broadcastable to `(batch, heads, query_length,
                 key_length)`; `True` means "may attend".
             training: whether attention dropout is active.
+            positions: `(query_positions, key_positions)`, int `(query_length,)`
+                and `(key_length,)`: where the queries and keys sit, for
+                `relative_positions` (which needs them); ignored otherwise.
 
         Returns:
             `(output, scores)`: `(batch, query_length, output_dim)` and
@@ -374,8 +512,30 @@ class MultiHeadAttention(keras.layers.Layer):
             training=training,
             seed_generator=self.seed_generator,
             scale=1.0,  # project_query has scaled the queries
+            **self.relative_arguments(positions),
         )
         return self.combine_heads(heads_output), scores
+
+    def relative_arguments(self, positions: tuple[Any, Any] | None) -> dict[str, Any]:
+        """The relative-position arguments of `scaled_dot_product_attention`
+        for `(query_positions, key_positions)`: `{}` without
+        `relative_positions`."""
+        if self.relative_positions is None:
+            return {}
+        if positions is None:
+            raise ValueError(
+                f"{type(self).__name__}(relative_positions="
+                f"{self.relative_positions}) needs the positions of its queries "
+                "and keys: call it on whole sequences or with a cache and "
+                "cache_update_index (not on a fixed cache, nor attend() alone)."
+            )
+        return {
+            "relative_keys": self.relative_key_embeddings,
+            "relative_values": self.relative_value_embeddings,
+            "relative_index": relative_position_index(
+                *positions, self.relative_positions
+            ),
+        }
 
     # ------------------------------------------------------ cached decoding
     def empty_cache(
@@ -447,11 +607,18 @@ class MultiHeadAttention(keras.layers.Layer):
                 (step_keys, step_values),
                 None if append_to_cache else _row(index, beam_size),
             )
-        mask = self._cache_mask(
-            ops.shape(query)[1], ops.shape(keys)[2], index, beam_size, masks
-        )
+        query_length, cache_length = ops.shape(query)[1], ops.shape(keys)[2]
+        mask = self._cache_mask(query_length, cache_length, index, beam_size, masks)
+        positions = None
+        if index is not None:
+            positions = _cached_positions(query_length, cache_length, index, beam_size)
         output, scores = self.attend(
-            self.project_query(query), keys, values, mask, training=False
+            self.project_query(query),
+            keys,
+            values,
+            mask,
+            training=False,
+            positions=positions,
         )
         return output, scores, (keys, values)
 
@@ -583,7 +750,13 @@ class MultiHeadAttention(keras.layers.Layer):
         if mask is not None:
             # (batch, 1, query_length, key_length): one mask for every head.
             mask = ops.expand_dims(mask, axis=-3)
-        return self.attend(queries, keys, values, mask, training=training)
+        positions = (
+            ops.arange(ops.shape(queries)[2], dtype="int32"),
+            ops.arange(ops.shape(keys)[2], dtype="int32"),
+        )
+        return self.attend(
+            queries, keys, values, mask, training=training, positions=positions
+        )
 
     def cached_beam_self_attention(
         self,
@@ -661,9 +834,32 @@ class MultiHeadAttention(keras.layers.Layer):
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "relative_positions": self.relative_positions,
+                "relative_values": self.relative_values,
             }
         )
         return config
+
+
+def check_relative_positions(
+    relative_positions: Any, relative_values: Any, prefix: str = ""
+) -> None:
+    """Raises a one-line `ValueError` for bad relative-position settings.
+
+    `relative_positions` is `k`, a positive integer, or `None` (off);
+    `relative_values` a bool that needs `relative_positions`. `prefix`
+    names a config section (``"model."``).
+    """
+    check_positive_int(
+        f"{prefix}relative_positions", relative_positions, allow_none=True
+    )
+    check_bool(f"{prefix}relative_values", relative_values)
+    if relative_values and relative_positions is None:
+        raise ValueError(
+            f"`{prefix}relative_values=True` needs `{prefix}relative_positions` "
+            "(the clipping distance k, e.g. 16). Received: "
+            f"{prefix}relative_positions=None"
+        )
 
 
 def _last_dim(name: str, shape: Sequence[int | None]) -> int:
@@ -691,6 +887,17 @@ def _check_no_cache_arguments(
             f"cache=None, cache_update_index={cache_update_index!r}, "
             f"append_to_cache={append_to_cache!r}, beam_size={beam_size!r}"
         )
+
+
+def _cached_positions(
+    query_length: Any, cache_length: Any, index: Any, beam_size: int
+) -> tuple[Any, Any]:
+    """`(query_positions, row_positions)` of a cached call, int32: query `i`
+    sits at position `index + i // beam_size`, row `r` holds position
+    `r // beam_size` (the layout of `empty_cache`)."""
+    queries = ops.arange(query_length, dtype="int32") // beam_size
+    rows = ops.arange(cache_length, dtype="int32") // beam_size
+    return queries + ops.cast(index, "int32"), rows
 
 
 def _row(index: Any, beam_size: int) -> Any:

@@ -77,6 +77,21 @@ def check_local_1d(length: int, query_block_length: int, memory_length: int) -> 
         )
 
 
+def check_relative_attention(attention: str, relative_positions: Any) -> None:
+    """Raises `ValueError` for relative positions with local 2D attention.
+
+    Relative positions (Shaw et al., 2018) measure distances in the
+    generation order, one dimension: full and local 1D attention take them,
+    local 2D attention (whose memory blocks are two-dimensional) does not.
+    """
+    if attention == "local_2d" and relative_positions is not None:
+        raise ValueError(
+            "relative_positions works with attention='full' or 'local_1d', not "
+            "'local_2d': change one of them. Received: attention='local_2d', "
+            f"relative_positions={relative_positions!r}"
+        )
+
+
 def _check_local_1d_arguments(query_block_length: Any, memory_length: Any) -> None:
     check_positive_int("query_block_length", query_block_length)
     check_int("memory_length", memory_length, 0)
@@ -99,6 +114,9 @@ class ImageTransformerBlock(TransformerBlockBase):
             way). A saved block without this setting loads with `"image"`.
         query_block_length, memory_length: `l_q` and `l_m` of `"local_1d"`
             (see `LocalBlockAttention`); `l_q` must divide the positions.
+        relative_positions, relative_values: relative position
+            representations (Shaw et al., 2018; see `MultiHeadAttention`)
+            over the generation order, with `"full"` and `"local_1d"` only.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -144,6 +162,7 @@ class ImageTransformerBlock(TransformerBlockBase):
             )
         super().__init__(num_heads=num_heads, d_ff=d_ff, **kwargs)
         check_choice("attention", attention, ATTENTION_TYPES)
+        check_relative_attention(attention, self.relative_positions)
         self.attention = attention
         self.query_block = check_pair("query_block", query_block, 1)
         self.memory_flange = check_pair("memory_flange", memory_flange, 0)
@@ -179,19 +198,7 @@ class ImageTransformerBlock(TransformerBlockBase):
         self.grid_shape = (rows, cols)
         sequence_shape = (inputs_shape[0], rows * cols, d_model)
         # Masked self-attention sub-layer.
-        key_dim = self.key_dim or d_model // self.num_heads
-        common = {
-            "num_heads": self.num_heads,
-            "key_dim": key_dim,
-            "value_dim": self.value_dim or key_dim,
-            "output_dim": d_model,
-            "dropout": self.attention_dropout,
-            "use_bias": self.use_bias,
-            "kernel_initializer": self.kernel_initializer,
-            "bias_initializer": self.bias_initializer,
-            "dtype": self.dtype_policy,
-            "name": "self_attention",
-        }
+        common = self._attention_arguments("self_attention", d_model)
         if self.attention == "local_2d":
             self.self_attention = LocalAttention2D(
                 query_block=self.query_block,

@@ -29,7 +29,10 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.layers import masking
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
 from keras_transformer.validation import check_positive_int, warn_deprecated
 
 __all__ = [
@@ -173,30 +176,34 @@ class _BlockedSelfAttention(MultiHeadAttention):
         if length is None:
             length = ops.shape(query_heads)[2]
         pad_end = (-length) % block
-        compute_dtype = query_heads.dtype
 
         # (batch, heads, n_blocks, block, key_dim)
-        query_blocks = _split_blocks(ops.cast(query_heads, "float32"), block, pad_end)
+        query_blocks = _split_blocks(query_heads, block, pad_end)
         # (batch, heads, n_blocks, W, key_dim)
-        key_windows = _gather_windows(
-            ops.cast(keys, "float32"), block, left, right, pad_end
-        )
+        key_windows = _gather_windows(keys, block, left, right, pad_end)
         # (batch, heads, n_blocks, W, value_dim)
         value_windows = _gather_windows(values, block, left, right, pad_end)
         mask = self._local_mask(
             length, use_causal_mask, query_mask, key_mask, attention_mask
         )
+        # Query slot i of a block sits at i, key slot m of its window at
+        # m - left, whatever the block (relative positions, if any).
+        positions = (np.arange(block), np.arange(left + block + right) - left)
 
-        # (batch, heads, n_blocks, block, W), accumulated in float32; the
-        # queries carry the 1 / sqrt(d_k) of Eq. 1 (see `project_query`).
-        logits = ops.matmul(query_blocks, ops.swapaxes(key_windows, -1, -2))
-        weights = masking.masked_softmax(logits, mask)
-        if self.dropout > 0.0 and training:
-            weights = keras.random.dropout(
-                weights, self.dropout, seed=self.seed_generator
-            )
-        # (batch, heads, n_blocks, block, value_dim)
-        heads_output = ops.matmul(ops.cast(weights, compute_dtype), value_windows)
+        # Weights (batch, heads, n_blocks, block, W), accumulated in float32;
+        # the queries carry the 1 / sqrt(d_k) of Eq. 1 (see `project_query`).
+        # Output (batch, heads, n_blocks, block, value_dim).
+        heads_output, weights = scaled_dot_product_attention(
+            query_blocks,
+            key_windows,
+            value_windows,
+            mask,
+            dropout_rate=self.dropout,
+            training=training,
+            seed_generator=self.seed_generator,
+            scale=1.0,
+            **self.relative_arguments(positions),
+        )
         batch = ops.shape(heads_output)[0]
         # (batch, heads, n_blocks * block, value_dim) -> (batch, heads, n, value_dim)
         heads_output = ops.reshape(
@@ -732,7 +739,12 @@ class LocalBlockAttention(_BlockedSelfAttention):
         memory_keys = ops.take(keys, slots, axis=2)
         memory_values = ops.take(values, slots, axis=2)
         output, scores = self.attend(
-            queries, memory_keys, memory_values, allowed[None, None, None], False
+            queries,
+            memory_keys,
+            memory_values,
+            allowed[None, None, None],
+            False,
+            positions=(ops.reshape(index, (1,)), positions),
         )
         return output, scores, (keys, values)
 

@@ -261,6 +261,13 @@ class LocalAttention2D(MultiHeadAttention):
         query_block = check_pair("query_block", query_block, 1)
         memory_flange = check_pair("memory_flange", memory_flange, 0)
         _check_generation_order(generation_order)
+        if kwargs.get("relative_positions") is not None:
+            raise ValueError(
+                "LocalAttention2D does not take relative_positions: use "
+                "MultiHeadAttention or LocalBlockAttention (attention='full' or "
+                "'local_1d'). Received: "
+                f"relative_positions={kwargs['relative_positions']!r}"
+            )
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.query_block = query_block
         self.memory_flange = memory_flange

@@ -10,6 +10,7 @@ from typing import Any
 import keras
 
 from keras_transformer.conventions import LABEL_SMOOTHING
+from keras_transformer.layers.attention import check_relative_positions
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_bool,
@@ -67,6 +68,12 @@ class _TransformerFields:
             The target embedding and the output projection are always tied.
         activation: activation of the feed-forward networks.
         optimizer: Adam and learning-rate constants of §5.3.
+        relative_positions: `k`, relative position representations in every
+            self-attention layer (Shaw et al., 2018): a learned embedding per
+            clipped distance `clip(j - i, -k, k)`, added to the keys; `None`
+            (the paper's models) for none. The position encodings stay.
+        relative_values: also add the relative embeddings to the values
+            (Shaw et al., Eq. 3); needs `relative_positions`.
     """
 
     vocabulary_size: int = 37000
@@ -89,6 +96,9 @@ class _TransformerFields:
     share_embeddings: bool = True
     activation: str = "relu"
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    # Beyond the paper (last, so that older positional arguments keep their place).
+    relative_positions: int | None = None
+    relative_values: bool = False
 
     def __post_init__(self) -> None:
         # Each field by its config key (`model.<name>`), so that a training
@@ -120,6 +130,9 @@ class _TransformerFields:
             check_bool(f"model.{name}", getattr(self, name))
         check_number("model.layer_norm_epsilon", self.layer_norm_epsilon, above=0.0)
         _check_activation(self.activation)
+        check_relative_positions(
+            self.relative_positions, self.relative_values, prefix="model."
+        )
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="

@@ -6,7 +6,12 @@ import dataclasses
 import json
 from typing import Any
 
-from keras_transformer.layers.image_block import ATTENTION_TYPES, check_local_1d
+from keras_transformer.layers.attention import check_relative_positions
+from keras_transformer.layers.image_block import (
+    ATTENTION_TYPES,
+    check_local_1d,
+    check_relative_attention,
+)
 from keras_transformer.layers.image_embedding import (
     _check_image_shape,
     check_image_d_model,
@@ -79,6 +84,11 @@ class ImageTransformerConfig:
         activation: the feed-forward activation.
         optimizer: Adam and the learning-rate schedule (Eq. 7 of Vaswani et
             al.; the Image Transformer trains with the same recipe).
+        relative_positions, relative_values: relative position
+            representations (Shaw et al., 2018) in every self-attention
+            layer, over distances in the generation order (raster order):
+            with `"full"` and `"local_1d"` attention, not `"local_2d"`.
+            `None` and `False` (the default) add nothing.
     """
 
     image_shape: tuple[int, int, int] = (32, 32, 3)
@@ -103,10 +113,13 @@ class ImageTransformerConfig:
     layer_norm_epsilon: float = 1e-6
     activation: str = "relu"
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    # Shaw et al. (2018), over distances in the generation order.
+    relative_positions: int | None = None
+    relative_values: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         object.__setattr__(self, "image_shape", _check_image_shape(self.image_shape))
+        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
         object.__setattr__(
             self, "query_block", check_pair("query_block", self.query_block, 1)
         )
@@ -131,6 +144,8 @@ class ImageTransformerConfig:
                 f"attention={self.attention!r}"
             )
         check_choice("generation_order", self.generation_order, GENERATION_ORDERS)
+        check_relative_positions(self.relative_positions, self.relative_values)
+        check_relative_attention(self.attention, self.relative_positions)
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="

@@ -56,6 +56,8 @@ _BLOCK_SETTINGS = (
     "activation",
     "norm_first",
     "layer_norm_epsilon",
+    "relative_positions",
+    "relative_values",
 )
 
 #: Caches of the blocks, one `ImageTransformerBlock.init_cache` dict each.

@@ -131,6 +131,8 @@ class TransformerStack:
             "norm_first": config.norm_first,
             "layer_norm_epsilon": config.layer_norm_epsilon,
             "attention_window": config.attention_window,
+            "relative_positions": config.relative_positions,
+            "relative_values": config.relative_values,
             "dtype": dtype,
         }
 

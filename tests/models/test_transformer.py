@@ -35,6 +35,10 @@ VARIANTS = {
         share_embeddings=False,
         target_vocabulary_size=700,
     ),
+    # Shaw et al. (2018), keys and values, in every self-attention layer.
+    "relative_positions": presets["tiny"].replace(
+        relative_positions=2, relative_values=True
+    ),
 }
 
 
@@ -312,11 +316,21 @@ def test_deprecated_decode_step_and_incremental_decoder_equal_decode():
 
 @pytest.mark.parametrize("append", [False, True])
 @pytest.mark.parametrize("window", [None, 1])
-def test_stack_decode_beam_step_follows_each_hypothesis_history(append, window):
+@pytest.mark.parametrize("relative", [None, 2])
+def test_stack_decode_beam_step_follows_each_hypothesis_history(
+    append, window, relative
+):
     """Hypotheses that branch off each other at random, as in beam search:
     each one's logits equal `decode` on its own prefix, although the caches
-    are never reordered (only the history table of slots is)."""
-    model = build_transformer(presets["tiny"].replace(attention_window=window))
+    are never reordered (only the history table of slots is); with relative
+    positions (Shaw et al., 2018) too."""
+    model = build_transformer(
+        presets["tiny"].replace(
+            attention_window=window,
+            relative_positions=relative,
+            relative_values=relative is not None,
+        )
+    )
     stack = TransformerStack.of(model)
     source_mask = ops.not_equal(SOURCE, 0)
     encoded = stack.encode(SOURCE, training=False)
