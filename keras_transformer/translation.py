@@ -198,6 +198,26 @@ def _check_lines(name: str, lines: Any) -> list[str]:
     return lines
 
 
+#: The error of `evaluate` (and `Translator.evaluate`) when the counts differ.
+_SOURCES_MISMATCH = (
+    "evaluate got {lines} source sentences but {references} references; pass one "
+    "reference per source, in the same order."
+)
+
+
+def _check_line_pairs(
+    name: str, lines: Any, references: Any, mismatch: str
+) -> tuple[list[str], list[str]]:
+    """`lines` and `references` as lists of strings (`_check_lines`), one
+    reference per line; else the `ValueError` `mismatch`, formatted with the
+    two counts (``{lines}``, ``{references}``)."""
+    lines = _check_lines(name, lines)
+    references = _check_lines("references", references)
+    if len(lines) != len(references):
+        raise ValueError(mismatch.format(lines=len(lines), references=len(references)))
+    return lines, references
+
+
 def _setting(name: str) -> property:
     """A `DecodeSettings` field of `Translator.settings` as an attribute;
     assigning it replaces the settings (validated again)."""
@@ -419,14 +439,9 @@ class Translator:
 
         Reference: Vaswani et al. (2017), §6.1; Post (2018).
         """
-        sources = _check_lines("sources", sources)
-        references = _check_lines("references", references)
-        if len(sources) != len(references):
-            raise ValueError(
-                f"evaluate got {len(sources)} source sentences but "
-                f"{len(references)} references; pass one reference per source, in "
-                "the same order."
-            )
+        sources, references = _check_line_pairs(
+            "sources", sources, references, _SOURCES_MISMATCH
+        )
         hypotheses = self.translate(sources, progress=progress)
         if hypotheses_path is not None:
             write_lines(hypotheses_path, hypotheses)
@@ -489,13 +504,13 @@ def score_translations(
     """
     from sacrebleu.metrics import BLEU, CHRF
 
-    hypotheses = _check_lines("hypotheses", hypotheses)
-    references = _check_lines("references", references)
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"There are {len(hypotheses)} hypotheses but {len(references)} "
-            "references; every sentence needs one of each."
-        )
+    hypotheses, references = _check_line_pairs(
+        "hypotheses",
+        hypotheses,
+        references,
+        "There are {lines} hypotheses but {references} references; every "
+        "sentence needs one of each.",
+    )
     bleu, chrf = BLEU(), CHRF()
     matches = sum(
         h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True)
@@ -619,13 +634,9 @@ def evaluate(
     Reference: Vaswani et al. (2017), §6.1; Post (2018), "A Call for Clarity
     in Reporting BLEU Scores".
     """
-    sources = _check_lines("source_sentences", source_sentences)
-    references = _check_lines("references", references)
-    if len(sources) != len(references):
-        raise ValueError(
-            f"evaluate got {len(sources)} source sentences but {len(references)} "
-            "references; pass one reference per source, in the same order."
-        )
+    sources, references = _check_line_pairs(
+        "source_sentences", source_sentences, references, _SOURCES_MISMATCH
+    )
     if isinstance(model_or_workdir, keras.Model):
         if tokenizer is None:
             raise ValueError(

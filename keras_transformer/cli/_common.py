@@ -6,8 +6,11 @@ Pure Python: the parser is built without importing TensorFlow or Keras.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,8 @@ __all__ = [
     "add_model_arguments",
     "add_search_arguments",
     "search_settings",
+    "load_search_translator",
+    "translating",
     "check_path",
     "check_paths",
     "check_weights",
@@ -233,6 +238,33 @@ def search_settings(args: argparse.Namespace) -> dict[str, Any]:
     if settings["max_input_length"] is None:
         del settings["max_input_length"]
     return settings
+
+
+def load_search_translator(args: argparse.Namespace) -> Any:
+    """The `Translator` of ``--workdir`` and ``--weights``, with the decoding
+    settings of the search flags (`search_settings`) and ``--batch-size``."""
+    from keras_transformer.translation import Translator
+
+    return Translator.load(
+        args.workdir,
+        args.weights,
+        **search_settings(args),
+        batch_size=args.batch_size,
+    )
+
+
+@contextlib.contextmanager
+def translating(command: str, translator: Any, noun: str = "lines") -> Iterator[None]:
+    """Around a command's `translator.translate` or `evaluate`: the progress
+    bar goes to standard error (the translations may go to standard output),
+    and the sources that were cut are reported in the command's own words
+    (`report_cut_sources`) instead of the library's `SourceCutWarning`."""
+    from keras_transformer.translation import SourceCutWarning
+
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SourceCutWarning)
+        yield
+    report_cut_sources(command, translator, noun)
 
 
 def warn(command: str, message: str) -> None:

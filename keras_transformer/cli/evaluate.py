@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ from keras_transformer.cli._common import (
     add_search_arguments,
     check_paths,
     check_weights,
-    report_cut_sources,
-    search_settings,
+    load_search_translator,
+    translating,
     warn,
 )
 from keras_transformer.conventions import TASK_NAMES
@@ -311,31 +310,19 @@ def run(args: argparse.Namespace) -> int:
     check_weights(args)
     if _is_classification_run(Path(args.workdir)):
         return _evaluate_classifier(args)
-    from keras_transformer.translation import (
-        SourceCutWarning,
-        Translator,
-        log_scores,
-        write_lines,
-    )
+    from keras_transformer.translation import log_scores, write_lines
 
     workdir = Path(args.workdir)
     sources, references, split = _test_set(args, workdir)
-    translator = Translator.load(
-        workdir,
-        args.weights,
-        **search_settings(args),
-        batch_size=args.batch_size,
-    )
+    translator = load_search_translator(args)
     hypotheses, log, step = _outputs(args, workdir, split)
-    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
-        warnings.simplefilter("ignore", SourceCutWarning)
+    with translating(NAME, translator, "sentences"):
         result = translator.evaluate(
             sources,
             references,
             split=split,
             progress=not args.no_progress and not args.json,
         )
-    report_cut_sources(NAME, translator, "sentences")
     saved = _save(hypotheses, lambda path: write_lines(path, result.hypotheses))
     saved &= _save(log, lambda path: log_scores(result, path, step or 0))
     result = dataclasses.replace(

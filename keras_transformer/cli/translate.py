@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-import warnings
 
 from keras_transformer.cli._common import (
     add_model_arguments,
     add_search_arguments,
     check_paths,
     check_weights,
-    report_cut_sources,
-    search_settings,
+    load_search_translator,
+    translating,
 )
 
 NAME = "translate"
@@ -46,26 +43,12 @@ def run(args: argparse.Namespace) -> int:
     """Reads the lines, translates them with `Translator`, writes them."""
     check_paths(args, workdir="folder", input="file", output="new file")
     check_weights(args)
-    from keras_transformer.translation import (
-        SourceCutWarning,
-        Translator,
-        read_lines,
-        write_lines,
-    )
+    from keras_transformer.translation import read_lines, write_lines
 
     lines = read_lines(args.input)
-    translator = Translator.load(
-        args.workdir,
-        args.weights,
-        **search_settings(args),
-        batch_size=args.batch_size,
-    )
+    translator = load_search_translator(args)
     progress = str(args.input) != "-" and not args.no_progress
-    # The progress bar goes to standard error, the translations may go to
-    # standard output. Cut sources are reported in the command's own words.
-    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
-        warnings.simplefilter("ignore", SourceCutWarning)
+    with translating(NAME, translator, "lines"):
         outputs = translator.translate(lines, progress=progress)
-    report_cut_sources(NAME, translator, "lines")
     write_lines(args.output, outputs)
     return 0

@@ -235,12 +235,8 @@ class DecoderBlock(TransformerBlockBase):
     ) -> tuple[Any, dict[str, Any]]:
         """Deprecated (removed in 0.4): `call(decoder_step,
         encoder_padding_mask=..., cache=cache, cache_update_index=cache_index)`."""
-        warn_deprecated("DecoderBlock.call_cached", "call(cache=...)")
-        return self.call(
-            decoder_step,
-            encoder_padding_mask=encoder_padding_mask,
-            cache=cache,
-            cache_update_index=cache_index,
+        return self._deprecated_cached_call(
+            "call_cached", decoder_step, cache, cache_index, encoder_padding_mask
         )
 
     def call_beam_step(
@@ -255,16 +251,38 @@ class DecoderBlock(TransformerBlockBase):
         """Deprecated (removed in 0.4): `call(hypotheses, encoder_padding_mask=...,
         self_attention_mask=beam_mask, use_causal_mask=False, cache=cache,
         cache_update_index=cache_index, append_to_cache=append, beam_size=beam)`."""
-        warn_deprecated("DecoderBlock.call_beam_step", "call(cache=...)")
-        return self.call(
+        return self._deprecated_cached_call(
+            "call_beam_step",
             hypotheses,
-            encoder_padding_mask=encoder_padding_mask,
+            cache,
+            cache_index,
+            encoder_padding_mask,
             self_attention_mask=beam_mask,
             use_causal_mask=False,
-            cache=cache,
-            cache_update_index=cache_index,
             append_to_cache=append,
             beam_size=hypotheses.shape[1],
+        )
+
+    def _deprecated_cached_call(
+        self,
+        method: str,
+        inputs: Any,
+        cache: dict[str, Any],
+        cache_index: Any,
+        encoder_padding_mask: Any | None,
+        **call_arguments: Any,
+    ) -> tuple[Any, dict[str, Any]]:
+        """What the deprecated `call_cached` and `call_beam_step` do: warn
+        that `method` goes in 0.4, then `call(inputs, cache=cache,
+        cache_update_index=cache_index, ...)`."""
+        # stacklevel 4: the line that called the deprecated method.
+        warn_deprecated(f"DecoderBlock.{method}", "call(cache=...)", stacklevel=4)
+        return self.call(
+            inputs,
+            encoder_padding_mask=encoder_padding_mask,
+            cache=cache,
+            cache_update_index=cache_index,
+            **call_arguments,
         )
 
     # ----------------------------------------------------------- Keras glue

@@ -18,20 +18,9 @@ from keras_transformer.layers import (
     SinusoidalPositionEncoding,
 )
 from keras_transformer.models.config import TransformerConfig
+from keras_transformer.models.transformer import block_arguments
 
 __all__ = ["build_classifier"]
-
-_BLOCK_SETTINGS = (
-    "key_dim",
-    "value_dim",
-    "dropout",
-    "attention_dropout",
-    "ffn_dropout",
-    "activation",
-    "norm_first",
-    "layer_norm_epsilon",
-    "attention_window",
-)
 
 
 def build_classifier(
@@ -61,12 +50,10 @@ def build_classifier(
     else:
         x = SinusoidalPositionEncoding(dtype=dtype)(x)
     x = keras.layers.Dropout(config.dropout, dtype=dtype)(x)
-    # The encoder block settings of `TransformerConfig`, by their own names.
-    block_settings = {name: getattr(config, name) for name in _BLOCK_SETTINGS}
+    # The encoder blocks of `build_transformer`, with the same settings.
+    block_args = block_arguments(config, dtype)
     for _ in range(config.num_encoder_layers):
-        x = EncoderBlock(
-            num_heads=config.num_heads, d_ff=config.d_ff, dtype=dtype, **block_settings
-        )(x)
+        x = EncoderBlock(**block_args)(x)
     x = keras.layers.GlobalAveragePooling1D(dtype=dtype)(x)  # real tokens only
     x = keras.layers.Dropout(config.dropout, dtype=dtype)(x)
     positive = keras.layers.Dense(

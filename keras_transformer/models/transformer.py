@@ -48,6 +48,29 @@ ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 DecoderCaches = list[dict[str, Any]]
 
 
+def block_arguments(config: TransformerConfig, dtype: Any = None) -> dict[str, Any]:
+    """The arguments of every `EncoderBlock` and `DecoderBlock` of `config`
+    (§3.1, §3.2.2: `h` heads of `d_k`, `d_v`, the position-wise `d_ff`,
+    the dropout of §5.4), with `dtype`; what `build_transformer` and
+    `build_classifier` give their blocks."""
+    return {
+        "num_heads": config.num_heads,
+        "d_ff": config.d_ff,
+        "key_dim": config.head_key_dim,
+        "value_dim": config.head_value_dim,
+        "dropout": config.dropout,
+        "attention_dropout": config.attention_dropout,
+        "ffn_dropout": config.ffn_dropout,
+        "activation": config.activation,
+        "norm_first": config.norm_first,
+        "layer_norm_epsilon": config.layer_norm_epsilon,
+        "attention_window": config.attention_window,
+        "relative_positions": config.relative_positions,
+        "relative_values": config.relative_values,
+        "dtype": dtype,
+    }
+
+
 @dataclasses.dataclass
 class TransformerStack:
     """The named layers of a model from `build_transformer`, and its stacks.
@@ -119,22 +142,7 @@ class TransformerStack:
                 return PositionEmbedding(config.max_length, dtype=dtype, name=name)
             return SinusoidalPositionEncoding(dtype=dtype, name=name)
 
-        block_args = {
-            "num_heads": config.num_heads,
-            "d_ff": config.d_ff,
-            "key_dim": config.head_key_dim,
-            "value_dim": config.head_value_dim,
-            "dropout": config.dropout,
-            "attention_dropout": config.attention_dropout,
-            "ffn_dropout": config.ffn_dropout,
-            "activation": config.activation,
-            "norm_first": config.norm_first,
-            "layer_norm_epsilon": config.layer_norm_epsilon,
-            "attention_window": config.attention_window,
-            "relative_positions": config.relative_positions,
-            "relative_values": config.relative_values,
-            "dtype": dtype,
-        }
+        block_args = block_arguments(config, dtype)
 
         def final_norm(name: str) -> keras.layers.Layer | None:
             if not config.norm_first:
