@@ -136,8 +136,11 @@ class TranslationRecipe(Recipe):
             fingerprint=run.fingerprint,
         )
 
-    def best_validation_score(self, validation: ValidationTranslations) -> Any:
-        return validation.best_bleu
+    def best_validation_score(
+        self, validation: ValidationTranslations | None
+    ) -> float | None:
+        # Only the chief validates: the other workers have no validation.
+        return None if validation is None else validation.best_bleu
 
     def chief_callbacks(
         self, run: RunContext, validation: ValidationTranslations
