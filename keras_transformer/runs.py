@@ -733,7 +733,7 @@ def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
 
 def write_checkpoint_metadata(
     checkpoint_dir: str | os.PathLike[str],
-    tokenizer: SubwordTokenizer,
+    tokenizer: SubwordTokenizer | None,
     model_config: Any = None,
     run_id: str | None = None,
 ) -> RunFingerprint:
@@ -741,7 +741,8 @@ def write_checkpoint_metadata(
 
     The run id is `run_id` when given, else kept from an earlier
     ``checkpoints.json`` with the same tokenizer, else made anew. Written
-    atomically.
+    atomically. A run without a tokenizer (an image run) records an empty
+    tokenizer fingerprint and no vocabulary size.
 
     Returns:
         The run's `RunFingerprint`, which every new checkpoint carries.
@@ -749,11 +750,12 @@ def write_checkpoint_metadata(
     directory = Path(checkpoint_dir)
     directory.mkdir(parents=True, exist_ok=True)
     stored = _read_metadata(directory)
-    same_tokenizer = stored.get("tokenizer_fingerprint") == tokenizer.fingerprint
+    tokens = "" if tokenizer is None else tokenizer.fingerprint
+    same_tokenizer = stored.get("tokenizer_fingerprint") == tokens
     run_id = run_id or (stored.get("run_id") if same_tokenizer else None)
     fingerprint = RunFingerprint(
         run_id=str(run_id or uuid.uuid4().hex[:16]),
-        tokenizer=tokenizer.fingerprint,
+        tokenizer=tokens,
         config=(
             config_hash(model_config)
             if model_config is not None
@@ -762,8 +764,8 @@ def write_checkpoint_metadata(
         workdir=str(directory.parent.resolve()),
     )
     metadata = {
-        "vocabulary_size": tokenizer.vocabulary_size,
-        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "vocabulary_size": None if tokenizer is None else tokenizer.vocabulary_size,
+        "tokenizer_fingerprint": tokens,
         "run_id": fingerprint.run_id,
         "config_hash": fingerprint.config,
         "workdir": fingerprint.workdir,

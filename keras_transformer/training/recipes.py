@@ -43,7 +43,7 @@ class RunContext:
         root: the run folder.
         log_dir: its TensorBoard folder.
         model: the model being trained.
-        tokenizer: the run's tokenizer.
+        tokenizer: the run's tokenizer (None for a kind without one).
         data: what the recipe's `load_data` returned.
         fingerprint: the run's fingerprint (written into its weights files).
         initial_step: the update the run started (or resumed) from.
@@ -54,7 +54,7 @@ class RunContext:
     root: Path
     log_dir: Path
     model: keras.Model
-    tokenizer: SubwordTokenizer
+    tokenizer: SubwordTokenizer | None
     data: Any
     fingerprint: runs.RunFingerprint | None
     initial_step: int
@@ -73,9 +73,20 @@ class Recipe:
     kind = ""
     #: The validation metrics written into TensorBoard's HParams session.
     hparams_metrics: tuple[str, ...] = ("loss",)
+    #: The training logs written to TensorBoard every ``train.log_every``.
+    summary_names: tuple[str, ...] = ("loss", "token_accuracy", "perplexity")
+    #: Whether the kind reads text through a learned tokenizer. Without one
+    #: (images) the run folder has no tokenizer and the fingerprint of the
+    #: checkpoints is the run id and the model config's hash.
+    has_tokenizer = True
 
     def load_data(self, config: Any) -> Any:
         raise NotImplementedError
+
+    def given_data(self, config: Any, data: Any) -> Any:
+        """The run's data from what the caller of `train(..., data=...)` gave
+        (checked and wrapped as `load_data` returns it)."""
+        return data
 
     def learn_tokenizer(self, config: Any, train_data: Any) -> SubwordTokenizer:
         raise NotImplementedError
@@ -131,12 +142,14 @@ class Recipe:
         """The one line that says what the run will do."""
         total_steps, per_epoch = schedule
         count, unit = self.update_size(config).split(" ", 1)
+        vocabulary = (
+            "" if tokenizer is None else f"; vocabulary {tokenizer.vocabulary_size}"
+        )
         return (
             f"Training {total_steps} updates ({per_epoch} per epoch, {count} x "
             f"{config.train.gradient_accumulation} {unit} per update, "
             f"{strategy.num_replicas_in_sync} replica(s)) on "
-            f"{self.training_set(config, data)}; vocabulary "
-            f"{tokenizer.vocabulary_size}."
+            f"{self.training_set(config, data)}{vocabulary}."
         )
 
     def validation(self, run: RunContext) -> keras.callbacks.Callback | None:
@@ -164,6 +177,7 @@ _RECIPES: dict[str, Recipe | str] = {
     "classification": (
         "keras_transformer.training.classification:ClassificationRecipe"
     ),
+    "image": "keras_transformer.training.image_recipe:ImageRecipe",
 }
 
 

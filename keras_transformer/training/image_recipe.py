@@ -1,0 +1,204 @@
+"""The image recipe: the Image Transformer through the one `train`.
+
+Parmar et al. (2018), §4: the model of ``config.model`` (an
+`ImageTransformerConfig`) is trained "with the same setup as the
+Transformer": Adam with beta_1 = 0.9, beta_2 = 0.98, epsilon = 1e-9 and the
+learning rate of Eq. 7 (``model.optimizer``), on the negative
+log-likelihood in bits per dimension. The run is a `train` run like
+translation (run folder, resume, damaged-checkpoint fallback, strategy,
+precision, accumulation, preemption); this module says what differs:
+
+* data: the images of the ``image`` section (`training.image.load_image_data`);
+  no tokenizer (the checkpoints' fingerprint is the run id and the model
+  config's hash);
+* batches: ``image.batch_size`` images drawn with the stateless seed
+  ``(train.seed, step)`` (`image_batches`), ``k`` of them stacked for
+  gradient accumulation;
+* the loss and the metric: bits per dimension (`ImageTrainer`);
+* the final evaluation: bits per dimension of the test images (for
+  ``image.source="sample_patches"`` the patches of the held-out photograph).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.data.images import ImageData, ImageSplit, check_image_batch
+from keras_transformer.models.image_transformer import (
+    build_image_transformer,
+    image_bits_per_dim,
+)
+from keras_transformer.schedules import paper_adam
+from keras_transformer.training import checkpoints as ckpt
+from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.image import (
+    ImageTrainer,
+    evaluation_batches,
+    fold_image_batches,
+    image_batches,
+    load_image_data,
+)
+from keras_transformer.training.recipes import Recipe, RunContext
+
+__all__ = ["ImageEvaluation", "ImageRecipe", "ImageRunData"]
+
+
+@dataclasses.dataclass
+class ImageRunData:
+    """The three splits of an image run (what `ImageRecipe.load_data` returns)."""
+
+    train: ImageSplit
+    validation: ImageSplit
+    test: ImageSplit
+    test_name: str = "test"
+
+    def skipped(self) -> list[dict[str, Any]]:
+        return []  # the image readers refuse a bad image instead
+
+    def skip_messages(self) -> list[str]:
+        return []
+
+
+@dataclasses.dataclass
+class ImageEvaluation:
+    """The bits per dimension of a model on a split's images."""
+
+    bits_per_dim: float
+    images: int
+    split: str
+
+    def summary(self) -> str:
+        return f"{self.bits_per_dim:.4f} bits/dim on {self.images} {self.split} images"
+
+    def to_dict(self, num_examples: int = 0) -> dict[str, Any]:
+        del num_examples  # no outputs to list
+        return dataclasses.asdict(self)
+
+
+def check_image_data(config: TrainConfig, data: ImageData) -> ImageRunData:
+    """`data` as an `ImageRunData`, its images of the model's shape (and with
+    labels in range for a class-conditional model)."""
+    shape, classes = config.model.image_shape, config.model.num_classes
+    for name in ("train", "validation", "test"):
+        split = getattr(data, name)
+        check_image_batch(f"data.{name}.images", split.images, shape)
+        if classes is None:
+            continue
+        if split.labels is None:
+            raise ValueError(
+                f"The model is class-conditional but data.{name} has no labels."
+            )
+        if len(split.labels) and (
+            split.labels.min() < 0 or split.labels.max() >= classes
+        ):
+            raise ValueError(
+                f"data.{name}.labels must be classes in [0, {classes}). Received "
+                f"values from {split.labels.min()} to {split.labels.max()}."
+            )
+    return ImageRunData(data.train, data.validation, data.test)
+
+
+def image_evaluation(
+    model: keras.Model, split: ImageSplit, config: TrainConfig, name: str = "test"
+) -> ImageEvaluation:
+    """The bits per dimension of `model` on the images of `split`."""
+    labels = split.labels if config.model.num_classes is not None else None
+    bits = image_bits_per_dim(
+        model,
+        split.images.astype("int32"),
+        labels,
+        batch_size=config.image.evaluation_batch_size,
+    )
+    return ImageEvaluation(bits, len(split), name)
+
+
+class ImageRecipe(Recipe):
+    """The Image Transformer (``kind="image"``): see the module."""
+
+    kind = "image"
+    hparams_metrics = ("bits_per_dim",)
+    summary_names = ("bits_per_dim",)
+    has_tokenizer = False
+
+    def load_data(self, config: TrainConfig) -> ImageRunData:
+        return check_image_data(config, load_image_data(config.image))
+
+    def given_data(self, config: TrainConfig, data: ImageData) -> ImageRunData:
+        return check_image_data(config, data)
+
+    def updates_per_epoch(self, config: TrainConfig, data: Any, tokenizer: Any) -> int:
+        images = config.image.batch_size * config.train.gradient_accumulation
+        return max(1, math.ceil(len(data.train) / images))
+
+    def build_model(self, config: TrainConfig, dtype: str | None) -> keras.Model:
+        return build_image_transformer(config.model, dtype=dtype)
+
+    def optimizer(self, config: TrainConfig, total_steps: int) -> Any:
+        # Clipping is the trainer's (after the sum over replicas).
+        settings = dataclasses.replace(config.model.optimizer, clipnorm=None)
+        return paper_adam(config.model.d_model, settings)
+
+    def trainer(self, config: TrainConfig, model: keras.Model) -> ImageTrainer:
+        return ImageTrainer(model, clipnorm=config.model.optimizer.clipnorm)
+
+    def training_dataset(
+        self, config: TrainConfig, data: Any, tokenizer: Any, skip_updates: int
+    ) -> tf.data.Dataset:
+        steps = config.train.gradient_accumulation
+        dataset = image_batches(
+            data.train,
+            config.image.batch_size * steps,
+            config.train.seed,
+            start_step=skip_updates,
+            flip=config.image.flip,
+            with_labels=config.model.num_classes is not None,
+        )
+        if steps > 1:
+            dataset = dataset.map(lambda element: fold_image_batches(element, steps))
+        return dataset
+
+    def validation_dataset(
+        self, config: TrainConfig, data: Any, tokenizer: Any
+    ) -> tf.data.Dataset | None:
+        if not len(data.validation):
+            return None
+        return evaluation_batches(
+            data.validation,
+            config.image.evaluation_batch_size,
+            config.model.num_classes is not None,
+        )
+
+    def update_size(self, config: TrainConfig) -> str:
+        return f"{config.image.batch_size} images"
+
+    def training_set(self, config: TrainConfig, data: Any) -> str:
+        model = config.model
+        return (
+            f"{len(data.train)} images {model.image_shape} ({model.attention} "
+            f"attention, {model.generation_order} order, {model.output} output)"
+        )
+
+    def evaluate(self, run: RunContext, steps: int) -> ImageEvaluation | None:
+        """Bits per dimension of the test images (`train.evaluate_with`)."""
+        config = run.config
+        if not len(run.data.test):
+            return None
+        model = ckpt.weights_to_evaluate(
+            config,
+            run.root,
+            run.model,
+            run.say,
+            build=lambda: build_image_transformer(config.model),
+        )
+        evaluation = image_evaluation(model, run.data.test, config)
+        writer = tf.summary.create_file_writer(str(run.log_dir / "test"))
+        with writer.as_default(step=steps):
+            tf.summary.scalar("bits_per_dim", evaluation.bits_per_dim)
+        writer.close()
+        run.say(f"Test bits/dim after {steps} updates: {evaluation.summary()}")
+        return evaluation
