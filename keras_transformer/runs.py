@@ -63,6 +63,8 @@ from keras_transformer.files import (
 )
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
 from keras_transformer.models.classifier import build_classifier
+from keras_transformer.models.image_config import ImageTransformerConfig
+from keras_transformer.models.image_transformer import build_image_transformer
 
 __all__ = [
     "AVERAGED_WEIGHTS",
@@ -1020,6 +1022,15 @@ class RunFolder:
             raise ValueError(f"{self.config_file} must hold a JSON object.")
         return values
 
+    def kind(self) -> str:
+        """The run's kind: ``config.json``'s ``kind`` (translation without
+        one), or ``"image"`` for an image run written before kinds."""
+        values = self.raw_config()
+        model = values.get("model")
+        if "kind" not in values and isinstance(model, Mapping):
+            return "image" if "image_shape" in model else "translation"
+        return str(values.get("kind", "translation"))
+
     def model_config(
         self, tokenizer: SubwordTokenizer | None = None
     ) -> TransformerConfig:
@@ -1040,6 +1051,9 @@ class RunFolder:
 
     def build_model(self, tokenizer: SubwordTokenizer | None = None) -> keras.Model:
         """A freshly initialized model of the run's configuration (and kind)."""
+        if self.kind() == "image":
+            model = ImageTransformerConfig.from_dict(self.raw_config()["model"])
+            return build_image_transformer(model)
         config = self.model_config(tokenizer)
         if self.raw_config().get("kind") == "classification":
             return build_classifier(config)
@@ -1115,9 +1129,12 @@ class RunFolder:
             lambda: model.load_weights(path), str(path), str(self.config_file)
         )
 
-    def load(self, weights: str = "last") -> tuple[keras.Model, SubwordTokenizer]:
-        """The trained model (with `weights`, see `restore`) and its tokenizer."""
-        tokenizer = self.tokenizer()
+    def load(
+        self, weights: str = "last"
+    ) -> tuple[keras.Model, SubwordTokenizer | None]:
+        """The trained model (with `weights`, see `restore`) and its tokenizer
+        (None for an image run)."""
+        tokenizer = None if self.kind() == "image" else self.tokenizer()
         model = self.build_model(tokenizer)
         self.restore(model, weights)
         return model, tokenizer

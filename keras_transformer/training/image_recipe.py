@@ -126,7 +126,10 @@ class ImageRecipe(Recipe):
     has_tokenizer = False
 
     def load_data(self, config: TrainConfig) -> ImageRunData:
-        return check_image_data(config, load_image_data(config.image))
+        data = check_image_data(config, load_image_data(config.image))
+        if config.train.test_samples is not None:
+            data.test = data.test.take(config.train.test_samples)
+        return data
 
     def given_data(self, config: TrainConfig, data: ImageData) -> ImageRunData:
         return check_image_data(config, data)
