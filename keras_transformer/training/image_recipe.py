@@ -23,12 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from keras_transformer.data.images import ImageData, ImageSplit, check_image_batch
+from keras_transformer import runs
+from keras_transformer.data.images import (
+    ImageData,
+    ImageSplit,
+    check_image_batch,
+    lossless_bits_per_dim,
+)
 from keras_transformer.models.image_transformer import (
     build_image_transformer,
     image_bits_per_dim,
@@ -45,7 +52,14 @@ from keras_transformer.training.image import (
 )
 from keras_transformer.training.recipes import Recipe, RunContext
 
-__all__ = ["ImageEvaluation", "ImageRecipe", "ImageRunData"]
+__all__ = [
+    "ImageEvaluation",
+    "ImageRecipe",
+    "ImageRunData",
+    "check_image_data",
+    "evaluate_run",
+    "image_evaluation",
+]
 
 
 @dataclasses.dataclass
@@ -71,9 +85,16 @@ class ImageEvaluation:
     bits_per_dim: float
     images: int
     split: str
+    #: Lossless codecs on the same images, one file per image (PNG, WebP
+    #: where Pillow has it): the reference figures of notebook 06.
+    codecs: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
-        return f"{self.bits_per_dim:.4f} bits/dim on {self.images} {self.split} images"
+        codecs = "".join(f", {name} {bits:.4f}" for name, bits in self.codecs.items())
+        return (
+            f"{self.bits_per_dim:.4f} bits/dim on {self.images} {self.split} "
+            f"images{codecs}"
+        )
 
     def to_dict(self, num_examples: int = 0) -> dict[str, Any]:
         del num_examples  # no outputs to list
@@ -114,7 +135,13 @@ def image_evaluation(
         labels,
         batch_size=config.image.evaluation_batch_size,
     )
-    return ImageEvaluation(bits, len(split), name)
+    codecs = {}
+    for codec in ("PNG", "WEBP"):
+        try:
+            codecs[codec] = lossless_bits_per_dim(split.images, codec)
+        except ValueError:  # a Pillow without WebP
+            continue
+    return ImageEvaluation(bits, len(split), name, codecs)
 
 
 class ImageRecipe(Recipe):
@@ -205,3 +232,33 @@ class ImageRecipe(Recipe):
         writer.close()
         run.say(f"Test bits/dim after {steps} updates: {evaluation.summary()}")
         return evaluation
+
+
+def evaluate_run(
+    workdir: str | Path,
+    weights: str = "last",
+    *,
+    data_dir: str | None = None,
+    max_examples: int | None = None,
+) -> ImageEvaluation:
+    """The bits per dimension of an image run's `weights` on its test images
+    (``keras-transformer evaluate --workdir <image run>``).
+
+    Args:
+        workdir: the run folder (also one written by `train_image_model`).
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
+            (see `runs.RunFolder.restore`).
+        data_dir: the ``cifar-10-batches-py`` folder (default: the run's).
+        max_examples: evaluate only the first this many test images.
+    """
+    folder = runs.RunFolder(workdir).check()
+    config = TrainConfig.load(folder.config_file)
+    changes: dict[str, Any] = {}
+    if data_dir is not None:
+        changes["image"] = dataclasses.replace(config.image, directory=data_dir)
+    if max_examples is not None:
+        changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
+    config = config.replace(**changes) if changes else config
+    model, _ = folder.load(weights)
+    test = ImageRecipe().load_data(config).test
+    return image_evaluation(model, test, config)
