@@ -603,7 +603,7 @@ class TrainConfig:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     #: The kind of run (`kinds.KINDS`), and the section of its own settings
-    #: (``classification``); a translation run has none.
+    #: (``classification``, ``image``); a translation run has none.
     kind: str = DEFAULT_KIND
     classification: Any = None
     image: Any = None

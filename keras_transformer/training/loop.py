@@ -444,16 +444,7 @@ def _train(
 
     # Data and the tokenizer (learned once, then reloaded on every restart).
     keras.utils.set_random_seed(config.train.seed)
-    if given_data is None:
-        data = recipe.load_data(config)
-    else:
-        data = recipe.given_data(config, given_data)
-    _report_skipped(data, say)  # bad lines are never dropped silently
-    tokenizer = None
-    if recipe.has_tokenizer:
-        tokenizer = _tokenizer(config, directory, data.train, strategy, say)
-    fingerprint = tokenizer.fingerprint if tokenizer else ""
-    _check_same_on_all_workers(strategy, config.to_json() + fingerprint)
+    data, tokenizer = _data_and_tokenizer(config, directory, strategy, say, given_data)
     schedule = _steps(config, data, tokenizer)
 
     # The model, resumed from the newest intact checkpoint (of this run).
@@ -514,6 +505,29 @@ def _train(
 
 
 # -------------------------------------------------------------- train's parts
+def _data_and_tokenizer(
+    config: TrainConfig,
+    directory: Path,
+    strategy: tf.distribute.Strategy,
+    say: Callable[[str], None],
+    given_data: Any = None,
+) -> tuple[Any, SubwordTokenizer | None]:
+    """(the recipe's data, the run's tokenizer or None for a kind without
+    one); the workers are checked to run the same config and tokenizer."""
+    recipe = recipe_for(config)
+    if given_data is None:
+        data = recipe.load_data(config)
+    else:
+        data = recipe.given_data(config, given_data)
+    _report_skipped(data, say)  # bad lines are never dropped silently
+    tokenizer = None
+    if recipe.has_tokenizer:
+        tokenizer = _tokenizer(config, directory, data.train, strategy, say)
+    fingerprint = tokenizer.fingerprint if tokenizer else ""
+    _check_same_on_all_workers(strategy, config.to_json() + fingerprint)
+    return data, tokenizer
+
+
 def _named(strategy: tf.distribute.Strategy | str | None) -> bool:
     """Whether `strategy` is a name for `make_strategy` (or None: the default)."""
     return strategy is None or isinstance(strategy, str)
