@@ -109,19 +109,7 @@ class ImageDataConfig:
 
     def __post_init__(self) -> None:
         warn_deprecated("ImageDataConfig", "TrainConfig's image section")
-        if self.source not in IMAGE_SOURCES:
-            raise ValueError(
-                f"`source` must be one of {IMAGE_SOURCES}. Received: "
-                f"source={self.source!r}"
-            )
-        if self.source == "cifar10" and not self.directory:
-            raise ValueError(
-                "source='cifar10' needs `directory`, the local "
-                "cifar-10-batches-py folder."
-            )
-        for name in ("patch_size", "train_stride", "validation_size"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_int("validation_images", self.validation_images, allow_none=True)
+        ImageConfig(**dataclasses.asdict(self))  # the same checks
 
 
 @dataclasses.dataclass(frozen=True)

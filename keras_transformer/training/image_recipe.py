@@ -29,7 +29,6 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer import runs
 from keras_transformer.data.images import (
     ImageData,
     ImageSplit,
@@ -41,7 +40,6 @@ from keras_transformer.models.image_transformer import (
     image_bits_per_dim,
 )
 from keras_transformer.schedules import paper_adam
-from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.image import (
     ImageTrainer,
@@ -50,7 +48,13 @@ from keras_transformer.training.image import (
     image_batches,
     load_image_data,
 )
-from keras_transformer.training.recipes import Recipe, RunContext
+from keras_transformer.training.recipes import (
+    Evaluation,
+    Recipe,
+    RunContext,
+    SplitsWithoutSkips,
+    stored_run,
+)
 
 __all__ = [
     "ImageEvaluation",
@@ -63,23 +67,17 @@ __all__ = [
 
 
 @dataclasses.dataclass
-class ImageRunData:
-    """The three splits of an image run (what `ImageRecipe.load_data` returns)."""
+class ImageRunData(SplitsWithoutSkips):
+    """The three splits of an image run (what `ImageRecipe.load_data`
+    returns); the image readers refuse a bad image instead of skipping it."""
 
     train: ImageSplit
     validation: ImageSplit
     test: ImageSplit
-    test_name: str = "test"
-
-    def skipped(self) -> list[dict[str, Any]]:
-        return []  # the image readers refuse a bad image instead
-
-    def skip_messages(self) -> list[str]:
-        return []
 
 
 @dataclasses.dataclass
-class ImageEvaluation:
+class ImageEvaluation(Evaluation):
     """The bits per dimension of a model on a split's images."""
 
     bits_per_dim: float
@@ -95,10 +93,6 @@ class ImageEvaluation:
             f"{self.bits_per_dim:.4f} bits/dim on {self.images} {self.split} "
             f"images{codecs}"
         )
-
-    def to_dict(self, num_examples: int = 0) -> dict[str, Any]:
-        del num_examples  # no outputs to list
-        return dataclasses.asdict(self)
 
 
 def check_image_data(config: TrainConfig, data: ImageData) -> ImageRunData:
@@ -218,18 +212,9 @@ class ImageRecipe(Recipe):
         config = run.config
         if not len(run.data.test):
             return None
-        model = ckpt.weights_to_evaluate(
-            config,
-            run.root,
-            run.model,
-            run.say,
-            build=lambda: build_image_transformer(config.model),
-        )
+        model = self.weights_to_evaluate(run)
         evaluation = image_evaluation(model, run.data.test, config)
-        writer = tf.summary.create_file_writer(str(run.log_dir / "test"))
-        with writer.as_default(step=steps):
-            tf.summary.scalar("bits_per_dim", evaluation.bits_per_dim)
-        writer.close()
+        self.log_test_value(run, steps, "bits_per_dim", evaluation.bits_per_dim)
         run.say(f"Test bits/dim after {steps} updates: {evaluation.summary()}")
         return evaluation
 
@@ -251,14 +236,7 @@ def evaluate_run(
         data_dir: the ``cifar-10-batches-py`` folder (default: the run's).
         max_examples: evaluate only the first this many test images.
     """
-    folder = runs.RunFolder(workdir).check()
-    config = TrainConfig.load(folder.config_file)
-    changes: dict[str, Any] = {}
-    if data_dir is not None:
-        changes["image"] = dataclasses.replace(config.image, directory=data_dir)
-    if max_examples is not None:
-        changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
-    config = config.replace(**changes) if changes else config
+    folder, config = stored_run(workdir, max_examples, ("image", "directory", data_dir))
     model, _ = folder.load(weights)
     test = ImageRecipe().load_data(config).test
     return image_evaluation(model, test, config)

@@ -149,8 +149,8 @@ class ImageConfig:
         check_choice("image.source", self.source, IMAGE_SOURCES)
         if self.source == "cifar10" and not self.directory:
             raise ValueError(
-                "image.source='cifar10' needs `image.directory`, the local "
-                "cifar-10-batches-py folder."
+                "image.source='cifar10' needs `directory` (image.directory), "
+                "the local cifar-10-batches-py folder."
             )
         for name in (
             "patch_size",

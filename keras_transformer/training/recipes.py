@@ -31,7 +31,39 @@ import tensorflow as tf
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
 
-__all__ = ["Recipe", "RunContext", "recipe_for", "register_recipe"]
+__all__ = [
+    "Evaluation",
+    "Recipe",
+    "RunContext",
+    "SplitsWithoutSkips",
+    "recipe_for",
+    "register_recipe",
+    "stored_run",
+]
+
+
+class SplitsWithoutSkips:
+    """The data of a kind whose readers refuse a bad example instead of
+    skipping it: nothing to report in ``result.json`` or TensorBoard. A
+    subclass (a dataclass) holds the ``train``, ``validation`` and ``test``
+    splits; its test split is named ``test``."""
+
+    test_name = "test"
+
+    def skipped(self) -> list[dict[str, Any]]:
+        return []
+
+    def skip_messages(self) -> list[str]:
+        return []
+
+
+class Evaluation:
+    """A final evaluation without outputs to list: ``to_dict`` is its fields
+    (a subclass is a dataclass with a ``summary()``)."""
+
+    def to_dict(self, num_examples: int = 0) -> dict[str, Any]:
+        del num_examples  # no outputs to list
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -170,6 +202,27 @@ class Recipe:
         with ``to_dict(n)`` and ``summary()``."""
         raise NotImplementedError
 
+    def weights_to_evaluate(self, run: RunContext) -> keras.Model:
+        """The model with the weights ``train.evaluate_with`` names (the
+        last, the best or the average of the kept checkpoints, §6.1)."""
+        from keras_transformer.training import checkpoints
+
+        return checkpoints.weights_to_evaluate(
+            run.config,
+            run.root,
+            run.model,
+            run.say,
+            build=lambda: self.build_model(run.config, None),
+        )
+
+    @staticmethod
+    def log_test_value(run: RunContext, steps: int, name: str, value: float) -> None:
+        """Writes the final evaluation's `value` into TensorBoard's ``test`` run."""
+        writer = tf.summary.create_file_writer(str(run.log_dir / "test"))
+        with writer.as_default(step=steps):
+            tf.summary.scalar(name, value)
+        writer.close()
+
 
 #: kind -> a Recipe, or "module:Class" imported on first use.
 _RECIPES: dict[str, Recipe | str] = {
@@ -179,6 +232,29 @@ _RECIPES: dict[str, Recipe | str] = {
     ),
     "image": "keras_transformer.training.image_recipe:ImageRecipe",
 }
+
+
+def stored_run(
+    workdir: str | Path,
+    max_examples: int | None = None,
+    data_folder: tuple[str, str, str | None] = ("data", "data_dir", None),
+) -> tuple[runs.RunFolder, Any]:
+    """(a run folder, its stored `TrainConfig`) for ``evaluate``: with
+    ``train.test_samples=max_examples`` and, when its value is given,
+    `data_folder` ``(section, field, value)`` (the folder of the data)."""
+    from keras_transformer.training.config import TrainConfig
+
+    folder = runs.RunFolder(workdir).check()
+    config = TrainConfig.load(folder.config_file)
+    changes: dict[str, Any] = {}
+    section, field, value = data_folder
+    if value is not None:
+        changes[section] = dataclasses.replace(
+            getattr(config, section), **{field: value}
+        )
+    if max_examples is not None:
+        changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
+    return folder, config.replace(**changes) if changes else config
 
 
 def register_recipe(kind: str, recipe: Recipe) -> None:
