@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.images import (
@@ -61,6 +62,8 @@ __all__ = [
     "ImageRecipe",
     "ImageRunData",
     "check_image_data",
+    "complete_run_images",
+    "completion_grid",
     "evaluate_run",
     "image_evaluation",
 ]
@@ -240,3 +243,80 @@ def evaluate_run(
     model, _ = folder.load(weights)
     test = ImageRecipe().load_data(config).test
     return image_evaluation(model, test, config)
+
+
+def completion_grid(
+    originals: np.ndarray, completions: list[np.ndarray], given_rows: int
+) -> np.ndarray:
+    """One uint8 picture: a row per image, its given rows (the rest grey),
+    each completion, then the original; a 1-pixel white gap between them."""
+    given = originals.copy()
+    given[:, given_rows:] = 128
+    height, width, channels = originals.shape[1:]
+    gap = np.full((height, 1, channels), 255, np.uint8)
+    rows = []
+    for index in range(len(originals)):
+        tiles = [given[index], *(c[index] for c in completions), originals[index]]
+        cells = [piece for tile in tiles for piece in (tile.astype(np.uint8), gap)]
+        rows.append(np.concatenate(cells[:-1], axis=1))
+        rows.append(np.full((1, rows[-1].shape[1], channels), 255, np.uint8))
+    return np.concatenate(rows[:-1], axis=0)
+
+
+def complete_run_images(
+    workdir: str | Path,
+    output: str | Path,
+    *,
+    weights: str = "last",
+    num_images: int = 4,
+    samples: int = 3,
+    given_rows: int | None = None,
+    temperature: float = 1.0,
+    seed: int = 0,
+    scale: int = 4,
+) -> Path:
+    """Completes test images of an image run from their top rows into a PNG
+    grid (``keras-transformer complete``).
+
+    Each row of the grid is one test image: its `given_rows` top rows, then
+    `samples` completions drawn from the model in its generation order
+    (`image_sampling.ImageSampler`, §3.2), then the original.
+
+    Args:
+        workdir: the image run's folder.
+        output: the PNG file to write.
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
+        num_images: the first this many test images.
+        samples: completions per image.
+        given_rows: rows kept (default: half the image, whole query blocks
+            in the block order).
+        temperature: 1 samples the model, 0 takes the most likely values.
+        seed: the seed of the first completion (the others: seed + i).
+        scale: each pixel becomes `scale` x `scale` pixels.
+
+    Returns:
+        the path of the PNG written.
+    """
+    from PIL import Image
+
+    from keras_transformer.image_sampling import ImageSampler
+
+    folder, config = stored_run(workdir, num_images)
+    model, _ = folder.load(weights)
+    test = ImageRecipe().load_data(config).test
+    if given_rows is None:
+        given_rows = config.model.image_shape[0] // 2
+        block = config.model.generation_query_block
+        given_rows -= given_rows % block[0] if block else 0
+    sampler = ImageSampler(model)
+    labels = test.labels if config.model.num_classes is not None else None
+    completions = [
+        sampler.complete(test.images, given_rows, temperature, seed + i, labels)
+        for i in range(samples)
+    ]
+    grid = completion_grid(test.images, completions, given_rows)
+    grid = np.repeat(np.repeat(grid, scale, axis=0), scale, axis=1)
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(grid).save(path)
+    return path

@@ -229,3 +229,21 @@ def test_evaluate_reports_the_bits_per_dim_of_an_image_run(tmp_path, capsys):
     assert evaluated["bits_per_dim"] == pytest.approx(evaluation["bits_per_dim"])
     assert cli.main(["evaluate", "--workdir", str(run), "--max-sentences", "8"]) == 0
     assert "bits/dim on 8 test images" in capsys.readouterr().out
+    # `complete`: 4 test images, each given its top 2 rows (one row of 2 x 2
+    # query blocks), 3 completions and the original, 4 x 4 pixels each.
+    grid = tmp_path / "grid.png"
+    command = ["complete", "--workdir", str(run), "--output", str(grid)]
+    assert cli.main(command) == 0
+    assert "Completions of 4 test images" in capsys.readouterr().out
+    from PIL import Image
+
+    from keras_transformer.data.images import load_sample_patches
+
+    picture = np.asarray(Image.open(grid))
+    assert picture.shape == ((4 * 4 + 3) * 4, (5 * 4 + 4) * 4, 3)
+    first = load_sample_patches(4, 64).test.images[0]
+    given = picture[:8:4, :16:4]  # the first image's given rows, unscaled
+    np.testing.assert_array_equal(given, first[:2])
+    completed = picture[:16:4, 20:36:4]  # its first completion keeps them
+    np.testing.assert_array_equal(completed[:2], first[:2])
+    assert (picture[8:16:4, :16:4] == 128).all()  # the rows it was not given
