@@ -136,8 +136,9 @@ class TranslationRecipe(Recipe):
             fingerprint=run.fingerprint,
         )
 
-    def best_validation_score(self, validation: ValidationTranslations) -> Any:
-        return validation.best_bleu
+    def best_validation_score(self, validation: ValidationTranslations | None) -> Any:
+        # None on the workers that are not the chief (no validation there).
+        return None if validation is None else validation.best_bleu
 
     def chief_callbacks(
         self, run: RunContext, validation: ValidationTranslations
