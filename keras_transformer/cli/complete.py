@@ -15,31 +15,23 @@ NAME = "complete"
 HELP = "Complete the test images of an image run from their top rows (PNG grid)."
 
 
+#: (flag, type, default, help) of the drawing options.
+_OPTIONS = (
+    ("--weights", str, "last", "last, best, average, or a weights file."),
+    ("--images", int, 4, "Test images (the grid's rows)."),
+    ("--samples", int, 3, "Completions per image."),
+    ("--given-rows", int, None, "Rows given (default: half, whole query blocks)."),
+    ("--temperature", float, 1.0, "1 samples the model; 0 the most likely values."),
+    ("--seed", int, 0, "Seed of the draws."),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer complete``."""
     parser.add_argument("--workdir", required=True, help="The image run's folder.")
     parser.add_argument("--output", required=True, help="The PNG file to write.")
-    parser.add_argument(
-        "--weights",
-        default="last",
-        help="last, best, average, or a .weights.h5 file / checkpoint prefix.",
-    )
-    parser.add_argument("--images", type=int, default=4, help="Test images (rows).")
-    parser.add_argument(
-        "--samples", type=int, default=3, help="Completions per image (columns)."
-    )
-    parser.add_argument(
-        "--given-rows",
-        type=int,
-        help="Rows given (default: half the image, whole query blocks).",
-    )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=1.0,
-        help="1 samples the model; 0 takes the most likely values.",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the draws.")
+    for flag, kind, default, text in _OPTIONS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,16 +39,11 @@ def run(args: argparse.Namespace) -> int:
     check_paths(args, workdir="folder", output="new file")
     from keras_transformer.training.image_recipe import complete_run_images
 
+    names = ("weights", "samples", "given_rows", "temperature", "seed")
+    options = {name: getattr(args, name) for name in names}
     try:
         path = complete_run_images(
-            args.workdir,
-            args.output,
-            weights=args.weights,
-            num_images=args.images,
-            samples=args.samples,
-            given_rows=args.given_rows,
-            temperature=args.temperature,
-            seed=args.seed,
+            args.workdir, args.output, num_images=args.images, **options
         )
     except (ValueError, FileNotFoundError) as e:
         raise CommandError(str(e)) from e
