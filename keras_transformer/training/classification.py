@@ -24,7 +24,6 @@ accumulation, preemption); this module says what differs:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -42,7 +41,7 @@ from keras_transformer.training.recipes import (
     Recipe,
     RunContext,
     SplitsWithoutSkips,
-    stored_run,
+    evaluate_run,
 )
 from keras_transformer.training.trainer import SummedLossTrainer
 
@@ -421,6 +420,13 @@ class ClassificationRecipe(Recipe):
     def best_validation_score(self, validation: BestAccuracy | None) -> float | None:
         return None if validation is None else validation.best_accuracy
 
+    def evaluate_saved(
+        self, model: keras.Model, tokenizer: SubwordTokenizer, config: TrainConfig
+    ) -> ClassificationEvaluation:
+        return classification_accuracy(
+            model, load_reviews(config).test, tokenizer, config
+        )
+
     def evaluate(self, run: RunContext, steps: int) -> ClassificationEvaluation:
         """The accuracy on the test reviews of the `train.evaluate_with` weights."""
         config = run.config
@@ -437,25 +443,3 @@ class ClassificationRecipe(Recipe):
             f"updates: {evaluation.summary()}"
         )
         return evaluation
-
-
-def evaluate_run(
-    workdir: str | Path,
-    weights: str = "last",
-    *,
-    data_dir: str | None = None,
-    max_examples: int | None = None,
-) -> ClassificationEvaluation:
-    """The test accuracy of a classification run's `weights` (``evaluate``).
-
-    Args:
-        workdir: the run folder.
-        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
-            (see `runs.RunFolder.restore`).
-        data_dir: the folder of the reviews (default: the run's).
-        max_examples: evaluate a seeded sample of this many test reviews.
-    """
-    folder, config = stored_run(workdir, max_examples, ("data", "data_dir", data_dir))
-    model, tokenizer = folder.load(weights)
-    test = load_reviews(config).test
-    return classification_accuracy(model, test, tokenizer, config)

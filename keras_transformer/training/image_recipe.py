@@ -54,6 +54,7 @@ from keras_transformer.training.recipes import (
     Recipe,
     RunContext,
     SplitsWithoutSkips,
+    evaluate_run,
     stored_run,
 )
 
@@ -148,6 +149,7 @@ class ImageRecipe(Recipe):
     hparams_metrics = ("bits_per_dim",)
     summary_names = ("bits_per_dim",)
     has_tokenizer = False
+    data_folder = ("image", "directory")
 
     def load_data(self, config: TrainConfig) -> ImageRunData:
         data = check_image_data(config, load_image_data(config.image))
@@ -210,6 +212,11 @@ class ImageRecipe(Recipe):
             f"attention, {model.generation_order} order, {model.output} output)"
         )
 
+    def evaluate_saved(
+        self, model: keras.Model, tokenizer: Any, config: TrainConfig
+    ) -> ImageEvaluation:
+        return image_evaluation(model, self.load_data(config).test, config)
+
     def evaluate(self, run: RunContext, steps: int) -> ImageEvaluation | None:
         """Bits per dimension of the test images (`train.evaluate_with`)."""
         config = run.config
@@ -220,29 +227,6 @@ class ImageRecipe(Recipe):
         self.log_test_value(run, steps, "bits_per_dim", evaluation.bits_per_dim)
         run.say(f"Test bits/dim after {steps} updates: {evaluation.summary()}")
         return evaluation
-
-
-def evaluate_run(
-    workdir: str | Path,
-    weights: str = "last",
-    *,
-    data_dir: str | None = None,
-    max_examples: int | None = None,
-) -> ImageEvaluation:
-    """The bits per dimension of an image run's `weights` on its test images
-    (``keras-transformer evaluate --workdir <image run>``).
-
-    Args:
-        workdir: the run folder (also one written by `train_image_model`).
-        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
-            (see `runs.RunFolder.restore`).
-        data_dir: the ``cifar-10-batches-py`` folder (default: the run's).
-        max_examples: evaluate only the first this many test images.
-    """
-    folder, config = stored_run(workdir, max_examples, ("image", "directory", data_dir))
-    model, _ = folder.load(weights)
-    test = ImageRecipe().load_data(config).test
-    return image_evaluation(model, test, config)
 
 
 def completion_grid(

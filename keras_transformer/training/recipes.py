@@ -36,6 +36,7 @@ __all__ = [
     "Recipe",
     "RunContext",
     "SplitsWithoutSkips",
+    "evaluate_run",
     "recipe_for",
     "register_recipe",
     "stored_run",
@@ -107,6 +108,9 @@ class Recipe:
     hparams_metrics: tuple[str, ...] = ("loss",)
     #: The training logs written to TensorBoard every ``train.log_every``.
     summary_names: tuple[str, ...] = ("loss", "token_accuracy", "perplexity")
+    #: The ``(section, field)`` of the folder its data is read from (what
+    #: ``evaluate --data-dir`` replaces).
+    data_folder: tuple[str, str] = ("data", "data_dir")
     #: Whether the kind reads text through a learned tokenizer. Without one
     #: (images) the run folder has no tokenizer and the fingerprint of the
     #: checkpoints is the run id and the model config's hash.
@@ -202,6 +206,13 @@ class Recipe:
         with ``to_dict(n)`` and ``summary()``."""
         raise NotImplementedError
 
+    def evaluate_saved(
+        self, model: keras.Model, tokenizer: SubwordTokenizer | None, config: Any
+    ) -> Any:
+        """The evaluation of a stored run's `model` on its test split
+        (``keras-transformer evaluate``; see `evaluate_run`)."""
+        raise NotImplementedError
+
     def weights_to_evaluate(self, run: RunContext) -> keras.Model:
         """The model with the weights ``train.evaluate_with`` names (the
         last, the best or the average of the kept checkpoints, §6.1)."""
@@ -235,26 +246,47 @@ _RECIPES: dict[str, Recipe | str] = {
 
 
 def stored_run(
-    workdir: str | Path,
-    max_examples: int | None = None,
-    data_folder: tuple[str, str, str | None] = ("data", "data_dir", None),
+    workdir: str | Path, max_examples: int | None = None, data_dir: str | None = None
 ) -> tuple[runs.RunFolder, Any]:
     """(a run folder, its stored `TrainConfig`) for ``evaluate``: with
-    ``train.test_samples=max_examples`` and, when its value is given,
-    `data_folder` ``(section, field, value)`` (the folder of the data)."""
+    ``train.test_samples=max_examples`` and, when given, `data_dir` as the
+    folder of its data (the recipe's `Recipe.data_folder`)."""
     from keras_transformer.training.config import TrainConfig
 
     folder = runs.RunFolder(workdir).check()
     config = TrainConfig.load(folder.config_file)
     changes: dict[str, Any] = {}
-    section, field, value = data_folder
-    if value is not None:
+    section, field = recipe_for(config).data_folder
+    if data_dir is not None:
         changes[section] = dataclasses.replace(
-            getattr(config, section), **{field: value}
+            getattr(config, section), **{field: data_dir}
         )
     if max_examples is not None:
         changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
     return folder, config.replace(**changes) if changes else config
+
+
+def evaluate_run(
+    workdir: str | Path,
+    weights: str = "last",
+    *,
+    data_dir: str | None = None,
+    max_examples: int | None = None,
+) -> Any:
+    """The test evaluation of a stored run's `weights` (``evaluate``): the
+    accuracy of a classification run, the bits/dim of an image run.
+
+    Args:
+        workdir: the run folder.
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
+            (see `runs.RunFolder.restore`).
+        data_dir: the folder of the data (default: the run's).
+        max_examples: evaluate a sample of this many test examples (a
+            seeded one of the reviews, the first images).
+    """
+    folder, config = stored_run(workdir, max_examples, data_dir)
+    model, tokenizer = folder.load(weights)
+    return recipe_for(config).evaluate_saved(model, tokenizer, config)
 
 
 def register_recipe(kind: str, recipe: Recipe) -> None:
