@@ -63,6 +63,8 @@ from keras_transformer.files import (
 )
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
 from keras_transformer.models.classifier import build_classifier
+from keras_transformer.models.image_config import ImageTransformerConfig
+from keras_transformer.models.image_transformer import build_image_transformer
 
 __all__ = [
     "AVERAGED_WEIGHTS",
@@ -733,7 +735,7 @@ def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
 
 def write_checkpoint_metadata(
     checkpoint_dir: str | os.PathLike[str],
-    tokenizer: SubwordTokenizer,
+    tokenizer: SubwordTokenizer | None,
     model_config: Any = None,
     run_id: str | None = None,
 ) -> RunFingerprint:
@@ -741,7 +743,8 @@ def write_checkpoint_metadata(
 
     The run id is `run_id` when given, else kept from an earlier
     ``checkpoints.json`` with the same tokenizer, else made anew. Written
-    atomically.
+    atomically. A run without a tokenizer (an image run) records an empty
+    tokenizer fingerprint and no vocabulary size.
 
     Returns:
         The run's `RunFingerprint`, which every new checkpoint carries.
@@ -749,11 +752,12 @@ def write_checkpoint_metadata(
     directory = Path(checkpoint_dir)
     directory.mkdir(parents=True, exist_ok=True)
     stored = _read_metadata(directory)
-    same_tokenizer = stored.get("tokenizer_fingerprint") == tokenizer.fingerprint
+    tokens = "" if tokenizer is None else tokenizer.fingerprint
+    same_tokenizer = stored.get("tokenizer_fingerprint") == tokens
     run_id = run_id or (stored.get("run_id") if same_tokenizer else None)
     fingerprint = RunFingerprint(
         run_id=str(run_id or uuid.uuid4().hex[:16]),
-        tokenizer=tokenizer.fingerprint,
+        tokenizer=tokens,
         config=(
             config_hash(model_config)
             if model_config is not None
@@ -762,8 +766,8 @@ def write_checkpoint_metadata(
         workdir=str(directory.parent.resolve()),
     )
     metadata = {
-        "vocabulary_size": tokenizer.vocabulary_size,
-        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "vocabulary_size": None if tokenizer is None else tokenizer.vocabulary_size,
+        "tokenizer_fingerprint": tokens,
         "run_id": fingerprint.run_id,
         "config_hash": fingerprint.config,
         "workdir": fingerprint.workdir,
@@ -1018,6 +1022,15 @@ class RunFolder:
             raise ValueError(f"{self.config_file} must hold a JSON object.")
         return values
 
+    def kind(self) -> str:
+        """The run's kind: ``config.json``'s ``kind`` (translation without
+        one), or ``"image"`` for an image run written before kinds."""
+        values = self.raw_config()
+        model = values.get("model")
+        if "kind" not in values and isinstance(model, Mapping):
+            return "image" if "image_shape" in model else "translation"
+        return str(values.get("kind", "translation"))
+
     def model_config(
         self, tokenizer: SubwordTokenizer | None = None
     ) -> TransformerConfig:
@@ -1038,6 +1051,9 @@ class RunFolder:
 
     def build_model(self, tokenizer: SubwordTokenizer | None = None) -> keras.Model:
         """A freshly initialized model of the run's configuration (and kind)."""
+        if self.kind() == "image":
+            model = ImageTransformerConfig.from_dict(self.raw_config()["model"])
+            return build_image_transformer(model)
         config = self.model_config(tokenizer)
         if self.raw_config().get("kind") == "classification":
             return build_classifier(config)
@@ -1113,9 +1129,12 @@ class RunFolder:
             lambda: model.load_weights(path), str(path), str(self.config_file)
         )
 
-    def load(self, weights: str = "last") -> tuple[keras.Model, SubwordTokenizer]:
-        """The trained model (with `weights`, see `restore`) and its tokenizer."""
-        tokenizer = self.tokenizer()
+    def load(
+        self, weights: str = "last"
+    ) -> tuple[keras.Model, SubwordTokenizer | None]:
+        """The trained model (with `weights`, see `restore`) and its tokenizer
+        (None for an image run)."""
+        tokenizer = None if self.kind() == "image" else self.tokenizer()
         model = self.build_model(tokenizer)
         self.restore(model, weights)
         return model, tokenizer

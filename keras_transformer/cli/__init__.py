@@ -1,7 +1,8 @@
 """The `keras-transformer` command line (also `python -m keras_transformer`).
 
 Argument parsing lives here and only here: one module per subcommand
-(`train`, `average_checkpoints`, `evaluate`, `translate`, `export`), each
+(`train`, `average_checkpoints`, `evaluate`, `translate`, `export`,
+`complete`), each
 with ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args)``.
 `main` builds the parser from the table `COMMANDS`; a new subcommand plugs
 in with `command`:
@@ -41,6 +42,7 @@ from typing import Any
 
 from keras_transformer.cli import (
     average_checkpoints,
+    complete,
     evaluate,
     export,
     train,
@@ -92,7 +94,7 @@ def command(
     return register
 
 
-for _module in (train, average_checkpoints, evaluate, translate, export):
+for _module in (train, average_checkpoints, evaluate, translate, export, complete):
     command(_module.NAME, _module.HELP, _module.add_arguments)(_module.run)
 
 

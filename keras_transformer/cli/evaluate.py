@@ -269,17 +269,21 @@ def _save(output: _Output, write: Callable[[Path], None]) -> bool:
     return True
 
 
-def _is_classification_run(workdir: Path) -> bool:
+def _run_kind(workdir: Path) -> str:
     from keras_transformer.runs import RunFolder, is_run_dir
 
-    return is_run_dir(workdir) and (
-        RunFolder(workdir).raw_config().get("kind") == "classification"
-    )
+    return RunFolder(workdir).kind() if is_run_dir(workdir) else "translation"
 
 
-def _evaluate_classifier(args: argparse.Namespace) -> int:
-    """The test accuracy of a classification run (``kind="classification"``)."""
-    from keras_transformer.training.classification import evaluate_run
+def _evaluate_other_kind(args: argparse.Namespace, kind: str) -> int:
+    """The test accuracy of a classification run, the test bits/dim of an
+    image run."""
+    import importlib
+
+    module = "classification" if kind == "classification" else "image_recipe"
+    evaluate_run = importlib.import_module(
+        f"keras_transformer.training.{module}"
+    ).evaluate_run
 
     result = evaluate_run(
         args.workdir,
@@ -308,8 +312,9 @@ def run(args: argparse.Namespace) -> int:
         log_dir="new folder",
     )
     check_weights(args)
-    if _is_classification_run(Path(args.workdir)):
-        return _evaluate_classifier(args)
+    kind = _run_kind(Path(args.workdir))
+    if kind != "translation":
+        return _evaluate_other_kind(args, kind)
     from keras_transformer.translation import log_scores, write_lines
 
     workdir = Path(args.workdir)

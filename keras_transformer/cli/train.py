@@ -1,7 +1,8 @@
 """``keras-transformer train``: train a model of any kind, resuming a run in --workdir.
 
-The config's ``kind`` picks the recipe (translation by default,
-classification for configs/imdb.json); see `keras_transformer.training.recipes`.
+The config's ``kind`` picks the recipe (translation by default, image for
+configs/image_*.json, classification for configs/imdb.json); see
+`keras_transformer.training.recipes`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from keras_transformer.cli._common import CommandError, check_paths
 from keras_transformer.conventions import STRATEGIES, TASK_NAMES
 
 NAME = "train"
-HELP = "Train a Transformer: translation or classification (resumes --workdir)."
+HELP = "Train a Transformer: translation, image or classification (resumes --workdir)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,6 @@ accumulation, preemption); this module says what differs:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -37,7 +36,13 @@ from keras_transformer.data.imdb import load_imdb
 from keras_transformer.models.classifier import build_classifier
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.config import TrainConfig
-from keras_transformer.training.recipes import Recipe, RunContext
+from keras_transformer.training.recipes import (
+    Evaluation,
+    Recipe,
+    RunContext,
+    SplitsWithoutSkips,
+    evaluate_run,
+)
 from keras_transformer.training.trainer import SummedLossTrainer
 
 __all__ = [
@@ -71,19 +76,13 @@ class Reviews:
 
 
 @dataclasses.dataclass
-class ReviewData:
-    """The three splits of a classification run (what `load_data` returns)."""
+class ReviewData(SplitsWithoutSkips):
+    """The three splits of a classification run (what `load_data` returns);
+    the IMDB reader refuses a bad line instead of skipping it."""
 
     train: Reviews
     validation: Reviews
     test: Reviews
-    test_name: str = "test"
-
-    def skipped(self) -> list[dict[str, Any]]:
-        return []  # the IMDB reader refuses a bad line instead
-
-    def skip_messages(self) -> list[str]:
-        return []
 
 
 def load_reviews(config: TrainConfig) -> ReviewData:
@@ -316,7 +315,7 @@ class BestAccuracy(keras.callbacks.Callback):
 
 
 @dataclasses.dataclass
-class ClassificationEvaluation:
+class ClassificationEvaluation(Evaluation):
     """The accuracy of a classifier on a split."""
 
     accuracy: float
@@ -325,10 +324,6 @@ class ClassificationEvaluation:
 
     def summary(self) -> str:
         return f"accuracy {self.accuracy:.4f} on {self.examples} {self.split} reviews"
-
-    def to_dict(self, num_examples: int = 0) -> dict[str, Any]:
-        del num_examples  # no outputs to list
-        return dataclasses.asdict(self)
 
 
 def classification_accuracy(
@@ -425,54 +420,26 @@ class ClassificationRecipe(Recipe):
     def best_validation_score(self, validation: BestAccuracy | None) -> float | None:
         return None if validation is None else validation.best_accuracy
 
+    def evaluate_saved(
+        self, model: keras.Model, tokenizer: SubwordTokenizer, config: TrainConfig
+    ) -> ClassificationEvaluation:
+        return classification_accuracy(
+            model, load_reviews(config).test, tokenizer, config
+        )
+
     def evaluate(self, run: RunContext, steps: int) -> ClassificationEvaluation:
         """The accuracy on the test reviews of the `train.evaluate_with` weights."""
         config = run.config
-        model = ckpt.weights_to_evaluate(
-            config,
-            run.root,
-            run.model,
-            run.say,
-            build=lambda: build_classifier(config.model),
-        )
         evaluation = classification_accuracy(
-            model, run.data.test, run.tokenizer, config, run.data.test_name
+            self.weights_to_evaluate(run),
+            run.data.test,
+            run.tokenizer,
+            config,
+            run.data.test_name,
         )
-        writer = tf.summary.create_file_writer(str(run.log_dir / "test"))
-        with writer.as_default(step=steps):
-            tf.summary.scalar("accuracy", evaluation.accuracy)
-        writer.close()
+        self.log_test_value(run, steps, "accuracy", evaluation.accuracy)
         run.say(
             f"Evaluation of the {config.train.evaluate_with} weights after {steps} "
             f"updates: {evaluation.summary()}"
         )
         return evaluation
-
-
-def evaluate_run(
-    workdir: str | Path,
-    weights: str = "last",
-    *,
-    data_dir: str | None = None,
-    max_examples: int | None = None,
-) -> ClassificationEvaluation:
-    """The test accuracy of a classification run's `weights` (``evaluate``).
-
-    Args:
-        workdir: the run folder.
-        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
-            (see `runs.RunFolder.restore`).
-        data_dir: the folder of the reviews (default: the run's).
-        max_examples: evaluate a seeded sample of this many test reviews.
-    """
-    folder = runs.RunFolder(workdir).check()
-    config = TrainConfig.load(folder.config_file)
-    changes: dict[str, Any] = {}
-    if data_dir is not None:
-        changes["data"] = dataclasses.replace(config.data, data_dir=data_dir)
-    if max_examples is not None:
-        changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
-    config = config.replace(**changes) if changes else config
-    model, tokenizer = folder.load(weights)
-    test = load_reviews(config).test
-    return classification_accuracy(model, test, tokenizer, config)

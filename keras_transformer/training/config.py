@@ -58,8 +58,15 @@ from keras_transformer.data.batching import (
 from keras_transformer.decoding.settings import default_setting
 from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
+from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
-from keras_transformer.training.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS
+from keras_transformer.training.kinds import (
+    DEFAULT_KIND,
+    KIND_SECTIONS,
+    KINDS,
+    is_image_run_layout,
+    upgrade_image_run_dict,
+)
 from keras_transformer.validation import (
     check_bool,
     check_choice,
@@ -122,6 +129,9 @@ RESUMABLE_CHANGES = frozenset(
         "train.extra_length",
         "train.log_every",
         "train.attention_example",
+        "image.directory",
+        "image.validation_images",
+        "image.evaluation_batch_size",
     }
 )
 
@@ -593,12 +603,16 @@ class TrainConfig:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     #: The kind of run (`kinds.KINDS`), and the section of its own settings
-    #: (``classification``); a translation run has none.
+    #: (``classification``, ``image``); a translation run has none.
     kind: str = DEFAULT_KIND
     classification: Any = None
+    image: Any = None
 
     def __post_init__(self) -> None:
         _resolve_kind(self)
+        if self.kind == "image":
+            _resolve_image_run(self)
+            return
         model = _resolve_model(self.model)
         data = self.data
         if not isinstance(data, DataConfig):
@@ -637,6 +651,10 @@ class TrainConfig:
         """
         values = dataclasses.asdict(self)
         values["data"]["bucket_boundaries"] = list(self.data.bucket_boundaries)
+        if self.kind == "image":
+            # The image kind reads its images from the `image` section.
+            values["model"] = self.model.to_dict()
+            del values["data"]
         for key in ("kind", *(section for section, _ in KIND_SECTIONS.values())):
             if values.get(key) is None or self.kind == DEFAULT_KIND:
                 values.pop(key, None)
@@ -659,11 +677,21 @@ class TrainConfig:
             )
         known = {"model", "data", "train", "kind"}
         known |= {section for section, _ in KIND_SECTIONS.values()}
+        if is_image_run_layout(values):
+            # The config.json of an image run before kinds (`ImageRunConfig`).
+            values = upgrade_image_run_dict(values)
         check_known_names(
             values, known, "config sections", listing="A config has the sections"
         )
+        if values.get("kind") == "image" and "data" in values:
+            raise ValueError(
+                "An image run (kind='image') reads its images from the `image` "
+                "section (image.source, image.batch_size, ...); remove `data`."
+            )
         values = upgrade_config_dict(values)
-        model_values = values.get("model", "tiny")
+        model_values = values.get(
+            "model", {} if values.get("kind") == "image" else "tiny"
+        )
         data = _from_mapping(DataConfig, "data", values.get("data", {}))
         if isinstance(model_values, Mapping) and "vocabulary_size" in model_values:
             reconcile_vocabulary_size(
@@ -727,6 +755,35 @@ def _resolve_kind(config: TrainConfig) -> None:
         elif not isinstance(value, cls):
             value = _from_mapping(cls, section, value)
         object.__setattr__(config, section, value)
+
+
+def _resolve_image_run(config: TrainConfig) -> None:
+    """The sections of an image run: `model` an `ImageTransformerConfig`
+    (a mapping of its fields; the default model section stands for the
+    default image model), `train` a `TrainingConfig`."""
+    model = config.model
+    if isinstance(model, TransformerConfig) and model == get_preset("tiny"):
+        model = ImageTransformerConfig()
+    elif isinstance(model, Mapping):
+        if "vocabulary_size" in model or "preset" in model:
+            raise ValueError(
+                "The `model` section of an image run holds ImageTransformerConfig "
+                "settings (image_shape, attention, ...), not a text preset."
+            )
+        # A stored model without `generation_order` was trained in one
+        # raster order over the image (0.1.0): it keeps that order.
+        model = ImageTransformerConfig.from_dict(dict(model))
+    if not isinstance(model, ImageTransformerConfig):
+        raise ValueError(
+            "The `model` section of an image run must be an "
+            "ImageTransformerConfig or a JSON object of its settings. Received: "
+            f"{_shorten(model)}"
+        )
+    train = config.train
+    if not isinstance(train, TrainingConfig):
+        train = _from_mapping(TrainingConfig, "train", train)
+    object.__setattr__(config, "model", model)
+    object.__setattr__(config, "train", train)
 
 
 def _parse_json(text: str) -> Any:

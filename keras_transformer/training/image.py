@@ -1,33 +1,27 @@
-"""Training the Image Transformer: `train_image_model(config, workdir)`.
+"""The Image Transformer's data stream and trainer, and its old entry point.
 
-The recipe of the translation model, applied to images (Parmar et al., 2018,
-§4, train with the Transformer's setup): Adam with beta_1 = 0.9, beta_2 =
-0.98, epsilon = 1e-9 and the learning rate of Eq. 7 (Vaswani et al., §5.3),
-dropout (§5.4), and the negative log-likelihood in bits per dimension as
-the loss. A run lives in a work directory::
+An image run is a ``kind="image"`` run of the one
+`keras_transformer.training.train` (its recipe:
+`keras_transformer.training.image_recipe`): the run folder, resume,
+damaged-checkpoint fallback, preemption, strategy, precision and gradient
+accumulation are the engine's. This module holds what is the image kind's
+own: the batches (`image_batches`, a function of the seed and the step, so
+a resumed run sees what an uninterrupted one would), the held-out images
+(`load_image_data`) and `ImageTrainer`, the shared `SummedLossTrainer` with
+the bits per dimension as its loss (Parmar et al., 2018, §4: trained with
+the Transformer's setup, Adam with beta_1 = 0.9, beta_2 = 0.98, epsilon =
+1e-9 and the learning rate of Eq. 7).
 
-    config.json   the resolved ImageRunConfig
-    checkpoints/  tf.train checkpoints ckpt-<step> (model + optimizer)
-    logs/         TensorBoard: train/ and validation/ bits_per_dim and the
-                  learning rate; test/ the final bits_per_dim; HParams
-    result.json   the final numbers
-
-Running `train_image_model` again on the same directory resumes from the
-newest checkpoint (with more `train.train_steps`, a finished run goes on):
-the weights, the optimizer's moments and step (hence the learning rate),
-and the batches, which are a function of the seed and the step
-(`image_batches`), so a resumed run sees what an uninterrupted one would.
-SIGTERM or SIGINT saves a checkpoint at the next step and returns
-(`ImageTrainResult.preempted`).
+`train_image_model` and its config classes (`ImageRunConfig`,
+`ImageDataConfig`, `ImageTrainingConfig`) are deprecated (removed in 0.4):
+they build the ``kind="image"`` `TrainConfig` and call `train`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,57 +34,36 @@ import tensorflow as tf
 from keras_transformer.data.images import (
     ImageData,
     ImageSplit,
-    check_image_batch,
     load_cifar10,
     load_sample_patches,
 )
-from keras_transformer.files import FolderLock, write_atomically
 from keras_transformer.models.image_config import ImageTransformerConfig
-from keras_transformer.models.image_transformer import (
-    ImageTransformerStack,
-    build_image_transformer,
-)
-from keras_transformer.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_DIR, RESULT_FILE
-from keras_transformer.schedules import paper_adam
-from keras_transformer.training import checkpoints as ckpt
-from keras_transformer.training.callbacks import (
-    CheckpointCallback,
-    NaNGuard,
-    PlainProgressLogger,
-    PreemptionCheckpoint,
-    StopAtStep,
-    TrainingPreempted,
-    TrainingSummaries,
-    is_terminal,
-    write_hparams,
-)
-from keras_transformer.training.checkpoints import ConfigMismatchError
-from keras_transformer.training.loop import TrainingDivergedError
-from keras_transformer.training.trainer import (
-    clip_replica_summed,
-    replica_context,
-    sum_over_replicas,
-)
-from keras_transformer.validation import check_positive_int
+from keras_transformer.models.image_transformer import ImageTransformerStack
+from keras_transformer.training.config import TrainConfig, TrainingConfig
+from keras_transformer.training.kinds import IMAGE_SOURCES, ImageConfig
+from keras_transformer.training.loop import train
+from keras_transformer.training.trainer import SummedLossTrainer
+from keras_transformer.validation import check_positive_int, warn_deprecated
 
 __all__ = [
     "IMAGE_RESUMABLE_CHANGES",
     "IMAGE_SOURCES",
     "ImageDataConfig",
     "ImageRunConfig",
+    "ImageStatistics",
     "ImageTrainResult",
     "ImageTrainer",
     "ImageTrainingConfig",
+    "fold_image_batches",
+    "evaluation_batches",
     "image_batches",
     "load_image_data",
     "train_image_model",
 ]
 
-#: Where the images come from: the scikit-image photographs cut into patches,
-#: or a local CIFAR-10 folder.
-IMAGE_SOURCES = ("sample_patches", "cifar10")
-#: Settings a run may change and still resume: its length, logging and
-#: evaluation (`train.train_steps` lengthens a finished run).
+#: The settings of an `ImageRunConfig` that a run may change and still
+#: resume (as ``image.*`` and ``train.*`` they are in
+#: `training.config.RESUMABLE_CHANGES`).
 IMAGE_RESUMABLE_CHANGES = frozenset(
     {
         "data.directory",
@@ -103,12 +76,17 @@ IMAGE_RESUMABLE_CHANGES = frozenset(
         "train.verbose",
     }
 )
+#: The ``train`` settings of an `ImageTrainingConfig` that are the
+#: ``image`` section's in a `TrainConfig`.
+_IMAGE_BATCH_KEYS = ("batch_size", "evaluation_batch_size", "flip")
 
 
 # ------------------------------------------------------------------ configs
 @dataclasses.dataclass(frozen=True)
 class ImageDataConfig:
-    """Which images a run trains on.
+    """Deprecated (removed in 0.4): the ``image`` section of a
+    ``kind="image"`` `TrainConfig` (`kinds.ImageConfig`). Which images a
+    run trains on.
 
     Attributes:
         source: ``"sample_patches"`` (`kt.data.images.load_sample_patches`:
@@ -130,24 +108,14 @@ class ImageDataConfig:
     validation_images: int | None = None
 
     def __post_init__(self) -> None:
-        if self.source not in IMAGE_SOURCES:
-            raise ValueError(
-                f"`source` must be one of {IMAGE_SOURCES}. Received: "
-                f"source={self.source!r}"
-            )
-        if self.source == "cifar10" and not self.directory:
-            raise ValueError(
-                "source='cifar10' needs `directory`, the local "
-                "cifar-10-batches-py folder."
-            )
-        for name in ("patch_size", "train_stride", "validation_size"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_int("validation_images", self.validation_images, allow_none=True)
+        warn_deprecated("ImageDataConfig", "TrainConfig's image section")
+        ImageConfig(**dataclasses.asdict(self))  # the same checks
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageTrainingConfig:
-    """How long and how a run trains.
+    """Deprecated (removed in 0.4): the ``train`` and ``image`` sections
+    of a ``kind="image"`` `TrainConfig`. How long and how a run trains.
 
     Attributes:
         batch_size: images per update.
@@ -175,6 +143,7 @@ class ImageTrainingConfig:
     verbose: int = 1
 
     def __post_init__(self) -> None:
+        warn_deprecated("ImageTrainingConfig", "TrainConfig's train section")
         for name in (
             "batch_size",
             "train_steps",
@@ -190,7 +159,8 @@ class ImageTrainingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ImageRunConfig:
-    """Everything a run of `train_image_model` depends on.
+    """Deprecated (removed in 0.4): a ``kind="image"`` `TrainConfig`
+    (`to_train_config`). Everything a run of `train_image_model` depends on.
 
     Attributes:
         model: the `ImageTransformerConfig`.
@@ -205,6 +175,7 @@ class ImageRunConfig:
     train: ImageTrainingConfig = dataclasses.field(default_factory=ImageTrainingConfig)
 
     def __post_init__(self) -> None:
+        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')")
         for name, cls in (
             ("model", ImageTransformerConfig),
             ("data", ImageDataConfig),
@@ -231,8 +202,41 @@ class ImageRunConfig:
             "train": dataclasses.asdict(self.train),
         }
 
+    def to_train_config(self) -> TrainConfig:
+        """The same run as a ``kind="image"`` `TrainConfig`."""
+        train = dataclasses.asdict(self.train)
+        image = dataclasses.asdict(self.data)
+        image.update({key: train.pop(key) for key in _IMAGE_BATCH_KEYS})
+        return TrainConfig(
+            kind="image",
+            model=self.model,
+            image=ImageConfig(**image),
+            train=TrainingConfig(**train),
+        )
+
+    @classmethod
+    def from_train_config(cls, config: TrainConfig) -> ImageRunConfig:
+        """The `ImageRunConfig` of a ``kind="image"`` `TrainConfig`."""
+        image = dataclasses.asdict(config.image)
+        batches = {key: image.pop(key) for key in _IMAGE_BATCH_KEYS}
+        names = {field.name for field in dataclasses.fields(ImageTrainingConfig)}
+        train = {
+            key: value
+            for key, value in dataclasses.asdict(config.train).items()
+            if key in names
+        }
+        return cls(
+            model=config.model,
+            data=ImageDataConfig(**image),
+            train=ImageTrainingConfig(**batches, **train),
+        )
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ImageRunConfig:
+        """Reads `to_dict` output, or a ``kind="image"`` `TrainConfig` dict
+        (a run's ``config.json``)."""
+        if "kind" in values:
+            return cls.from_train_config(TrainConfig.from_dict(values))
         unknown = sorted(set(values) - {"model", "data", "train"})
         if unknown:
             raise ValueError(
@@ -258,14 +262,15 @@ class ImageRunConfig:
 
 
 # --------------------------------------------------------------------- data
-def load_image_data(config: ImageDataConfig) -> ImageData:
-    """The train, validation and test images that `config` names."""
+def load_image_data(config: ImageConfig | ImageDataConfig) -> ImageData:
+    """The train, validation and test images that `config` (the ``image``
+    section) names."""
     if config.source == "cifar10":
         train = load_cifar10(config.directory, "train")
         if config.validation_size >= len(train):
             raise ValueError(
-                f"`validation_size` must be smaller than the {len(train)} "
-                f"training images. Received: validation_size={config.validation_size}"
+                f"`image.validation_size` must be smaller than the {len(train)} "
+                f"training images. Received: {config.validation_size}"
             )
         cut = len(train) - config.validation_size
         validation = ImageSplit(
@@ -338,7 +343,7 @@ def image_batches(
     )
 
 
-def _evaluation_dataset(
+def evaluation_batches(
     split: ImageSplit, batch_size: int, with_labels: bool
 ) -> tf.data.Dataset:
     element = {"images": split.images.astype(np.int32)}
@@ -348,72 +353,111 @@ def _evaluation_dataset(
 
 
 # ------------------------------------------------------------------ trainer
-class ImageTrainer(keras.Model):
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ImageStatistics(keras.metrics.Metric):
+    """Sums over the images: bits per dimension times images, and images.
+
+    `result()` gives ``{"loss", "bits_per_dim"}``, the mean bits per
+    dimension of the images seen (every image has the same number of
+    dimensions), added over the replicas when read outside a replica.
+    """
+
+    def __init__(self, name: str = "image_statistics", **kwargs: Any) -> None:
+        super().__init__(name=name, dtype="float32", **kwargs)
+        self.bits_sum = self.add_variable((), "zeros", name="bits_sum")
+        self.images = self.add_variable((), "zeros", name="images")
+
+    def update_sums(self, bits_sum: Any, images: Any) -> None:
+        self.bits_sum.assign_add(bits_sum)
+        self.images.assign_add(images)
+
+    def sums(self) -> list[Any]:
+        return [tf.convert_to_tensor(v.value) for v in (self.bits_sum, self.images)]
+
+    @staticmethod
+    def results_from_sums(sums: list[Any]) -> dict[str, Any]:
+        bits = tf.math.divide_no_nan(sums[0], sums[1])
+        return {"loss": bits, "bits_per_dim": bits}
+
+    def update_state(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("ImageStatistics is updated by ImageTrainer.")
+
+    def result(self) -> dict[str, Any]:
+        return self.results_from_sums(self.sums())
+
+    def reset_state(self) -> None:
+        for variable in (self.bits_sum, self.images):
+            variable.assign(0.0)
+
+
+class ImageTrainer(SummedLossTrainer):
     """Trains a `build_image_transformer` model on its bits per dimension.
 
-    The loss is the mean negative log-likelihood of the batch's intensities
-    in bits per dimension (the categorical or DMOL head's `bits_per_dim`),
-    computed in float32; `fit` logs it as ``loss`` and ``bits_per_dim``
-    (validation: ``val_bits_per_dim``, the exact mean over the images).
+    The shared train step of `SummedLossTrainer`: the loss of an update is
+    the bits per dimension of each batch times its images, summed over the
+    replicas and the accumulated batches, divided by the images of the
+    whole update (each image has the same number of dimensions, so this is
+    the mean bits per dimension of the update's images). It is computed in
+    float32; `fit` logs it as ``loss`` and ``bits_per_dim`` (validation:
+    ``val_bits_per_dim``, the exact mean over the images).
+
+    Elements are ``{"images": int32 (batch, h, w, c)}`` (and ``"labels"``,
+    ``(batch,)``, for a class-conditional model), or the same with the `k`
+    accumulated batches stacked on axis 1.
 
     Args:
         image_model: the model.
-        clipnorm: clip the gradient to this global norm (`None`: no clipping).
+        clipnorm: clip the update's gradient (summed over the replicas) to
+            this global norm (`None`: no clipping).
         **kwargs: `keras.Model` arguments.
+
+    Reference: Parmar et al. (2018), §4-5 (bits per dimension).
     """
+
+    #: One batch of images is (batch, height, width, channels).
+    label_rank = 4
 
     def __init__(
         self, image_model: keras.Model, clipnorm: float | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        self.image_model = image_model
+        super().__init__(image_model, ImageStatistics(), clipnorm, **kwargs)
         self.stack = ImageTransformerStack.of(image_model)
         self.conditional = self.stack.embedding.num_classes is not None
-        self.clipnorm = clipnorm
-        self.bits_tracker = keras.metrics.Mean(name="bits_per_dim")
 
     @property
-    def metrics(self) -> list[keras.metrics.Metric]:
-        return [self.bits_tracker]
+    def image_model(self) -> keras.Model:
+        """The trained `build_image_transformer` model."""
+        return self.wrapped
 
-    def _bits_per_dim(self, data: dict[str, Any], training: bool) -> Any:
+    def _unpack(self, data: Any) -> tuple[Any, Any]:
+        if not isinstance(data, dict) or "images" not in data:
+            raise ValueError(
+                "ImageTrainer trains on {'images': ...} (and 'labels' for a "
+                "class-conditional model); received another structure."
+            )
         images = data["images"]
-        inputs = data if self.conditional else images
-        outputs = self.image_model(inputs, training=training)
-        return self.stack.head.bits_per_dim(outputs, images)
+        return (data if self.conditional else images), images
 
-    def _logs(self) -> dict[str, Any]:
-        value = self.bits_tracker.result()
-        return {"loss": value, "bits_per_dim": value}
+    def _count(self, images: Any) -> Any:
+        # Every axis before (height, width, channels) counts images.
+        return tf.cast(tf.reduce_prod(tf.shape(images)[:-3]), tf.float32)
 
-    def train_step(self, data: dict[str, Any]) -> dict[str, Any]:
-        variables = self.image_model.trainable_variables
-        _, replicas = replica_context()
-        with tf.GradientTape() as tape:
-            bits = self._bits_per_dim(data, training=True)
-            loss = bits
-            if replicas > 1:
-                # The optimizer sums the replicas' gradients: weigh each
-                # replica's mean by its share of the global batch.
-                batch = tf.cast(tf.shape(data["images"])[0], tf.float32)
-                loss = bits * batch / sum_over_replicas(batch)
-        gradients = tape.gradient(loss, variables)
-        if self.clipnorm is not None:
-            # The update's gradient (summed over replicas), as the text trainer.
-            gradients = clip_replica_summed(gradients, self.clipnorm, self.optimizer)
-        self.optimizer.apply(gradients, variables)
-        self.bits_tracker.update_state(bits)
-        return self._logs()
+    def _forward_sums(self, inputs: Any, images: Any, training: bool) -> tuple:
+        outputs = self.wrapped(inputs, training=training)
+        bits = tf.cast(self.stack.head.bits_per_dim(outputs, images), tf.float32)
+        count = tf.cast(tf.shape(images)[0], tf.float32)
+        return bits * count, count
 
-    def test_step(self, data: dict[str, Any]) -> dict[str, Any]:
-        bits = self._bits_per_dim(data, training=False)
-        # Weighted by the batch size: the exact mean over all images.
-        batch = tf.cast(tf.shape(data["images"])[0], "float32")
-        self.bits_tracker.update_state(bits, sample_weight=batch)
-        return self._logs()
 
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
-        return self.image_model(inputs, training=training)
+def fold_image_batches(element: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``(steps * b, ...)`` images (and labels) into ``(b, steps, ...)``:
+    row ``r`` of accumulated batch ``s`` is input row ``r * steps + s``."""
+
+    def fold(x: Any) -> Any:
+        shape = tf.shape(x)
+        return tf.reshape(x, tf.concat([[shape[0] // steps, steps], shape[1:]], 0))
+
+    return {name: fold(value) for name, value in element.items()}
 
 
 # ------------------------------------------------------------------- result
@@ -463,57 +507,6 @@ class ImageTrainResult:
 
 
 # -------------------------------------------------------------------- train
-def _prepare_config(config: ImageRunConfig, workdir: Path, force: bool) -> None:
-    """Writes config.json, or checks it against the stored one.
-
-    Once checkpoints exist, a changed setting is refused (unless `force`),
-    except for the `IMAGE_RESUMABLE_CHANGES`; before that the new config
-    replaces the old one.
-    """
-    path = workdir / CONFIG_FILE
-    text = config.to_json() + "\n"
-    resumed = any((workdir / CHECKPOINT_DIR).glob("ckpt-*.index"))
-    if path.is_file() and resumed and not force:
-        stored, new = json.loads(path.read_text()), config.to_dict()
-        # Read as a stored config: one of 0.1.0 keeps its generation order.
-        stored["model"] = ImageTransformerConfig.from_dict(stored["model"]).to_dict()
-        changed = sorted(
-            f"{section}.{key}"
-            for section in set(stored) | set(new)
-            for key in set(stored.get(section, {})) | set(new.get(section, {}))
-            if stored.get(section, {}).get(key) != new.get(section, {}).get(key)
-        )
-        blocking = [name for name in changed if name not in IMAGE_RESUMABLE_CHANGES]
-        if blocking:
-            raise ConfigMismatchError(
-                f"{workdir} holds a run with another config (differences: "
-                f"{', '.join(blocking)}). Use another work directory, or "
-                "force=True to continue it with the new config."
-            )
-    workdir.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, text)
-
-
-def _check_data(config: ImageRunConfig, data: ImageData) -> None:
-    shape = config.model.image_shape
-    for name in ("train", "validation", "test"):
-        split = getattr(data, name)
-        check_image_batch(f"data.{name}.images", split.images, shape)
-        if config.model.num_classes is not None:
-            if split.labels is None:
-                raise ValueError(
-                    f"The model is class-conditional but data.{name} has no labels."
-                )
-            if len(split.labels) and (
-                split.labels.min() < 0 or split.labels.max() >= config.model.num_classes
-            ):
-                raise ValueError(
-                    f"data.{name}.labels must be classes in [0, "
-                    f"{config.model.num_classes}). Received values from "
-                    f"{split.labels.min()} to {split.labels.max()}."
-                )
-
-
 def train_image_model(
     config: ImageRunConfig,
     workdir: str | os.PathLike[str],
@@ -523,201 +516,43 @@ def train_image_model(
     callbacks: Sequence[keras.callbacks.Callback] = (),
     printer: Callable[[str], None] | None = print,
 ) -> ImageTrainResult:
-    """Trains an Image Transformer; resumes an interrupted run.
+    """Deprecated (removed in 0.4): ``train(config, workdir)`` with a
+    ``kind="image"`` `TrainConfig` (``ImageRunConfig.to_train_config()``).
 
-    Every epoch (`train.steps_per_epoch` updates) ends with a checkpoint and
-    the validation bits per dimension; TensorBoard gets ``bits_per_dim`` and
-    the learning rate every `train.log_every` updates, the validation value
-    every epoch and the settings (HParams). At the end, the bits per
-    dimension of the test images.
-
-    Args:
-        config: the run's settings.
-        workdir: the run's folder; the same folder and config resume.
-        data: the images (`None`: `load_image_data(config.data)`); their
-            shape must be `config.model.image_shape`.
-        force: continue a run whose stored config differs.
-        callbacks: extra Keras callbacks.
-        printer: where progress messages go (`None`: silence).
+    Trains an Image Transformer through the one `train`; `data` (`None`:
+    the images of ``config.data``) and the other arguments as there.
 
     Returns:
         an `ImageTrainResult`.
 
-    Raises:
-        ConfigMismatchError: `workdir` holds a run of another config.
-        TrainingDivergedError: the loss became NaN or infinite.
-        ValueError: images of the wrong shape, dtype or range.
-
-        FolderLockedError: another process writes `workdir`.
-
     Reference: Parmar et al. (2018), §4; Vaswani et al. (2017), §5.3-5.4.
     """
+    warn_deprecated("train_image_model", "train(config, workdir) with kind='image'")
     if not isinstance(config, ImageRunConfig):
         raise TypeError(
             f"`config` must be an ImageRunConfig. Received: {type(config).__name__}"
         )
-    root = Path(workdir)
-    if root.exists() and not root.is_dir():
-        raise NotADirectoryError(f"The work directory is a file: {root}")
-    root.mkdir(parents=True, exist_ok=True)
-    # One writer per run folder, as for translation runs.
-    with FolderLock(root, "train_image_model"):
-        return _train_image_model(config, root, data, force, callbacks, printer)
-
-
-def _train_image_model(
-    config: ImageRunConfig,
-    root: Path,
-    data: ImageData | None,
-    force: bool,
-    callbacks: Sequence[keras.callbacks.Callback],
-    printer: Callable[[str], None] | None,
-) -> ImageTrainResult:
-    """`train_image_model` in its locked run folder."""
-
-    say = printer or (lambda _: None)
-    _prepare_config(config, root, force)
-    train_config, model_config = config.train, config.model
-    keras.utils.set_random_seed(train_config.seed)
-    data = data if data is not None else load_image_data(config.data)
-    _check_data(config, data)
-    conditional = model_config.num_classes is not None
-
-    # The model and optimizer, resumed from the newest checkpoint.
-    model = build_image_transformer(model_config)
-    optimizer = paper_adam(
-        model_config.d_model,
-        dataclasses.replace(model_config.optimizer, clipnorm=None),
-    )
-    trainer = ImageTrainer(model, clipnorm=model_config.optimizer.clipnorm)
-    trainer.compile(optimizer=optimizer, jit_compile=train_config.jit_compile)
-    optimizer.build(model.trainable_variables)
-    checkpoint_dir, log_dir = root / CHECKPOINT_DIR, root / LOG_DIR
-    manager = ckpt.resume_checkpoints(
-        checkpoint_dir, model, optimizer, train_config.keep_checkpoints
-    )
-    initial_step = int(optimizer.iterations.numpy())
-    total, per_epoch = train_config.train_steps, train_config.steps_per_epoch
-    per_epoch = min(per_epoch, total)
-    if initial_step:
-        say(f"Resuming {root} from step {initial_step} ({manager.latest_checkpoint}).")
-    say(
-        f"Training {total} updates of {train_config.batch_size} images "
-        f"{model_config.image_shape} ({len(data.train)} training images, "
-        f"{model.count_params():,} parameters, {model_config.attention} attention, "
-        f"{model_config.output} output)."
-    )
-
-    nan_guard = NaNGuard()
-    run_callbacks: list[keras.callbacks.Callback] = [
-        nan_guard,
-        StopAtStep(total),
-        TrainingSummaries(log_dir, train_config.log_every, names=("bits_per_dim",)),
-        CheckpointCallback(manager, nan_guard),
-        *callbacks,
-    ]
-    verbose = train_config.verbose
-    if verbose and not is_terminal(sys.stdout):
-        verbose = 0
-        if printer is not None:
-            run_callbacks.append(
-                PlainProgressLogger(train_config.log_every, total, printer)
-            )
-    preemption = PreemptionCheckpoint(manager, nan_guard)
-    run_callbacks.append(preemption)
-    if initial_step == 0:
-        write_hparams(
-            log_dir,
-            config.flat(),
-            trial_id=root.resolve().name,
-            metrics=[("bits_per_dim", "validation")],
-            session="validation",
-        )
-
-    history: dict[str, list[float]] = {}
     start = time.perf_counter()
-    try:
-        if initial_step < total:
-            fit = trainer.fit(
-                image_batches(
-                    data.train,
-                    train_config.batch_size,
-                    train_config.seed,
-                    start_step=initial_step,
-                    flip=train_config.flip,
-                    with_labels=conditional,
-                ),
-                epochs=math.ceil(total / per_epoch),
-                initial_epoch=initial_step // per_epoch,
-                steps_per_epoch=per_epoch,
-                validation_data=_evaluation_dataset(
-                    data.validation, train_config.evaluation_batch_size, conditional
-                )
-                if len(data.validation)
-                else None,
-                shuffle=False,
-                callbacks=run_callbacks,
-                verbose=verbose,
-            )
-            history = {k: [float(v) for v in vs] for k, vs in fit.history.items()}
-    except TrainingPreempted:
-        for callback in run_callbacks:
-            callback.on_train_end()
-        past = getattr(getattr(trainer, "history", None), "history", None) or {}
-        history = {k: [float(v) for v in vs] for k, vs in past.items()}
-    finally:
-        preemption.uninstall()
-    seconds = time.perf_counter() - start
-    if nan_guard.bad_step is not None:
-        raise TrainingDivergedError(
-            f"Training stopped: the loss became {nan_guard.bad_loss} at step "
-            f"{nan_guard.bad_step}. The last good checkpoint is "
-            f"{manager.latest_checkpoint or 'none'}. Lower the learning rate "
-            "(model.optimizer.learning_rate_scale), lengthen the warm-up or "
-            "clip gradients (model.optimizer.clipnorm), then restart with "
-            "force=True or in a new work directory."
-        )
-    preempted = preemption.requested is not None
-    if preempted and preemption.checkpoint is None:
-        preemption.save()
-    steps = int(optimizer.iterations.numpy())
-    validation = history.get("val_bits_per_dim", [None])[-1]
-
-    test_bits = None
-    if preempted:
-        say(
-            f"Training stopped by {preemption.signal_name} after update {steps}; "
-            f"saved {preemption.checkpoint}. Train again with the same config "
-            "and work directory to resume."
-        )
-    elif len(data.test):
-        logs = trainer.evaluate(
-            _evaluation_dataset(
-                data.test, train_config.evaluation_batch_size, conditional
-            ),
-            verbose=0,
-            return_dict=True,
-        )
-        test_bits = float(logs["bits_per_dim"])
-        writer = tf.summary.create_file_writer(str(log_dir / "test"))
-        with writer.as_default(step=steps):
-            tf.summary.scalar("bits_per_dim", test_bits)
-        writer.close()
-        say(f"Test bits/dim after {steps} updates: {test_bits:.4f}")
-    result = ImageTrainResult(
-        workdir=root,
-        log_dir=log_dir,
-        initial_step=initial_step,
-        steps=steps,
-        seconds=seconds,
-        history=history,
-        validation_bits_per_dim=validation,
-        test_bits_per_dim=test_bits,
-        model=model,
-        preempted=preempted,
+    result = train(
+        config.to_train_config(),
+        workdir,
+        data=data,
+        force=force,
+        callbacks=callbacks,
+        printer=printer,
     )
-    if not preempted:
-        write_atomically(
-            root / RESULT_FILE, json.dumps(result.to_dict(), indent=2) + "\n"
-        )
-    return result
+    validation = result.history.get("val_bits_per_dim", [None])[-1]
+    return ImageTrainResult(
+        workdir=result.workdir,
+        log_dir=result.log_dir,
+        initial_step=result.initial_step,
+        steps=result.steps,
+        seconds=time.perf_counter() - start,
+        history=result.history,
+        validation_bits_per_dim=validation,
+        test_bits_per_dim=(
+            None if result.evaluation is None else result.evaluation.bits_per_dim
+        ),
+        model=result.model,
+        preempted=result.preempted,
+    )

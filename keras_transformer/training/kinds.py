@@ -4,13 +4,16 @@ A run config names its kind in a top-level ``"kind"`` key: ``"translation"``
 (the default; a stored config without the key is a translation run),
 ``"classification"`` or ``"image"``. Each kind is a recipe found through
 `keras_transformer.training.recipes`. This module holds only the names and
-the `ClassificationConfig` section, without TensorFlow, so that
-`training.config` can validate a config before anything is built.
+the sections of the kinds' own settings (`ClassificationConfig`,
+`ImageConfig`), without TensorFlow, so that `training.config` can validate
+a config before anything is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from keras_transformer.validation import (
     check_bool,
@@ -24,14 +27,17 @@ from keras_transformer.validation import (
 __all__ = [
     "CLASSIFICATION_TASKS",
     "DEFAULT_KIND",
+    "IMAGE_SOURCES",
     "KINDS",
     "KIND_SECTIONS",
     "ClassificationConfig",
+    "ImageConfig",
+    "is_image_run_layout",
+    "upgrade_image_run_dict",
 ]
 
-#: The kinds of run `train()` knows. (Image runs still go through
-#: `keras_transformer.training.train_image_model`.)
-KINDS = ("translation", "classification")
+#: The kinds of run `train()` knows.
+KINDS = ("translation", "classification", "image")
 DEFAULT_KIND = "translation"
 #: The data sets a classification run reads (`keras_transformer.data.imdb`).
 CLASSIFICATION_TASKS = ("imdb",)
@@ -100,7 +106,113 @@ class ClassificationConfig:
             )
 
 
+#: Where the images of an image run come from: the scikit-image photographs
+#: cut into patches, or a local CIFAR-10 folder.
+IMAGE_SOURCES = ("sample_patches", "cifar10")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageConfig:
+    """The ``image`` section: an Image Transformer run's images and batches.
+
+    The model is the ``model`` section, an `ImageTransformerConfig`
+    (Parmar et al., 2018); the optimizer is the paper's (§4: the
+    Transformer's Adam and Eq. 7, ``model.optimizer``); the loss is the
+    negative log-likelihood in bits per dimension.
+
+    Attributes:
+        source: ``"sample_patches"`` (`data.images.load_sample_patches`: the
+            scikit-image photographs, split by photograph, the held-out one
+            for the test) or ``"cifar10"`` (`load_cifar10` from `directory`).
+        directory: the ``cifar-10-batches-py`` folder (``"cifar10"``).
+        patch_size, train_stride: the patches of ``"sample_patches"``.
+        validation_size: ``"cifar10"``: the last training images held out
+            for validation.
+        validation_images: evaluate at most this many validation images per
+            validation (``None``: all).
+        batch_size: images per batch (global, split over the replicas).
+        evaluation_batch_size: images per forward pass when evaluating.
+        flip: flip half of the training images left to right.
+    """
+
+    source: str = "sample_patches"
+    directory: str | None = None
+    patch_size: int = 32
+    train_stride: int = 16
+    validation_size: int = 5000
+    validation_images: int | None = None
+    batch_size: int = 16
+    evaluation_batch_size: int = 32
+    flip: bool = False
+
+    def __post_init__(self) -> None:
+        check_choice("image.source", self.source, IMAGE_SOURCES)
+        if self.source == "cifar10" and not self.directory:
+            raise ValueError(
+                "image.source='cifar10' needs `directory` (image.directory), "
+                "the local cifar-10-batches-py folder."
+            )
+        for name in (
+            "patch_size",
+            "train_stride",
+            "validation_size",
+            "batch_size",
+            "evaluation_batch_size",
+        ):
+            check_positive_int(f"image.{name}", getattr(self, name))
+        check_positive_int(
+            "image.validation_images", self.validation_images, allow_none=True
+        )
+        check_bool("image.flip", self.flip)
+
+
 #: The config section of each kind's own settings (none for translation).
 KIND_SECTIONS: dict[str, tuple[str, type]] = {
     "classification": ("classification", ClassificationConfig),
+    "image": ("image", ImageConfig),
 }
+
+#: The ``train`` settings of an image run's ``config.json`` of 0.2
+#: (`ImageTrainingConfig`'s defaults) that moved to the ``image`` section.
+_IMAGE_TRAIN_KEYS = ("batch_size", "evaluation_batch_size", "flip")
+#: `ImageTrainingConfig`'s defaults, for an old layout that leaves one out.
+_OLD_IMAGE_TRAIN_DEFAULTS = {
+    "train_steps": 2000,
+    "steps_per_epoch": 200,
+    "seed": 0,
+    "keep_checkpoints": 3,
+    "log_every": 50,
+    "jit_compile": False,
+    "verbose": 1,
+}
+
+
+def is_image_run_layout(values: Mapping[str, Any]) -> bool:
+    """Whether a raw config is in the layout of `ImageRunConfig` (the
+    ``config.json`` of image runs before kinds existed): no ``kind``, a
+    ``model`` with an ``image_shape``."""
+    model = values.get("model")
+    return (
+        "kind" not in values and isinstance(model, Mapping) and "image_shape" in model
+    )
+
+
+def upgrade_image_run_dict(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw config in `ImageRunConfig`'s layout as a ``kind="image"`` one.
+
+    ``data.*`` and ``train.batch_size``, ``train.evaluation_batch_size``,
+    ``train.flip`` move to the ``image`` section; the other ``train``
+    settings stay, with `ImageTrainingConfig`'s old defaults where missing.
+    """
+    unknown = sorted(set(values) - {"model", "data", "train"})
+    if unknown:
+        raise ValueError(
+            f"Unknown image run config sections: {unknown}. Known: "
+            "['data', 'model', 'train']"
+        )
+    train = {**_OLD_IMAGE_TRAIN_DEFAULTS, **dict(values.get("train", {}))}
+    image = dict(values.get("data", {}))
+    image.update({key: train.pop(key) for key in _IMAGE_TRAIN_KEYS if key in train})
+    # Written before `generation_order` existed: one raster order (0.1.0).
+    model = {"generation_order": "image", **values["model"]}
+    return {"kind": "image", "model": model, "image": image, "train": train}

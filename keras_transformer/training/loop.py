@@ -103,7 +103,7 @@ class TrainResult:
     evaluation: Any
     weights_checksum: str
     model: keras.Model = dataclasses.field(repr=False)
-    tokenizer: SubwordTokenizer = dataclasses.field(repr=False)
+    tokenizer: SubwordTokenizer | None = dataclasses.field(repr=False)
     skipped_pairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     preempted: bool = False
 
@@ -319,7 +319,7 @@ def _steps(
 def _checkpoints(
     config: TrainConfig,
     checkpoint_dir: Path,
-    tokenizer: SubwordTokenizer,
+    tokenizer: SubwordTokenizer | None,
     model: keras.Model,
     optimizer: Any,
     say: Callable[[str], None],
@@ -357,8 +357,9 @@ def train(
     force: bool = False,
     callbacks: Sequence[keras.callbacks.Callback] = (),
     printer: Callable[[str], None] | None = print,
+    data: Any = None,
 ) -> TrainResult:
-    """Trains a Transformer on a translation task; resumes an interrupted run.
+    """Trains a model of the config's kind; resumes an interrupted run.
 
     The recipe is the paper's unless the config says otherwise: token-budget
     batches of similar lengths (§5.1), Adam with beta_1=0.9, beta_2=0.98,
@@ -379,6 +380,8 @@ def train(
         force: continue a run whose stored config differs from `config`.
         callbacks: extra Keras callbacks.
         printer: where progress messages go (``None`` for silence).
+        data: the run's data instead of what the config names (the image
+            kind: an `ImageData`), checked by the recipe.
 
     Returns:
         A `TrainResult`.
@@ -412,21 +415,28 @@ def train(
     # `evaluate`'s outputs) on it is refused, naming this process.
     with FolderLock(directory, "keras-transformer train"):
         return _train(
-            config, strategy, root, directory, log_dir, force, callbacks, printer
+            config,
+            strategy,
+            (root, directory, log_dir),
+            force,
+            callbacks,
+            printer,
+            data,
         )
 
 
 def _train(
     config: TrainConfig,
     strategy: tf.distribute.Strategy,
-    root: Path,
-    directory: Path,
-    log_dir: Path,
+    folders: tuple[Path, Path, Path],
     force: bool,
     callbacks: Sequence[keras.callbacks.Callback],
     printer: Callable[[str], None] | None,
+    given_data: Any = None,
 ) -> TrainResult:
-    """`train` in a locked run folder (this process's `directory`)."""
+    """`train` in a locked run folder (`folders`: the run folder, this
+    process's folder, the TensorBoard folder)."""
+    root, directory, log_dir = folders
     say = printer or (lambda _: None)
     chief = is_chief(strategy)
     recipe = recipe_for(config)
@@ -434,10 +444,7 @@ def _train(
 
     # Data and the tokenizer (learned once, then reloaded on every restart).
     keras.utils.set_random_seed(config.train.seed)
-    data = recipe.load_data(config)
-    _report_skipped(data, say)  # bad lines are never dropped silently
-    tokenizer = _tokenizer(config, directory, data.train, strategy, say)
-    _check_same_on_all_workers(strategy, config.to_json() + tokenizer.fingerprint)
+    data, tokenizer = _data_and_tokenizer(config, directory, strategy, say, given_data)
     schedule = _steps(config, data, tokenizer)
 
     # The model, resumed from the newest intact checkpoint (of this run).
@@ -498,6 +505,29 @@ def _train(
 
 
 # -------------------------------------------------------------- train's parts
+def _data_and_tokenizer(
+    config: TrainConfig,
+    directory: Path,
+    strategy: tf.distribute.Strategy,
+    say: Callable[[str], None],
+    given_data: Any = None,
+) -> tuple[Any, SubwordTokenizer | None]:
+    """(the recipe's data, the run's tokenizer or None for a kind without
+    one); the workers are checked to run the same config and tokenizer."""
+    recipe = recipe_for(config)
+    if given_data is None:
+        data = recipe.load_data(config)
+    else:
+        data = recipe.given_data(config, given_data)
+    _report_skipped(data, say)  # bad lines are never dropped silently
+    tokenizer = None
+    if recipe.has_tokenizer:
+        tokenizer = _tokenizer(config, directory, data.train, strategy, say)
+    fingerprint = tokenizer.fingerprint if tokenizer else ""
+    _check_same_on_all_workers(strategy, config.to_json() + fingerprint)
+    return data, tokenizer
+
+
 def _named(strategy: tf.distribute.Strategy | str | None) -> bool:
     """Whether `strategy` is a name for `make_strategy` (or None: the default)."""
     return strategy is None or isinstance(strategy, str)
@@ -523,7 +553,11 @@ def _chief_callbacks(
     found += recipe.chief_callbacks(run, validation)
     # The one writer of the training and validation scalars (no
     # keras.callbacks.TensorBoard: its epoch_* copies showed everything twice).
-    found.append(TrainingSummaries(run.log_dir, run.config.train.log_every))
+    found.append(
+        TrainingSummaries(
+            run.log_dir, run.config.train.log_every, names=recipe.summary_names
+        )
+    )
     if run.initial_step == 0:
         write_skipped_pairs(run.log_dir, run.data.skipped(), step=0)
         # The HParams session is the validation run, where its metrics are.

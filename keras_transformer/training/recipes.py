@@ -31,7 +31,40 @@ import tensorflow as tf
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
 
-__all__ = ["Recipe", "RunContext", "recipe_for", "register_recipe"]
+__all__ = [
+    "Evaluation",
+    "Recipe",
+    "RunContext",
+    "SplitsWithoutSkips",
+    "evaluate_run",
+    "recipe_for",
+    "register_recipe",
+    "stored_run",
+]
+
+
+class SplitsWithoutSkips:
+    """The data of a kind whose readers refuse a bad example instead of
+    skipping it: nothing to report in ``result.json`` or TensorBoard. A
+    subclass (a dataclass) holds the ``train``, ``validation`` and ``test``
+    splits; its test split is named ``test``."""
+
+    test_name = "test"
+
+    def skipped(self) -> list[dict[str, Any]]:
+        return []
+
+    def skip_messages(self) -> list[str]:
+        return []
+
+
+class Evaluation:
+    """A final evaluation without outputs to list: ``to_dict`` is its fields
+    (a subclass is a dataclass with a ``summary()``)."""
+
+    def to_dict(self, num_examples: int = 0) -> dict[str, Any]:
+        del num_examples  # no outputs to list
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -43,7 +76,7 @@ class RunContext:
         root: the run folder.
         log_dir: its TensorBoard folder.
         model: the model being trained.
-        tokenizer: the run's tokenizer.
+        tokenizer: the run's tokenizer (None for a kind without one).
         data: what the recipe's `load_data` returned.
         fingerprint: the run's fingerprint (written into its weights files).
         initial_step: the update the run started (or resumed) from.
@@ -54,7 +87,7 @@ class RunContext:
     root: Path
     log_dir: Path
     model: keras.Model
-    tokenizer: SubwordTokenizer
+    tokenizer: SubwordTokenizer | None
     data: Any
     fingerprint: runs.RunFingerprint | None
     initial_step: int
@@ -73,9 +106,23 @@ class Recipe:
     kind = ""
     #: The validation metrics written into TensorBoard's HParams session.
     hparams_metrics: tuple[str, ...] = ("loss",)
+    #: The training logs written to TensorBoard every ``train.log_every``.
+    summary_names: tuple[str, ...] = ("loss", "token_accuracy", "perplexity")
+    #: The ``(section, field)`` of the folder its data is read from (what
+    #: ``evaluate --data-dir`` replaces).
+    data_folder: tuple[str, str] = ("data", "data_dir")
+    #: Whether the kind reads text through a learned tokenizer. Without one
+    #: (images) the run folder has no tokenizer and the fingerprint of the
+    #: checkpoints is the run id and the model config's hash.
+    has_tokenizer = True
 
     def load_data(self, config: Any) -> Any:
         raise NotImplementedError
+
+    def given_data(self, config: Any, data: Any) -> Any:
+        """The run's data from what the caller of `train(..., data=...)` gave
+        (checked and wrapped as `load_data` returns it)."""
+        return data
 
     def learn_tokenizer(self, config: Any, train_data: Any) -> SubwordTokenizer:
         raise NotImplementedError
@@ -131,12 +178,14 @@ class Recipe:
         """The one line that says what the run will do."""
         total_steps, per_epoch = schedule
         count, unit = self.update_size(config).split(" ", 1)
+        vocabulary = (
+            "" if tokenizer is None else f"; vocabulary {tokenizer.vocabulary_size}"
+        )
         return (
             f"Training {total_steps} updates ({per_epoch} per epoch, {count} x "
             f"{config.train.gradient_accumulation} {unit} per update, "
             f"{strategy.num_replicas_in_sync} replica(s)) on "
-            f"{self.training_set(config, data)}; vocabulary "
-            f"{tokenizer.vocabulary_size}."
+            f"{self.training_set(config, data)}{vocabulary}."
         )
 
     def validation(self, run: RunContext) -> keras.callbacks.Callback | None:
@@ -157,6 +206,34 @@ class Recipe:
         with ``to_dict(n)`` and ``summary()``."""
         raise NotImplementedError
 
+    def evaluate_saved(
+        self, model: keras.Model, tokenizer: SubwordTokenizer | None, config: Any
+    ) -> Any:
+        """The evaluation of a stored run's `model` on its test split
+        (``keras-transformer evaluate``; see `evaluate_run`)."""
+        raise NotImplementedError
+
+    def weights_to_evaluate(self, run: RunContext) -> keras.Model:
+        """The model with the weights ``train.evaluate_with`` names (the
+        last, the best or the average of the kept checkpoints, §6.1)."""
+        from keras_transformer.training import checkpoints
+
+        return checkpoints.weights_to_evaluate(
+            run.config,
+            run.root,
+            run.model,
+            run.say,
+            build=lambda: self.build_model(run.config, None),
+        )
+
+    @staticmethod
+    def log_test_value(run: RunContext, steps: int, name: str, value: float) -> None:
+        """Writes the final evaluation's `value` into TensorBoard's ``test`` run."""
+        writer = tf.summary.create_file_writer(str(run.log_dir / "test"))
+        with writer.as_default(step=steps):
+            tf.summary.scalar(name, value)
+        writer.close()
+
 
 #: kind -> a Recipe, or "module:Class" imported on first use.
 _RECIPES: dict[str, Recipe | str] = {
@@ -164,7 +241,52 @@ _RECIPES: dict[str, Recipe | str] = {
     "classification": (
         "keras_transformer.training.classification:ClassificationRecipe"
     ),
+    "image": "keras_transformer.training.image_recipe:ImageRecipe",
 }
+
+
+def stored_run(
+    workdir: str | Path, max_examples: int | None = None, data_dir: str | None = None
+) -> tuple[runs.RunFolder, Any]:
+    """(a run folder, its stored `TrainConfig`) for ``evaluate``: with
+    ``train.test_samples=max_examples`` and, when given, `data_dir` as the
+    folder of its data (the recipe's `Recipe.data_folder`)."""
+    from keras_transformer.training.config import TrainConfig
+
+    folder = runs.RunFolder(workdir).check()
+    config = TrainConfig.load(folder.config_file)
+    changes: dict[str, Any] = {}
+    section, field = recipe_for(config).data_folder
+    if data_dir is not None:
+        changes[section] = dataclasses.replace(
+            getattr(config, section), **{field: data_dir}
+        )
+    if max_examples is not None:
+        changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
+    return folder, config.replace(**changes) if changes else config
+
+
+def evaluate_run(
+    workdir: str | Path,
+    weights: str = "last",
+    *,
+    data_dir: str | None = None,
+    max_examples: int | None = None,
+) -> Any:
+    """The test evaluation of a stored run's `weights` (``evaluate``): the
+    accuracy of a classification run, the bits/dim of an image run.
+
+    Args:
+        workdir: the run folder.
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file
+            (see `runs.RunFolder.restore`).
+        data_dir: the folder of the data (default: the run's).
+        max_examples: evaluate a sample of this many test examples (a
+            seeded one of the reviews, the first images).
+    """
+    folder, config = stored_run(workdir, max_examples, data_dir)
+    model, tokenizer = folder.load(weights)
+    return recipe_for(config).evaluate_saved(model, tokenizer, config)
 
 
 def register_recipe(kind: str, recipe: Recipe) -> None:

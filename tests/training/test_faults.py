@@ -43,6 +43,7 @@ from tests.training.helpers import (
     damage_file,
     small_classification_config,
     small_config,
+    small_image_config,
     subprocess_env,
     write_config,
     write_reviews,
@@ -84,6 +85,8 @@ def reviews(tmp_path_factory):
 def _kind_config(kind: str, reviews: Path, *overrides: str):
     if kind == "translation":
         return small_config(*RUN_OVERRIDES, *overrides)
+    if kind == "image":
+        return small_image_config(*RUN_OVERRIDES, *overrides)
     return small_classification_config(reviews, *RUN_OVERRIDES, *overrides)
 
 
@@ -96,10 +99,20 @@ def trained_classification(tmp_path_factory, reviews):
     return workdir
 
 
-@pytest.fixture(params=["translation", "classification"])
+@pytest.fixture(scope="module")
+def trained_image(tmp_path_factory):
+    """The image twin of `trained`: checkpoints at 3, 6 and 9."""
+    workdir = tmp_path_factory.mktemp("faults_image") / "run"
+    train(_kind_config("image", Path()), workdir, printer=None)
+    assert _names(workdir) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    return workdir
+
+
+@pytest.fixture(params=["translation", "classification", "image"])
 def kind_run(request, tmp_path):
     """(kind, a copy of that kind's trained run that a test may damage)."""
-    name = "trained" if request.param == "translation" else "trained_classification"
+    name = {"translation": "trained", "classification": "trained_classification"}
+    name = name.get(request.param, "trained_image")
     copy = tmp_path / "run"
     shutil.copytree(request.getfixturevalue(name), copy)
     return request.param, copy

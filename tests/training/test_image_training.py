@@ -252,3 +252,43 @@ def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
         assert not (workdir / "config.json").exists()
     result = train_image_model(_config(), workdir, _data(), printer=None)
     assert result.steps == 6
+
+
+def test_a_run_folder_of_the_image_run_config_layout_resumes(tmp_path: Path) -> None:
+    """A run folder written by `train_image_model` before the image kind (its
+    config.json in the ImageRunConfig layout) resumes through the one
+    `train`, and a changed setting is still refused."""
+    data = _data(5)
+    train_image_model(_config(2, 2), tmp_path / "run", data, printer=None)
+    path = tmp_path / "run" / "config.json"
+    path.write_text(_config(2, 2).to_json())
+    wider = ImageRunConfig(
+        model=_config(4, 2).model.replace(d_model=32), train=_config(4, 2).train
+    )
+    with pytest.raises(ConfigMismatchError, match="model.d_model"):
+        train_image_model(wider, tmp_path / "run", data, printer=None)
+    resumed = train_image_model(_config(4, 2), tmp_path / "run", data, printer=None)
+    assert resumed.initial_step == 2 and resumed.steps == 4
+    stored = json.loads(path.read_text())
+    assert stored["kind"] == "image" and stored["image"]["batch_size"] == 4
+    assert ImageRunConfig.from_dict(stored) == _config(4, 2)
+
+
+def test_the_old_names_warn_and_build_the_image_kind(tmp_path: Path) -> None:
+    """`train_image_model` and its configs are deprecated wrappers (removed in
+    0.4) over `train` with a ``kind="image"`` TrainConfig."""
+    from keras_transformer.training import TrainConfig
+
+    for make in (ImageDataConfig, ImageTrainingConfig, ImageRunConfig):
+        with pytest.warns(DeprecationWarning, match="removed in 0.4"):
+            make()
+    config = _config(2, 2)
+    converted = config.to_train_config()
+    assert isinstance(converted, TrainConfig) and converted.kind == "image"
+    assert converted.model == config.model
+    assert converted.image.batch_size == config.train.batch_size
+    assert converted.train.steps_per_epoch == config.train.steps_per_epoch
+    assert ImageRunConfig.from_train_config(converted) == config
+    with pytest.warns(DeprecationWarning, match="train_image_model.*removed in 0.4"):
+        result = train_image_model(config, tmp_path / "run", _data(), printer=None)
+    assert result.steps == 2

@@ -183,3 +183,67 @@ def test_evaluate_reports_the_accuracy_of_a_classification_run(tmp_path, capsys)
     )
     assert status == 0
     assert capsys.readouterr().out.startswith("accuracy ")
+
+
+def test_the_image_config_round_trips_in_the_papers_order():
+    """configs/image_sample_patches.json: notebook 06's run (the "small" image
+    preset on 32 x 32 patches) in the paper's block order (§3.2)."""
+    import keras_transformer as kt
+    from keras_transformer.training.image_recipe import ImageRecipe
+
+    config = TrainConfig.load(REPO_ROOT / "configs" / "image_sample_patches.json")
+    assert config.kind == "image" and isinstance(recipe_for(config), ImageRecipe)
+    assert config.model == kt.models.image_presets["small"]
+    assert config.model.generation_order == "blocks"
+    assert (config.image.batch_size, config.image.flip) == (8, True)
+    assert (config.train.train_steps, config.train.steps_per_epoch) == (2400, 200)
+    values = json.loads(config.to_json())
+    assert "data" not in values and TrainConfig.from_dict(values) == config
+    changed = apply_overrides(config, ["image.batch_size=4", "model.d_model=32"])
+    assert (changed.image.batch_size, changed.model.d_model) == (4, 32)
+    with pytest.raises(ValueError, match="remove `data`"):
+        TrainConfig.from_dict({**values, "data": {"task": "dates"}})
+    with pytest.raises(ValueError, match="image.batch_size"):
+        apply_overrides(config, ["image.batch_size=0"])
+
+
+def test_evaluate_reports_the_bits_per_dim_of_an_image_run(tmp_path, capsys):
+    """`keras-transformer train` on an image config, then `evaluate`: the
+    test bits/dim of the run's final evaluation, with the PNG reference."""
+    from keras_transformer import cli
+    from tests.training.helpers import SMALL_IMAGE_CONFIG, write_config
+
+    path = write_config(tmp_path, SMALL_IMAGE_CONFIG)
+    run = tmp_path / "run"
+    assert cli.main(["train", str(path), "--workdir", str(run)]) == 0
+    stored = json.loads((run / "result.json").read_text())
+    evaluation = stored["evaluation"]
+    assert evaluation["images"] == 64 and np.isfinite(evaluation["bits_per_dim"])
+    assert evaluation["codecs"]["PNG"] > 0
+    assert not (run / "tokenizer").exists()
+    capsys.readouterr()
+    status = cli.main(["evaluate", "--workdir", str(run), "--json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    evaluated = json.loads(out)
+    assert evaluated["bits_per_dim"] == pytest.approx(evaluation["bits_per_dim"])
+    assert cli.main(["evaluate", "--workdir", str(run), "--max-sentences", "8"]) == 0
+    assert "bits/dim on 8 test images" in capsys.readouterr().out
+    # `complete`: 4 test images, each given its top 2 rows (one row of 2 x 2
+    # query blocks), 3 completions and the original, 4 x 4 pixels each.
+    grid = tmp_path / "grid.png"
+    command = ["complete", "--workdir", str(run), "--output", str(grid)]
+    assert cli.main(command) == 0
+    assert "Completions of 4 test images" in capsys.readouterr().out
+    from PIL import Image
+
+    from keras_transformer.data.images import load_sample_patches
+
+    picture = np.asarray(Image.open(grid))
+    assert picture.shape == ((4 * 4 + 3) * 4, (5 * 4 + 4) * 4, 3)
+    first = load_sample_patches(4, 64).test.images[0]
+    given = picture[:8:4, :16:4]  # the first image's given rows, unscaled
+    np.testing.assert_array_equal(given, first[:2])
+    completed = picture[:16:4, 20:36:4]  # its first completion keeps them
+    np.testing.assert_array_equal(completed[:2], first[:2])
+    assert (picture[8:16:4, :16:4] == 128).all()  # the rows it was not given

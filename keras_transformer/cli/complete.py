@@ -1,0 +1,54 @@
+"""``keras-transformer complete``: complete an image run's test images (PNG grid).
+
+The Image Transformer's output (Parmar et al., 2018, §4 and Figure 1): the
+top rows of held-out images are given, the rest drawn from the model in its
+generation order; `keras_transformer.training.image_recipe.complete_run_images`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_transformer.cli._common import CommandError, check_paths
+
+NAME = "complete"
+HELP = "Complete the test images of an image run from their top rows (PNG grid)."
+
+
+#: (flag, type, default, help) of the drawing options.
+_OPTIONS = (
+    ("--weights", str, "last", "last, best, average, or a weights file."),
+    ("--images", int, 4, "Test images (the grid's rows)."),
+    ("--samples", int, 3, "Completions per image."),
+    ("--given-rows", int, None, "Rows given (default: half, whole query blocks)."),
+    ("--temperature", float, 1.0, "1 samples the model; 0 the most likely values."),
+    ("--seed", int, 0, "Seed of the draws."),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer complete``."""
+    parser.add_argument("--workdir", required=True, help="The image run's folder.")
+    parser.add_argument("--output", required=True, help="The PNG file to write.")
+    for flag, kind, default, text in _OPTIONS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the grid and says where."""
+    check_paths(args, workdir="folder", output="new file")
+    from keras_transformer.training.image_recipe import complete_run_images
+
+    names = ("weights", "samples", "given_rows", "temperature", "seed")
+    options = {name: getattr(args, name) for name in names}
+    try:
+        path = complete_run_images(
+            args.workdir, args.output, num_images=args.images, **options
+        )
+    except (ValueError, FileNotFoundError) as e:
+        raise CommandError(str(e)) from e
+    print(
+        f"Completions of {args.images} test images written to {path} (rows: given, "
+        f"{args.samples} completions, original)."
+    )
+    return 0
