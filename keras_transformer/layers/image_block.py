@@ -313,8 +313,11 @@ class ImageTransformerBlock(TransformerBlockBase):
         def cached_attend(x: Any) -> Any:
             attention = self.self_attention
             if self.attention == "full":
-                output, _, (keys, values) = attention.cached_self_attention(
-                    x, (cache["keys"], cache["values"]), index
+                output, (keys, values) = attention(
+                    x,
+                    cache=(cache["keys"], cache["values"]),
+                    cache_update_index=index,
+                    use_causal_mask=True,
                 )
                 new_cache.update(keys=keys, values=values)
                 return output
