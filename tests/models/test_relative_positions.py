@@ -117,17 +117,19 @@ def test_a_text_model_with_relative_positions_trains():
     assert np.abs(_numpy(layer.relative_value_embeddings)).max() > 0
 
 
+@pytest.mark.tensorflow_only  # the decoding package is TensorFlow
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_cached_greedy_search_equals_the_uncached_search(jit_compile):
     """The search loop (KV caches, static shapes under XLA) picks the tokens
     of the decoder re-run on the whole prefix at every step."""
-    from keras_transformer import decoding
+    from keras_transformer.decoding import Decoder, DecodeSettings
 
     keras.utils.set_random_seed(3)
     model = build_transformer(presets["tiny"].replace(**RELATIVE))
+    greedy = DecodeSettings(method="greedy")
     settings = {"max_length": 8, "end_id": None}
-    cached = decoding.greedy_decode(model, SOURCE, jit_compile=jit_compile, **settings)
-    uncached = decoding.uncached_greedy_decode(model, SOURCE, **settings)
+    cached = Decoder(model, jit_compile=jit_compile).decode(SOURCE, greedy, **settings)
+    uncached = Decoder(model, use_cache=False).decode(SOURCE, greedy, **settings)
     np.testing.assert_array_equal(_numpy(cached.token_ids), _numpy(uncached.token_ids))
     # The summed log-probabilities: every step's distribution agrees.
     np.testing.assert_allclose(
@@ -135,6 +137,7 @@ def test_cached_greedy_search_equals_the_uncached_search(jit_compile):
     )
 
 
+@pytest.mark.tensorflow_only  # a SavedModel
 def test_the_export_translates_like_the_library(tmp_path: Path):
     """A SavedModel of a model with relative positions gives the
     translations of `translate_lines` (beam search in this process)."""
