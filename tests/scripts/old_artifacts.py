@@ -61,7 +61,9 @@ translated = subprocess.run(
 
 import keras
 import tensorflow as tf
-import keras_transformer as kt  # registers the layers of model.keras
+import tensorflow_text  # registers the SentencePiece op (a lazy package does not)
+import keras_transformer as kt
+import keras_transformer.layers  # registers the layers of model.keras
 
 saved = tf.saved_model.load(str(work / "export"))
 exported = saved.signatures["serving_default"](sentences=tf.constant(sentences))
