@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import subprocess
@@ -226,16 +227,7 @@ def write_reviews(directory: Path, train: int = 320, test: int = 64) -> Path:
 #: epoch.
 SMALL_CLASSIFICATION_CONFIG: dict[str, Any] = {
     "kind": "classification",
-    "model": {
-        "preset": "tiny",
-        "num_encoder_layers": 1,
-        "num_decoder_layers": 1,
-        "d_model": 32,
-        "d_ff": 64,
-        "num_heads": 2,
-        "max_length": 32,
-        "optimizer": {"warmup_steps": 3},
-    },
+    "model": copy.deepcopy(SMALL_CONFIG["model"]),  # the same one-block model
     "data": {
         "vocabulary_size": 60,
         "max_sentence_length": 24,
