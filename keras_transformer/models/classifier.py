@@ -31,7 +31,9 @@ def build_classifier(
     Args:
         config: its sizes: ``vocabulary_size``, ``d_model``, ``num_heads``,
             ``d_ff``, ``num_encoder_layers``, ``dropout`` (on the embeddings,
-            each sub-layer and the pooled vector), ``position_encoding`` and
+            each sub-layer and the pooled vector), ``position_encoding``
+            (``"sinusoidal"``, ``"learned"`` or ``"none"``: no position
+            information, so the mean-pooled prediction ignores word order) and
             ``max_length`` (for learned positions); the decoder settings are
             not used.
         dtype: a Keras dtype policy (e.g. ``"mixed_bfloat16"``); ``None``
@@ -47,8 +49,9 @@ def build_classifier(
     )(token_ids)
     if config.position_encoding == "learned":
         x = PositionEmbedding(max_length=config.max_length, dtype=dtype)(x)
-    else:
+    elif config.position_encoding == "sinusoidal":
         x = SinusoidalPositionEncoding(dtype=dtype)(x)
+    # "none": no position information, the word-order ablation.
     x = keras.layers.Dropout(config.dropout, dtype=dtype)(x)
     # The encoder blocks of `build_transformer`, with the same settings.
     block_args = block_arguments(config, dtype)

@@ -23,7 +23,9 @@ from keras_transformer.validation import (
     warn_deprecated,
 )
 
-POSITION_ENCODINGS = ("sinusoidal", "learned")
+POSITION_ENCODINGS = ("sinusoidal", "learned", "none")
+"""`"none"` adds no position information: the word-order ablation of a
+classifier (`build_classifier`); a translation model refuses it."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,6 +137,13 @@ class TransformerStack:
                 name="target_embedding",
             )
 
+        if config.position_encoding == "none":
+            raise ValueError(
+                "model.position_encoding='none' is only for classifiers (the "
+                "word-order ablation of build_classifier); a translation model "
+                "needs 'sinusoidal' or 'learned' positions (§3.5)."
+            )
+
         def position(name: str) -> keras.layers.Layer:
             if config.position_encoding == "learned":
                 return PositionEmbedding(config.max_length, dtype=dtype, name=name)
