@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 __all__ = [
     "check_bool",
     "check_choice",
+    "check_fields",
     "check_grid",
     "check_int",
     "check_known_names",
@@ -187,6 +188,27 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     ):
         shown = ", ".join(map(repr, choices))
         _fail(name, f"one of {shown}", value, False)
+
+
+def check_fields(
+    check: Callable[..., None],
+    config: Any,
+    names: Iterable[str],
+    *,
+    section: str = "",
+    **options: Any,
+) -> None:
+    """`check` on each field `names` of `config`, named by its config key.
+
+    ``check_fields(check_rate, self, ("dropout",), section="model")`` runs
+    ``check_rate("model.dropout", self.dropout)``: the one way a config
+    dataclass checks its fields, so that a message names the dotted key
+    (``--set model.dropout=...``) to fix. `options` go to `check` (e.g.
+    ``allow_none=True``); without a `section` the bare field name is used.
+    """
+    for name in names:
+        key = f"{section}.{name}" if section else name
+        check(key, getattr(config, name), **options)
 
 
 def check_known_names(

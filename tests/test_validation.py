@@ -95,3 +95,31 @@ def test_check_known_names_names_the_unknown_and_lists_the_known():
     )
     with pytest.raises(ValueError, match=r"^Unknown x: \['q'\]\. Listed: \['p'\]\.$"):
         check_known_names(["q"], ["p"], "x", listing="Listed")
+
+
+def test_check_fields_names_each_field_by_its_config_key():
+    import dataclasses
+
+    from keras_transformer.validation import check_fields, check_rate
+
+    @dataclasses.dataclass
+    class Section:
+        dropout: float = 0.1
+        size: int | None = None
+
+    check_fields(check_rate, Section(), ("dropout",), section="model")
+    check_fields(check_positive_int, Section(), ("size",), allow_none=True)
+    with pytest.raises(ValueError, match=r"^`model\.dropout` must be a rate"):
+        check_fields(check_rate, Section(dropout=1.5), ("dropout",), section="model")
+    with pytest.raises(ValueError, match=r"^`size` must be a positive integer\. "):
+        check_fields(check_positive_int, Section(size=0), ("size",))
+    with pytest.raises(
+        ValueError, match=r"`model\.size` must be a positive integer or null"
+    ):
+        check_fields(
+            check_positive_int,
+            Section(size=0),
+            ("size",),
+            section="model",
+            allow_none=True,
+        )

@@ -19,6 +19,8 @@ __all__ = [
     "CommandError",
     "add_model_arguments",
     "add_search_arguments",
+    "add_translator_arguments",
+    "check_translator_arguments",
     "search_settings",
     "load_search_translator",
     "translating",
@@ -135,14 +137,16 @@ def check_weights(args: argparse.Namespace) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--workdir`` and ``--weights``: which trained model to load."""
-    parser.add_argument(
+    """``--workdir`` and ``--weights``: which trained model to load (the
+    help's "model" group)."""
+    group = parser.add_argument_group("model", "Which trained model to load.")
+    group.add_argument(
         "--workdir",
         required=True,
         help="A training run folder (keras-transformer train --workdir), or a "
         "folder written by keras-transformer export.",
     )
-    parser.add_argument(
+    group.add_argument(
         "--weights",
         default="last",
         help="Which weights of a training run: last, best, average, or the path "
@@ -177,31 +181,34 @@ def add_search_arguments(
     from keras_transformer.decoding.settings import default_setting
 
     max_input_length = default_setting("max_input_length")
-    parser.add_argument(
+    group = parser.add_argument_group(
+        "decoding", "The search and its settings (§6.1; DecodeSettings)."
+    )
+    group.add_argument(
         "--method",
         default=default_setting("method"),
         help="The search: a strategy of keras_transformer.decoding.STRATEGIES, "
         "e.g. beam (§6.1), greedy, sample (default %(default)s).",
     )
-    parser.add_argument(
+    group.add_argument(
         "--beam-size",
         type=int,
         default=default_setting("beam_size"),
         help="Beam size (§6.1: %(default)s); 1: greedy.",
     )
-    parser.add_argument(
+    group.add_argument(
         "--alpha",
         type=float,
         default=default_setting("alpha"),
         help="Length penalty alpha (§6.1: %(default)s).",
     )
-    parser.add_argument(
+    group.add_argument(
         "--length-penalty",
         type=float,
         action=_DeprecatedAlpha,
         help="Deprecated name of --alpha (removed in 0.4).",
     )
-    parser.add_argument(
+    group.add_argument(
         "--max-input-length",
         type=int,
         default=None if max_input_length_help else max_input_length,
@@ -211,23 +218,45 @@ def add_search_arguments(
         )
         + ".",
     )
-    parser.add_argument(
+    group.add_argument(
         "--extra-length",
         type=int,
         default=default_setting("extra_length"),
         help="An output may be this many tokens longer than its source "
         "(§6.1: %(default)s).",
     )
-    parser.add_argument(
+    group.add_argument(
         "--temperature",
         type=float,
         default=default_setting("temperature"),
         help="Sampling temperature (--method sample; default %(default)s).",
     )
     if batch_size:
-        parser.add_argument(
+        group.add_argument(
             "--batch-size", type=int, default=32, help="Sentences decoded together."
         )
+
+
+def add_translator_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    max_input_length_help: str | None = None,
+    batch_size: bool = True,
+) -> None:
+    """The model to load and how to decode with it: the "model" and
+    "decoding" groups of evaluate, translate and export
+    (`add_model_arguments`, `add_search_arguments` with these options)."""
+    add_model_arguments(parser)
+    add_search_arguments(
+        parser, max_input_length_help=max_input_length_help, batch_size=batch_size
+    )
+
+
+def check_translator_arguments(args: argparse.Namespace, **kinds: str) -> None:
+    """Checks ``--workdir`` (a folder), ``--weights`` (`check_weights`) and
+    the command's own path arguments, `kinds` as for `check_paths`."""
+    check_paths(args, workdir="folder", **kinds)
+    check_weights(args)
 
 
 def search_settings(args: argparse.Namespace) -> dict[str, Any]:

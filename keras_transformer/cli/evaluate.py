@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.cli._common import (
-    add_model_arguments,
-    add_search_arguments,
-    check_paths,
-    check_weights,
+    add_translator_arguments,
+    check_translator_arguments,
     load_search_translator,
     translating,
     warn,
@@ -29,7 +27,7 @@ HELP = "Translate a test set (beam search, §6.1); print and log sacreBLEU and c
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer evaluate``."""
-    add_model_arguments(parser)
+    add_translator_arguments(parser)
     data = parser.add_argument_group(
         "test set",
         "Either --source and --reference files, or a data set split (by default "
@@ -58,7 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Evaluate only the first N sentences.",
     )
-    add_search_arguments(parser)
     parser.add_argument(
         "--hypotheses",
         help="Where to write the translations (default for a training run: "
@@ -302,16 +299,14 @@ def run(args: argparse.Namespace) -> int:
     run folder that cannot be written (read-only) is scored all the same,
     with one warning line for what could not be saved.
     """
-    check_paths(
+    check_translator_arguments(
         args,
-        workdir="folder",
         source="file",
         reference="file",
         data_dir="folder",
         hypotheses="new file",
         log_dir="new folder",
     )
-    check_weights(args)
     kind = _run_kind(Path(args.workdir))
     if kind != "translation":
         return _evaluate_other_kind(args, kind)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli._common import (
-    add_model_arguments,
-    add_search_arguments,
-    check_paths,
-    check_weights,
+    add_translator_arguments,
+    check_translator_arguments,
     search_settings,
 )
 
@@ -18,17 +16,16 @@ HELP = "Write a SavedModel that translates raw strings (tokenizer, beam search i
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer export``."""
-    add_model_arguments(parser)
+    add_translator_arguments(
+        parser,
+        max_input_length_help="(default {default}, or the model's learned positions)",
+        batch_size=False,
+    )
     parser.add_argument(
         "--output",
         required=True,
         help="The export folder, e.g. exported/de_en/1 (TensorFlow Serving wants "
         "a numbered version folder).",
-    )
-    add_search_arguments(
-        parser,
-        max_input_length_help="(default {default}, or the model's learned positions)",
-        batch_size=False,
     )
     parser.add_argument(
         "--overwrite",
@@ -40,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Loads the model, writes the SavedModel, says how to inspect it."""
-    check_paths(args, workdir="folder", output="new folder")
-    check_weights(args)
+    check_translator_arguments(args, output="new folder")
     from keras_transformer import export
     from keras_transformer.files import FolderLockedError
     from keras_transformer.translation import load_translator

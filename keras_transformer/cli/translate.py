@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli._common import (
-    add_model_arguments,
-    add_search_arguments,
-    check_paths,
-    check_weights,
+    add_translator_arguments,
+    check_translator_arguments,
     load_search_translator,
     translating,
 )
@@ -19,7 +17,7 @@ HELP = "Translate a file or standard input, one output line per input line."
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer translate``."""
-    add_model_arguments(parser)
+    add_translator_arguments(parser)
     parser.add_argument(
         "--input",
         default="-",
@@ -31,7 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Where to write the translations, one per line (default: standard "
         "output).",
     )
-    add_search_arguments(parser)
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -41,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Reads the lines, translates them with `Translator`, writes them."""
-    check_paths(args, workdir="folder", input="file", output="new file")
-    check_weights(args)
+    check_translator_arguments(args, input="file", output="new file")
     from keras_transformer.translation import read_lines, write_lines
 
     lines = read_lines(args.input)

@@ -15,6 +15,7 @@ from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_bool,
     check_choice,
+    check_fields,
     check_known_names,
     check_number,
     check_positive_int,
@@ -106,7 +107,7 @@ class _TransformerFields:
         # Each field by its config key (`model.<name>`), so that a training
         # config's error names the setting to fix.
         object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
-        for name in (
+        sizes = (
             "vocabulary_size",
             "num_encoder_layers",
             "num_decoder_layers",
@@ -114,22 +115,24 @@ class _TransformerFields:
             "d_ff",
             "num_heads",
             "max_length",
-        ):
-            check_positive_int(f"model.{name}", getattr(self, name))
-        for name in (
+        )
+        check_fields(check_positive_int, self, sizes, section="model")
+        optional = (
             "target_vocabulary_size",
             "key_dim",
             "value_dim",
             "attention_window",
-        ):
-            check_positive_int(f"model.{name}", getattr(self, name), allow_none=True)
-        for name in ("dropout", "attention_dropout", "ffn_dropout"):
-            check_rate(f"model.{name}", getattr(self, name))
+        )
+        check_fields(
+            check_positive_int, self, optional, section="model", allow_none=True
+        )
+        rates = ("dropout", "attention_dropout", "ffn_dropout")
+        check_fields(check_rate, self, rates, section="model")
         check_choice(
             "model.position_encoding", self.position_encoding, POSITION_ENCODINGS
         )
-        for name in ("norm_first", "share_embeddings"):
-            check_bool(f"model.{name}", getattr(self, name))
+        switches = ("norm_first", "share_embeddings")
+        check_fields(check_bool, self, switches, section="model")
         check_number("model.layer_norm_epsilon", self.layer_norm_epsilon, above=0.0)
         _check_activation(self.activation)
         check_relative_positions(

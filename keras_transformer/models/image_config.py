@@ -22,7 +22,9 @@ from keras_transformer.models.config import _optimizer_config
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_choice,
+    check_fields,
     check_grid,
+    check_known_names,
     check_pair,
     check_positive_int,
     check_rate,
@@ -126,13 +128,13 @@ class ImageTransformerConfig:
         object.__setattr__(
             self, "memory_flange", check_pair("memory_flange", self.memory_flange, 0)
         )
-        for name in ("num_mixtures", "num_layers", "d_ff", "num_heads"):
-            check_positive_int(name, getattr(self, name))
+        sizes = ("num_mixtures", "num_layers", "d_ff", "num_heads")
+        check_fields(check_positive_int, self, sizes)
         check_image_d_model(self.d_model)
-        for name in ("num_classes", "key_dim"):
-            check_positive_int(name, getattr(self, name), allow_none=True)
-        for name in ("dropout", "attention_dropout", "ffn_dropout"):
-            check_rate(name, getattr(self, name))
+        check_fields(
+            check_positive_int, self, ("num_classes", "key_dim"), allow_none=True
+        )
+        check_fields(check_rate, self, ("dropout", "attention_dropout", "ffn_dropout"))
         if self.output not in IMAGE_OUTPUTS:
             raise ValueError(
                 f"`output` must be one of {IMAGE_OUTPUTS}. Received: "
@@ -209,13 +211,8 @@ class ImageTransformerConfig:
         it is read as `generation_order="image"`, so that its model keeps
         the order it was trained with. Give the key to get `"blocks"`.
         """
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"Unknown ImageTransformerConfig fields: {unknown}. Known: "
-                f"{sorted(known)}"
-            )
+        known = [field.name for field in dataclasses.fields(cls)]
+        check_known_names(values, known, "ImageTransformerConfig fields")
         values = {"generation_order": "image", **values}
         for name in ("image_shape", "query_block", "memory_flange"):
             if name in values:

@@ -70,6 +70,7 @@ from keras_transformer.training.kinds import (
 from keras_transformer.validation import (
     check_bool,
     check_choice,
+    check_fields,
     check_int,
     check_known_names,
     check_positive_int,
@@ -329,9 +330,9 @@ class _DataFields:
             TOKENIZER_MODEL_TYPES,
         )
         check_choice("data.too_long", self.too_long, TOO_LONG)
-        for name in ("source_language", "target_language"):
-            check_string(f"data.{name}", getattr(self, name))
-        for name in (
+        languages = ("source_language", "target_language")
+        check_fields(check_string, self, languages, section="data")
+        paths = (
             "data_dir",
             "train_source",
             "train_target",
@@ -339,17 +340,19 @@ class _DataFields:
             "validation_target",
             "test_source",
             "test_target",
-        ):
-            check_string(f"data.{name}", getattr(self, name), allow_none=True)
-        for name in ("num_train_examples", "num_eval_examples", "max_tokens_per_batch"):
-            check_positive_int(f"data.{name}", getattr(self, name))
-        for name in (
+        )
+        check_fields(check_string, self, paths, section="data", allow_none=True)
+        counts = ("num_train_examples", "num_eval_examples", "max_tokens_per_batch")
+        check_fields(check_positive_int, self, counts, section="data")
+        optional = (
             "vocabulary_size",
             "tokenizer_max_sentences",
             "shuffle_buffer",
             "held_out_pairs",
-        ):
-            check_positive_int(f"data.{name}", getattr(self, name), allow_none=True)
+        )
+        check_fields(
+            check_positive_int, self, optional, section="data", allow_none=True
+        )
         self._check_lengths()
         self._check_task()
 
@@ -527,16 +530,18 @@ class _TrainingFields:
     verbose: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("train_steps", "epochs", "steps_per_epoch", "test_samples"):
-            check_positive_int(f"train.{name}", getattr(self, name), allow_none=True)
-        for name in (
+        lengths = ("train_steps", "epochs", "steps_per_epoch", "test_samples")
+        check_fields(
+            check_positive_int, self, lengths, section="train", allow_none=True
+        )
+        counts = (
             "validation_every",
             "gradient_accumulation",
             "keep_checkpoints",
             "bleu_samples",
             "log_every",
-        ):
-            check_positive_int(f"train.{name}", getattr(self, name))
+        )
+        check_fields(check_positive_int, self, counts, section="train")
         if self.train_steps is not None and self.epochs is not None:
             raise ValueError(
                 "Set either `train.train_steps` or `train.epochs`, not both. "
@@ -544,11 +549,11 @@ class _TrainingFields:
             )
         # The paper's label smoothing is 0.1 (null: the preset's).
         check_rate("train.label_smoothing", self.label_smoothing, allow_none=True)
-        for name in ("extra_length", "attention_example", "num_translations"):
-            check_int(f"train.{name}", getattr(self, name), 0)
+        at_least_zero = ("extra_length", "attention_example", "num_translations")
+        check_fields(check_int, self, at_least_zero, section="train", minimum=0)
         check_int("train.seed", self.seed, 0, MAX_SEED)
-        for name in ("jit_compile", "keep_best"):
-            check_bool(f"train.{name}", getattr(self, name))
+        switches = ("jit_compile", "keep_best")
+        check_fields(check_bool, self, switches, section="train")
         check_choice("train.verbose", self.verbose, (0, 1, 2))
         check_choice("train.precision", self.precision, PRECISIONS)
         check_choice("train.evaluate_with", self.evaluate_with, EVALUATE_WITH)

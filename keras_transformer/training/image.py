@@ -40,10 +40,14 @@ from keras_transformer.data.images import (
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import ImageTransformerStack
 from keras_transformer.training.config import TrainConfig, TrainingConfig
-from keras_transformer.training.kinds import IMAGE_SOURCES, ImageConfig
+from keras_transformer.training.kinds import (
+    IMAGE_SOURCES,
+    ImageConfig,
+    ImageSourceConfig,
+)
 from keras_transformer.training.loop import train
 from keras_transformer.training.trainer import SummedLossTrainer
-from keras_transformer.validation import check_positive_int, warn_deprecated
+from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "IMAGE_RESUMABLE_CHANGES",
@@ -83,33 +87,15 @@ _IMAGE_BATCH_KEYS = ("batch_size", "evaluation_batch_size", "flip")
 
 # ------------------------------------------------------------------ configs
 @dataclasses.dataclass(frozen=True)
-class ImageDataConfig:
+class ImageDataConfig(ImageSourceConfig):
     """Deprecated (removed in 0.4): the ``image`` section of a
     ``kind="image"`` `TrainConfig` (`kinds.ImageConfig`). Which images a
-    run trains on.
-
-    Attributes:
-        source: ``"sample_patches"`` (`kt.data.images.load_sample_patches`:
-            the scikit-image photographs, split by photograph) or
-            ``"cifar10"`` (`load_cifar10` from `directory`).
-        directory: the ``cifar-10-batches-py`` folder (``"cifar10"``).
-        patch_size, train_stride: the patches of ``"sample_patches"``.
-        validation_size: ``"cifar10"``: the last training images held out
-            for validation.
-        validation_images: evaluate at most this many validation images per
-            epoch (`None`: all).
+    run trains on: the fields and checks of `kinds.ImageSourceConfig`.
     """
-
-    source: str = "sample_patches"
-    directory: str | None = None
-    patch_size: int = 32
-    train_stride: int = 16
-    validation_size: int = 5000
-    validation_images: int | None = None
 
     def __post_init__(self) -> None:
         warn_deprecated("ImageDataConfig", "TrainConfig's image section")
-        ImageConfig(**dataclasses.asdict(self))  # the same checks
+        super().__post_init__()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,17 +130,20 @@ class ImageTrainingConfig:
 
     def __post_init__(self) -> None:
         warn_deprecated("ImageTrainingConfig", "TrainConfig's train section")
-        for name in (
-            "batch_size",
-            "train_steps",
-            "steps_per_epoch",
-            "keep_checkpoints",
-            "log_every",
-            "evaluation_batch_size",
-        ):
-            check_positive_int(name, getattr(self, name))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"`seed` must be an integer. Received: seed={self.seed!r}")
+        self._sections()  # checked by the sections' own checks
+
+    def _sections(self) -> tuple[dict[str, Any], TrainingConfig]:
+        """The batch settings of the ``image`` section (`_IMAGE_BATCH_KEYS`)
+        and the ``train`` section of the same run.
+
+        Raises:
+            ValueError: naming the setting (``image.batch_size``,
+                ``train.train_steps``, ...) that is not valid.
+        """
+        train = dataclasses.asdict(self)
+        batches = {key: train.pop(key) for key in _IMAGE_BATCH_KEYS}
+        ImageConfig(**batches)  # checks the batch settings
+        return batches, TrainingConfig(**train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,14 +193,12 @@ class ImageRunConfig:
 
     def to_train_config(self) -> TrainConfig:
         """The same run as a ``kind="image"`` `TrainConfig`."""
-        train = dataclasses.asdict(self.train)
-        image = dataclasses.asdict(self.data)
-        image.update({key: train.pop(key) for key in _IMAGE_BATCH_KEYS})
+        batches, train = self.train._sections()
         return TrainConfig(
             kind="image",
             model=self.model,
-            image=ImageConfig(**image),
-            train=TrainingConfig(**train),
+            image=ImageConfig(**dataclasses.asdict(self.data), **batches),
+            train=train,
         )
 
     @classmethod

@@ -5,8 +5,8 @@ A run config names its kind in a top-level ``"kind"`` key: ``"translation"``
 ``"classification"`` or ``"image"``. Each kind is a recipe found through
 `keras_transformer.training.recipes`. This module holds only the names and
 the sections of the kinds' own settings (`ClassificationConfig`,
-`ImageConfig`), without TensorFlow, so that `training.config` can validate
-a config before anything is built.
+`ImageConfig` with its `ImageSourceConfig`), without TensorFlow, so that
+`training.config` can validate a config before anything is built.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from keras_transformer.validation import (
     check_bool,
     check_choice,
+    check_fields,
     check_int,
     check_number,
     check_positive_int,
@@ -32,6 +33,7 @@ __all__ = [
     "KIND_SECTIONS",
     "ClassificationConfig",
     "ImageConfig",
+    "ImageSourceConfig",
     "is_image_run_layout",
     "upgrade_image_run_dict",
 ]
@@ -93,8 +95,8 @@ class ClassificationConfig:
         )
         check_int("classification.tail_tokens", self.tail_tokens, 0)
         check_bool("classification.lowercase", self.lowercase)
-        for name in ("weight_decay", "warmup_share", "validation_share"):
-            check_rate(f"classification.{name}", getattr(self, name))
+        rates = ("weight_decay", "warmup_share", "validation_share")
+        check_fields(check_rate, self, rates, section="classification")
         check_number(
             "classification.learning_rate", self.learning_rate, above=0.0, below=1.0
         )
@@ -112,13 +114,10 @@ IMAGE_SOURCES = ("sample_patches", "cifar10")
 
 
 @dataclasses.dataclass(frozen=True)
-class ImageConfig:
-    """The ``image`` section: an Image Transformer run's images and batches.
-
-    The model is the ``model`` section, an `ImageTransformerConfig`
-    (Parmar et al., 2018); the optimizer is the paper's (§4: the
-    Transformer's Adam and Eq. 7, ``model.optimizer``); the loss is the
-    negative log-likelihood in bits per dimension.
+class ImageSourceConfig:
+    """Which images an image run trains on: the first fields of the ``image``
+    section (`ImageConfig`), and the whole of the deprecated
+    `training.image.ImageDataConfig`; their one home and their checks.
 
     Attributes:
         source: ``"sample_patches"`` (`data.images.load_sample_patches`: the
@@ -130,9 +129,6 @@ class ImageConfig:
             for validation.
         validation_images: evaluate at most this many validation images per
             validation (``None``: all).
-        batch_size: images per batch (global, split over the replicas).
-        evaluation_batch_size: images per forward pass when evaluating.
-        flip: flip half of the training images left to right.
     """
 
     source: str = "sample_patches"
@@ -141,9 +137,6 @@ class ImageConfig:
     train_stride: int = 16
     validation_size: int = 5000
     validation_images: int | None = None
-    batch_size: int = 16
-    evaluation_batch_size: int = 32
-    flip: bool = False
 
     def __post_init__(self) -> None:
         check_choice("image.source", self.source, IMAGE_SOURCES)
@@ -152,17 +145,38 @@ class ImageConfig:
                 "image.source='cifar10' needs `directory` (image.directory), "
                 "the local cifar-10-batches-py folder."
             )
-        for name in (
-            "patch_size",
-            "train_stride",
-            "validation_size",
-            "batch_size",
-            "evaluation_batch_size",
-        ):
-            check_positive_int(f"image.{name}", getattr(self, name))
+        sizes = ("patch_size", "train_stride", "validation_size")
+        check_fields(check_positive_int, self, sizes, section="image")
         check_positive_int(
             "image.validation_images", self.validation_images, allow_none=True
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageConfig(ImageSourceConfig):
+    """The ``image`` section: an Image Transformer run's images and batches.
+
+    The model is the ``model`` section, an `ImageTransformerConfig`
+    (Parmar et al., 2018); the optimizer is the paper's (§4: the
+    Transformer's Adam and Eq. 7, ``model.optimizer``); the loss is the
+    negative log-likelihood in bits per dimension.
+
+    Attributes:
+        source, directory, patch_size, train_stride, validation_size,
+            validation_images: the images (`ImageSourceConfig`).
+        batch_size: images per batch (global, split over the replicas).
+        evaluation_batch_size: images per forward pass when evaluating.
+        flip: flip half of the training images left to right.
+    """
+
+    batch_size: int = 16
+    evaluation_batch_size: int = 32
+    flip: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        batches = ("batch_size", "evaluation_batch_size")
+        check_fields(check_positive_int, self, batches, section="image")
         check_bool("image.flip", self.flip)
 
 

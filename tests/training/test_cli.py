@@ -27,6 +27,31 @@ def test_subcommands_are_registered_in_one_table():
     assert args.handler is cli.COMMANDS["average-checkpoints"].run
 
 
+def test_the_translating_commands_share_the_model_and_decoding_groups():
+    """evaluate, translate and export take the model and the decoding
+    settings through one `add_translator_arguments`: the same two groups."""
+    import argparse
+
+    parser = cli.build_parser()
+    subcommands = next(
+        action
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    decoding = ["--method", "--beam-size", "--alpha", "--length-penalty"]
+    decoding += ["--max-input-length", "--extra-length", "--temperature"]
+    for name in ("evaluate", "translate", "export"):
+        command = subcommands.choices[name]
+        groups = {
+            group.title: [action.option_strings[0] for action in group._group_actions]
+            for group in command._action_groups
+        }
+        assert groups["model"] == ["--workdir", "--weights"], name
+        batch = [] if name == "export" else ["--batch-size"]
+        assert groups["decoding"] == decoding + batch, name
+        assert "--workdir" not in groups[command._optionals.title], name
+
+
 def test_a_new_subcommand_plugs_in(monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
 

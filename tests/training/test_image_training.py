@@ -240,6 +240,23 @@ def test_data_config_validation_and_loading() -> None:
     assert len(data.validation) == 10 and data.train.images.shape[1:] == (32, 32, 3)
 
 
+def test_the_old_configs_are_checked_by_the_image_kinds_sections():
+    """The deprecated configs have no checks of their own: `ImageDataConfig`
+    is a `kinds.ImageSourceConfig`, `ImageTrainingConfig` is checked as the
+    ``image`` and ``train`` sections it becomes (the messages name those)."""
+    from keras_transformer.training.kinds import ImageSourceConfig
+
+    assert issubclass(ImageDataConfig, ImageSourceConfig)
+    with pytest.raises(ValueError, match=r"^`image\.patch_size` must be a positive"):
+        ImageDataConfig(patch_size=0)
+    with pytest.raises(ValueError, match=r"^`image\.batch_size` must be a positive"):
+        ImageTrainingConfig(batch_size=0)
+    with pytest.raises(ValueError, match=r"^`train\.train_steps` must be a positive"):
+        ImageTrainingConfig(train_steps=0)
+    with pytest.raises(ValueError, match=r"^`train\.seed` must be an integer"):
+        ImageTrainingConfig(seed=1.5)
+
+
 def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
     """Image runs take the run folder's writer lock like translation runs."""
     from keras_transformer.files import FolderLockedError
