@@ -8,25 +8,41 @@
 # * **local self-attention** (§3.2): a 32 x 32 RGB image has 3,072
 #   intensities, and full self-attention would cost $O(n^2)$; each block of
 #   queries attends only to a *memory block* around it, in 1D (raster order)
-#   or in 2D (a rectangle of the image);
+#   or in 2D (a rectangle of the image), and the image is generated "one
+#   query block after another, ordering the blocks in raster-scan order";
 # * **an output distribution over intensities** (§3.4): a 256-way softmax
 #   per channel, or a *discretized mixture of logistics* (DMOL) per pixel,
 #   whose negative log-likelihood in **bits per dimension** is the measure of
 #   the paper.
 #
-# This notebook draws the 2D blocks as the paper's Figure 2 does, trains a
-# small model on 32 x 32 patches of the photographs that ship with
-# scikit-image (whole photographs held out for validation and test), compares
-# its bits per dimension on the held-out patches with lossless PNG and WebP,
-# and completes the lower half of held-out patches (the paper's Figure 1).
+# This notebook draws the 2D blocks and the paper's generation order as
+# Figure 2 does, trains a small model on 32 x 32 patches of the photographs
+# that ship with scikit-image (whole photographs held out for validation and
+# test) with the package's one training command, compares its bits per
+# dimension on the held-out patches with lossless PNG and WebP, and
+# completes the lower half of held-out patches (the paper's Figure 1). The
+# run is the one of the command line,
 #
-# The full run trains for 2,400 updates (about 45 minutes on two CPU cores
-# shared with other jobs); `FAST=1` trains a tiny model for a few
-# updates as a smoke test, whose numbers mean nothing.
+# ```
+# keras-transformer train configs/image_sample_patches.json \
+#     --workdir runs/image_transformer \
+#     --set train.train_steps=6000 --set train.steps_per_epoch=400
+# keras-transformer evaluate --workdir runs/image_transformer
+# keras-transformer complete --workdir runs/image_transformer --output completions.png
+# ```
+#
+# and a run folder trained beforehand with that command is simply reused:
+# `train` resumes a stopped run and returns at once from a finished one.
+# The full run trains for 6,000 updates (its training time, read from the
+# run's own TensorBoard records, is printed below); `FAST=1` trains a tiny
+# model for a few updates as a smoke test, whose numbers mean nothing.
 
 # %%
 # %matplotlib inline
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -34,35 +50,63 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import matplotlib.pyplot as plt
 import numpy as np
+import tensorflow as tf
 from matplotlib.patches import Rectangle
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import keras_transformer as kt
 from keras_transformer import training
 from keras_transformer.data import images as image_data
-from keras_transformer.image_sampling import ImageSampler
+from keras_transformer.training.config import read_config_file
 
 FAST = os.environ.get("FAST") == "1"
+# The run folder: $KT_WORKDIR/image_transformer (examples/execute_notebooks.py
+# sets KT_WORKDIR=runs); a run trained there beforehand is resumed or reused.
 RUNS = Path(os.environ.get("KT_WORKDIR", "runs"))
-print("FAST:", FAST, "| runs in", RUNS)
+WORKDIR = RUNS / ("image_transformer_fast" if FAST else "image_transformer")
+# The configs/ folder of the checkout this package comes from.
+CONFIGS = Path(kt.__file__).resolve().parent.parent / "configs"
+print("FAST:", FAST, "| run folder:", WORKDIR)
 
 # %% [markdown]
-# ## 1. Local 2D attention, as in Figure 2
+# ## 1. Local 2D attention and the generation order, as in Figure 2
 #
 # With *channel-wise* positions every intensity is a position: an image of
 # height $H$, width $W$ and $C$ channels is a grid of $H$ rows and $W C$
-# columns, read in **raster order**, row by row. The DMOL output uses one
-# position per pixel instead (a grid of $H \times W$). Local 2D attention
-# cuts the grid into **query blocks** of $h_q \times w_q$ positions; each
-# attends to its **memory block**, the query block extended by $h_m$ rows
-# above and $w_m$ columns on each side, and, to stay causal, only to the
-# positions before the query in raster order:
+# columns. The DMOL output uses one position per pixel instead (a grid of
+# $H \times W$). Local 2D attention cuts the grid into **query blocks** of
+# $h_q \times w_q$ positions; each attends to its **memory block**, the query
+# block extended by $h_m$ rows above and $w_m$ columns on each side.
+#
+# To stay causal a query sees only the positions generated before it, and
+# the paper generates "one query block after another, ordering the blocks in
+# raster-scan order" (§3.2), the positions inside a block in raster order.
+# Position $(r, c)$ is generated at step
 #
 # $$
-# \text{query } (r, c) \text{ sees key } (r', c') \iff
+# t(r, c) = \left( \left\lfloor \tfrac{r}{h_q} \right\rfloor \tfrac{W'}{w_q}
+# + \left\lfloor \tfrac{c}{w_q} \right\rfloor \right) h_q w_q
+# + (r \bmod h_q)\, w_q + (c \bmod w_q)
+# $$
+#
+# ($W'$ the columns of the grid), and the query in the block with top-left
+# corner $(r_0, c_0)$ sees the key $(r', c')$ when
+#
+# $$
 # r_0 - h_m \le r' < r_0 + h_q,\;
 # c_0 - w_m \le c' < c_0 + w_q + w_m,\;
-# r' W + c' \le r W + c .
+# t(r', c') \le t(r, c) .
 # $$
+#
+# So a query sees all of the memory block that lies in earlier query blocks
+# (the blocks above, their right flange included, and the block to its
+# left) and the earlier positions of its own block. One raster order over
+# the whole image, $t(r, c) = r W' + c$, stays available as
+# `generation_order="image"` (this package's order up to 0.1.0): there the
+# right flange is seen only in the rows above the query, and the block to
+# the left only up to the query's row.
 #
 # Below, a 16 x 16 grid with query blocks of 4 x 4 and flanges of 4 rows
 # and 4 columns; the query is the dark cell. Local 1D attention (right) is
@@ -73,9 +117,14 @@ print("FAST:", FAST, "| runs in", RUNS)
 rows = cols = 16
 query_block, flange = (4, 4), (4, 4)
 query = (9, 6)  # (row, column) of the query drawn
-mask_2d = np.asarray(
-    kt.layers.local_2d_attention_mask(rows, cols, query_block, flange, causal=True)
-)
+masks_2d = {
+    order: np.asarray(
+        kt.layers.local_2d_attention_mask(
+            rows, cols, query_block, flange, causal=True, generation_order=order
+        )
+    )
+    for order in ("blocks", "image")
+}
 mask_1d = np.asarray(
     kt.layers.local_block_attention_mask(rows * cols, 32, 64, causal=True)
 )
@@ -103,47 +152,80 @@ def draw(ax, mask_row, title, rectangles):
     ax.set_yticks(np.arange(-0.5, rows, 1), minor=True)
     ax.grid(which="minor", color="white", linewidth=0.5)
     ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
-    ax.set_title(title)
+    ax.set_title(title, fontsize="medium")
 
 
 (h_q, w_q), (h_m, w_m) = query_block, flange
 top, left = query[0] // h_q * h_q, query[1] // w_q * w_q
-fig, axes = plt.subplots(1, 2, figsize=(11, 5.5))
+blocks_2d = [
+    ((top, left, h_q, w_q), "red", "-"),
+    ((top - h_m, left - w_m, h_q + h_m, w_q + 2 * w_m), "tab:blue", "--"),
+]
+fig, axes = plt.subplots(1, 3, figsize=(15, 5.5))
 draw(
     axes[0],
-    mask_2d[position],
-    "local 2D: query block (red), memory block (blue)",
-    [
-        ((top, left, h_q, w_q), "red", "-"),
-        ((top - h_m, left - w_m, h_q + h_m, w_q + 2 * w_m), "tab:blue", "--"),
-    ],
+    masks_2d["blocks"][position],
+    "local 2D, block by block (§3.2, default)",
+    blocks_2d,
 )
 draw(
     axes[1],
+    masks_2d["image"][position],
+    'local 2D, generation_order="image"',
+    blocks_2d,
+)
+draw(
+    axes[2],
     mask_1d[position],
     "local 1D: l_q = 32 (red), l_m = 64 before it (blue)",
     [((8, 0, 2, 16), "red", "-"), ((4, 0, 4, 16), "tab:blue", "--")],
 )
-fig.suptitle("The positions the dark query attends to (grey), causal in raster order")
+fig.suptitle(
+    "The positions the dark query attends to (grey): query block (red), "
+    "memory block (blue)"
+)
 fig.tight_layout()
 plt.show()
+
+order = kt.layers.generation_positions(8, 8, (4, 4))
+steps = np.argsort(order).reshape(8, 8)
+print("generation step of each position of an 8 x 8 grid, query blocks 4 x 4:")
+print(steps)
 
 # %% [markdown]
 # ## 2. The data: patches of whole, held-out photographs
 #
-# `kt.data.images.load_sample_patches` cuts the RGB photographs bundled in
-# the scikit-image wheel (nothing is downloaded) into 32 x 32 patches:
-# overlapping ones (every 16 pixels) from five training photographs, and a
-# non-overlapping tiling of one photograph each for validation (*chelsea*,
-# the cat) and test (*coffee*). No held-out patch shares a pixel with a
-# training patch.
+# The run's `image` section (`"source": "sample_patches"`) names
+# `kt.data.images.load_sample_patches`, which cuts the RGB photographs
+# bundled in the scikit-image wheel (nothing is downloaded) into 32 x 32
+# patches: overlapping ones (every 16 pixels) from five training
+# photographs, and a non-overlapping tiling of one photograph each for
+# validation (*chelsea*, the cat) and test (*coffee*). No held-out patch
+# shares a pixel with a training patch. `training.load_image_data` reads
+# them here exactly as the run does.
 #
 # The baseline: each test patch written as its own lossless PNG (and
 # WebP-lossless) file, the bits of the files divided by the number of
 # intensities.
 
 # %%
-data = image_data.load_sample_patches(patch_size=32, train_stride=16)
+# The run of configs/image_sample_patches.json with the `--set` overrides of
+# the command line (the full run: 6,000 updates, epochs of 400). FAST mode
+# trains a tiny model instead: its own model section, as a second config
+# file would have.
+raw_config = read_config_file(CONFIGS / "image_sample_patches.json")
+overrides = ["train.train_steps=6000", "train.steps_per_epoch=400"]
+if FAST:
+    raw_config["model"].update(num_layers=1, d_model=32, d_ff=64, num_heads=2)
+    overrides = [
+        "image.batch_size=4",
+        "train.train_steps=6",
+        "train.steps_per_epoch=3",
+        "train.log_every=3",
+    ]
+config = training.apply_overrides(raw_config, overrides)
+
+data = training.load_image_data(config.image)
 for name in ("train", "validation", "test"):
     split = getattr(data, name)
     print(f"{name:<10} {len(split):5d} patches from {sorted(set(split.sources))}")
@@ -170,125 +252,195 @@ plt.show()
 # %% [markdown]
 # ## 3. Training
 #
-# The model is `kt.models.image_presets["small"]`: 4 layers of local 2D
-# attention over the 32 x 32 pixels (query blocks of 8 x 8, 4 rows above and
-# 8 columns on each side), $d_{model} = 64$, and a DMOL output with 5
-# components, whose channel coefficients let green depend on red and blue on
-# both. Each pixel enters the model as the linear map of its three
-# intensities scaled to $[-1, 1]$ (the paper's "1x3 strided convolution").
-# The inputs are shifted by one position inside the model, so it is trained
-# with the images as input and target: the loss is the bits per dimension,
+# The model (the `model` section of `configs/image_sample_patches.json`,
+# the `"small"` preset of `kt.models.image_presets` in the block order): 4
+# layers of local 2D attention over the 32 x 32 pixels (query blocks of 8 x
+# 8, 4 rows above and 8 columns on each side), $d_{model} = 64$, and a DMOL
+# output with 5 components, whose channel coefficients let green depend on
+# red and blue on both. Each pixel enters the model as the linear map of its
+# three intensities scaled to $[-1, 1]$ (the paper's "1x3 strided
+# convolution"). The inputs are shifted by one position *in the generation
+# order* inside the model, so it is trained with the images as input and
+# target: the loss is the bits per dimension,
 #
 # $$
 # \text{bits/dim} = -\frac{1}{N} \sum_{i=1}^{N} \log_2 p(x_i \mid x_{<i}),
 # $$
 #
 # with Adam and the learning rate of Eq. 7 (Vaswani et al., §5.3).
-# `train_image_model` checkpoints every epoch and resumes a stopped run;
-# TensorBoard gets the training and validation bits per dimension.
+# `training.train(config, workdir)` is what `keras-transformer train` calls:
+# the same run folder, checkpoints every epoch, resume of a stopped run
+# (and an immediate return from a finished one), TensorBoard summaries of
+# the training and validation bits per dimension, and at the end the bits
+# per dimension of the test patches.
 
 # %%
-model_config = kt.models.image_presets["small"]
-if FAST:
-    model_config = model_config.replace(num_layers=1, d_model=32, d_ff=64, num_heads=2)
-run_config = training.ImageRunConfig(
-    model=model_config,
-    data=training.ImageDataConfig(patch_size=32, train_stride=16),
-    train=training.ImageTrainingConfig(
-        batch_size=4 if FAST else 8,
-        train_steps=6 if FAST else 2400,
-        steps_per_epoch=3 if FAST else 200,
-        log_every=3 if FAST else 50,
-        flip=True,
-        jit_compile=True,
-    ),
-)
-workdir = RUNS / ("image_transformer_fast" if FAST else "image_transformer")
-result = training.train_image_model(run_config, workdir, data)
-model = result.model
+result = training.train(config, WORKDIR)
 print(
-    f"{result.steps} updates, {model.count_params():,} parameters; "
-    f"this call trained {result.steps - result.initial_step} updates in "
-    f"{result.seconds / 60:.1f} min"
+    f"{result.steps} updates, {result.model.count_params():,} parameters; this "
+    f"call trained {result.steps - result.initial_step} of them"
 )
-print(f"TensorBoard: tensorboard --logdir {result.log_dir}")
+
+# %% [markdown]
+# The training curve and the training time come from the run's own
+# TensorBoard records (`logs/train` and `logs/validation` in the run folder),
+# so they are those of the run however many calls trained it: every process
+# that trained the run wrote its own event files, and its training time is
+# the span from its first to its last training summary.
+
 
 # %%
-history = result.history
-if history.get("val_bits_per_dim"):
-    steps = (
-        np.arange(1, len(history["val_bits_per_dim"]) + 1)
-        * (run_config.train.steps_per_epoch)
-        + result.initial_step
+def series(folder: Path, tag: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of a scalar summary in a TensorBoard folder."""
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    if tag not in events.Tags()["tensors"]:
+        return [], []
+    points = sorted(events.Tensors(tag), key=lambda point: point.step)
+    return [p.step for p in points], [
+        float(tf.make_ndarray(p.tensor_proto)) for p in points
+    ]
+
+
+def training_seconds(folder: Path) -> float:
+    """Seconds of training recorded in a TensorBoard folder: for each process
+    that trained the run (a resumed run has several), from its first event to
+    its last training summary (`learning_rate`, written with every one)."""
+    starts: dict[tuple[str, ...], float] = {}
+    ends: dict[tuple[str, ...], float] = {}
+    for path in folder.glob("events.out.tfevents.*"):
+        # events.out.tfevents.<time>.<host>.<pid>.<n>.v2
+        process = re.match(r".*tfevents\.\d+\.(.+)\.(\d+)\.\d+", path.name).groups()
+        for event in EventFileLoader(str(path)).Load():
+            starts[process] = min(starts.get(process, event.wall_time), event.wall_time)
+            if any(value.tag == "learning_rate" for value in event.summary.value):
+                ends[process] = max(ends.get(process, 0.0), event.wall_time)
+    return sum(ends[process] - starts[process] for process in ends)
+
+
+log_dir = WORKDIR / "logs"
+train_steps, train_bits = series(log_dir / "train", "bits_per_dim")
+val_steps, val_bits = series(log_dir / "validation", "bits_per_dim")
+minutes = training_seconds(log_dir / "train") / 60
+print(
+    f"training time recorded by the run: {minutes:.1f} min for {result.steps} updates"
+)
+
+plt.figure(figsize=(7, 3.8))
+plt.plot(train_steps, train_bits, "-", alpha=0.7, label="training (every log_every)")
+plt.plot(val_steps, val_bits, "s-", label="validation (chelsea, every epoch)")
+for codec, bits in baselines.items():
+    plt.axhline(bits, linestyle=":", color="grey")
+    plt.text(
+        train_steps[0] if train_steps else 0,
+        bits,
+        f" {codec} on the test patches",
+        va="bottom",
     )
-    plt.figure(figsize=(6, 3.5))
-    plt.plot(steps, history["bits_per_dim"], "o-", label="training (epoch mean)")
-    plt.plot(steps, history["val_bits_per_dim"], "s-", label="validation (chelsea)")
-    for codec, bits in baselines.items():
-        plt.axhline(bits, linestyle=":", color="grey")
-        plt.text(steps[0], bits, f" {codec} on the test patches", va="bottom")
-    plt.xlabel("update")
-    plt.ylabel("bits / dim")
-    plt.legend()
-    plt.tight_layout()
-    plt.show()
+plt.xlabel("update")
+plt.ylabel("bits / dim")
+plt.legend()
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## 4. Bits per dimension on the held-out test patches
 #
 # Every intensity of the test patches, coded with the model's distribution
-# given the intensities before it, against the same patches as PNG and
-# WebP-lossless files.
+# given the intensities generated before it, against the same patches as PNG
+# and WebP-lossless files. `train` ends with this evaluation;
+# `keras-transformer evaluate --workdir ...` computes it again from the
+# run folder's last checkpoint (`--weights best` or `average` for others).
+
 
 # %%
-test_bits = kt.models.image_bits_per_dim(model, data.test.images.astype("int32"))
-print(f"test bits/dim: {test_bits:.3f} (Image Transformer, {len(data.test)} patches)")
+def keras_transformer(*arguments: str) -> str:
+    """Runs the `keras-transformer` command (of this Python); its output."""
+    command = [sys.executable, "-m", "keras_transformer", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"keras-transformer {arguments[0]} failed:\n{done.stderr}")
+    return done.stdout.strip()
+
+
+evaluation = result.evaluation
+print(
+    f"test bits/dim: {evaluation.bits_per_dim:.3f} (Image Transformer, "
+    f"{evaluation.images} patches)"
+)
 for codec, bits in baselines.items():
-    verdict = "beats" if test_bits < bits else "does not beat"
+    verdict = "beats" if evaluation.bits_per_dim < bits else "does not beat"
     print(f"  {codec:<5} {bits:.3f} bits/dim: the model {verdict} {codec}")
+print(
+    "keras-transformer evaluate:",
+    keras_transformer("evaluate", "--workdir", str(WORKDIR)),
+)
 
 # %% [markdown]
 # ## 5. Completing the lower half (Figure 1 of the paper)
 #
-# `ImageSampler.complete` keeps the top 16 rows of a test patch and draws the
-# other 16, pixel by pixel in raster order, each from the model's
-# distribution given everything drawn before it. It runs the model's
-# *cached* step inside one compiled `tf.while_loop`: every pixel costs one
-# pass through the layers for that pixel alone, attending to the cached
-# keys and values of its memory block. A temperature below 1 sharpens
-# every distribution; 0 would take the most likely value each time.
+# `keras-transformer complete` keeps the top rows of test patches (by
+# default half the image, in whole rows of query blocks: here the first 8
+# of the 16 query blocks) and draws the rest three times, pixel by pixel in
+# the generation order, each from the model's distribution given everything
+# before it. The sampler (`kt.image_sampling.ImageSampler`) runs the
+# model's *cached* step inside one compiled `tf.while_loop`: every pixel
+# costs one pass through the layers for that pixel alone, attending to the
+# cached keys and values of its memory block. Each row of the PNG grid it
+# writes is one test patch: the given rows (the rest grey), the three
+# completions, the original. `complete` takes the first test patches: here
+# the top row of 18 tiles of the *coffee* photograph (a dark corner, the
+# grain of the wooden table, the rim of the cup), of which every third is
+# shown.
 
 # %%
-sampler = ImageSampler(model)
-picks = np.random.default_rng(1).choice(len(data.test), 2 if FAST else 5, replace=False)
-originals = data.test.images[picks].astype("int32")
-samples = 3
-completions = [
-    sampler.complete(originals, given_rows=16, temperature=1.0, seed=seed)
-    for seed in range(samples)
-]
-hidden = originals.copy()
-hidden[:, 16:] = 128
-
-fig, axes = plt.subplots(
-    len(picks), samples + 2, figsize=(2 * (samples + 2), 2 * len(picks))
+images, samples = (2 if FAST else 18), 3
+grid_file = WORKDIR / "completions.png"
+print(
+    keras_transformer(
+        "complete",
+        "--workdir",
+        str(WORKDIR),
+        "--output",
+        str(grid_file),
+        "--images",
+        str(images),
+        "--samples",
+        str(samples),
+    )
 )
-axes = np.atleast_2d(axes)
-for row, index in enumerate(range(len(picks))):
-    panels = [hidden[index], *(c[index] for c in completions), originals[index]]
-    for column, panel in enumerate(panels):
-        axes[row, column].imshow(panel.astype("uint8"))
-        axes[row, column].axis("off")
-titles = [
-    "input (lower half hidden)",
-    *[f"completion {i + 1}" for i in range(samples)],
-    "original",
+grid = np.asarray(Image.open(grid_file))
+# The grid shows each pixel as 4 x 4 pixels, with 1-pixel white gaps between
+# the 32 x 32 tiles; every `scale`-th pixel gives it back at its own size.
+scale = grid.shape[0] // (images * 33 - 1)
+small = grid[::scale, ::scale]
+tiles = [
+    [
+        small[33 * row : 33 * row + 32, 33 * column : 33 * column + 32]
+        for column in range(samples + 2)
+    ]
+    for row in range(images)
 ]
-for ax, title in zip(axes[0], titles, strict=True):
+shown = range(0, images, 3)
+fig, axes = plt.subplots(
+    len(shown), samples + 2, figsize=(2 * (samples + 2), 2 * len(shown))
+)
+titles = ["given rows", *[f"completion {i + 1}" for i in range(samples)], "original"]
+for axes_row, row in zip(np.atleast_2d(axes), shown, strict=True):
+    for ax, tile in zip(axes_row, tiles[row], strict=True):
+        ax.imshow(tile)
+        ax.axis("off")
+for ax, title in zip(np.atleast_2d(axes)[0], titles, strict=True):
     ax.set_title(title, fontsize="small")
 fig.tight_layout()
 plt.show()
-unchanged = all((c[:, :16] == originals[:, :16]).all() for c in completions)
+
+given_rows = config.model.image_shape[0] // 2
+unchanged = all(
+    (completion[:given_rows] == row[-1][:given_rows]).all()
+    for row in tiles
+    for completion in row[1:-1]
+)
 print("given rows unchanged in every completion:", unchanged)
 
 # %% [markdown]
@@ -302,6 +454,8 @@ print("given rows unchanged in every completion:", unchanged)
 # * The paper's models are far larger (12 layers, $d_{model} = 512$, trained
 #   on 50,000 CIFAR-10 images for days on GPUs: 2.90 bits/dim); this one has
 #   0.14M parameters and trains on a few thousand patches on a CPU.
-# * `kt.data.images.load_cifar10(folder)` reads CIFAR-10 from the standard
-#   python batches, and `ImageDataConfig(source="cifar10", directory=...)`
-#   trains on it the same way.
+# * The same command trains on CIFAR-10 from the standard python batches:
+#   `--set image.source=cifar10 --set image.directory=<cifar-10-batches-py>`
+#   (`kt.data.images.load_cifar10` reads them), and a config whose model
+#   section has `"generation_order": "image"` trains in the whole-image
+#   raster order instead of the paper's.
