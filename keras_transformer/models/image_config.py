@@ -215,7 +215,7 @@ class ImageTransformerConfig:
         check_known_names(values, known, "ImageTransformerConfig fields")
         values = {"generation_order": "image", **values}
         for name in ("image_shape", "query_block", "memory_flange"):
-            if name in values:
+            if isinstance(values.get(name), list):  # JSON has no tuples
                 values[name] = tuple(values[name])
         return cls(**values)
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from keras_transformer.models import TransformerConfig
+from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.training.config import (
     RENAMED_KEYS,
     DataConfig,
@@ -124,12 +125,19 @@ def apply_overrides(
     return TrainConfig.from_dict(raw)
 
 
-def known_keys(path: list[str]) -> list[str]:
-    """The valid keys below `path` (``[]``: the sections)."""
+def known_keys(path: list[str], kind: str | None = None) -> list[str]:
+    """The valid keys below `path` (``[]``: the sections) in a run of `kind`.
+
+    The ``model`` section of an image run holds `ImageTransformerConfig`
+    fields; that of a translation or classification run (`kind` None: the
+    default, translation) a preset name and `TransformerConfig` fields.
+    """
     if not path:
         return ["model", "data", "train", "kind", *_SECTIONS.keys() - {"data", "train"}]
     if path[0] in _SECTIONS and len(path) == 1:
         return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
+    if path == ["model"] and kind == "image":
+        return [f.name for f in dataclasses.fields(ImageTransformerConfig)]
     if path == ["model"]:
         return ["preset"] + [f.name for f in dataclasses.fields(TransformerConfig)]
     if path == ["model", "optimizer"]:
@@ -140,7 +148,7 @@ def known_keys(path: list[str]) -> list[str]:
 def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
     node: dict[str, Any] = raw
     for depth, part in enumerate(path[:-1]):
-        known = known_keys(path[:depth])
+        known = known_keys(path[:depth], raw.get("kind"))
         if part not in known:
             raise ValueError(
                 f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
@@ -167,7 +175,7 @@ def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> No
         node[part] = child
         node = child
     last = path[-1]
-    known = known_keys(path[:-1])
+    known = known_keys(path[:-1], raw.get("kind"))
     if known and last not in known:
         raise ValueError(
             f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "

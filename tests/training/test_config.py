@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -463,6 +464,47 @@ def test_no_value_of_any_setting_raises_anything_but_a_one_line_value_error():
                 assert "\n" not in str(e), (key, value, str(e))
                 refused += 1
     assert refused > 10 * len(_every_key())
+
+
+def _image_config() -> dict:
+    return json.loads(
+        (Path(__file__).parents[2] / "configs" / "image_sample_patches.json").read_text()
+    )
+
+
+def test_overrides_of_an_image_run_know_the_image_model_keys():
+    config = apply_overrides(
+        _image_config(),
+        [
+            "model.num_layers=2",
+            "model.generation_order=image",
+            "model.query_block=[4,4]",
+            "model.optimizer.warmup_steps=50",
+        ],
+    )
+    assert config.kind == "image"
+    assert config.model.num_layers == 2
+    assert config.model.generation_order == "image"
+    assert config.model.query_block == (4, 4)
+    assert config.model.optimizer.warmup_steps == 50
+    with pytest.raises(ValueError, match="Known keys here: .*query_block"):
+        apply_overrides(_image_config(), ["model.num_encoder_layers=2"])
+
+
+def test_no_value_of_an_image_model_setting_raises_anything_but_a_value_error():
+    from keras_transformer.training.overrides import known_keys
+
+    values = ["abc", "", -7, 0, 0.5, True, None, [1], [], {"a": 1}, float("nan")]
+    keys = [f"model.{name}" for name in known_keys(["model"], "image")]
+    refused = 0
+    for key in keys:
+        for value in values:
+            try:
+                apply_overrides(_image_config(), [f"{key}={json.dumps(value)}"])
+            except ValueError as e:
+                assert "\n" not in str(e), (key, value, str(e))
+                refused += 1
+    assert refused > 8 * len(keys)
 
 
 @pytest.mark.parametrize(
