@@ -1,4 +1,13 @@
-"""A trained Transformer as one self-contained translation SavedModel (§6.1).
+"""A trained run as one self-contained SavedModel, for each kind of run.
+
+`export_run(workdir, export_dir)` (``keras-transformer export``) reads the
+run's kind and writes its SavedModel (`RUN_EXPORTS`): a translation run's
+translates raw strings (below), a classification run's classifies raw
+reviews (`export_classifier`), an image run's completes images from their
+top rows (`export_image_completer`). All three go through one writer (the
+swap-in folder, the lock, ``overwrite``; see below).
+
+The translation SavedModel (§6.1):
 
 `export_translator(model, tokenizer, export_dir)` writes a TensorFlow
 SavedModel whose graph does the whole job: SentencePiece tokenization
