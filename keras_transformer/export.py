@@ -1,4 +1,13 @@
-"""A trained Transformer as one self-contained translation SavedModel (§6.1).
+"""A trained run as one self-contained SavedModel, for each kind of run.
+
+`export_run(workdir, export_dir)` (``keras-transformer export``) reads the
+run's kind and writes its SavedModel (`RUN_EXPORTS`): a translation run's
+translates raw strings (below), a classification run's classifies raw
+reviews (`export_classifier`), an image run's completes images from their
+top rows (`export_image_completer`). All three go through one writer (the
+swap-in folder, the lock, ``overwrite``; see below).
+
+The translation SavedModel (§6.1):
 
 `export_translator(model, tokenizer, export_dir)` writes a TensorFlow
 SavedModel whose graph does the whole job: SentencePiece tokenization
@@ -70,7 +79,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,27 +102,40 @@ from keras_transformer.files import (
     atomic_directory,
     check_free_space,
 )
+from keras_transformer.image_sampling import ImageSampler
+from keras_transformer.layers.pixel_outputs import check_temperature
 from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
 from keras_transformer.runs import (
     EXPORT_INFO_FILE,
     EXPORT_MODEL_FILE,
     TOKENIZER_DIR,
+    RunFolder,
     is_export_dir,
+    is_run_dir,
     load_export,
     weights_nbytes,
 )
 from keras_transformer.validation import warn_deprecated
 
 __all__ = [
+    "CLASSIFY_SIGNATURE",
+    "COMPLETE_SIGNATURE",
     "DEFAULT_MAX_INPUT_LENGTH",
     "IDS_SIGNATURE",
+    "RUN_EXPORTS",
     "TRANSLATE_SIGNATURE",
     "ExportSettings",
     "check_sentence_batch",
+    "checked_shape",
+    "default_given_rows",
+    "export_classifier",
+    "export_image_completer",
+    "export_run",
     "export_translator",
     "is_export_dir",
     "load_export",
     "lock_path",
+    "run_kind",
     "save_model_and_tokenizer",
     "source_ids_from_strings",
 ]
@@ -122,6 +144,18 @@ __all__ = [
 INPUT_NAME = "sentences"
 TRANSLATE_SIGNATURE = "translate"
 IDS_SIGNATURE = "translate_ids"
+#: The signature of a classification export, and the name of its input.
+CLASSIFY_SIGNATURE = "classify"
+TEXTS_NAME = "texts"
+#: The signature of an image export.
+COMPLETE_SIGNATURE = "complete"
+#: The settings a translation export takes: the `DecodeSettings` fields,
+#: and the deprecated names of two of them.
+SEARCH_SETTINGS = (
+    *(field.name for field in dataclasses.fields(DecodeSettings)),
+    "max_output_extra",
+    "length_penalty",
+)
 MODEL_FILE = EXPORT_MODEL_FILE
 INFO_FILE = EXPORT_INFO_FILE
 _SAVED_MODEL_FILES = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
@@ -240,13 +274,34 @@ def check_sentence_batch(sentences: tf.Tensor) -> tf.Tensor:
         tf.errors.InvalidArgumentError: (when the graph runs) "expected a
             1-D batch of strings, shape [batch]; got shape [2 3]".
     """
-    shape = tf.shape(sentences)
+    return checked_shape(sentences, [None], BATCH_SHAPE_MESSAGE)
+
+
+def checked_shape(tensor: tf.Tensor, dims: list[int | None], message: str) -> tf.Tensor:
+    """`tensor`, after a run-time check of its shape (see `check_sentence_batch`).
+
+    Args:
+        tensor: an input of a signature.
+        dims: the expected size of each axis (None: any size).
+        message: the start of the error, followed by the shape received.
+
+    Raises:
+        tf.errors.InvalidArgumentError: (when the graph runs) `message`
+            and the shape, on another rank or another size.
+    """
+    shape = tf.shape(tensor)
     rank = tf.reduce_sum(tf.sign(shape + 1))  # each size >= 0 counts 1
+    fits = tf.equal(rank, len(dims))
+    # The sizes, padded with -1 to the expected rank (never out of range).
+    sizes = tf.concat([shape, tf.fill([len(dims)], -1)], 0)[: len(dims)]
+    for axis, size in enumerate(dims):
+        if size is not None:
+            fits = tf.logical_and(fits, tf.equal(sizes[axis], size))
     check = tf.debugging.Assert(
-        tf.equal(rank, 1), [BATCH_SHAPE_MESSAGE, shape], name="check_sentence_batch"
+        fits, [message, shape], summarize=16, name="checked_shape"
     )
     with tf.control_dependencies([check]):
-        return tf.identity(sentences)
+        return tf.identity(tensor)
 
 
 def source_ids_from_strings(
@@ -395,18 +450,20 @@ def _file_errors() -> Iterator[None]:
 
 def save_model_and_tokenizer(
     model: keras.Model,
-    tokenizer: SubwordTokenizer,
+    tokenizer: SubwordTokenizer | None,
     directory: str | os.PathLike[str],
 ) -> Path:
     """Writes ``model.keras`` and ``tokenizer/`` into `directory`.
 
     The pair `load_export` reads back (the export folder's copy for further
-    training or evaluation).
+    training or evaluation); only ``model.keras`` for a model without a
+    tokenizer (images).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save(directory / MODEL_FILE)
-    tokenizer.save(directory / TOKENIZER_DIR)
+    if tokenizer is not None:
+        tokenizer.save(directory / TOKENIZER_DIR)
     return directory
 
 
@@ -442,15 +499,31 @@ def _translate_archive(
     return archive
 
 
+def _target(
+    export_dir: str | os.PathLike[str], model: keras.Model, overwrite: bool
+) -> Path:
+    """`export_dir` as a named `Path`, checked before the (slow) tracing."""
+    export_dir = Path(export_dir)
+    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
+        export_dir = Path(os.path.abspath(export_dir))
+    _check_target(export_dir, overwrite)  # before tracing: fail fast
+    check_free_space(export_dir, _needed_bytes(model))
+    return export_dir
+
+
 def _write_export(
     archive: keras.export.ExportArchive,
     model: keras.Model,
-    tokenizer: SubwordTokenizer,
-    settings: ExportSettings,
+    tokenizer: SubwordTokenizer | None,
+    info: dict[str, Any],
     export_dir: Path,
     overwrite: bool,
 ) -> None:
-    """Writes the folder beside `export_dir` and swaps it in, under its lock."""
+    """Writes the folder beside `export_dir` and swaps it in, under its lock.
+
+    The one writer of every kind's export: the SavedModel of `archive`,
+    ``model.keras`` (and ``tokenizer/``), and ``export.json`` (`info`).
+    """
     with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
         _check_target(export_dir, overwrite)  # again, now that no one else writes
         # Written beside export_dir and swapped in when complete: the earlier
@@ -459,7 +532,7 @@ def _write_export(
             archive.write_out(str(temporary), verbose=False)
             save_model_and_tokenizer(model, tokenizer, temporary)
             (temporary / INFO_FILE).write_text(
-                json.dumps(settings.to_dict(), indent=2) + "\n", encoding="utf-8"
+                json.dumps(info, indent=2) + "\n", encoding="utf-8"
             )
             _carry_over(export_dir, temporary)
             if export_dir.is_dir():  # the earlier folder's permissions
@@ -520,11 +593,344 @@ def export_translator(
         warn_deprecated("export_translator(max_output_extra=...)", "extra_length=")
         decode_settings["extra_length"] = max_output_extra
     export_settings = _settings(model, tokenizer, settings, decode_settings)
-    export_dir = Path(export_dir)
-    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
-        export_dir = Path(os.path.abspath(export_dir))
-    _check_target(export_dir, overwrite)  # before tracing: fail fast
-    check_free_space(export_dir, _needed_bytes(model))
+    export_dir = _target(export_dir, model, overwrite)
     archive = _translate_archive(model, tokenizer, export_settings)
-    _write_export(archive, model, tokenizer, export_settings, export_dir, overwrite)
+    info = export_settings.to_dict()
+    _write_export(archive, model, tokenizer, info, export_dir, overwrite)
     return export_dir
+
+
+# ------------------------------------------------------------ classification
+def _embedding_vocabulary(model: keras.Model) -> int | None:
+    """The number of ids of a classifier's token embedding (None: not found)."""
+    for layer in model.layers:
+        if isinstance(getattr(layer, "vocabulary_size", None), int):
+            return layer.vocabulary_size
+    return None
+
+
+def _classify_archive(
+    model: keras.Model, tokenizer: SubwordTokenizer, info: dict[str, Any]
+) -> keras.export.ExportArchive:
+    """The SavedModel's endpoint `classify`: reviews -> probabilities, labels."""
+    from keras_transformer.training.classification import cut_review_ids
+
+    def classify(texts: tf.Tensor) -> dict[str, tf.Tensor]:
+        texts = checked_shape(texts, [None], BATCH_SHAPE_MESSAGE)
+        if info["lowercase"]:
+            texts = tf.strings.lower(texts, encoding="utf-8")
+        ids = cut_review_ids(
+            tokenizer.tokenize(texts), info["max_length"], info["tail_tokens"]
+        )
+        # (batch, 1): P(positive), as the classifier computes it in training.
+        positive = model(ids.to_tensor(PADDING_ID), training=False)[:, 0]
+        positive = tf.cast(positive, tf.float32)
+        return {
+            "probabilities": tf.stack([1.0 - positive, positive], axis=1),
+            "labels": tf.cast(positive > 0.5, tf.int32),
+        }
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(tokenizer)
+    spec = [tf.TensorSpec([None], tf.string, name=TEXTS_NAME)]
+    archive.add_endpoint(CLASSIFY_SIGNATURE, classify, spec)
+    return archive
+
+
+def export_classifier(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    export_dir: str | os.PathLike[str],
+    *,
+    max_length: int,
+    tail_tokens: int = 128,
+    lowercase: bool = True,
+    overwrite: bool = False,
+) -> Path:
+    """Writes a SavedModel classifying raw reviews, plus the Keras model.
+
+    The signature ``classify`` (also ``serving_default``) takes ``texts``,
+    ``tf.string`` ``[batch]``, and returns ``probabilities`` (float32
+    ``[batch, 2]``: P(negative), P(positive)) and ``labels`` (int32
+    ``[batch]``: 1 where P(positive) > 0.5). The graph reads a review as
+    training did: lowercased (when the run lowercased), tokenized by the
+    run's tokenizer, cut by `training.classification.cut_review_ids`. It
+    loads with ``tf.saved_model.load`` and ``tensorflow_text`` alone.
+
+    Args:
+        model: a model from `build_classifier` (a classification run's).
+        tokenizer: the `SubwordTokenizer` it was trained with.
+        export_dir: the folder to write (e.g. ``exported/imdb/1``).
+        max_length: ``data.max_sentence_length`` of the run.
+        tail_tokens: ``classification.tail_tokens`` of the run.
+        lowercase: ``classification.lowercase`` of the run.
+        overwrite: replace an earlier export in `export_dir` (swapped in
+            whole, as `export_translator` does).
+
+    Returns:
+        The export folder.
+
+    Raises:
+        TypeError, ValueError: on another model, another tokenizer or a bad
+            setting; FileExistsError, FolderLockedError, FileWriteError as
+            `export_translator`.
+    """
+    if not isinstance(model, keras.Model) or tuple(model.output.shape[1:]) != (1,):
+        raise TypeError(
+            "export_classifier needs the Keras model of build_classifier "
+            f"(P(positive), shape (batch, 1)). Received: {type(model).__name__}"
+        )
+    if not isinstance(tokenizer, SubwordTokenizer):
+        raise TypeError(
+            "export_classifier needs the SubwordTokenizer the model was trained "
+            f"with. Received: {type(tokenizer).__name__}."
+        )
+    tokenizer.check_compatible(expected_vocabulary_size=_embedding_vocabulary(model))
+    validation.check_int("max_length", max_length, 1)
+    validation.check_int("tail_tokens", tail_tokens, 0)
+    validation.check_bool("lowercase", lowercase)
+    info = {
+        "format_version": _FORMAT_VERSION,
+        "kind": "classification",
+        "max_length": max_length,
+        "tail_tokens": tail_tokens,
+        "lowercase": lowercase,
+        "vocabulary_size": tokenizer.vocabulary_size,
+        "tokenizer_fingerprint": tokenizer.fingerprint,
+    }
+    export_dir = _target(export_dir, model, overwrite)
+    archive = _classify_archive(model, tokenizer, info)
+    _write_export(archive, model, tokenizer, info, export_dir, overwrite)
+    return export_dir
+
+
+# ---------------------------------------------------------- image completion
+def default_given_rows(model: keras.Model) -> int:
+    """Half the image's rows, whole rows of query blocks in the block order."""
+    stack = ImageSampler(model).stack
+    given_rows = stack.image_shape[0] // 2
+    blocks = stack.generation_query_block
+    return given_rows - (given_rows % blocks[0] if blocks else 0)
+
+
+def _check_given_rows(sampler: ImageSampler, given_rows: int) -> None:
+    """Refuses rows the sampler cannot take as the first generated (§3.2)."""
+    height = sampler.image_shape[0]
+    validation.check_int("given_rows", given_rows, 0)
+    blocks = sampler.stack.generation_query_block
+    step = blocks[0] if blocks else 1
+    if given_rows > height or given_rows % step:
+        raise ValueError(
+            f"given_rows must be from 0 to the image height {height}"
+            + (f" and a multiple of the query block's height {step}" if blocks else "")
+            + f" (the rows generated first). Received: given_rows={given_rows}."
+        )
+
+
+def _complete_archive(
+    model: keras.Model, info: dict[str, Any]
+) -> keras.export.ExportArchive:
+    """The SavedModel's endpoint `complete`: top rows, seed -> images."""
+    sampler = ImageSampler(model)
+    height, width, channels = sampler.image_shape
+    given, conditional = info["given_rows"], info["conditional"]
+    rows_message = (
+        f"expected the top rows, uint8 of shape [batch, {given}, {width}, "
+        f"{channels}]; got shape"
+    )
+
+    def complete(top_rows: tf.Tensor, seed: tf.Tensor, *labels: tf.Tensor) -> Any:
+        top_rows = checked_shape(top_rows, [None, given, width, channels], rows_message)
+        message = "expected one integer seed, shape []; got shape"
+        seed = tf.reshape(checked_shape(seed, [], message), [])
+        images = tf.pad(
+            tf.cast(top_rows, tf.int32), [[0, 0], [0, height - given], [0, 0], [0, 0]]
+        )
+        if conditional:
+            batch = tf.shape(top_rows)[:1]
+            message = "expected one label per image, shape [batch]; got shape"
+            labels = (checked_shape(labels[0], [None], message),)
+            check = tf.debugging.assert_equal(tf.shape(labels[0]), batch, message)
+            with tf.control_dependencies([check]):
+                images = tf.identity(images)
+        completed = sampler.complete_tensor(
+            images, given, info["temperature"], seed, *labels
+        )
+        return {"images": tf.cast(completed, tf.uint8)}
+
+    spec = [
+        tf.TensorSpec([None, given, width, channels], tf.uint8, name="top_rows"),
+        # Of any shape, checked in the graph: a declared [] would let the
+        # optimizer fold the check away (`check_sentence_batch`).
+        tf.TensorSpec(None, tf.int64, name="seed"),
+    ]
+    if conditional:
+        spec.append(tf.TensorSpec([None], tf.int32, name="labels"))
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(COMPLETE_SIGNATURE, complete, spec)
+    return archive
+
+
+def export_image_completer(
+    model: keras.Model,
+    export_dir: str | os.PathLike[str],
+    *,
+    given_rows: int | None = None,
+    temperature: float = 1.0,
+    overwrite: bool = False,
+) -> Path:
+    """Writes a SavedModel completing images from their top rows (§5, Figure 1).
+
+    The signature ``complete`` (also ``serving_default``) takes
+    ``top_rows``, uint8 ``[batch, given_rows, width, channels]``, and
+    ``seed``, an int64 scalar (and ``labels``, int32 ``[batch]``, for a
+    class-conditional model); it returns ``images``, uint8 ``[batch,
+    height, width, channels]``: the given rows unchanged, the rest drawn at
+    `temperature` in the model's generation order by
+    `image_sampling.ImageSampler` (the same draws as ``ImageSampler(model)
+    .complete(images, given_rows, temperature, seed)`` in Python). It loads
+    with ``tf.saved_model.load`` alone.
+
+    Args:
+        model: a model from `build_image_transformer` (an image run's).
+        export_dir: the folder to write.
+        given_rows: the rows given (default: half the image; in the block
+            order whole rows of query blocks, §3.2).
+        temperature: 1 samples the model, 0 takes the most likely values.
+        overwrite: replace an earlier export in `export_dir`.
+
+    Returns:
+        The export folder.
+
+    Raises:
+        ValueError: on a bad `given_rows` or `temperature`, or another model;
+            FileExistsError, FolderLockedError, FileWriteError as
+            `export_translator`.
+    """
+    sampler = ImageSampler(model)  # ValueError for other models
+    if given_rows is None:
+        given_rows = default_given_rows(model)
+    _check_given_rows(sampler, given_rows)
+    info = {
+        "format_version": _FORMAT_VERSION,
+        "kind": "image",
+        "given_rows": given_rows,
+        "temperature": check_temperature(temperature),
+        "image_shape": list(sampler.image_shape),
+        "conditional": sampler.stack.embedding.num_classes is not None,
+    }
+    export_dir = _target(export_dir, model, overwrite)
+    archive = _complete_archive(model, info)
+    _write_export(archive, model, None, info, export_dir, overwrite)
+    return export_dir
+
+
+# ------------------------------------------------------------ a run's export
+def run_kind(workdir: str | os.PathLike[str]) -> str:
+    """The kind of a run folder (its ``config.json``) or of an export folder
+    (its ``export.json``); translation when neither says."""
+    if is_run_dir(workdir):
+        return RunFolder(workdir).kind()
+    info = Path(workdir) / INFO_FILE
+    if is_export_dir(workdir) and info.is_file():
+        return str(
+            json.loads(info.read_text(encoding="utf-8")).get("kind", "translation")
+        )
+    return "translation"
+
+
+def _export_translation(
+    workdir: Path, weights: str, export_dir: Path, overwrite: bool, **settings: Any
+) -> Path:
+    from keras_transformer.translation import load_translator
+
+    model, tokenizer = load_translator(workdir, weights)
+    return export_translator(
+        model, tokenizer, export_dir, overwrite=overwrite, **settings
+    )
+
+
+def _export_classification(
+    workdir: Path, weights: str, export_dir: Path, overwrite: bool
+) -> Path:
+    if is_run_dir(workdir):
+        from keras_transformer.training.config import TrainConfig
+
+        folder = RunFolder(workdir)
+        model, tokenizer = folder.load(weights)
+        config = TrainConfig.load(folder.config_file)
+        settings = {
+            "max_length": config.data.max_sentence_length,
+            "tail_tokens": config.classification.tail_tokens,
+            "lowercase": config.classification.lowercase,
+        }
+    else:  # an earlier classification export
+        model, tokenizer, info = load_export(workdir)
+        settings = {k: info[k] for k in ("max_length", "tail_tokens", "lowercase")}
+    return export_classifier(
+        model, tokenizer, export_dir, overwrite=overwrite, **settings
+    )
+
+
+def _export_image(
+    workdir: Path, weights: str, export_dir: Path, overwrite: bool, **settings: Any
+) -> Path:
+    model, _ = RunFolder(workdir).check().load(weights)
+    return export_image_completer(model, export_dir, overwrite=overwrite, **settings)
+
+
+#: kind -> (the export of a run of that kind, the settings it takes).
+RUN_EXPORTS: dict[str, tuple[Callable[..., Path], tuple[str, ...]]] = {
+    "translation": (_export_translation, SEARCH_SETTINGS),
+    "classification": (_export_classification, ()),
+    "image": (_export_image, ("given_rows", "temperature")),
+}
+
+
+def export_run(
+    workdir: str | os.PathLike[str],
+    export_dir: str | os.PathLike[str],
+    weights: str = "last",
+    *,
+    overwrite: bool = False,
+    **settings: Any,
+) -> Path:
+    """Exports a run (or re-exports an export) as the SavedModel of its kind.
+
+    ``keras-transformer export``: a translation run's SavedModel translates
+    raw strings (`export_translator`), a classification run's classifies raw
+    reviews (`export_classifier`), an image run's completes images from
+    their top rows (`export_image_completer`).
+
+    Args:
+        workdir: a run folder (``keras-transformer train --workdir``) or an
+            export folder of a translation or classification run.
+        export_dir: the folder to write.
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
+        overwrite: replace an earlier export in `export_dir`.
+        **settings: the kind's settings: the `DecodeSettings` fields for
+            translation; ``given_rows`` and ``temperature`` for images;
+            none for classification.
+
+    Raises:
+        ValueError: for a kind without an export, or a setting the kind
+            does not take (one line naming both).
+    """
+    kind = run_kind(workdir)
+    if kind not in RUN_EXPORTS:
+        raise ValueError(
+            f"Runs of kind {kind!r} cannot be exported; the kinds that can are "
+            f"{', '.join(RUN_EXPORTS)}."
+        )
+    write, takes = RUN_EXPORTS[kind]
+    refused = [name for name in settings if name not in takes]
+    if refused:
+        flags = ", ".join(f"{n} (--{n.replace('_', '-')})" for n in refused)
+        offered = ", ".join(takes) if takes else "no settings"
+        raise ValueError(
+            f"A {kind} export takes no {flags}; it takes {offered}. Leave "
+            f"{'it' if len(refused) == 1 else 'them'} out."
+        )
+    return write(Path(workdir), weights, Path(export_dir), overwrite, **settings)

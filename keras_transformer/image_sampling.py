@@ -179,24 +179,64 @@ class ImageSampler:
             raise ValueError(
                 "`labels` were given to a model without classes; leave them out."
             )
-        batch = images.shape[0]
         if seed is not None:
-            self._seed.state.assign(
-                ops.convert_to_tensor([int(seed), 0], self._seed.state.dtype)
-            )
+            seed = int(seed)
+        if labels is not None:
+            labels = np.asarray(labels)
+        completed = self.complete_tensor(
+            tf.constant(images.astype(np.int32)),
+            int(given_rows),
+            temperature,
+            seed,
+            labels,
+        )
+        return np.asarray(completed)
+
+    def complete_tensor(
+        self,
+        images: tf.Tensor,
+        given_rows: int,
+        temperature: float = 1.0,
+        seed: Any = None,
+        labels: Any = None,
+    ) -> tf.Tensor:
+        """`complete` on tensors, without its checks: a step of a graph.
+
+        What `complete` runs once it has checked its arguments, and what a
+        `tf.function` (the image SavedModel of `keras_transformer.export`)
+        calls with symbolic tensors: the same draws for the same seed.
+
+        Args:
+            images: int32 `(batch, height, width, channels)`; only the top
+                `given_rows` rows are read.
+            given_rows: a Python integer, checked by the caller.
+            temperature: a Python float, checked by the caller.
+            seed: None (the running seed) or an integer scalar (a tensor in
+                a graph).
+            labels: int32 `(batch,)` classes of a class-conditional model.
+
+        Returns:
+            int32 `(batch, height, width, channels)`.
+        """
+        height, width, channels = self.image_shape
+        batch = tf.shape(images)[0]
+        if seed is not None:
+            state = tf.cast(seed, self._seed.state.dtype)
+            self._seed.state.assign(tf.stack([state, tf.zeros_like(state)]))
         # The raster-order values: (batch, n) intensities or (batch, n, C).
         if self.stack.categorical:
-            values = images.reshape(batch, height * width * channels)
+            values = tf.reshape(images, (batch, height * width * channels))
         else:
-            values = images.reshape(batch, height * width, channels)
+            values = tf.reshape(images, (batch, height * width, channels))
+        conditional = labels is not None
         label_tensor = (
             tf.zeros((batch,), tf.int32)
             if labels is None
-            else tf.reshape(tf.cast(np.asarray(labels), tf.int32), (batch,))
+            else tf.reshape(tf.cast(labels, tf.int32), (batch,))
         )
-        loop = self._loop(int(given_rows), temperature, conditional)
-        result = loop(tf.constant(values.astype(np.int32)), label_tensor)
-        return np.asarray(result).reshape(batch, height, width, channels)
+        loop = self._loop(given_rows, temperature, conditional)
+        result = loop(tf.cast(values, tf.int32), label_tensor)
+        return tf.reshape(result, (batch, height, width, channels))
 
 
 def complete_images(

@@ -1,4 +1,9 @@
-"""``keras-transformer export``: a SavedModel that translates raw strings."""
+"""``keras-transformer export``: the SavedModel of a run, for its kind.
+
+A translation run's translates raw strings, a classification run's
+classifies raw reviews, an image run's completes images from their top rows
+(`keras_transformer.export.export_run` dispatches on the run's kind).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,15 @@ from keras_transformer.cli._common import (
 )
 
 NAME = "export"
-HELP = "Write a SavedModel that translates raw strings (tokenizer, beam search inside)."
+HELP = "Write a SavedModel: translation, classification or image completion."
+
+#: What each kind's SavedModel offers, for the closing line.
+_SIGNATURES = {
+    "translation": "serving_default and translate (strings -> translations, "
+    "scores), translate_ids (strings -> token_ids, lengths, scores)",
+    "classification": "serving_default and classify (texts -> probabilities, labels)",
+    "image": "serving_default and complete (top_rows, seed -> images)",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a numbered version folder).",
     )
     parser.add_argument(
+        "--given-rows",
+        type=int,
+        default=None,
+        help="Image runs: the rows given to the SavedModel (default: half, whole "
+        "query blocks); --temperature is then the sampling temperature.",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="Replace an earlier export in --output (it stays whole until the new "
@@ -35,31 +55,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _kind_settings(args: argparse.Namespace, kind: str) -> dict:
+    """The settings of the command line for an export of `kind`: every
+    search flag for translation; for the other kinds, only the flags given
+    another value than their default (`export_run` refuses those it does
+    not take)."""
+    settings = search_settings(args)
+    if kind != "translation":
+        from keras_transformer.decoding.settings import default_setting
+
+        settings = {k: v for k, v in settings.items() if v != default_setting(k)}
+    if args.given_rows is not None:
+        settings["given_rows"] = args.given_rows
+    return settings
+
+
 def run(args: argparse.Namespace) -> int:
-    """Loads the model, writes the SavedModel, says how to inspect it."""
+    """Loads the model, writes the SavedModel of its kind, says how to inspect it."""
     check_translator_arguments(args, output="new folder")
     from keras_transformer import export
     from keras_transformer.files import FolderLockedError
-    from keras_transformer.translation import load_translator
 
-    model, tokenizer = load_translator(args.workdir, args.weights)
+    kind = export.run_kind(args.workdir)
     try:
-        path = export.export_translator(
-            model,
-            tokenizer,
+        path = export.export_run(
+            args.workdir,
             args.output,
-            **search_settings(args),
+            args.weights,
             overwrite=args.overwrite,
+            **_kind_settings(args, kind),
         )
     except (FileExistsError, FolderLockedError) as e:
         # One line (a FileWriteError, a full disk, is an OSError: one line too).
         raise ValueError(str(e)) from e
     print(
-        f"Exported to {path}: signatures serving_default and "
-        f"{export.TRANSLATE_SIGNATURE} (strings -> translations, scores), "
-        f"{export.IDS_SIGNATURE} (strings -> token_ids, lengths, scores); Keras "
-        f"model and tokenizer in {path / export.MODEL_FILE} and "
-        f"{path / export.TOKENIZER_DIR}. Inspect it with: "
+        f"Exported the {kind} run to {path}: signatures {_SIGNATURES[kind]}; Keras "
+        f"model in {path / export.MODEL_FILE}. Inspect it with: "
         f"saved_model_cli show --dir {path} --all"
     )
     return 0

@@ -24,6 +24,7 @@ accumulation, preemption); this module says what differs:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import keras
@@ -53,6 +54,7 @@ __all__ = [
     "ExampleStatistics",
     "Reviews",
     "ReviewData",
+    "cut_review_ids",
     "evaluate_run",
 ]
 
@@ -118,15 +120,55 @@ def encode_reviews(
     """(all token ids in one array, each review's length); a review longer
     than ``data.max_sentence_length`` keeps its head and its last
     ``classification.tail_tokens`` tokens."""
-    longest = config.data.max_sentence_length
-    tail = min(config.classification.tail_tokens, longest)
-    encoded = []
-    for ids in tokenizer.encode(reviews.texts):
-        if len(ids) > longest:
-            ids = ids[: longest - tail] + (ids[-tail:] if tail else [])
-        encoded.append(np.asarray(ids or [tokenizer.UNK_ID], "int32"))
+    encoded = tokenizer.encode(reviews.texts)
     lengths = np.array([len(ids) for ids in encoded], "int64")
-    return np.concatenate(encoded), lengths
+    flat = np.fromiter(itertools.chain.from_iterable(encoded), "int32", lengths.sum())
+    cut = cut_review_ids(
+        tf.RaggedTensor.from_row_lengths(flat, lengths),
+        config.data.max_sentence_length,
+        config.classification.tail_tokens,
+    )
+    return cut.flat_values.numpy(), cut.row_lengths().numpy()
+
+
+def cut_review_ids(
+    ids: tf.RaggedTensor, max_length: int, tail_tokens: int
+) -> tf.RaggedTensor:
+    """The one review-cut rule, in TensorFlow (training and the SavedModel).
+
+    A review longer than `max_length` tokens keeps its first
+    ``max_length - tail_tokens`` tokens and its last `tail_tokens` (the
+    verdict is often at the end); a review without any token becomes
+    ``[UNK]``.
+
+    Args:
+        ids: the token ids of the reviews, ``[batch, (length)]``.
+        max_length: ``data.max_sentence_length``.
+        tail_tokens: ``classification.tail_tokens`` (at most `max_length`
+            are kept).
+
+    Returns:
+        the cut ids, ``[batch, (min(length, max_length) or 1)]``.
+    """
+    tail = min(tail_tokens, max_length)
+    lengths = ids.row_lengths()
+    kept = tf.ragged.range(tf.minimum(lengths, max_length))  # [batch, (kept)]
+    position = kept.flat_values
+    row = kept.value_rowids()
+    length = tf.gather(lengths, row)
+    from_end = (length > max_length) & (position >= max_length - tail)
+    # A position of the tail takes the token as far from the review's end.
+    index = tf.where(from_end, position + length - max_length, position)
+    values = tf.gather(ids.flat_values, tf.gather(ids.row_starts(), row) + index)
+    cut = kept.with_flat_values(values)
+    unknown = tf.ragged.range(tf.cast(tf.equal(lengths, 0), tf.int64))
+    filler = unknown.with_flat_values(
+        tf.fill(
+            tf.shape(unknown.flat_values),
+            tf.constant(SubwordTokenizer.UNK_ID, values.dtype),
+        )
+    )
+    return tf.concat([cut, filler], axis=1)
 
 
 def _batches_per_pass(lengths: np.ndarray, config: TrainConfig, rows: int) -> int:

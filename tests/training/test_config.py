@@ -468,7 +468,9 @@ def test_no_value_of_any_setting_raises_anything_but_a_one_line_value_error():
 
 def _image_config() -> dict:
     return json.loads(
-        (Path(__file__).parents[2] / "configs" / "image_sample_patches.json").read_text()
+        (
+            Path(__file__).parents[2] / "configs" / "image_sample_patches.json"
+        ).read_text()
     )
 
 

@@ -1,0 +1,308 @@
+"""kt.export for every kind: classification and image-completion SavedModels.
+
+`keras-transformer export --workdir <run>` dispatches on the run's kind
+(`export.export_run`); the translation export is tested in test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import cli, export
+from keras_transformer.image_sampling import ImageSampler
+from keras_transformer.runs import RunFolder
+from keras_transformer.training import train
+from keras_transformer.training.classification import (
+    Reviews,
+    cut_review_ids,
+    encode_reviews,
+)
+from keras_transformer.training.config import TrainConfig
+from tests.test_export import _child_env
+from tests.training.helpers import (
+    small_classification_config,
+    small_image_config,
+    write_reviews,
+)
+
+#: Reviews of the synthetic set's words, then an empty one, upper case,
+#: non-ASCII, and one longer than ``data.max_sentence_length`` (24).
+REVIEWS = [
+    "great acting and a wonderful story",
+    "boring plot , awful ending",
+    "",
+    "GREAT MUSIC, WONDERFUL CAST",
+    "Ünïcode café: terrible script",
+    "the film " * 30 + "was wonderful",
+]
+
+
+def _python_cut(rows: list[list[int]], max_length: int, tail: int) -> list[list[int]]:
+    """The review-cut rule as the training code wrote it before
+    `cut_review_ids`: head, then the last `tail` tokens; empty -> [UNK]."""
+    tail = min(tail, max_length)
+    cut = []
+    for ids in rows:
+        if len(ids) > max_length:
+            ids = ids[: max_length - tail] + (ids[-tail:] if tail else [])
+        cut.append(ids or [1])
+    return cut
+
+
+@pytest.mark.parametrize("max_length, tail", [(8, 3), (8, 0), (8, 8), (8, 20), (1, 1)])
+def test_the_review_cut_rule_in_tensorflow_is_the_python_rule(
+    max_length: int, tail: int
+) -> None:
+    rng = np.random.default_rng(max_length + tail)
+    rows = [rng.integers(4, 50, rng.integers(0, 20)).tolist() for _ in range(30)]
+    rows.append([])
+    ids = tf.ragged.constant(rows, dtype=tf.int32, ragged_rank=1)
+    got = cut_review_ids(ids, max_length, tail)
+    assert got.to_list() == _python_cut(rows, max_length, tail)
+    # In a graph too (the SavedModel's), with unknown lengths.
+    graph = tf.function(lambda ids: cut_review_ids(ids, max_length, tail))
+    assert graph(ids).to_list() == got.to_list()
+
+
+# ------------------------------------------------------------ the two runs
+@pytest.fixture(scope="module")
+def classification_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("classification")
+    config = small_classification_config(
+        write_reviews(root / "data"), "train.train_steps=3"
+    )
+    train(config, root / "run", printer=None)
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def image_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("image")
+    train(small_image_config("train.train_steps=3"), root / "run", printer=None)
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def exports(
+    classification_run: Path, image_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Both runs exported by the command, as a user would."""
+    root = tmp_path_factory.mktemp("exports")
+    paths = {"classification": root / "imdb" / "1", "image": root / "patches" / "1"}
+    for kind, run in (("classification", classification_run), ("image", image_run)):
+        argv = ["export", "--workdir", str(run), "--output", str(paths[kind])]
+        assert cli.main(argv) == 0
+    return paths
+
+
+_CHILD = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+
+request = json.loads(sys.stdin.read())
+texts = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+images = tf.saved_model.load(sys.argv[2]).signatures["serving_default"]
+classified = texts(texts=tf.constant(request["reviews"]))
+top_rows = tf.constant(np.array(request["top_rows"], np.uint8))
+completed = [
+    images(top_rows=top_rows, seed=tf.constant(seed, tf.int64))["images"]
+    for seed in (3, 3, 4)
+]
+print(json.dumps({
+    "imported_package": any(m.startswith("keras_transformer") for m in sys.modules),
+    "probabilities": classified["probabilities"].numpy().tolist(),
+    "labels": classified["labels"].numpy().tolist(),
+    "dtype": completed[0].dtype.name,
+    "images": [c.numpy().tolist() for c in completed],
+}))
+"""
+
+
+def _top_rows() -> np.ndarray:
+    rng = np.random.default_rng(5)
+    return rng.integers(0, 256, (3, 2, 4, 3)).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def served(exports: dict[str, Path]) -> dict:
+    """What a fresh process with only TensorFlow (and TF Text) gets."""
+    request = {"reviews": REVIEWS, "top_rows": _top_rows().tolist()}
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(exports["classification"])]
+        + [str(exports["image"])],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_child_env(),
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------- classification
+def test_a_classification_export_classifies_raw_reviews_like_the_model(
+    classification_run: Path, exports: dict[str, Path], served: dict
+) -> None:
+    assert not served["imported_package"]
+    folder = RunFolder(classification_run)
+    model, tokenizer = folder.load()
+    config = TrainConfig.load(folder.config_file)
+    # The reviews as training reads them: lowercased, tokenized, cut.
+    lowered = Reviews([text.lower() for text in REVIEWS], np.zeros(len(REVIEWS)))
+    flat, lengths = encode_reviews(lowered, tokenizer, config)
+    assert lengths.max() == config.data.max_sentence_length  # the long one is cut
+    rows = np.split(flat, np.cumsum(lengths)[:-1])
+    expected = np.array([model.predict(row[None], verbose=0)[0, 0] for row in rows])
+    probabilities = np.array(served["probabilities"])
+    assert probabilities.shape == (len(REVIEWS), 2)
+    np.testing.assert_allclose(probabilities[:, 1], expected, atol=1e-5)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-6)
+    assert served["labels"] == (expected > 0.5).astype(int).tolist()
+
+    info = json.loads((exports["classification"] / "export.json").read_text())
+    assert info["kind"] == "classification" and info["lowercase"] is True
+    assert info["max_length"] == config.data.max_sentence_length
+    assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
+    assert export.run_kind(exports["classification"]) == "classification"
+
+
+def test_a_classification_export_refuses_a_batch_that_is_not_1_d(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    loaded = tf.saved_model.load(str(exports["classification"]))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        loaded.signatures["classify"](texts=tf.constant([REVIEWS[:2]]))
+    assert f"{export.BATCH_SHAPE_MESSAGE}] [1 2]" in " ".join(
+        error.value.message.split()
+    )
+    # Re-exported from the export folder: the same settings and outputs.
+    again = export.export_run(exports["classification"], tmp_path / "again")
+    info = json.loads((again / "export.json").read_text())
+    assert info == json.loads((exports["classification"] / "export.json").read_text())
+    texts = tf.constant(REVIEWS)
+    first = loaded.signatures["classify"](texts=texts)["probabilities"]
+    reloaded = tf.saved_model.load(str(again))  # held: its variables live on
+    second = reloaded.classify(texts)["probabilities"]
+    np.testing.assert_array_equal(first, second)
+
+
+# ------------------------------------------------------------------- image
+def test_an_image_export_completes_top_rows_like_the_sampler(
+    image_run: Path, exports: dict[str, Path], served: dict
+) -> None:
+    assert not served["imported_package"]
+    model, _ = RunFolder(image_run).load()
+    top_rows = _top_rows()
+    same, again, other = (np.array(images) for images in served["images"])
+    assert served["dtype"] == "uint8" and same.shape == (3, 4, 4, 3)
+    np.testing.assert_array_equal(same[:, :2], top_rows)  # given rows kept exactly
+    np.testing.assert_array_equal(same, again)  # a seed is a completion
+    assert (same != other).any()
+    # The draws of the sampler called in Python with the same seed.
+    images = np.concatenate([top_rows, np.zeros_like(top_rows)], axis=1)
+    for seed, completed in ((3, same), (4, other)):
+        expected = ImageSampler(model).complete(images, 2, 1.0, seed=seed)
+        np.testing.assert_array_equal(completed, expected)
+    info = json.loads((exports["image"] / "export.json").read_text())
+    assert info["kind"] == "image" and info["given_rows"] == 2
+    assert info["image_shape"] == [4, 4, 3] and info["temperature"] == 1.0
+
+
+def test_an_image_export_refuses_other_shapes_and_dtypes(
+    exports: dict[str, Path],
+) -> None:
+    loaded = tf.saved_model.load(str(exports["image"]))
+    complete = loaded.signatures["complete"]
+    seed = tf.constant(0, tf.int64)
+    for shape in ([3, 3, 4, 3], [3, 2, 4, 1], [2, 4, 3]):
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            complete(top_rows=tf.zeros(shape, tf.uint8), seed=seed)
+        message = " ".join(error.value.message.split())
+        assert "expected the top rows, uint8 of shape [batch, 2, 4, 3]" in message
+        assert f"got shape] [{' '.join(map(str, shape))}]" in message
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one integer seed"):
+        complete(
+            top_rows=tf.zeros([1, 2, 4, 3], tf.uint8),
+            seed=tf.constant([1, 2], tf.int64),
+        )
+    # TensorFlow refuses another dtype at the signature, naming both.
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="uint8 tensor but is a int32"
+    ):
+        complete(top_rows=tf.zeros([1, 2, 4, 3], tf.int32), seed=seed)
+
+
+def test_an_image_export_takes_other_rows_and_a_temperature(
+    image_run: Path, tmp_path: Path
+) -> None:
+    model, _ = RunFolder(image_run).load()
+    path = export.export_run(
+        image_run, tmp_path / "greedy", given_rows=0, temperature=0.0
+    )
+    loaded = tf.saved_model.load(str(path))
+    complete = loaded.complete
+    blank = tf.zeros([2, 0, 4, 3], tf.uint8)
+    completed = complete(blank, tf.constant(1, tf.int64))["images"].numpy()
+    expected = ImageSampler(model).complete(
+        np.zeros((2, 4, 4, 3), "uint8"), 0, 0.0, seed=1
+    )
+    np.testing.assert_array_equal(completed, expected)
+    assert json.loads((path / "export.json").read_text())["temperature"] == 0.0
+
+
+# ------------------------------------------------------------------ errors
+def test_bad_settings_are_one_line_each(
+    classification_run: Path,
+    image_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = str(tmp_path / "x" / "1")
+    cases = [
+        # A setting the kind does not take.
+        (classification_run, ["--beam-size", "2"], "classification export takes no"),
+        (classification_run, ["--given-rows", "2"], "given_rows (--given-rows)"),
+        (image_run, ["--method", "greedy"], "image export takes no method"),
+        # Rows that are not whole rows of the 2 x 2 query blocks.
+        (image_run, ["--given-rows", "1"], "multiple of the query block's height 2"),
+        (image_run, ["--given-rows", "6"], "from 0 to the image height 4"),
+        (image_run, ["--temperature", "-1"], "temperature"),
+    ]
+    for run, flags, expected in cases:
+        status = cli.main(["export", "--workdir", str(run), "--output", out, *flags])
+        error = capsys.readouterr().err.strip()
+        assert status == 1 and expected in error, error
+        assert len(error.splitlines()) == 1, error
+    assert not (tmp_path / "x").exists()
+    # A bad --output: a file, and a folder holding something else.
+    (tmp_path / "file").write_text("")
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("keep")
+    for output, expected, code in (
+        (tmp_path / "file", "is a file", 2),
+        (busy, "not empty", 1),
+    ):
+        argv = ["export", "--workdir", str(image_run), "--output", str(output)]
+        assert cli.main(argv) == code
+        error = capsys.readouterr().err.strip()
+        assert expected in error and len(error.splitlines()) == 1, error
+    assert (busy / "notes.txt").read_text() == "keep"
+
+
+def test_a_kind_without_an_export_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, image_run: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(export, "run_kind", lambda _: "speech")
+    with pytest.raises(ValueError, match="kind 'speech' cannot be exported"):
+        export.export_run(image_run, tmp_path / "1")
