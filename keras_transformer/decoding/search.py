@@ -34,6 +34,9 @@ GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
 `(kept,)`, or None for all) of the state and, in beam search, puts each new
 hypothesis in the place of its parent (`parents`, int32 `(kept, beam)`)."""
 Outputs = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+Prefix = tuple[tf.Tensor, tf.Tensor]
+"""`(token_ids (batch, prefix_length), lengths (batch,))`: the tokens every
+output of an example starts with (`force_prefix`)."""
 
 
 class Strategy(Protocol):
@@ -69,10 +72,10 @@ def write_at(buffer: tf.Tensor, index: tf.Tensor, values: tf.Tensor) -> tf.Tenso
     return tf.where(at_index, values[..., None], buffer)
 
 
-def mask_padding(log_probs: tf.Tensor) -> tf.Tensor:
+def mask_padding(log_probs: tf.Tensor, pad_id: int = PAD_ID) -> tf.Tensor:
     """Makes the padding id impossible: it marks the end of an output."""
     vocabulary = tf.shape(log_probs)[-1]
-    is_padding = tf.equal(tf.range(vocabulary), PAD_ID)
+    is_padding = tf.equal(tf.range(vocabulary), pad_id)
     return tf.where(is_padding, tf.constant(-np.inf, log_probs.dtype), log_probs)
 
 
@@ -93,6 +96,66 @@ def gather_rows(beam_size: int) -> GatherFunction:
         return tf.nest.map_structure(lambda x: tf.gather(x, rows), state)
 
     return gather
+
+
+def force_prefix(log_probs: tf.Tensor, prefix: Prefix, index: tf.Tensor) -> tf.Tensor:
+    """Rows still inside their forced prefix get its token, log-probability 0.
+
+    `prefix` is `(token_ids (rows, prefix_length), lengths (rows,))`: row `r`
+    must emit `token_ids[r, index]` while `index < lengths[r]`. Its
+    log-probabilities become 0 at that token and `-inf` elsewhere, so every
+    strategy keeps it (sampling at any temperature too) and a forced token
+    adds nothing to the score (it is given, not chosen).
+    """
+    prefix_ids, prefix_lengths = prefix
+    last = tf.maximum(tf.shape(prefix_ids)[1] - 1, 0)
+    # (rows,): the token each row must emit at `index` (if still forced).
+    token = tf.gather(prefix_ids, tf.minimum(index, last), axis=1)
+    vocabulary = tf.range(tf.shape(log_probs)[-1])
+    one_hot = tf.where(
+        tf.equal(vocabulary[None], token[:, None]),
+        tf.constant(0.0, log_probs.dtype),
+        tf.constant(-np.inf, log_probs.dtype),
+    )
+    forced = index < prefix_lengths
+    return tf.where(forced[:, None], one_hot, log_probs)
+
+
+def _with_prefix(
+    step_fn: StepFunction,
+    state: Any,
+    gather_state: GatherFunction,
+    invariants: Any,
+    prefix: Prefix,
+    beam_size: int,
+) -> tuple[StepFunction, Any, GatherFunction, Any]:
+    """The step function, state, gather and invariants of a search whose
+    outputs start with a forced prefix per example: the prefix travels in
+    the state (`(state, prefix_rows)`), one row per hypothesis, so that it
+    follows examples that leave the batch; the loop's body forces it."""
+    prefix_ids, prefix_lengths = prefix
+    # (batch * beam, ...): one row per hypothesis, like the state.
+    rows = (
+        tf.repeat(tf.cast(prefix_ids, tf.int32), beam_size, axis=0),
+        tf.repeat(tf.cast(prefix_lengths, tf.int32), beam_size, axis=0),
+    )
+    gather_prefix = gather_rows(beam_size)
+
+    def step(token_ids: tf.Tensor, state: Any, index: tf.Tensor) -> Any:
+        inner, prefix_rows = state
+        log_probs, inner = step_fn(token_ids, inner, index)
+        return log_probs, (inner, prefix_rows)
+
+    def gather(state: Any, examples: Any, parents: Any) -> Any:
+        inner, prefix_rows = state
+        return (
+            gather_state(inner, examples, parents),
+            gather_prefix(prefix_rows, examples, parents),
+        )
+
+    if invariants is not None:
+        invariants = (invariants, _leading_dimension_free(rows))
+    return step, (state, rows), gather, invariants
 
 
 def _leading_dimension_free(structure: Any) -> Any:
@@ -219,6 +282,8 @@ def run_search(
     drop_finished: bool = False,
     gather_state: GatherFunction | None = None,
     state_shape_invariants: Any = None,
+    pad_id: int | None = PAD_ID,
+    prefix: Prefix | None = None,
 ) -> Outputs:
     """Runs `strategy` over `step_fn` as one `tf.while_loop`.
 
@@ -244,6 +309,11 @@ def run_search(
         state_shape_invariants: the `tf.while_loop` shape invariants of a
             state whose shapes change between steps; by default (with
             `drop_finished`) the first dimension is left free.
+        pad_id: the id that is never generated (it pads the outputs); None
+            where every id is a value (image intensities).
+        prefix: `(token_ids (batch, prefix_length), lengths (batch,))`:
+            example `b` is forced to start with `token_ids[b, :lengths[b]]`
+            (`force_prefix`; given rows of an image, a target prefix).
 
     Returns:
         `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`,
@@ -253,6 +323,15 @@ def run_search(
     end = -1 if end_id is None else end_id
     drop_finished = drop_finished and strategy.may_drop_finished
     gather_state = gather_state or gather_rows(strategy.beam_size)
+    if prefix is not None:
+        step_fn, state, gather_state, state_shape_invariants = _with_prefix(
+            step_fn,
+            state,
+            gather_state,
+            state_shape_invariants,
+            prefix,
+            strategy.beam_size,
+        )
 
     finish = functools.partial(_finish, strategy, gather_state, drop_finished)
 
@@ -263,7 +342,11 @@ def run_search(
 
     def body(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> Any:
         log_probs, state = step_fn(strategy.inputs(beams), state, index)
-        log_probs = mask_padding(tf.cast(log_probs, tf.float32))
+        log_probs = tf.cast(log_probs, tf.float32)
+        if pad_id is not None:
+            log_probs = mask_padding(log_probs, pad_id)
+        if prefix is not None:
+            log_probs = force_prefix(log_probs, state[1], index)
         beams, parents = strategy.update(beams, log_probs, index, end)
         beams, state, outputs = finish(beams, parents, state, outputs)
         return index + 1, beams, state, outputs
@@ -290,8 +373,10 @@ def run_search(
 __all__ = [
     "GatherFunction",
     "Outputs",
+    "Prefix",
     "StepFunction",
     "Strategy",
+    "force_prefix",
     "gather_rows",
     "mask_padding",
     "run_search",
