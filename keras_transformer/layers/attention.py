@@ -622,6 +622,38 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return output, scores, (keys, values)
 
+    def _attend_cached_slots(
+        self,
+        query: Any,
+        cache: tuple[Any, Any],
+        index: Any,
+        slots: Any,
+        allowed: Any,
+        positions: tuple[Any, Any] | None = None,
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
+        """One position's cached self-attention over a few rows of the cache
+        (the memory of the local layers): the position's keys and values are
+        written at row `index`, then its query attends to rows `slots`
+        (`(W,)`) where `allowed` (`(W,)`) holds, at a cost of `O(W)`.
+
+        Returns:
+            `(output, scores, cache)`.
+        """
+        keys, values = cache
+        queries, step_keys, step_values = self.project_self_attention(query)
+        keys = ops.slice_update(keys, (0, 0, index, 0), step_keys)
+        values = ops.slice_update(values, (0, 0, index, 0), step_values)
+        # (batch, heads, W, dim)
+        output, scores = self.attend(
+            queries,
+            ops.take(keys, slots, axis=2),
+            ops.take(values, slots, axis=2),
+            allowed[None, None, None],
+            False,
+            positions=positions,
+        )
+        return output, scores, (keys, values)
+
     def _cache_mask(
         self,
         query_length: Any,
@@ -898,6 +930,40 @@ def _cached_positions(
     queries = ops.arange(query_length, dtype="int32") // beam_size
     rows = ops.arange(cache_length, dtype="int32") // beam_size
     return queries + ops.cast(index, "int32"), rows
+
+
+def check_one_position_cache(
+    layer: str,
+    query: Any,
+    others: tuple[Any, Any, dict[str, Any]],
+    cache_update_index: Any | None,
+    append_to_cache: bool,
+    beam_size: int,
+) -> None:
+    """Raises the one-line `ValueError` of a local layer that samples with a
+    cache one position at a time, unless `query` is one position with a
+    `cache_update_index` and nothing else: `others` is `(value, key,
+    masks)` of `_attend_cache`, and the separate keys/values and the masks
+    must be `None`."""
+    value, key, masks = others
+    given = [value, key, *(masks[name] for name in _CACHED_STEP_REFUSES)]
+    one_position = query.shape[1] == 1 and cache_update_index is not None
+    if (
+        not one_position
+        or append_to_cache
+        or beam_size != 1
+        or any(item is not None for item in given)
+    ):
+        raise ValueError(
+            f"{layer} with a cache samples one position at a time: pass query "
+            "(batch, 1, features), cache and cache_update_index only. Received: "
+            f"query.shape={tuple(query.shape)}, "
+            f"cache_update_index={cache_update_index!r}"
+        )
+
+
+#: The masks a one-position cached step of a local layer refuses.
+_CACHED_STEP_REFUSES = ("query_mask", "key_mask", "attention_mask")
 
 
 def _row(index: Any, beam_size: int) -> Any:

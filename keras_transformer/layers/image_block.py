@@ -311,18 +311,14 @@ class ImageTransformerBlock(TransformerBlockBase):
         new_cache = dict(cache)
 
         def cached_attend(x: Any) -> Any:
-            attention = self.self_attention
-            if self.attention == "full":
-                output, (keys, values) = attention(
-                    x,
-                    cache=(cache["keys"], cache["values"]),
-                    cache_update_index=index,
-                    use_causal_mask=True,
-                )
-                new_cache.update(keys=keys, values=values)
-                return output
-            output, updated = attention.call_cached(x, cache, index)
-            new_cache.update(updated)
+            # Every kind of attention: the one call with a cache.
+            output, (keys, values) = self.self_attention(
+                x,
+                cache=(cache["keys"], cache["values"]),
+                cache_update_index=index,
+                use_causal_mask=True,
+            )
+            new_cache.update(keys=keys, values=values)
             return output
 
         outputs = self._sublayer(
