@@ -137,7 +137,9 @@ class ImageTransformerBlock(TransformerBlockBase):
     >>> tuple(block(x).shape)
     (1, 4, 12, 8)
 
-    Sampling one position at a time: `init_cache` and `call_cached`.
+    Sampling one position at a time: `init_cache` and `call_cached`
+    (`ImageTransformerStack.decode_beam_step` runs them); every kind of
+    attention takes its step through its one `call` with a cache.
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2; Vaswani et
     al. (2017), §3.1.

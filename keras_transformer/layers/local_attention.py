@@ -30,6 +30,7 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
+    CachedCall,
     MultiHeadAttention,
     check_one_position_cache,
     scaled_dot_product_attention,
@@ -454,8 +455,9 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 10, 8), (2, 2, 4, 3, 9))
 
-    Incremental decoding keeps only the last `r` keys and values (see
-    `init_cache` and `call_cached`).
+    Incremental decoding: `call(x_step, cache=layer.empty_cache(batch, n),
+    cache_update_index=t, use_causal_mask=True)`, a query attending to the
+    last `r + 1` positions (`cache_window`).
 
     Reference: Vaswani et al. (2017), §4 and Table 1 (restricted
     self-attention, `O(r n d)` per layer, path length `O(n / r)`); Parmar et
@@ -696,15 +698,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
         return output, {"keys": keys, "values": values}
 
     def _attend_cache(
-        self,
-        query: Any,
-        value: Any | None,
-        key: Any | None,
-        masks: dict[str, Any],
-        cache: tuple[Any, Any],
-        cache_update_index: Any | None,
-        append_to_cache: bool,
-        beam_size: int,
+        self, query: Any, call: CachedCall
     ) -> tuple[Any, Any, tuple[Any, Any]]:
         """The causal output of one position, from the cached earlier positions.
 
@@ -715,16 +709,9 @@ class LocalBlockAttention(_BlockedSelfAttention):
         `O(l_m + l_q)`, not `O(n)`. Feeding positions `0, 1, ..., n - 1`
         reproduces `layer(x, use_causal_mask=True)` at every position.
         """
-        check_one_position_cache(
-            "LocalBlockAttention",
-            query,
-            (value, key, masks),
-            cache_update_index,
-            append_to_cache,
-            beam_size,
-        )
-        length = cache[0].shape[2]
-        index = ops.cast(cache_update_index, "int32")
+        check_one_position_cache("LocalBlockAttention", query, call)
+        length = call.cache[0].shape[2]
+        index = ops.cast(call.cache_update_index, "int32")
         # (W,): the positions of the memory window of the query's block.
         width = self.memory_length + self.query_block_length
         start = index // self.query_block_length * self.query_block_length
@@ -733,7 +720,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
         slots = ops.clip(positions, 0, length - 1)
         return self._attend_cached_slots(
             query,
-            cache,
+            call.cache,
             index,
             slots,
             allowed,

@@ -51,6 +51,7 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
+    CachedCall,
     MultiHeadAttention,
     check_one_position_cache,
 )
@@ -232,6 +233,11 @@ class LocalAttention2D(MultiHeadAttention):
             (image generation).
         return_attention_scores: also return the attention weights.
         training: whether attention dropout is active.
+        cache: `(keys, values)` from `empty_cache(batch, rows * cols)`:
+            `inputs` is then one position, `(batch, 1, features)`, attending
+            causally to its memory block (as for `MultiHeadAttention`, the
+            call returns `(output, cache)`).
+        cache_update_index: with `cache`, the raster position of `inputs`.
 
     Returns:
         `(batch, rows, cols, output_dim)`, or `(output, scores)` where the
@@ -251,7 +257,9 @@ class LocalAttention2D(MultiHeadAttention):
     >>> tuple(out.shape), tuple(scores.shape)
     ((1, 4, 24, 8), (1, 2, 2, 4, 12, 36))
 
-    Sampling one position at a time: `init_cache` and `call_cached`.
+    Sampling one position at a time: `call(x_p, cache=layer.empty_cache(batch,
+    rows * cols), cache_update_index=p, use_causal_mask=True)`, the one
+    cached call of every attention layer (`call_cached` is deprecated).
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 2D
     attention) and Figure 2.
@@ -554,15 +562,7 @@ class LocalAttention2D(MultiHeadAttention):
 
     # ---------------------------------------------------- cached sampling
     def _attend_cache(
-        self,
-        query: Any,
-        value: Any | None,
-        key: Any | None,
-        masks: dict[str, Any],
-        cache: tuple[Any, Any],
-        cache_update_index: Any | None,
-        append_to_cache: bool,
-        beam_size: int,
+        self, query: Any, call: CachedCall
     ) -> tuple[Any, Any, tuple[Any, Any]]:
         """The causal output of one position, from the cached earlier positions.
 
@@ -584,18 +584,11 @@ class LocalAttention2D(MultiHeadAttention):
                 "LocalAttention2D with a cache needs a built layer: call the "
                 "layer once (or `build` it with the image's shape) first."
             )
-        check_one_position_cache(
-            "LocalAttention2D",
-            query,
-            (value, key, masks),
-            cache_update_index,
-            append_to_cache,
-            beam_size,
-        )
+        check_one_position_cache("LocalAttention2D", query, call)
         rows, cols = self.grid_shape
         (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
         mem_rows, mem_cols = self.memory_shape
-        index = ops.cast(cache_update_index, "int32")
+        index = ops.cast(call.cache_update_index, "int32")
         # The memory block of the position: (M,) rows and columns.
         top = (index // cols) // h_q * h_q - h_m
         left = (index % cols) // w_q * w_q - w_m
@@ -614,7 +607,7 @@ class LocalAttention2D(MultiHeadAttention):
                 key_cols < cols, ops.take(steps, slots) <= ops.take(steps, index)
             ),
         )
-        return self._attend_cached_slots(query, cache, index, slots, allowed)
+        return self._attend_cached_slots(query, call.cache, index, slots, allowed)
 
     def init_cache(self, batch_size: Any) -> dict[str, Any]:
         """Deprecated (removed in 0.4; use `empty_cache(batch_size, rows *
