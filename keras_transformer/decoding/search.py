@@ -122,17 +122,19 @@ def force_prefix(log_probs: tf.Tensor, prefix: Prefix, index: tf.Tensor) -> tf.T
 
 
 def _with_prefix(
-    step_fn: StepFunction,
-    state: Any,
-    gather_state: GatherFunction,
-    invariants: Any,
-    prefix: Prefix,
+    search: tuple[StepFunction, Any, GatherFunction, Any],
+    prefix: Prefix | None,
     beam_size: int,
 ) -> tuple[StepFunction, Any, GatherFunction, Any]:
     """The step function, state, gather and invariants of a search whose
     outputs start with a forced prefix per example: the prefix travels in
     the state (`(state, prefix_rows)`), one row per hypothesis, so that it
-    follows examples that leave the batch; the loop's body forces it."""
+    follows examples that leave the batch; the loop's body forces it.
+    `search` is `(step_fn, state, gather_state, state_shape_invariants)`,
+    returned as it is without a prefix."""
+    if prefix is None:
+        return search
+    step_fn, state, gather_state, invariants = search
     prefix_ids, prefix_lengths = prefix
     # (batch * beam, ...): one row per hypothesis, like the state.
     rows = (
@@ -156,6 +158,31 @@ def _with_prefix(
     if invariants is not None:
         invariants = (invariants, _leading_dimension_free(rows))
     return step, (state, rows), gather, invariants
+
+
+def _allowed(
+    log_probs: tf.Tensor, pad_id: int | None, prefix: Prefix | None, index: tf.Tensor
+) -> tf.Tensor:
+    """float32 log-probabilities of a step, the padding id made impossible
+    (unless `pad_id` is None) and the rows inside their prefix forced."""
+    log_probs = tf.cast(log_probs, tf.float32)
+    if pad_id is not None:
+        log_probs = mask_padding(log_probs, pad_id)
+    if prefix is not None:
+        log_probs = force_prefix(log_probs, prefix, index)
+    return log_probs
+
+
+def _running(drop_finished: bool) -> Callable[..., tf.Tensor]:
+    """The loop's condition: an example is still in the batch (`drop_finished`)
+    or not every example is done."""
+
+    def cond(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> tf.Tensor:
+        if drop_finished:
+            return tf.size(beams.examples) > 0
+        return tf.logical_not(tf.reduce_all(beams.done))
+
+    return cond
 
 
 def _leading_dimension_free(structure: Any) -> Any:
@@ -289,31 +316,26 @@ def run_search(
 
     Args:
         strategy: greedy, beam search, sampling (`strategies.get_strategy`).
-        step_fn: `(token_ids (batch * beam,), state, index) -> (log_probs
-            (batch * beam, vocabulary), state)`; `index` is the position of
-            `token_ids`.
-        state: the initial state (any nest of tensors). By default every
-            tensor has `strategy.beam_size` rows per example and is gathered
-            by parent after each step; `gather_state` replaces that.
+        step_fn: a `StepFunction`; `index` is the position of `token_ids`.
+        state: the initial state (any nest of tensors), by default `beam_size`
+            rows per example, gathered by parent (`gather_state` replaces it).
         limits: int `(batch,)`: the maximum output length of each example.
         max_length: bound on `limits`, the size of the outputs: a Python int,
             or a scalar int32 tensor where shapes need not be static (not XLA).
         start_id: the first decoder input.
         end_id: the token that finishes a hypothesis; None for none.
         drop_finished: remove an example from the batch once it has
-            finished (the batch shrinks: a TensorFlow graph, not XLA). The
-            outputs do not change. Ignored for strategies that forbid it.
-        gather_state: `(state, examples, parents) -> state`, called after a
-            step that reorders hypotheses (`parents` int32 `(kept, beam)`)
-            or drops examples (`examples` int32 `(kept,)`, else None).
+            finished (a TensorFlow graph, not XLA; the same outputs). Ignored
+            for strategies that forbid it.
+        gather_state: `(state, examples, parents) -> state` after a step that
+            reorders hypotheses or drops examples (`GatherFunction`).
         state_shape_invariants: the `tf.while_loop` shape invariants of a
-            state whose shapes change between steps; by default (with
-            `drop_finished`) the first dimension is left free.
-        pad_id: the id that is never generated (it pads the outputs); None
-            where every id is a value (image intensities).
-        prefix: `(token_ids (batch, prefix_length), lengths (batch,))`:
-            example `b` is forced to start with `token_ids[b, :lengths[b]]`
-            (`force_prefix`; given rows of an image, a target prefix).
+            state whose shapes change (default with `drop_finished`: the
+            first dimension free).
+        pad_id: the id never generated (it pads the outputs); None where
+            every id is a value (image intensities).
+        prefix: `(token_ids (batch, prefix_length), lengths (batch,))`: the
+            tokens each example must start with (`force_prefix`).
 
     Returns:
         `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`,
@@ -323,30 +345,17 @@ def run_search(
     end = -1 if end_id is None else end_id
     drop_finished = drop_finished and strategy.may_drop_finished
     gather_state = gather_state or gather_rows(strategy.beam_size)
-    if prefix is not None:
-        step_fn, state, gather_state, state_shape_invariants = _with_prefix(
-            step_fn,
-            state,
-            gather_state,
-            state_shape_invariants,
-            prefix,
-            strategy.beam_size,
-        )
+    search = (step_fn, state, gather_state, state_shape_invariants)
+    step_fn, state, gather_state, state_shape_invariants = _with_prefix(
+        search, prefix, strategy.beam_size
+    )
 
     finish = functools.partial(_finish, strategy, gather_state, drop_finished)
 
-    def cond(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> tf.Tensor:
-        if drop_finished:
-            return tf.size(beams.examples) > 0
-        return tf.logical_not(tf.reduce_all(beams.done))
-
     def body(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> Any:
         log_probs, state = step_fn(strategy.inputs(beams), state, index)
-        log_probs = tf.cast(log_probs, tf.float32)
-        if pad_id is not None:
-            log_probs = mask_padding(log_probs, pad_id)
-        if prefix is not None:
-            log_probs = force_prefix(log_probs, state[1], index)
+        prefix_rows = None if prefix is None else state[1]
+        log_probs = _allowed(log_probs, pad_id, prefix_rows, index)
         beams, parents = strategy.update(beams, log_probs, index, end)
         beams, state, outputs = finish(beams, parents, state, outputs)
         return index + 1, beams, state, outputs
@@ -355,7 +364,7 @@ def run_search(
         strategy, finish, limits, state, max_length, start_id, drop_finished
     )
     _, beams, _, outputs = tf.while_loop(
-        cond,
+        _running(drop_finished),
         body,
         (tf.constant(0, tf.int32), beams, state, outputs),
         shape_invariants=_shape_invariants(
