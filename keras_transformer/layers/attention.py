@@ -963,6 +963,24 @@ def check_one_position_cache(layer: str, query: Any, call: CachedCall) -> None:
         )
 
 
+def call_with_cache_dict(
+    layer: MultiHeadAttention, inputs: Any, cache: dict[str, Any], index: Any
+) -> tuple[Any, dict[str, Any]]:
+    """What the local layers' deprecated `call_cached(inputs, cache, index)`
+    does: `layer.call(inputs, cache=(keys, values), cache_update_index=index,
+    use_causal_mask=True)` on a `{"keys", "values"}` cache (their former
+    `init_cache` layout); returns `(output, cache)` in that layout."""
+    old = f"{type(layer).__name__}.call_cached"
+    warn_deprecated(old, "call(cache=...)", stacklevel=4)
+    output, (keys, values) = layer.call(
+        inputs,
+        cache=(cache["keys"], cache["values"]),
+        cache_update_index=index,
+        use_causal_mask=True,
+    )
+    return output, {"keys": keys, "values": values}
+
+
 #: The masks a one-position cached step of a local layer refuses.
 _CACHED_STEP_REFUSES = ("query_mask", "key_mask", "attention_mask")
 

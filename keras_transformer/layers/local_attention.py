@@ -32,6 +32,7 @@ from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
     CachedCall,
     MultiHeadAttention,
+    call_with_cache_dict,
     check_one_position_cache,
     scaled_dot_product_attention,
 )
@@ -688,14 +689,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
         """Deprecated (removed in 0.4): `call(position_inputs, cache=(keys,
         values), cache_update_index=index)` on a `{"keys", "values"}` cache
         from `init_cache`: `(output, cache)`."""
-        warn_deprecated("LocalBlockAttention.call_cached", "call(cache=...)")
-        output, (keys, values) = self.call(
-            position_inputs,
-            cache=(cache["keys"], cache["values"]),
-            cache_update_index=index,
-            use_causal_mask=True,
-        )
-        return output, {"keys": keys, "values": values}
+        return call_with_cache_dict(self, position_inputs, cache, index)
 
     def _attend_cache(
         self, query: Any, call: CachedCall

@@ -53,6 +53,7 @@ from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
     CachedCall,
     MultiHeadAttention,
+    call_with_cache_dict,
     check_one_position_cache,
 )
 from keras_transformer.validation import (
@@ -631,14 +632,7 @@ class LocalAttention2D(MultiHeadAttention):
         """Deprecated (removed in 0.4): `call(position_inputs, cache=(keys,
         values), cache_update_index=index, use_causal_mask=True)` on a
         `{"keys", "values"}` cache from `init_cache`: `(output, cache)`."""
-        warn_deprecated("LocalAttention2D.call_cached", "call(cache=...)")
-        output, (keys, values) = self.call(
-            position_inputs,
-            cache=(cache["keys"], cache["values"]),
-            cache_update_index=index,
-            use_causal_mask=True,
-        )
-        return output, {"keys": keys, "values": values}
+        return call_with_cache_dict(self, position_inputs, cache, index)
 
     # ------------------------------------------------------------ Keras glue
     def build(self, inputs_shape: Sequence[int | None]) -> None:
