@@ -280,7 +280,7 @@ class ImageTransformerStack:
         x = self.embedding.embed_step(token_ids[:, 0], index, labels)
         new_caches = []
         for block, cache in zip(self.blocks, caches, strict=True):
-            x, cache = block.call_cached(x, cache, index)
+            x, cache = block.call(x, cache=cache, cache_update_index=index)
             new_caches.append(cache)
         if self.final_norm is not None:
             x = self.final_norm(x)
