@@ -165,36 +165,73 @@ class ImageSampler:
                 "`labels` were given to a model without classes; leave them out."
             )
         if seed is not None:
-            self._seeds = np.random.default_rng(int(seed))
-        call_seed = int(self._seeds.integers(2**31 - 1))
-        batch = images.shape[0]
-        given, order = self._in_generation_order(images)
-        label_tensor = (
-            tf.zeros((batch,), tf.int32)
-            if labels is None
-            else tf.reshape(tf.cast(np.asarray(labels), tf.int32), (batch,))
+            seed = int(seed)
+            self._seeds = np.random.default_rng(seed)
+        if labels is not None:
+            labels = np.asarray(labels)
+        completed = self.complete_tensor(
+            tf.constant(images.astype(np.int32)),
+            int(given_rows),
+            temperature,
+            seed,
+            labels,
         )
+        return np.asarray(completed)
+
+    def complete_tensor(
+        self,
+        images: tf.Tensor,
+        given_rows: int,
+        temperature: float = 1.0,
+        seed: Any = None,
+        labels: Any = None,
+    ) -> tf.Tensor:
+        """`complete` on tensors, without its checks: a step of a graph.
+
+        What `complete` runs once it has checked its arguments, and what a
+        `tf.function` (the image SavedModel of `keras_transformer.export`)
+        calls with symbolic tensors: the same draws for the same seed (the
+        search's step `i` draws with the seed `(seed mod 2^31, i)`).
+
+        Args:
+            images: int32 `(batch, height, width, channels)`; only the top
+                `given_rows` rows are read.
+            given_rows: a Python integer, checked by the caller.
+            temperature: a Python float, checked by the caller.
+            seed: None (the sampler's running seed) or an integer scalar (a
+                tensor in a graph).
+            labels: int32 `(batch,)` classes of a class-conditional model.
+
+        Returns:
+            int32 `(batch, height, width, channels)`.
+        """
+        if seed is None:
+            seed = int(self._seeds.integers(2**31 - 1))
+        seed = tf.cast(tf.math.floormod(tf.cast(seed, tf.int64), 2**31), tf.int32)
+        order = self.generation_positions.astype(np.int32)
+        batch = tf.shape(images)[0]
+        # (batch, positions, intensities per position), in generation order.
+        values = tf.gather(
+            tf.reshape(tf.cast(images, tf.int32), (batch, len(order), -1)),
+            order,
+            axis=1,
+        )
+        per_position = values.shape[-1]
+        conditional = labels is not None
         search = self._search(temperature == 0.0, conditional)
         drawn = search(
-            tf.constant(given),
-            tf.constant(int(given_rows) * given.shape[1] // height, tf.int32),
+            tf.reshape(values, (batch, len(order) * per_position)),
+            tf.constant(given_rows * len(order) * per_position // self.image_shape[0]),
             tf.constant(max(temperature, 1e-30), tf.float32),
-            tf.constant(call_seed, tf.int32),
-            label_tensor,
+            seed,
+            tf.zeros((batch,), tf.int32)
+            if labels is None
+            else tf.reshape(tf.cast(labels, tf.int32), (batch,)),
         )
         # Back from the generation order to the raster order.
-        values = np.empty((batch, len(order), given.shape[1] // len(order)), np.int32)
-        values[:, order] = np.asarray(drawn).reshape(values[:, order].shape)
-        return values.reshape(batch, height, width, channels)
-
-    def _in_generation_order(self, images: np.ndarray) -> tuple[np.ndarray, Any]:
-        """int32 `(batch, n)`: the intensities in the order they are
-        generated (positions in `generation_positions` order, a pixel's
-        channels in turn), and that order of positions."""
-        order = self.generation_positions
-        # (batch, positions, intensities per position)
-        values = images.reshape(images.shape[0], len(order), -1)[:, order]
-        return values.reshape(images.shape[0], -1).astype(np.int32), order
+        drawn = tf.reshape(drawn, (batch, len(order), per_position))
+        raster = tf.gather(drawn, np.argsort(order).astype(np.int32), axis=1)
+        return tf.reshape(raster, (batch, *self.image_shape))
 
 
 def complete_images(

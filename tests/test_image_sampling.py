@@ -273,3 +273,22 @@ def test_sample_images_checks_the_count() -> None:
 
 def test_attention_kinds_are_all_sampled() -> None:
     assert {attention for _, attention in CASES} == set(ATTENTION)
+
+
+def test_complete_tensor_in_a_graph_draws_what_complete_draws() -> None:
+    """What the image SavedModel runs: the same search on symbolic tensors,
+    the same draws for the same seed, the given rows kept."""
+    model = _model("dmol", "local_2d", seed=17, num_classes=3)
+    sampler = ImageSampler(model)
+    images, labels = _images(), np.array([0, 1, 2])
+
+    @tf.function
+    def complete(images, seed, labels):  # noqa: ANN001, ANN202
+        return sampler.complete_tensor(images, 2, 1.0, seed, labels)
+
+    in_graph = complete(
+        tf.constant(images), tf.constant(7, tf.int64), tf.constant(labels)
+    ).numpy()
+    eager = ImageSampler(model).complete(images, 2, 1.0, seed=7, labels=labels)
+    np.testing.assert_array_equal(in_graph, eager)
+    np.testing.assert_array_equal(in_graph[:, :2], images[:, :2])
