@@ -210,13 +210,14 @@ class ImageSampler:
         seed = tf.cast(tf.math.floormod(tf.cast(seed, tf.int64), 2**31), tf.int32)
         order = self.generation_positions.astype(np.int32)
         batch = tf.shape(images)[0]
+        # 1 (categorical: one channel per position) or the channels (DMOL).
+        per_position = int(np.prod(self.image_shape)) // len(order)
         # (batch, positions, intensities per position), in generation order.
         values = tf.gather(
-            tf.reshape(tf.cast(images, tf.int32), (batch, len(order), -1)),
+            tf.reshape(tf.cast(images, tf.int32), (batch, len(order), per_position)),
             order,
             axis=1,
         )
-        per_position = values.shape[-1]
         conditional = labels is not None
         search = self._search(temperature == 0.0, conditional)
         drawn = search(
