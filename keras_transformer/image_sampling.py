@@ -1,23 +1,28 @@
 """Sampling and completing images with the Image Transformer (§5, Figure 1).
 
 `complete_images(model, images, given_rows)` keeps the top `given_rows`
-rows of each image and draws the rest, one intensity (categorical) or one
-pixel (DMOL) at a time in the model's generation order (§3.2: query block
-after query block in raster order, raster order inside each block; or one
-raster order over the image for `generation_order="image"`), each from the
-model's distribution given everything generated before it, at a
-`temperature`. In the block order the given rows must be whole rows of
-query blocks (a multiple of the query block's height), so that they are
-exactly the first positions generated. The loop is one
-`tf.while_loop` in a `tf.function` over the model's cached step
-(`ImageTransformerStack.step`): every position costs one pass through the
-blocks for that position alone, attending to the cached keys and values of
-its memory block. The given rows go through the same loop, which fills the
-caches, but their values are copied from the input, never drawn.
+rows of each image and draws the rest, one intensity at a time in the
+model's generation order (§3.2: query block after query block in raster
+order, raster order inside each block; or one raster order over the image
+for `generation_order="image"`), each from the model's distribution given
+everything generated before it, at a `temperature`. In the block order the
+given rows must be whole rows of query blocks (a multiple of the query
+block's height), so that they are exactly the first positions generated.
 
-`temperature = 1` samples the model; smaller values sharpen every
-distribution; `temperature = 0` takes the most likely value at each step
-(greedy).
+This module is the public front; the work is the decoding package's: one
+search (`decoding.search.run_search`, the loop of text decoding) with one
+hypothesis per image over the model's cached step
+(`ImageTransformerStack.decode_beam_step`, `decoding/images.py`), the given
+rows as the search's forced prefix. Every position costs one pass through
+the blocks for that position alone, attending to the cached keys and
+values of its memory block; the given rows go through the same loop, which
+fills the caches, but their values are forced, never drawn.
+
+`temperature = 1` samples the model (every intensity from its exact
+distribution given the earlier ones: for DMOL, each channel given the
+channels drawn before it); other values draw from `softmax(log p / T)`,
+smaller ones sharpening every distribution; `temperature = 0` takes the most
+likely value at each step (greedy).
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from keras import ops
 
 from keras_transformer.data.images import check_image_batch
+from keras_transformer.decoding.images import sample_intensities
 from keras_transformer.layers.pixel_outputs import check_temperature
 from keras_transformer.models.image_transformer import ImageTransformerStack
 from keras_transformer.validation import check_positive_int
@@ -40,12 +45,13 @@ __all__ = ["ImageSampler", "complete_images", "sample_images"]
 class ImageSampler:
     """Completes images from their top rows with a model's cached step.
 
-    One compiled loop is kept per `(given_rows, temperature)`, so repeated
-    calls do not trace again.
+    One compiled search is kept per kind of call (sampling or greedy,
+    with or without labels); the given rows, temperature and seed are its
+    arguments, so repeated calls do not trace again.
 
     Args:
         model: a model from `build_image_transformer` (or loaded).
-        jit_compile: compile the loop with XLA.
+        jit_compile: compile the search with XLA.
 
     Example:
     >>> sampler = ImageSampler(model)  # doctest: +SKIP
@@ -59,8 +65,8 @@ class ImageSampler:
         self.model = model
         self.stack = ImageTransformerStack.of(model)
         self.jit_compile = jit_compile
-        self._loops: dict[tuple[int, float, bool], Any] = {}
-        self._seed = keras.random.SeedGenerator(0)
+        self._searches: dict[tuple[bool, bool], Any] = {}
+        self._seeds = np.random.default_rng(0)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -68,51 +74,30 @@ class ImageSampler:
 
     @property
     def generation_positions(self) -> np.ndarray:
-        """`(n,)`: the raster positions in the order the loop writes them."""
+        """`(n,)`: the raster positions in the order the search writes them."""
         return np.asarray(self.stack.generation_positions)
 
-    def _loop(self, given_rows: int, temperature: float, conditional: bool) -> Any:
-        key = (given_rows, temperature, conditional)
-        if key in self._loops:
-            return self._loops[key]
-        stack, seed = self.stack, self._seed
-        rows, cols = stack.grid_shape
-        length, given = rows * cols, given_rows * cols
-        # (n,): the raster position written at each step.
-        order = self.generation_positions.astype("int32")
+    def _search(self, greedy: bool, conditional: bool) -> Any:
+        """The compiled `sample_intensities` of this kind of call."""
+        key = (greedy, conditional)
+        if key not in self._searches:
+            stack = self.stack
 
-        def run(values: Any, labels: Any) -> Any:
-            # values: int32 (batch, n) intensities or (batch, n, channels)
-            # pixels in raster order.
-            labels = labels if conditional else None
-            caches = stack.init_cache(tf.shape(values)[0])
-            positions = tf.constant(order)
+            def search(given, given_length, temperature, seed, labels):  # noqa: ANN001, ANN202
+                return sample_intensities(
+                    stack,
+                    given,
+                    given_length,
+                    temperature,
+                    seed,
+                    labels if conditional else None,
+                    greedy=greedy,
+                )
 
-            def body(step: Any, values: Any, caches: Any) -> Any:
-                # The position of this step and of the one before it.
-                index = tf.gather(positions, step)
-                before = tf.gather(positions, tf.maximum(step - 1, 0))
-                previous = tf.gather(values, before, axis=1)
-                outputs, caches = stack.step(previous, caches, index, labels)
-                drawn = stack.sample(outputs, temperature=temperature, seed=seed)
-                kept = tf.gather(values, index, axis=1)
-                # The given rows are the first `given` steps.
-                value = tf.where(step < given, kept, ops.cast(drawn, "int32"))
-                start = (0, index, 0) if values.shape.rank == 3 else (0, index)
-                values = ops.slice_update(values, start, value[:, None])
-                return step + 1, values, caches
-
-            _, values, _ = tf.while_loop(
-                lambda step, *_: step < length,
-                body,
-                (tf.constant(0, tf.int32), values, caches),
-                maximum_iterations=length,
+            self._searches[key] = tf.function(
+                search, jit_compile=self.jit_compile, reduce_retracing=True
             )
-            return values
-
-        loop = tf.function(run, jit_compile=self.jit_compile, reduce_retracing=True)
-        self._loops[key] = loop
-        return loop
+        return self._searches[key]
 
     def _check_whole_block_rows(self, given_rows: int) -> None:
         """In the block order the given rows must be the first generated."""
@@ -181,6 +166,7 @@ class ImageSampler:
             )
         if seed is not None:
             seed = int(seed)
+            self._seeds = np.random.default_rng(seed)
         if labels is not None:
             labels = np.asarray(labels)
         completed = self.complete_tensor(
@@ -204,39 +190,49 @@ class ImageSampler:
 
         What `complete` runs once it has checked its arguments, and what a
         `tf.function` (the image SavedModel of `keras_transformer.export`)
-        calls with symbolic tensors: the same draws for the same seed.
+        calls with symbolic tensors: the same draws for the same seed (the
+        search's step `i` draws with the seed `(seed mod 2^31, i)`).
 
         Args:
             images: int32 `(batch, height, width, channels)`; only the top
                 `given_rows` rows are read.
             given_rows: a Python integer, checked by the caller.
             temperature: a Python float, checked by the caller.
-            seed: None (the running seed) or an integer scalar (a tensor in
-                a graph).
+            seed: None (the sampler's running seed) or an integer scalar (a
+                tensor in a graph).
             labels: int32 `(batch,)` classes of a class-conditional model.
 
         Returns:
             int32 `(batch, height, width, channels)`.
         """
-        height, width, channels = self.image_shape
+        if seed is None:
+            seed = int(self._seeds.integers(2**31 - 1))
+        seed = tf.cast(tf.math.floormod(tf.cast(seed, tf.int64), 2**31), tf.int32)
+        order = self.generation_positions.astype(np.int32)
         batch = tf.shape(images)[0]
-        if seed is not None:
-            state = tf.cast(seed, self._seed.state.dtype)
-            self._seed.state.assign(tf.stack([state, tf.zeros_like(state)]))
-        # The raster-order values: (batch, n) intensities or (batch, n, C).
-        if self.stack.categorical:
-            values = tf.reshape(images, (batch, height * width * channels))
-        else:
-            values = tf.reshape(images, (batch, height * width, channels))
+        # 1 (categorical: one channel per position) or the channels (DMOL).
+        per_position = int(np.prod(self.image_shape)) // len(order)
+        # (batch, positions, intensities per position), in generation order.
+        values = tf.gather(
+            tf.reshape(tf.cast(images, tf.int32), (batch, len(order), per_position)),
+            order,
+            axis=1,
+        )
         conditional = labels is not None
-        label_tensor = (
+        search = self._search(temperature == 0.0, conditional)
+        drawn = search(
+            tf.reshape(values, (batch, len(order) * per_position)),
+            tf.constant(given_rows * len(order) * per_position // self.image_shape[0]),
+            tf.constant(max(temperature, 1e-30), tf.float32),
+            seed,
             tf.zeros((batch,), tf.int32)
             if labels is None
-            else tf.reshape(tf.cast(labels, tf.int32), (batch,))
+            else tf.reshape(tf.cast(labels, tf.int32), (batch,)),
         )
-        loop = self._loop(given_rows, temperature, conditional)
-        result = loop(tf.cast(values, tf.int32), label_tensor)
-        return tf.reshape(result, (batch, height, width, channels))
+        # Back from the generation order to the raster order.
+        drawn = tf.reshape(drawn, (batch, len(order), per_position))
+        raster = tf.gather(drawn, np.argsort(order).astype(np.int32), axis=1)
+        return tf.reshape(raster, (batch, *self.image_shape))
 
 
 def complete_images(

@@ -7,6 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.decoding.images import (
+    dmol_intensity_log_probs,
+    image_search_step,
+)
 from keras_transformer.image_sampling import (
     ImageSampler,
     complete_images,
@@ -16,7 +20,11 @@ from keras_transformer.layers.local_attention_2d import (
     GENERATION_ORDERS,
     local_2d_attention_mask,
 )
-from keras_transformer.models import ImageTransformerStack, build_image_transformer
+from keras_transformer.models import (
+    ImageTransformerStack,
+    build_image_transformer,
+    image_bits_per_dim,
+)
 from tests.models.test_image_transformer import ATTENTION, tiny_config
 
 # Some of the combinations; the cached step itself is checked for all six
@@ -57,19 +65,70 @@ def test_temperature_zero_is_greedy_under_the_full_forward_pass(
     output: str, attention: str, order: str
 ) -> None:
     """Every drawn value is the mode of the model's distribution given the
-    completed image before it: the full pass on the result reproduces it."""
+    completed image before it: the full pass on the result reproduces it
+    (for DMOL, each channel's mode given the channels before it)."""
     model = _model(output, attention, seed=1, generation_order=order)
     images = _images(seed=2)
     given = 2
     completed = ImageSampler(model).complete(images, given, temperature=0.0)
     outputs = model(completed)
-    modes = keras.ops.convert_to_numpy(
-        ImageTransformerStack.of(model).sample(outputs, temperature=0.0)
-    )
+    if output == "categorical":
+        modes = keras.ops.convert_to_numpy(
+            ImageTransformerStack.of(model).sample(outputs, temperature=0.0)
+        )
+    else:
+        modes = _dmol_modes(model, outputs, completed)
     np.testing.assert_array_equal(completed[:, given:], modes[:, given:])
     if output == "categorical":
         argmax = np.argmax(keras.ops.convert_to_numpy(outputs), axis=-1)
         np.testing.assert_array_equal(completed[:, given:], argmax[:, given:])
+
+
+def _dmol_modes(model, outputs, pixels) -> np.ndarray:  # noqa: ANN001
+    """`argmax_v p(x_c = v | x_<c)` of every channel of every pixel."""
+    head = model.get_layer("pixel_head")
+    params = keras.ops.convert_to_numpy(outputs).reshape(-1, outputs.shape[-1])
+    flat = pixels.reshape(-1, pixels.shape[-1])
+    modes = [
+        np.argmax(
+            dmol_intensity_log_probs(params, flat, c, head.num_mixtures, head.channels),
+            axis=-1,
+        )
+        for c in range(head.channels)
+    ]
+    return np.stack(modes, axis=-1).reshape(pixels.shape)
+
+
+@pytest.mark.parametrize("order", GENERATION_ORDERS)
+@pytest.mark.parametrize(("output", "attention"), CASES)
+def test_the_search_step_gives_the_uncached_models_distribution(
+    output: str, attention: str, order: str
+) -> None:
+    """Fed an image in its generation order, the step function the search
+    runs gives normalized log-probabilities over the 256 intensities whose
+    values at the image's intensities add up to the full forward pass's
+    log-likelihood (`image_bits_per_dim`): what the search draws from at
+    temperature 1 is the model's distribution."""
+    model = _model(output, attention, seed=15, generation_order=order)
+    images = _images(2, seed=16)
+    stack = ImageTransformerStack.of(model)
+    step_fn, state = image_search_step(stack, 2)
+    order_positions = np.asarray(stack.generation_positions)
+    # (batch, n): the intensities in generation order.
+    values = images.reshape(2, len(order_positions), -1)[:, order_positions]
+    values = values.reshape(2, -1)
+    token, total = np.full(2, 2, np.int32), np.zeros(2)
+    for index in range(values.shape[1]):
+        log_probs, state = step_fn(tf.constant(token), state, tf.constant(index))
+        log_probs = log_probs.numpy()
+        assert log_probs.shape == (2, 256)
+        np.testing.assert_allclose(
+            np.log(np.exp(log_probs.astype(np.float64)).sum(-1)), 0.0, atol=1e-5
+        )
+        token = values[:, index].astype(np.int32)
+        total += log_probs[np.arange(2), token]
+    bits = -total.sum() / (values.size * np.log(2.0))
+    np.testing.assert_allclose(bits, image_bits_per_dim(model, images), rtol=1e-5)
 
 
 @pytest.mark.parametrize("output", ["categorical", "dmol"])
@@ -83,16 +142,16 @@ def test_the_sampler_writes_in_a_topological_order_of_the_mask(
     config = tiny_config(output, "local_2d", generation_order=order)
     sampler = ImageSampler(model)
     written: list[int] = []
-    step = sampler.stack.step
+    step = sampler.stack.decode_beam_step
 
-    def recording_step(previous, caches, index, labels=None):  # noqa: ANN001, ANN202
+    def recording_step(token_ids, caches, index, labels=None):  # noqa: ANN001, ANN202
         record = tf.py_function(
             lambda i: written.append(int(i)) or 0, [index], tf.int32
         )
         with tf.control_dependencies([record]):
-            return step(previous, caches, tf.identity(index), labels)
+            return step(token_ids, caches, tf.identity(index), labels)
 
-    sampler.stack.step = recording_step
+    sampler.stack.decode_beam_step = recording_step
     sampler.complete(_images(1), 0, temperature=1.0, seed=0)
     rows, cols = config.grid_shape
     assert sorted(written) == list(range(rows * cols))
@@ -214,3 +273,22 @@ def test_sample_images_checks_the_count() -> None:
 
 def test_attention_kinds_are_all_sampled() -> None:
     assert {attention for _, attention in CASES} == set(ATTENTION)
+
+
+def test_complete_tensor_in_a_graph_draws_what_complete_draws() -> None:
+    """What the image SavedModel runs: the same search on symbolic tensors,
+    the same draws for the same seed, the given rows kept."""
+    model = _model("dmol", "local_2d", seed=17, num_classes=3)
+    sampler = ImageSampler(model)
+    images, labels = _images(), np.array([0, 1, 2])
+
+    @tf.function
+    def complete(images, seed, labels):  # noqa: ANN001, ANN202
+        return sampler.complete_tensor(images, 2, 1.0, seed, labels)
+
+    in_graph = complete(
+        tf.constant(images), tf.constant(7, tf.int64), tf.constant(labels)
+    ).numpy()
+    eager = ImageSampler(model).complete(images, 2, 1.0, seed=7, labels=labels)
+    np.testing.assert_array_equal(in_graph, eager)
+    np.testing.assert_array_equal(in_graph[:, :2], images[:, :2])

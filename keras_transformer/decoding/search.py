@@ -34,6 +34,9 @@ GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
 `(kept,)`, or None for all) of the state and, in beam search, puts each new
 hypothesis in the place of its parent (`parents`, int32 `(kept, beam)`)."""
 Outputs = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+Prefix = tuple[tf.Tensor, tf.Tensor]
+"""`(token_ids (batch, prefix_length), lengths (batch,))`: the tokens every
+output of an example starts with (`force_prefix`)."""
 
 
 class Strategy(Protocol):
@@ -69,10 +72,10 @@ def write_at(buffer: tf.Tensor, index: tf.Tensor, values: tf.Tensor) -> tf.Tenso
     return tf.where(at_index, values[..., None], buffer)
 
 
-def mask_padding(log_probs: tf.Tensor) -> tf.Tensor:
+def mask_padding(log_probs: tf.Tensor, pad_id: int = PAD_ID) -> tf.Tensor:
     """Makes the padding id impossible: it marks the end of an output."""
     vocabulary = tf.shape(log_probs)[-1]
-    is_padding = tf.equal(tf.range(vocabulary), PAD_ID)
+    is_padding = tf.equal(tf.range(vocabulary), pad_id)
     return tf.where(is_padding, tf.constant(-np.inf, log_probs.dtype), log_probs)
 
 
@@ -93,6 +96,93 @@ def gather_rows(beam_size: int) -> GatherFunction:
         return tf.nest.map_structure(lambda x: tf.gather(x, rows), state)
 
     return gather
+
+
+def force_prefix(log_probs: tf.Tensor, prefix: Prefix, index: tf.Tensor) -> tf.Tensor:
+    """Rows still inside their forced prefix get its token, log-probability 0.
+
+    `prefix` is `(token_ids (rows, prefix_length), lengths (rows,))`: row `r`
+    must emit `token_ids[r, index]` while `index < lengths[r]`. Its
+    log-probabilities become 0 at that token and `-inf` elsewhere, so every
+    strategy keeps it (sampling at any temperature too) and a forced token
+    adds nothing to the score (it is given, not chosen).
+    """
+    prefix_ids, prefix_lengths = prefix
+    last = tf.maximum(tf.shape(prefix_ids)[1] - 1, 0)
+    # (rows,): the token each row must emit at `index` (if still forced).
+    token = tf.gather(prefix_ids, tf.minimum(index, last), axis=1)
+    vocabulary = tf.range(tf.shape(log_probs)[-1])
+    one_hot = tf.where(
+        tf.equal(vocabulary[None], token[:, None]),
+        tf.constant(0.0, log_probs.dtype),
+        tf.constant(-np.inf, log_probs.dtype),
+    )
+    forced = index < prefix_lengths
+    return tf.where(forced[:, None], one_hot, log_probs)
+
+
+def _with_prefix(
+    search: tuple[StepFunction, Any, GatherFunction, Any],
+    prefix: Prefix | None,
+    beam_size: int,
+) -> tuple[StepFunction, Any, GatherFunction, Any]:
+    """The step function, state, gather and invariants of a search whose
+    outputs start with a forced prefix per example: the prefix travels in
+    the state (`(state, prefix_rows)`), one row per hypothesis, so that it
+    follows examples that leave the batch; the loop's body forces it.
+    `search` is `(step_fn, state, gather_state, state_shape_invariants)`,
+    returned as it is without a prefix."""
+    if prefix is None:
+        return search
+    step_fn, state, gather_state, invariants = search
+    prefix_ids, prefix_lengths = prefix
+    # (batch * beam, ...): one row per hypothesis, like the state.
+    rows = (
+        tf.repeat(tf.cast(prefix_ids, tf.int32), beam_size, axis=0),
+        tf.repeat(tf.cast(prefix_lengths, tf.int32), beam_size, axis=0),
+    )
+    gather_prefix = gather_rows(beam_size)
+
+    def step(token_ids: tf.Tensor, state: Any, index: tf.Tensor) -> Any:
+        inner, prefix_rows = state
+        log_probs, inner = step_fn(token_ids, inner, index)
+        return log_probs, (inner, prefix_rows)
+
+    def gather(state: Any, examples: Any, parents: Any) -> Any:
+        inner, prefix_rows = state
+        return (
+            gather_state(inner, examples, parents),
+            gather_prefix(prefix_rows, examples, parents),
+        )
+
+    if invariants is not None:
+        invariants = (invariants, _leading_dimension_free(rows))
+    return step, (state, rows), gather, invariants
+
+
+def _allowed(
+    log_probs: tf.Tensor, pad_id: int | None, prefix: Prefix | None, index: tf.Tensor
+) -> tf.Tensor:
+    """float32 log-probabilities of a step, the padding id made impossible
+    (unless `pad_id` is None) and the rows inside their prefix forced."""
+    log_probs = tf.cast(log_probs, tf.float32)
+    if pad_id is not None:
+        log_probs = mask_padding(log_probs, pad_id)
+    if prefix is not None:
+        log_probs = force_prefix(log_probs, prefix, index)
+    return log_probs
+
+
+def _running(drop_finished: bool) -> Callable[..., tf.Tensor]:
+    """The loop's condition: an example is still in the batch (`drop_finished`)
+    or not every example is done."""
+
+    def cond(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> tf.Tensor:
+        if drop_finished:
+            return tf.size(beams.examples) > 0
+        return tf.logical_not(tf.reduce_all(beams.done))
+
+    return cond
 
 
 def _leading_dimension_free(structure: Any) -> Any:
@@ -219,31 +309,33 @@ def run_search(
     drop_finished: bool = False,
     gather_state: GatherFunction | None = None,
     state_shape_invariants: Any = None,
+    pad_id: int | None = PAD_ID,
+    prefix: Prefix | None = None,
 ) -> Outputs:
     """Runs `strategy` over `step_fn` as one `tf.while_loop`.
 
     Args:
         strategy: greedy, beam search, sampling (`strategies.get_strategy`).
-        step_fn: `(token_ids (batch * beam,), state, index) -> (log_probs
-            (batch * beam, vocabulary), state)`; `index` is the position of
-            `token_ids`.
-        state: the initial state (any nest of tensors). By default every
-            tensor has `strategy.beam_size` rows per example and is gathered
-            by parent after each step; `gather_state` replaces that.
+        step_fn: a `StepFunction`; `index` is the position of `token_ids`.
+        state: the initial state (any nest of tensors), by default `beam_size`
+            rows per example, gathered by parent (`gather_state` replaces it).
         limits: int `(batch,)`: the maximum output length of each example.
         max_length: bound on `limits`, the size of the outputs: a Python int,
             or a scalar int32 tensor where shapes need not be static (not XLA).
         start_id: the first decoder input.
         end_id: the token that finishes a hypothesis; None for none.
         drop_finished: remove an example from the batch once it has
-            finished (the batch shrinks: a TensorFlow graph, not XLA). The
-            outputs do not change. Ignored for strategies that forbid it.
-        gather_state: `(state, examples, parents) -> state`, called after a
-            step that reorders hypotheses (`parents` int32 `(kept, beam)`)
-            or drops examples (`examples` int32 `(kept,)`, else None).
+            finished (a TensorFlow graph, not XLA; the same outputs). Ignored
+            for strategies that forbid it.
+        gather_state: `(state, examples, parents) -> state` after a step that
+            reorders hypotheses or drops examples (`GatherFunction`).
         state_shape_invariants: the `tf.while_loop` shape invariants of a
-            state whose shapes change between steps; by default (with
-            `drop_finished`) the first dimension is left free.
+            state whose shapes change (default with `drop_finished`: the
+            first dimension free).
+        pad_id: the id never generated (it pads the outputs); None where
+            every id is a value (image intensities).
+        prefix: `(token_ids (batch, prefix_length), lengths (batch,))`: the
+            tokens each example must start with (`force_prefix`).
 
     Returns:
         `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`,
@@ -253,17 +345,17 @@ def run_search(
     end = -1 if end_id is None else end_id
     drop_finished = drop_finished and strategy.may_drop_finished
     gather_state = gather_state or gather_rows(strategy.beam_size)
+    search = (step_fn, state, gather_state, state_shape_invariants)
+    step_fn, state, gather_state, state_shape_invariants = _with_prefix(
+        search, prefix, strategy.beam_size
+    )
 
     finish = functools.partial(_finish, strategy, gather_state, drop_finished)
 
-    def cond(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> tf.Tensor:
-        if drop_finished:
-            return tf.size(beams.examples) > 0
-        return tf.logical_not(tf.reduce_all(beams.done))
-
     def body(index: tf.Tensor, beams: Any, state: Any, outputs: Outputs) -> Any:
         log_probs, state = step_fn(strategy.inputs(beams), state, index)
-        log_probs = mask_padding(tf.cast(log_probs, tf.float32))
+        prefix_rows = None if prefix is None else state[1]
+        log_probs = _allowed(log_probs, pad_id, prefix_rows, index)
         beams, parents = strategy.update(beams, log_probs, index, end)
         beams, state, outputs = finish(beams, parents, state, outputs)
         return index + 1, beams, state, outputs
@@ -272,7 +364,7 @@ def run_search(
         strategy, finish, limits, state, max_length, start_id, drop_finished
     )
     _, beams, _, outputs = tf.while_loop(
-        cond,
+        _running(drop_finished),
         body,
         (tf.constant(0, tf.int32), beams, state, outputs),
         shape_invariants=_shape_invariants(
@@ -290,8 +382,10 @@ def run_search(
 __all__ = [
     "GatherFunction",
     "Outputs",
+    "Prefix",
     "StepFunction",
     "Strategy",
+    "force_prefix",
     "gather_rows",
     "mask_padding",
     "run_search",

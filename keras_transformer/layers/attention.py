@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops
@@ -182,6 +182,19 @@ def relative_outputs(weights: Any, embeddings: Any, index: Any) -> Any:
 def _one_hot(index: Any, depth: int) -> Any:
     """float32 `(query_length, key_length, depth)`."""
     return ops.one_hot(ops.cast(index, "int32"), depth, dtype="float32")
+
+
+class CachedCall(NamedTuple):
+    """The arguments of `MultiHeadAttention.call` with a cache, as
+    `_attend_cache` (the one cached path a subclass overrides) gets them."""
+
+    value: Any | None
+    key: Any | None
+    masks: dict[str, Any]
+    cache: tuple[Any, Any]
+    cache_update_index: Any | None
+    append_to_cache: bool
+    beam_size: int
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -573,15 +586,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return None
 
     def _attend_cache(
-        self,
-        query: Any,
-        value: Any | None,
-        key: Any | None,
-        masks: dict[str, Any],
-        cache: tuple[Any, Any],
-        cache_update_index: Any | None,
-        append_to_cache: bool,
-        beam_size: int,
+        self, query: Any, call: CachedCall
     ) -> tuple[Any, Any, tuple[Any, Any]]:
         """`call` with a cache: write this call's keys and values, then attend.
 
@@ -595,20 +600,23 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             `(output, scores, cache)`.
         """
-        keys, values = cache
+        keys, values = call.cache
+        beam_size = call.beam_size
         index = None
-        if cache_update_index is not None:
-            index = ops.cast(cache_update_index, "int32")
+        if call.cache_update_index is not None:
+            index = ops.cast(call.cache_update_index, "int32")
             step_keys, step_values = self.project_key_value(
-                query if value is None else value, key
+                query if call.value is None else call.value, call.key
             )
             keys, values = _write_rows(
                 (keys, values),
                 (step_keys, step_values),
-                None if append_to_cache else _row(index, beam_size),
+                None if call.append_to_cache else _row(index, beam_size),
             )
         query_length, cache_length = ops.shape(query)[1], ops.shape(keys)[2]
-        mask = self._cache_mask(query_length, cache_length, index, beam_size, masks)
+        mask = self._cache_mask(
+            query_length, cache_length, index, beam_size, call.masks
+        )
         positions = None
         if index is not None:
             positions = _cached_positions(query_length, cache_length, index, beam_size)
@@ -618,6 +626,38 @@ class MultiHeadAttention(keras.layers.Layer):
             values,
             mask,
             training=False,
+            positions=positions,
+        )
+        return output, scores, (keys, values)
+
+    def _attend_cached_slots(
+        self,
+        query: Any,
+        cache: tuple[Any, Any],
+        index: Any,
+        slots: Any,
+        allowed: Any,
+        positions: tuple[Any, Any] | None = None,
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
+        """One position's cached self-attention over a few rows of the cache
+        (the memory of the local layers): the position's keys and values are
+        written at row `index`, then its query attends to rows `slots`
+        (`(W,)`) where `allowed` (`(W,)`) holds, at a cost of `O(W)`.
+
+        Returns:
+            `(output, scores, cache)`.
+        """
+        keys, values = cache
+        queries, step_keys, step_values = self.project_self_attention(query)
+        keys = ops.slice_update(keys, (0, 0, index, 0), step_keys)
+        values = ops.slice_update(values, (0, 0, index, 0), step_values)
+        # (batch, heads, W, dim)
+        output, scores = self.attend(
+            queries,
+            ops.take(keys, slots, axis=2),
+            ops.take(values, slots, axis=2),
+            allowed[None, None, None],
+            False,
             positions=positions,
         )
         return output, scores, (keys, values)
@@ -721,13 +761,15 @@ class MultiHeadAttention(keras.layers.Layer):
         check_positive_int("beam_size", beam_size)
         output, scores, cache = self._attend_cache(
             query,
-            value,
-            key,
-            masks,
-            cache,
-            cache_update_index,
-            append_to_cache,
-            beam_size,
+            CachedCall(
+                value,
+                key,
+                masks,
+                cache,
+                cache_update_index,
+                append_to_cache,
+                beam_size,
+            ),
         )
         if return_attention_scores:
             return output, scores, cache
@@ -898,6 +940,49 @@ def _cached_positions(
     queries = ops.arange(query_length, dtype="int32") // beam_size
     rows = ops.arange(cache_length, dtype="int32") // beam_size
     return queries + ops.cast(index, "int32"), rows
+
+
+def check_one_position_cache(layer: str, query: Any, call: CachedCall) -> None:
+    """Raises the one-line `ValueError` of a local layer that samples with a
+    cache one position at a time, unless `query` is one position with a
+    `cache_update_index` and nothing else (no separate keys/values, masks,
+    appending or beam)."""
+    given = [call.value, call.key, *(call.masks[n] for n in _CACHED_STEP_REFUSES)]
+    one_position = query.shape[1] == 1 and call.cache_update_index is not None
+    if (
+        not one_position
+        or call.append_to_cache
+        or call.beam_size != 1
+        or any(item is not None for item in given)
+    ):
+        raise ValueError(
+            f"{layer} with a cache samples one position at a time: pass query "
+            "(batch, 1, features), cache and cache_update_index only. Received: "
+            f"query.shape={tuple(query.shape)}, "
+            f"cache_update_index={call.cache_update_index!r}"
+        )
+
+
+def call_with_cache_dict(
+    layer: MultiHeadAttention, inputs: Any, cache: dict[str, Any], index: Any
+) -> tuple[Any, dict[str, Any]]:
+    """What the local layers' deprecated `call_cached(inputs, cache, index)`
+    does: `layer.call(inputs, cache=(keys, values), cache_update_index=index,
+    use_causal_mask=True)` on a `{"keys", "values"}` cache (their former
+    `init_cache` layout); returns `(output, cache)` in that layout."""
+    old = f"{type(layer).__name__}.call_cached"
+    warn_deprecated(old, "call(cache=...)", stacklevel=4)
+    output, (keys, values) = layer.call(
+        inputs,
+        cache=(cache["keys"], cache["values"]),
+        cache_update_index=index,
+        use_causal_mask=True,
+    )
+    return output, {"keys": keys, "values": values}
+
+
+#: The masks a one-position cached step of a local layer refuses.
+_CACHED_STEP_REFUSES = ("query_mask", "key_mask", "attention_mask")
 
 
 def _row(index: Any, beam_size: int) -> Any:

@@ -42,6 +42,7 @@ from keras_transformer.validation import (
     check_int,
     check_pair,
     check_positive_int,
+    warn_deprecated,
 )
 
 __all__ = ["ATTENTION_TYPES", "ImageTransformerBlock", "check_local_1d"]
@@ -121,8 +122,15 @@ class ImageTransformerBlock(TransformerBlockBase):
 
     Call arguments:
         inputs: `(batch, rows, cols, d_model)`, the positions of the image
-            (see `ImageEmbedding`), with static `rows` and `cols`.
+            (see `ImageEmbedding`), with static `rows` and `cols`; with a
+            cache, one position `(batch, 1, d_model)`.
         training: whether dropout is active.
+        cache: from `init_cache(batch)` or the previous step: the call is
+            then the position `cache_update_index` alone and returns
+            `(output, cache)`, equal to that position of the full call once
+            the positions before it have been fed in the generation order.
+        cache_update_index: with `cache`, the raster position (may be a
+            tensor in a compiled loop).
 
     Returns:
         `(batch, rows, cols, d_model)`; the output at a position depends on
@@ -137,7 +145,10 @@ class ImageTransformerBlock(TransformerBlockBase):
     >>> tuple(block(x).shape)
     (1, 4, 12, 8)
 
-    Sampling one position at a time: `init_cache` and `call_cached`.
+    Sampling one position at a time: `block(x_p, cache=block.init_cache(batch),
+    cache_update_index=p)` returns `(output, cache)`
+    (`ImageTransformerStack.decode_beam_step` runs it); every kind of
+    attention takes its step through its one `call` with a cache.
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2; Vaswani et
     al. (2017), §3.1.
@@ -254,7 +265,21 @@ class ImageTransformerBlock(TransformerBlockBase):
             training,
         )
 
-    def call(self, inputs: Any, training: bool | None = None) -> Any:
+    def call(
+        self,
+        inputs: Any,
+        training: bool | None = None,
+        cache: dict[str, Any] | None = None,
+        cache_update_index: Any | None = None,
+    ) -> Any:
+        if cache is not None:
+            # One position, (batch, 1, d_model): `(output, cache)`.
+            return self._position_step(inputs, cache, cache_update_index)
+        if cache_update_index is not None:
+            raise ValueError(
+                "`cache_update_index` was given without a cache: pass "
+                "cache=block.init_cache(batch) too, or neither."
+            )
         rows, cols = self.grid_shape
         batch, d_model = ops.shape(inputs)[0], inputs.shape[-1]
         # (batch, n, d_model): raster order.
@@ -276,7 +301,8 @@ class ImageTransformerBlock(TransformerBlockBase):
 
     # ----------------------------------------------------- cached sampling
     def init_cache(self, batch_size: Any) -> dict[str, Any]:
-        """Zero keys and values of every position, for `call_cached`.
+        """Zero keys and values of every position, for `call(...,
+        cache=...)`.
 
         Returns:
             `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
@@ -294,7 +320,16 @@ class ImageTransformerBlock(TransformerBlockBase):
     def call_cached(
         self, position_inputs: Any, cache: dict[str, Any], index: Any
     ) -> tuple[Any, dict[str, Any]]:
-        """The block at raster position `index` alone (inference).
+        """Deprecated (removed in 0.4): `call(position_inputs, cache=cache,
+        cache_update_index=index)`."""
+        warn_deprecated("ImageTransformerBlock.call_cached", "call(cache=...)")
+        return self.call(position_inputs, cache=cache, cache_update_index=index)
+
+    def _position_step(
+        self, position_inputs: Any, cache: dict[str, Any], index: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """The block at raster position `index` alone (inference): `call`
+        with a cache.
 
         Args:
             position_inputs: `(batch, 1, d_model)`, the input of position
@@ -311,18 +346,14 @@ class ImageTransformerBlock(TransformerBlockBase):
         new_cache = dict(cache)
 
         def cached_attend(x: Any) -> Any:
-            attention = self.self_attention
-            if self.attention == "full":
-                output, (keys, values) = attention(
-                    x,
-                    cache=(cache["keys"], cache["values"]),
-                    cache_update_index=index,
-                    use_causal_mask=True,
-                )
-                new_cache.update(keys=keys, values=values)
-                return output
-            output, updated = attention.call_cached(x, cache, index)
-            new_cache.update(updated)
+            # Every kind of attention: the one call with a cache.
+            output, (keys, values) = self.self_attention(
+                x,
+                cache=(cache["keys"], cache["values"]),
+                cache_update_index=index,
+                use_causal_mask=True,
+            )
+            new_cache.update(keys=keys, values=values)
             return output
 
         outputs = self._sublayer(

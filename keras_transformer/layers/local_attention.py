@@ -30,7 +30,10 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
+    CachedCall,
     MultiHeadAttention,
+    call_with_cache_dict,
+    check_one_position_cache,
     scaled_dot_product_attention,
 )
 from keras_transformer.validation import check_positive_int, warn_deprecated
@@ -453,8 +456,9 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 10, 8), (2, 2, 4, 3, 9))
 
-    Incremental decoding keeps only the last `r` keys and values (see
-    `init_cache` and `call_cached`).
+    Incremental decoding: `call(x_step, cache=layer.empty_cache(batch, n),
+    cache_update_index=t, use_causal_mask=True)`, a query attending to the
+    last `r + 1` positions (`cache_window`).
 
     Reference: Vaswani et al. (2017), §4 and Table 1 (restricted
     self-attention, `O(r n d)` per layer, path length `O(n / r)`); Parmar et
@@ -631,7 +635,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
     ((2, 10, 8), (2, 2, 3, 4, 12))
 
     Sampling one position at a time: `call(x_p, cache=layer.empty_cache(batch,
-    n), cache_update_index=p)` (or `init_cache` and `call_cached`).
+    n), cache_update_index=p)`.
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 1D
     attention); Vaswani et al. (2017), §4 and Table 1.
@@ -662,7 +666,9 @@ class LocalBlockAttention(_BlockedSelfAttention):
 
     # ---------------------------------------------------- cached sampling
     def init_cache(self, batch_size: Any, length: int) -> dict[str, Any]:
-        """An empty cache for `call_cached`: keys and values of `length` positions.
+        """Deprecated (removed in 0.4; use `empty_cache(batch_size, length)`
+        and `call(..., cache=...)`): an empty cache for `call_cached`, the
+        keys and values of `length` positions.
 
         Args:
             batch_size: the batch size of the sampling.
@@ -672,6 +678,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
             `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
             n, value_dim)}`, zeros (`empty_cache`'s layout).
         """
+        warn_deprecated("LocalBlockAttention.init_cache", "empty_cache")
         check_positive_int("length", length)
         keys, values = self.empty_cache(batch_size, length)
         return {"keys": keys, "values": values}
@@ -679,26 +686,13 @@ class LocalBlockAttention(_BlockedSelfAttention):
     def call_cached(
         self, position_inputs: Any, cache: dict[str, Any], index: Any
     ) -> tuple[Any, dict[str, Any]]:
-        """`call(position_inputs, cache=..., cache_update_index=index)` on a
-        `{"keys", "values"}` cache from `init_cache`: `(output, cache)`."""
-        output, (keys, values) = self.call(
-            position_inputs,
-            cache=(cache["keys"], cache["values"]),
-            cache_update_index=index,
-            use_causal_mask=True,
-        )
-        return output, {"keys": keys, "values": values}
+        """Deprecated (removed in 0.4): `call(position_inputs, cache=(keys,
+        values), cache_update_index=index)` on a `{"keys", "values"}` cache
+        from `init_cache`: `(output, cache)`."""
+        return call_with_cache_dict(self, position_inputs, cache, index)
 
     def _attend_cache(
-        self,
-        query: Any,
-        value: Any | None,
-        key: Any | None,
-        masks: dict[str, Any],
-        cache: tuple[Any, Any],
-        cache_update_index: Any | None,
-        append_to_cache: bool,
-        beam_size: int,
+        self, query: Any, call: CachedCall
     ) -> tuple[Any, Any, tuple[Any, Any]]:
         """The causal output of one position, from the cached earlier positions.
 
@@ -709,44 +703,23 @@ class LocalBlockAttention(_BlockedSelfAttention):
         `O(l_m + l_q)`, not `O(n)`. Feeding positions `0, 1, ..., n - 1`
         reproduces `layer(x, use_causal_mask=True)` at every position.
         """
-        one_position = query.shape[1] == 1 and cache_update_index is not None
-        extra = [value, key, *(masks[name] for name in ("query_mask", "key_mask"))]
-        if (
-            not one_position
-            or append_to_cache
-            or beam_size != 1
-            or any(item is not None for item in [*extra, masks["attention_mask"]])
-        ):
-            raise ValueError(
-                "LocalBlockAttention with a cache samples one position at a time: "
-                "pass query (batch, 1, features), cache and cache_update_index only."
-                f" Received: query.shape={tuple(query.shape)}, "
-                f"cache_update_index={cache_update_index!r}"
-            )
-        keys, values = cache
-        length = keys.shape[2]
-        width = self.memory_length + self.query_block_length
-        queries, step_keys, step_values = self.project_self_attention(query)
-        index = ops.cast(cache_update_index, "int32")
-        keys = ops.slice_update(keys, (0, 0, index, 0), step_keys)
-        values = ops.slice_update(values, (0, 0, index, 0), step_values)
+        check_one_position_cache("LocalBlockAttention", query, call)
+        length = call.cache[0].shape[2]
+        index = ops.cast(call.cache_update_index, "int32")
         # (W,): the positions of the memory window of the query's block.
+        width = self.memory_length + self.query_block_length
         start = index // self.query_block_length * self.query_block_length
         positions = start - self.memory_length + ops.arange(width, dtype="int32")
         allowed = ops.logical_and(positions >= 0, positions <= index)
         slots = ops.clip(positions, 0, length - 1)
-        # (batch, heads, W, dim)
-        memory_keys = ops.take(keys, slots, axis=2)
-        memory_values = ops.take(values, slots, axis=2)
-        output, scores = self.attend(
-            queries,
-            memory_keys,
-            memory_values,
-            allowed[None, None, None],
-            False,
+        return self._attend_cached_slots(
+            query,
+            call.cache,
+            index,
+            slots,
+            allowed,
             positions=(ops.reshape(index, (1,)), positions),
         )
-        return output, scores, (keys, values)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -50,8 +50,18 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.layers import masking
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.validation import check_choice, check_grid, check_pair
+from keras_transformer.layers.attention import (
+    CachedCall,
+    MultiHeadAttention,
+    call_with_cache_dict,
+    check_one_position_cache,
+)
+from keras_transformer.validation import (
+    check_choice,
+    check_grid,
+    check_pair,
+    warn_deprecated,
+)
 
 __all__ = [
     "GENERATION_ORDERS",
@@ -224,6 +234,11 @@ class LocalAttention2D(MultiHeadAttention):
             (image generation).
         return_attention_scores: also return the attention weights.
         training: whether attention dropout is active.
+        cache: `(keys, values)` from `empty_cache(batch, rows * cols)`:
+            `inputs` is then one position, `(batch, 1, features)`, attending
+            causally to its memory block (as for `MultiHeadAttention`, the
+            call returns `(output, cache)`).
+        cache_update_index: with `cache`, the raster position of `inputs`.
 
     Returns:
         `(batch, rows, cols, output_dim)`, or `(output, scores)` where the
@@ -243,7 +258,9 @@ class LocalAttention2D(MultiHeadAttention):
     >>> tuple(out.shape), tuple(scores.shape)
     ((1, 4, 24, 8), (1, 2, 2, 4, 12, 36))
 
-    Sampling one position at a time: `init_cache` and `call_cached`.
+    Sampling one position at a time: `call(x_p, cache=layer.empty_cache(batch,
+    rows * cols), cache_update_index=p, use_causal_mask=True)`, the one
+    cached call of every attention layer (`call_cached` is deprecated).
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 2D
     attention) and Figure 2.
@@ -512,7 +529,23 @@ class LocalAttention2D(MultiHeadAttention):
         use_causal_mask: bool = False,
         return_attention_scores: bool = False,
         training: bool | None = None,
+        cache: tuple[Any, Any] | None = None,
+        cache_update_index: Any | None = None,
     ) -> Any:
+        if cache is not None:
+            # One position (batch, 1, features): `_attend_cache`.
+            return super().call(
+                inputs,
+                use_causal_mask=use_causal_mask,
+                return_attention_scores=return_attention_scores,
+                cache=cache,
+                cache_update_index=cache_update_index,
+            )
+        if cache_update_index is not None:
+            raise ValueError(
+                "`cache_update_index` was given without a cache: pass "
+                "cache=layer.empty_cache(batch, rows * cols) too, or neither."
+            )
         rows, cols = self._grid(inputs.shape)
         batch = ops.shape(inputs)[0]
         # (batch, n, features): raster order, channels innermost.
@@ -529,65 +562,34 @@ class LocalAttention2D(MultiHeadAttention):
         return output
 
     # ---------------------------------------------------- cached sampling
-    def init_cache(self, batch_size: Any) -> dict[str, Any]:
-        """An empty cache for `call_cached`: the keys and values of every position.
-
-        Args:
-            batch_size: the batch size of the sampling.
-
-        Returns:
-            `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
-            n, value_dim)}`, zeros, `n = rows * cols` of the built layer.
-        """
-        if self.grid_shape is None:
-            raise ValueError(
-                "LocalAttention2D.init_cache needs a built layer: call the "
-                "layer once (or `build` it with the image's shape) first."
-            )
-        keys, values = self.empty_cache(
-            batch_size, self.grid_shape[0] * self.grid_shape[1]
-        )
-        return {"keys": keys, "values": values}
-
-    def call_cached(
-        self, position_inputs: Any, cache: dict[str, Any], index: Any
-    ) -> tuple[Any, dict[str, Any]]:
+    def _attend_cache(
+        self, query: Any, call: CachedCall
+    ) -> tuple[Any, Any, tuple[Any, Any]]:
         """The causal output of one position, from the cached earlier positions.
 
-        The keys and values of the position are written into the cache at
-        `index`; its query attends to the cached keys of its memory block,
-        masked as by `use_causal_mask=True` (itself and the positions
+        `call(x_p, cache=(keys, values), cache_update_index=p)`, with `x_p`
+        `(batch, 1, features)` the input of raster position `p` (row `p //
+        cols`, column `p % cols`) and the cache from `empty_cache(batch,
+        rows * cols)`. The keys and values of the position are written into
+        the cache at `p`; its query attends to the cached keys of its memory
+        block, masked as by `use_causal_mask=True` (itself and the positions
         generated before it only), at a cost of `O(M)`, not `O(n)`. Feeding
         the positions in the generation order (`generation_positions`)
         reproduces `layer(x, use_causal_mask=True)` at every position.
         Sampling feeds each new position the embedding of the intensity just
         drawn (shifted inputs: a position gets the intensity generated
         before it).
-
-        Args:
-            position_inputs: `(batch, 1, features)`, the input of position
-                `index` (row `index // cols`, column `index % cols`).
-            cache: from `init_cache` or the previous call.
-            index: the raster position, a Python or scalar tensor integer
-                (may vary inside a compiled loop).
-
-        Returns:
-            `(output, cache)`: `(batch, 1, output_dim)` and the updated cache.
         """
         if self.grid_shape is None:
             raise ValueError(
-                "LocalAttention2D.call_cached needs a built layer: call the "
+                "LocalAttention2D with a cache needs a built layer: call the "
                 "layer once (or `build` it with the image's shape) first."
             )
+        check_one_position_cache("LocalAttention2D", query, call)
         rows, cols = self.grid_shape
         (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
         mem_rows, mem_cols = self.memory_shape
-        queries, keys, values = self.project_self_attention(position_inputs)
-        index = ops.cast(index, "int32")
-        cache = {
-            "keys": ops.slice_update(cache["keys"], (0, 0, index, 0), keys),
-            "values": ops.slice_update(cache["values"], (0, 0, index, 0), values),
-        }
+        index = ops.cast(call.cache_update_index, "int32")
         # The memory block of the position: (M,) rows and columns.
         top = (index // cols) // h_q * h_q - h_m
         left = (index % cols) // w_q * w_q - w_m
@@ -606,13 +608,31 @@ class LocalAttention2D(MultiHeadAttention):
                 key_cols < cols, ops.take(steps, slots) <= ops.take(steps, index)
             ),
         )
-        # (batch, heads, M, dim)
-        memory_keys = ops.take(cache["keys"], slots, axis=2)
-        memory_values = ops.take(cache["values"], slots, axis=2)
-        output, _ = self.attend(
-            queries, memory_keys, memory_values, allowed[None, None, None], False
+        return self._attend_cached_slots(query, call.cache, index, slots, allowed)
+
+    def init_cache(self, batch_size: Any) -> dict[str, Any]:
+        """Deprecated (removed in 0.4; use `empty_cache(batch_size, rows *
+        cols)` and `call(..., cache=...)`): an empty cache for
+        `call_cached`, `{"keys": (batch, heads, n, key_dim), "values":
+        (batch, heads, n, value_dim)}`, zeros."""
+        warn_deprecated("LocalAttention2D.init_cache", "empty_cache")
+        if self.grid_shape is None:
+            raise ValueError(
+                "LocalAttention2D.init_cache needs a built layer: call the "
+                "layer once (or `build` it with the image's shape) first."
+            )
+        keys, values = self.empty_cache(
+            batch_size, self.grid_shape[0] * self.grid_shape[1]
         )
-        return output, cache
+        return {"keys": keys, "values": values}
+
+    def call_cached(
+        self, position_inputs: Any, cache: dict[str, Any], index: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """Deprecated (removed in 0.4): `call(position_inputs, cache=(keys,
+        values), cache_update_index=index, use_causal_mask=True)` on a
+        `{"keys", "values"}` cache from `init_cache`: `(output, cache)`."""
+        return call_with_cache_dict(self, position_inputs, cache, index)
 
     # ------------------------------------------------------------ Keras glue
     def build(self, inputs_shape: Sequence[int | None]) -> None:

@@ -12,7 +12,8 @@ query block, §3.2, or one raster order over the image):
 
 `ImageTransformerStack` holds the named layers and runs them: `forward`
 (the whole image at once, what `build_image_transformer` wires) and
-`init_cache` / `step` (one position at a time, what sampling runs). Every
+`init_cache` / `decode_beam_step` (one position at a time, the text stack's
+step protocol, what sampling runs through the decoding package's search). Every
 tensor keeps the image's layout, whatever the order, so outputs, losses and
 bits/dim compare each pixel with its own distribution. Written
 with `keras` and `keras.ops` only: it runs on every Keras backend.
@@ -36,7 +37,7 @@ from keras_transformer.layers.pixel_outputs import (
     check_pixels,
 )
 from keras_transformer.models.image_config import ImageTransformerConfig
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_positive_int, warn_deprecated
 
 __all__ = ["ImageTransformerStack", "build_image_transformer", "image_bits_per_dim"]
 
@@ -74,9 +75,9 @@ class ImageTransformerStack:
     - `forward(images, labels)`: the distribution of every intensity given
       the earlier ones (teacher forcing), `(batch, height, width, channels,
       256)` logits or `(batch, height, width, P)` DMOL parameters;
-    - `init_cache(batch)` and `step(previous, caches, index)`: the same for
-      one position at a time in `generation_positions` order, with
-      key/value caches (sampling);
+    - `init_cache(batch)` and `decode_beam_step(token_ids, caches, index)`:
+      the same for one position at a time in `generation_positions` order,
+      with key/value caches (sampling, `keras_transformer.decoding`);
     - `bits_per_dim(outputs, images)` and `sample(outputs, temperature)`:
       the head's negative log-likelihood and its draws.
 
@@ -230,8 +231,60 @@ class ImageTransformerStack:
 
     # --------------------------------------------------- one position at a time
     def init_cache(self, batch_size: Any) -> BlockCaches:
-        """Empty key/value caches of every block, for `step`."""
+        """Empty key/value caches of every block, for `decode_beam_step`
+        (one slot per position: the beam-slot layout with one hypothesis)."""
         return [block.init_cache(batch_size) for block in self.blocks]
+
+    def decode_beam_step(
+        self,
+        token_ids: Any,
+        caches: BlockCaches,
+        index: Any,
+        labels: Any | None = None,
+    ) -> tuple[Any, BlockCaches]:
+        """The output distribution of raster position `index` alone.
+
+        The text stack's step (`TransformerStack.decode_beam_step`) for a
+        decoder-only model: the value generated before `index` in, the
+        distribution of `index` out, the caches updated. Positions must be
+        fed in the order of `generation_positions` (raster order, `0, 1,
+        ..., n - 1`, for `generation_order="image"`): each step writes its
+        keys and values into the caches that later steps read. One
+        hypothesis per example (`beam = 1`: image caches hold one slot per
+        position), what greedy decoding and sampling run.
+
+        Args:
+            token_ids: the value of the position generated before `index`
+                (ignored at 0): integer `(batch, 1)` intensities
+                (categorical, that position's channel) or `(batch, 1,
+                channels)` pixels (DMOL).
+            caches: from `init_cache` or the previous step.
+            index: the raster position (may be a tensor in a compiled loop).
+            labels: integer `(batch,)` classes (class-conditional models).
+
+        Returns:
+            `(outputs, caches)`: float32 `(batch, 1, 256)` logits or `(batch,
+            1, P)` DMOL parameters, equal to position `index` of `forward`,
+            and the updated caches.
+
+        Reference: Parmar et al. (2018), "Image Transformer", §3.2 and §5.
+        """
+        beam = token_ids.shape[1]
+        if beam != 1:
+            raise ValueError(
+                "ImageTransformerStack.decode_beam_step runs one hypothesis per "
+                "image (caches with one slot per position): pass token_ids of "
+                f"shape (batch, 1{'' if self.categorical else ', channels'}). "
+                f"Received: token_ids.shape={tuple(token_ids.shape)}"
+            )
+        x = self.embedding.embed_step(token_ids[:, 0], index, labels)
+        new_caches = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x, cache = block.call(x, cache=cache, cache_update_index=index)
+            new_caches.append(cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return ops.cast(self.head(x), "float32"), new_caches
 
     def step(
         self,
@@ -240,34 +293,13 @@ class ImageTransformerStack:
         index: Any,
         labels: Any | None = None,
     ) -> tuple[Any, BlockCaches]:
-        """The output distribution of raster position `index` alone.
-
-        Positions must be fed in the order of `generation_positions` (raster
-        order, `0, 1, ..., n - 1`, for `generation_order="image"`): each step
-        writes its keys and values into the caches that later steps read.
-
-        Args:
-            previous: the value of the position generated before `index`
-                (ignored at 0): integer `(batch,)` intensities (categorical,
-                that position's channel) or `(batch, channels)` pixels
-                (DMOL).
-            caches: from `init_cache` or the previous step.
-            index: the raster position (may be a tensor in a compiled loop).
-            labels: integer `(batch,)` classes (class-conditional models).
-
-        Returns:
-            `(outputs, caches)`: float32 `(batch, 256)` logits or `(batch,
-            P)` DMOL parameters, equal to position `index` of `forward`, and
-            the updated caches.
-        """
-        x = self.embedding.embed_step(previous, index, labels)
-        new_caches = []
-        for block, cache in zip(self.blocks, caches, strict=True):
-            x, cache = block.call_cached(x, cache, index)
-            new_caches.append(cache)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return ops.cast(self.head(x), "float32")[:, 0], new_caches
+        """Deprecated (removed in 0.4): `decode_beam_step` with one
+        hypothesis; `previous` is `(batch,)` or `(batch, channels)` and the
+        outputs `(batch, 256)` or `(batch, P)`."""
+        warn_deprecated("ImageTransformerStack.step", "decode_beam_step")
+        previous = ops.expand_dims(ops.convert_to_tensor(previous, "int32"), 1)
+        outputs, caches = self.decode_beam_step(previous, caches, index, labels)
+        return outputs[:, 0], caches
 
     # ----------------------------------------------------------- the head
     def bits_per_dim(self, outputs: Any, images: Any) -> Any:

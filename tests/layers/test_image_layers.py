@@ -261,8 +261,26 @@ def test_block_cached_positions_equal_the_full_block(
     sequence = x.reshape(2, -1, 16)
     cache = block.init_cache(2)
     for index in _block_order(block).tolist():
-        output, cache = block.call_cached(sequence[:, index : index + 1], cache, index)
+        position = sequence[:, index : index + 1]
+        output, cache = block(position, cache=cache, cache_update_index=index)
         np.testing.assert_allclose(_numpy(output)[:, 0], full[:, index], atol=2e-5)
+
+
+def test_block_call_cached_is_a_deprecated_wrapper_of_call_with_a_cache() -> None:
+    keras.utils.set_random_seed(1)
+    block = ImageTransformerBlock(
+        num_heads=2, d_ff=32, attention="local_2d", **BLOCK_KWARGS["local_2d"]
+    )
+    x = _grid()
+    block(x)
+    position = x.reshape(2, -1, 16)[:, :1]
+    expected, _ = block(position, cache=block.init_cache(2), cache_update_index=0)
+    with pytest.warns(DeprecationWarning, match=r"call_cached.*removed in 0\.4"):
+        output, cache = block.call_cached(position, block.init_cache(2), 0)
+    np.testing.assert_array_equal(_numpy(output), _numpy(expected))
+    assert set(cache) == {"keys", "values"}
+    with pytest.raises(ValueError, match="without a cache"):
+        block(x, cache_update_index=0)
 
 
 @pytest.mark.parametrize("order", GENERATION_ORDERS)

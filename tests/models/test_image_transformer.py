@@ -221,8 +221,24 @@ def test_cached_step_equals_the_full_forward_pass(
     steps = stack.generation_positions.tolist()
     for step, index in enumerate(steps):
         previous = values[:, steps[max(step - 1, 0)]]
-        outputs, caches = stack.step(previous, caches, index, labels)
-        np.testing.assert_allclose(_numpy(outputs), full[:, index], atol=5e-5)
+        outputs, caches = stack.decode_beam_step(
+            previous[:, None], caches, index, labels
+        )
+        np.testing.assert_allclose(_numpy(outputs)[:, 0], full[:, index], atol=5e-5)
+
+
+def test_the_deprecated_step_warns_and_equals_decode_beam_step() -> None:
+    keras.utils.set_random_seed(5)
+    model = build_image_transformer(tiny_config("dmol", "local_2d"))
+    stack = ImageTransformerStack.of(model)
+    values = _raster(_images(), categorical=False)
+    expected, _ = stack.decode_beam_step(values[:, :1], stack.init_cache(2), 1)
+    with pytest.warns(DeprecationWarning, match=r"step is deprecated.*removed in 0\.4"):
+        outputs, caches = stack.step(values[:, 0], stack.init_cache(2), 1)
+    np.testing.assert_allclose(_numpy(outputs), _numpy(expected)[:, 0], atol=1e-6)
+    assert len(caches) == len(stack.blocks)
+    with pytest.raises(ValueError, match=r"one hypothesis per image.*\(2, 2, 3\)"):
+        stack.decode_beam_step(np.zeros((2, 2, 3), "int32"), stack.init_cache(2), 0)
 
 
 def test_local_2d_blocks_covering_the_image_equal_full_attention() -> None:

@@ -187,8 +187,10 @@ def test_image_cached_step_equals_the_forward_pass(output, attention):
     steps = stack.generation_positions.tolist()
     for step, index in enumerate(steps):
         previous = values[:, steps[max(step - 1, 0)]]
-        outputs, caches = stack.step(previous, caches, index, labels)
-        np.testing.assert_allclose(_numpy(outputs), full[:, index], atol=5e-5)
+        outputs, caches = stack.decode_beam_step(
+            previous[:, None], caches, index, labels
+        )
+        np.testing.assert_allclose(_numpy(outputs)[:, 0], full[:, index], atol=5e-5)
 
 
 def test_image_model_with_relative_positions_trains_and_reloads(tmp_path: Path):
