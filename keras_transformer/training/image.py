@@ -108,7 +108,7 @@ class ImageDataConfig:
     validation_images: int | None = None
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageDataConfig", "TrainConfig's image section")
+        warn_deprecated("ImageDataConfig", "TrainConfig's image section", stacklevel=4)
         ImageConfig(**dataclasses.asdict(self))  # the same checks
 
 
@@ -143,7 +143,9 @@ class ImageTrainingConfig:
     verbose: int = 1
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageTrainingConfig", "TrainConfig's train section")
+        warn_deprecated(
+            "ImageTrainingConfig", "TrainConfig's train section", stacklevel=4
+        )
         for name in (
             "batch_size",
             "train_steps",
@@ -175,7 +177,7 @@ class ImageRunConfig:
     train: ImageTrainingConfig = dataclasses.field(default_factory=ImageTrainingConfig)
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')")
+        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')", stacklevel=4)
         for name, cls in (
             ("model", ImageTransformerConfig),
             ("data", ImageDataConfig),

@@ -1,0 +1,94 @@
+"""The package never calls its own deprecated names.
+
+`pyproject.toml` makes a `DeprecationWarning` attributed to a module of the
+package an error (``error::DeprecationWarning:keras_transformer(\\.|$)``);
+`warn_deprecated`'s stacklevel attributes each warning to the line that
+used the old name. So a path of the package that still calls a deprecated
+name fails the tests, while a test that calls one on purpose (under
+`pytest.warns`) passes. These tests check both halves of that mechanism.
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def _caller_in_module(module_name: str) -> Callable[[], None]:
+    """A function of a module named `module_name` that calls a deprecated
+    wrapper of the package (`decoding.deprecated.check_integer`)."""
+    from keras_transformer.decoding import deprecated
+
+    module = types.ModuleType(module_name)
+    module.__dict__["deprecated"] = deprecated
+    exec(
+        "def call():\n    deprecated.check_integer('beam_size', 4, 1)\n",
+        module.__dict__,
+    )
+    return module.call
+
+
+def test_a_package_call_of_a_deprecated_name_is_an_error():
+    """The filter in pyproject.toml is active: the same deprecated wrapper,
+    called from a module of the package, raises."""
+    package_caller = _caller_in_module("keras_transformer._deprecation_probe")
+    with pytest.raises(DeprecationWarning, match="decoding.check_integer.*0.4"):
+        package_caller()
+    # A module whose name only starts with the package's is not the package.
+    _caller_in_module("keras_transformer_plugin")()  # ignored
+    # Called from a test on purpose, it only warns.
+    test_caller = _caller_in_module("tests.test_deprecations_probe")
+    with pytest.warns(DeprecationWarning, match="decoding.check_integer"):
+        test_caller()
+    test_caller()  # outside pytest.warns: ignored, not an error
+
+
+def _deprecated_uses() -> dict[str, Callable[[], Any]]:
+    """One use of each kind of deprecated name, written in this module."""
+    from keras_transformer.decoding import deprecated
+    from keras_transformer.models import TransformerConfig
+    from keras_transformer.training import config as training_config
+    from keras_transformer.training.config import DataConfig, TrainConfig
+    from keras_transformer.training.image import (
+        ImageDataConfig,
+        ImageRunConfig,
+        ImageTrainingConfig,
+    )
+
+    data = DataConfig(max_sentence_length=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        image_data = ImageDataConfig()
+        image_training = ImageTrainingConfig()
+    return {
+        "function": lambda: deprecated.check_integer("beam_size", 4, 1),
+        "renamed argument": lambda: DataConfig(max_length=12),
+        "property": lambda: data.max_length,
+        "module attribute": lambda: training_config.PAPER_LABEL_SMOOTHING,
+        "model argument": lambda: TransformerConfig(label_smoothing=0.2),
+        "config key": lambda: TrainConfig.from_dict({"data": {"max_length": 12}}),
+        "model config key": lambda: TrainConfig.from_dict(
+            {"model": {"label_smoothing": 0.2}}
+        ),
+        "dataclass ImageDataConfig": lambda: ImageDataConfig(),
+        "dataclass ImageTrainingConfig": lambda: ImageTrainingConfig(),
+        "dataclass ImageRunConfig": lambda: ImageRunConfig(
+            data=image_data, train=image_training
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(_deprecated_uses()))
+def test_a_deprecation_warning_names_the_line_that_used_the_old_name(kind: str):
+    use = _deprecated_uses()[kind]
+    with pytest.warns(DeprecationWarning, match="removed in 0.4") as record:
+        use()
+    ours = [w for w in record if "removed in 0.4" in str(w.message)]
+    assert ours
+    assert {w.filename for w in ours} == {__file__}, [
+        (w.filename, w.lineno, str(w.message)) for w in ours
+    ]
