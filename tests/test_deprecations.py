@@ -58,6 +58,7 @@ def _deprecated_uses() -> dict[str, Callable[[], Any]]:
         ImageRunConfig,
         ImageTrainingConfig,
     )
+    from keras_transformer.training.overrides import apply_overrides
 
     data = DataConfig(max_sentence_length=12)
     with warnings.catch_warnings():
@@ -74,6 +75,7 @@ def _deprecated_uses() -> dict[str, Callable[[], Any]]:
         "model config key": lambda: TrainConfig.from_dict(
             {"model": {"label_smoothing": 0.2}}
         ),
+        "override key": lambda: apply_overrides({}, ["data.max_length=12"]),
         "dataclass ImageDataConfig": lambda: ImageDataConfig(),
         "dataclass ImageTrainingConfig": lambda: ImageTrainingConfig(),
         "dataclass ImageRunConfig": lambda: ImageRunConfig(
@@ -89,6 +91,7 @@ def test_a_deprecation_warning_names_the_line_that_used_the_old_name(kind: str):
         use()
     ours = [w for w in record if "removed in 0.4" in str(w.message)]
     assert ours
-    assert {w.filename for w in ours} == {__file__}, [
+    line = use.__code__.co_firstlineno  # the lambda's: the use of the old name
+    assert {(w.filename, w.lineno) for w in ours} == {(__file__, line)}, [
         (w.filename, w.lineno, str(w.message)) for w in ours
     ]

@@ -358,6 +358,16 @@ class TransformerStack:
         (their keys and values written at `index`): `(logits, caches)`.
         """
         warn_deprecated("TransformerStack.decode_step", "decode_beam_step")
+        return self._decode_positions(target_ids, caches, index, source_padding_mask)
+
+    def _decode_positions(
+        self,
+        target_ids: Any,
+        caches: DecoderCaches,
+        index: Any,
+        source_padding_mask: Any,
+    ) -> tuple[Any, DecoderCaches]:
+        """What the deprecated `decode_step` (and `IncrementalDecoder`) run."""
         hidden = self.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
         hidden = self.target_position(hidden, start_index=index)
         return self._decode_cached(
@@ -596,7 +606,7 @@ class IncrementalDecoder:
             `(logits, state)`: float32 `(batch, step_length, vocabulary)` and
             the updated state.
         """
-        logits, caches = self.stack.decode_step(
+        logits, caches = self.stack._decode_positions(
             target_ids, state["layers"], index, state["source_padding_mask"]
         )
         return logits, {**state, "layers": caches}

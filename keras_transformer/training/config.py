@@ -145,8 +145,8 @@ RENAMED_KEYS = {
 }
 
 
-def _renamed_warning(old: str, new: str) -> None:
-    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=5)
+def _renamed_warning(old: str, new: str, stacklevel: int = 5) -> None:
+    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=stacklevel)
 
 
 def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -770,9 +770,10 @@ def _resolve_image_run(config: TrainConfig) -> None:
                 "The `model` section of an image run holds ImageTransformerConfig "
                 "settings (image_shape, attention, ...), not a text preset."
             )
-        # A stored model without `generation_order` was trained in one
-        # raster order over the image (0.1.0): it keeps that order.
-        model = ImageTransformerConfig.from_dict(dict(model))
+        # A written config without `generation_order` gets the paper's
+        # order; only the old layout (`upgrade_image_run_dict`) keeps "image".
+        default = {"generation_order": ImageTransformerConfig.generation_order}
+        model = ImageTransformerConfig.from_dict({**default, **model})
     if not isinstance(model, ImageTransformerConfig):
         raise ValueError(
             "The `model` section of an image run must be an "

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from keras_transformer.models import TransformerConfig
+from keras_transformer.models import ImageTransformerConfig, TransformerConfig
 from keras_transformer.training.config import (
     RENAMED_KEYS,
     DataConfig,
@@ -100,7 +100,7 @@ def apply_overrides(
         path, value = parse_override(text)
         renamed = RENAMED_KEYS.get(".".join(path))
         if renamed is not None:
-            _renamed_warning(".".join(path), renamed)
+            _renamed_warning(".".join(path), renamed, stacklevel=4)
             path = renamed.split(".")
         if path == ["model", "vocabulary_size"]:
             raise ValueError(
@@ -120,16 +120,19 @@ def apply_overrides(
             raw["model"] = {
                 k: v for k, v in raw["model"].items() if k != "vocabulary_size"
             }
-        _set_path(raw, path, value, text)
+        _set_path(raw, path, value, text, raw.get("kind"))
     return TrainConfig.from_dict(raw)
 
 
-def known_keys(path: list[str]) -> list[str]:
-    """The valid keys below `path` (``[]``: the sections)."""
+def known_keys(path: list[str], kind: str | None = None) -> list[str]:
+    """The valid keys below `path` (``[]``: the sections) in a config of
+    `kind` (the model of ``"image"`` is an `ImageTransformerConfig`)."""
     if not path:
         return ["model", "data", "train", "kind", *_SECTIONS.keys() - {"data", "train"}]
     if path[0] in _SECTIONS and len(path) == 1:
         return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
+    if path == ["model"] and kind == "image":
+        return [f.name for f in dataclasses.fields(ImageTransformerConfig)]
     if path == ["model"]:
         return ["preset"] + [f.name for f in dataclasses.fields(TransformerConfig)]
     if path == ["model", "optimizer"]:
@@ -137,10 +140,12 @@ def known_keys(path: list[str]) -> list[str]:
     return []
 
 
-def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+def _set_path(
+    raw: dict[str, Any], path: list[str], value: Any, text: str, kind: str | None
+) -> None:
     node: dict[str, Any] = raw
     for depth, part in enumerate(path[:-1]):
-        known = known_keys(path[:depth])
+        known = known_keys(path[:depth], kind)
         if part not in known:
             raise ValueError(
                 f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
@@ -167,7 +172,7 @@ def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> No
         node[part] = child
         node = child
     last = path[-1]
-    known = known_keys(path[:-1])
+    known = known_keys(path[:-1], kind)
     if known and last not in known:
         raise ValueError(
             f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "
