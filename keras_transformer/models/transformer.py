@@ -360,19 +360,11 @@ class TransformerStack:
         warn_deprecated("TransformerStack.decode_step", "decode_beam_step")
         return self._decode_positions(target_ids, caches, index, source_padding_mask)
 
-    def _decode_positions(
-        self,
-        target_ids: Any,
-        caches: DecoderCaches,
-        index: Any,
-        source_padding_mask: Any,
-    ) -> tuple[Any, DecoderCaches]:
+    def _decode_positions(self, ids: Any, caches: Any, index: Any, mask: Any) -> Any:
         """What the deprecated `decode_step` (and `IncrementalDecoder`) run."""
-        hidden = self.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
+        hidden = self.target_embedding(ops.convert_to_tensor(ids, "int32"))
         hidden = self.target_position(hidden, start_index=index)
-        return self._decode_cached(
-            hidden, caches, index, source_padding_mask, use_causal_mask=True
-        )
+        return self._decode_cached(hidden, caches, index, mask, use_causal_mask=True)
 
     def decode_beam_step(
         self,

@@ -25,6 +25,7 @@ import tensorflow as tf
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.runs import (
+    BEST_WEIGHTS,
     RunFingerprint,
     save_checkpoint,
     save_weights,
@@ -266,6 +267,22 @@ class BestWeights:
             if name in saved:
                 self.value, self.step = saved[name], saved["step"]
 
+    @classmethod
+    def of_run(
+        cls, run: Any, name: str, *, lower_is_better: bool = False
+    ) -> BestWeights:
+        """For the run being trained (a `recipes.RunContext`): its model, its
+        ``best.weights.h5`` when ``train.keep_best`` (else the value only),
+        its fingerprint."""
+        keep = run.config.train.keep_best
+        return cls(
+            run.model,
+            run.root / BEST_WEIGHTS if keep else None,
+            name,
+            lower_is_better=lower_is_better,
+            fingerprint=run.fingerprint,
+        )
+
     def is_better(self, value: float) -> bool:
         """Whether `value` beats the best so far (any finite value beats none)."""
         if not math.isfinite(value):
@@ -294,36 +311,18 @@ class BestValidationWeights(keras.callbacks.Callback):
     """Keeps the weights of the best value of a validation metric of `fit`.
 
     After each epoch with a validation, the value of `metric` in the logs
-    (e.g. ``val_accuracy``, ``val_bits_per_dim``) is offered to a
-    `BestWeights` (see there: ``best.weights.h5`` and ``best.json``, whose
-    key is `metric` without its ``val_`` prefix).
+    (e.g. ``val_accuracy``, ``val_bits_per_dim``) is offered to `best` (see
+    `BestWeights`: ``best.weights.h5`` and ``best.json``).
 
     Args:
-        model: the model whose weights are kept (not the trainer).
-        path: the weights file, or ``None`` to keep only the value.
         metric: the key of the validation value in `fit`'s logs.
-        lower_is_better: True for a loss (bits per dimension).
-        fingerprint: the run's, checked by the readers of the weights.
+        best: what keeps the best value and its weights.
     """
 
-    def __init__(
-        self,
-        model: keras.Model,
-        path: Path | None,
-        metric: str,
-        *,
-        lower_is_better: bool = False,
-        fingerprint: RunFingerprint | None = None,
-    ) -> None:
+    def __init__(self, metric: str, best: BestWeights) -> None:
         super().__init__()
         self.metric = metric
-        self.best = BestWeights(
-            model,
-            path,
-            metric.removeprefix("val_"),
-            lower_is_better=lower_is_better,
-            fingerprint=fingerprint,
-        )
+        self.best = best
 
     @property
     def best_value(self) -> float | None:

@@ -33,8 +33,7 @@ import tensorflow as tf
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.imdb import load_imdb
 from keras_transformer.models.classifier import build_classifier
-from keras_transformer.training import checkpoints as ckpt
-from keras_transformer.training.callbacks import BestValidationWeights
+from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.recipes import (
     Evaluation,
@@ -293,13 +292,7 @@ class BestAccuracy(BestValidationWeights):
     with ``{"accuracy": ..., "step": ...}`` in ``best.json``)."""
 
     def __init__(self, run: RunContext) -> None:
-        keep = run.config.train.keep_best
-        super().__init__(
-            run.model,
-            run.root / ckpt.BEST_WEIGHTS if keep else None,
-            "val_accuracy",
-            fingerprint=run.fingerprint,
-        )
+        super().__init__("val_accuracy", BestWeights.of_run(run, "accuracy"))
 
     @property
     def best_accuracy(self) -> float | None:

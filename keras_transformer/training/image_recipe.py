@@ -45,8 +45,7 @@ from keras_transformer.models.image_transformer import (
     image_bits_per_dim,
 )
 from keras_transformer.schedules import paper_adam
-from keras_transformer.training import checkpoints as ckpt
-from keras_transformer.training.callbacks import BestValidationWeights
+from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.image import (
     ImageTrainer,
@@ -211,13 +210,8 @@ class ImageRecipe(Recipe):
     def validation(self, run: RunContext) -> BestValidationWeights:
         """The lowest validation bits/dim (and, with ``train.keep_best``, its
         weights)."""
-        return BestValidationWeights(
-            run.model,
-            run.root / ckpt.BEST_WEIGHTS if run.config.train.keep_best else None,
-            "val_bits_per_dim",
-            lower_is_better=True,
-            fingerprint=run.fingerprint,
-        )
+        best = BestWeights.of_run(run, "bits_per_dim", lower_is_better=True)
+        return BestValidationWeights("val_bits_per_dim", best)
 
     def best_validation_score(
         self, validation: BestValidationWeights | None

@@ -34,7 +34,7 @@ from keras_transformer.runs import (
     restore_checkpoint,
 )
 from keras_transformer.training import TrainConfig, train
-from keras_transformer.training.callbacks import BestValidationWeights
+from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.classification import ClassificationRecipe
 from keras_transformer.training.image_recipe import ImageRecipe
 from tests.training.helpers import (
@@ -78,7 +78,7 @@ def test_the_best_weights_follow_the_metric_and_survive_a_resume(
 
     def callback() -> BestValidationWeights:
         found = BestValidationWeights(
-            model, path, metric, lower_is_better=lower_is_better
+            metric, BestWeights(model, path, name, lower_is_better=lower_is_better)
         )
         found.set_model(model)
         return found
@@ -103,7 +103,7 @@ def test_the_best_weights_follow_the_metric_and_survive_a_resume(
     assert resumed.best_value == pytest.approx(kept[-1])
     # Without a path (train.keep_best=false) only the value is kept.
     path.unlink()
-    valueless = BestValidationWeights(model, None, metric)
+    valueless = BestValidationWeights(metric, BestWeights(model, None, name))
     valueless.set_model(model)
     valueless.on_epoch_end(0, {metric: 0.25})
     assert valueless.best_value == 0.25 and not path.exists()
