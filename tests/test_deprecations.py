@@ -10,6 +10,8 @@ name fails the tests, while a test that calls one on purpose (under
 
 from __future__ import annotations
 
+import inspect
+import json
 import types
 import warnings
 from collections.abc import Callable
@@ -95,3 +97,24 @@ def test_a_deprecation_warning_names_the_line_that_used_the_old_name(kind: str):
     assert {(w.filename, w.lineno) for w in ours} == {(__file__, line)}, [
         (w.filename, w.lineno, str(w.message)) for w in ours
     ]
+
+
+def test_an_old_key_of_a_config_file_names_the_caller_outside_the_package(tmp_path):
+    """An old key reaches the package as data (`TrainConfig.load`, through
+    `from_dict` and `upgrade_config_dict`): the warning names the first line
+    outside the package, so reading an old run's config.json is no error."""
+    from keras_transformer.training.config import TrainConfig
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"data": {"max_length": 12}}))
+    with pytest.warns(DeprecationWarning, match="data.max_length") as record:
+        config = TrainConfig.load(path)
+    line = inspect.currentframe().f_lineno - 1
+    assert config.data.max_sentence_length == 12
+    assert [(w.filename, w.lineno) for w in record] == [(__file__, line)]
+    # Read by a module of the package (a resume reads the stored config):
+    # still the first caller outside it, not an error.
+    reader = types.ModuleType("keras_transformer._config_reader")
+    reader.__dict__.update(TrainConfig=TrainConfig, path=path)
+    exec("def read():\n    return TrainConfig.load(path)\n", reader.__dict__)
+    assert reader.read().data.max_sentence_length == 12

@@ -145,8 +145,9 @@ RENAMED_KEYS = {
 }
 
 
-def _renamed_warning(old: str, new: str, stacklevel: int = 5) -> None:
-    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=stacklevel)
+def _renamed_warning(old: str, new: str) -> None:
+    # An old key is data: the warning names the caller outside the package.
+    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=None)
 
 
 def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -770,8 +771,8 @@ def _resolve_image_run(config: TrainConfig) -> None:
                 "The `model` section of an image run holds ImageTransformerConfig "
                 "settings (image_shape, attention, ...), not a text preset."
             )
-        # A written config without `generation_order` gets the paper's
-        # order; only the old layout (`upgrade_image_run_dict`) keeps "image".
+        # A written config without `generation_order` gets the paper's order;
+        # a stored one keeps "image" (`checkpoints.load_stored_config`).
         default = {"generation_order": ImageTransformerConfig.generation_order}
         model = ImageTransformerConfig.from_dict({**default, **model})
     if not isinstance(model, ImageTransformerConfig):

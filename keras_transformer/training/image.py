@@ -108,7 +108,9 @@ class ImageDataConfig:
     validation_images: int | None = None
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageDataConfig", "TrainConfig's image section", stacklevel=4)
+        warn_deprecated(
+            "ImageDataConfig", "TrainConfig's image section", stacklevel=None
+        )
         ImageConfig(**dataclasses.asdict(self))  # the same checks
 
 
@@ -144,7 +146,7 @@ class ImageTrainingConfig:
 
     def __post_init__(self) -> None:
         warn_deprecated(
-            "ImageTrainingConfig", "TrainConfig's train section", stacklevel=4
+            "ImageTrainingConfig", "TrainConfig's train section", stacklevel=None
         )
         for name in (
             "batch_size",
@@ -177,7 +179,7 @@ class ImageRunConfig:
     train: ImageTrainingConfig = dataclasses.field(default_factory=ImageTrainingConfig)
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')", stacklevel=4)
+        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')", stacklevel=None)
         for name, cls in (
             ("model", ImageTransformerConfig),
             ("data", ImageDataConfig),

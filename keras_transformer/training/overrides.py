@@ -100,7 +100,7 @@ def apply_overrides(
         path, value = parse_override(text)
         renamed = RENAMED_KEYS.get(".".join(path))
         if renamed is not None:
-            _renamed_warning(".".join(path), renamed, stacklevel=4)
+            _renamed_warning(".".join(path), renamed)
             path = renamed.split(".")
         if path == ["model", "vocabulary_size"]:
             raise ValueError(

@@ -35,6 +35,7 @@ from keras_transformer.runs import (
 )
 from keras_transformer.training import TrainConfig, train
 from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
+from keras_transformer.training.checkpoints import load_stored_config
 from keras_transformer.training.classification import ClassificationRecipe
 from keras_transformer.training.image_recipe import ImageRecipe
 from tests.training.helpers import (
@@ -189,11 +190,17 @@ def _old_layout(config: TrainConfig) -> dict:
     return values
 
 
-def test_only_an_old_stored_layout_keeps_the_one_raster_order():
+def test_only_a_stored_config_keeps_the_one_raster_order(tmp_path):
     handwritten = json.loads(json.dumps(SMALL_IMAGE_CONFIG))
     del handwritten["model"]["generation_order"]
     config = TrainConfig.from_dict(handwritten)
     assert config.model.generation_order == "blocks"
+    path = write_config(tmp_path, handwritten)
+    assert TrainConfig.load(path) == config  # a new run's config file
+    # The same file read back from a run folder was stored before the
+    # setting existed: its model was trained in one raster order.
+    stored = load_stored_config(path)
+    assert stored.model == dataclasses.replace(config.model, generation_order="image")
     # What this release stores names the order and reads back the same.
     again = TrainConfig.from_json(config.to_json())
     assert again == config and '"generation_order": "blocks"' in config.to_json()
