@@ -52,6 +52,7 @@ def test_a_package_call_of_a_deprecated_name_is_an_error():
 def _deprecated_uses() -> dict[str, Callable[[], Any]]:
     """One use of each kind of deprecated name, written in this module."""
     from keras_transformer.decoding import deprecated
+    from keras_transformer.decoding.settings import settings_with
     from keras_transformer.models import TransformerConfig
     from keras_transformer.training import config as training_config
     from keras_transformer.training.config import DataConfig, TrainConfig
@@ -63,6 +64,14 @@ def _deprecated_uses() -> dict[str, Callable[[], Any]]:
     from keras_transformer.training.overrides import apply_overrides
 
     data = DataConfig(max_sentence_length=12)
+    # A public function of the package that passes its keywords along (as
+    # `Translator` and `export_translator` do to `settings_with`).
+    passes_along = types.ModuleType("keras_transformer._passes_along")
+    passes_along.__dict__["settings_with"] = settings_with
+    exec(
+        "def build(**settings):\n    return settings_with(None, settings)\n",
+        passes_along.__dict__,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         image_data = ImageDataConfig()
@@ -78,6 +87,7 @@ def _deprecated_uses() -> dict[str, Callable[[], Any]]:
             {"model": {"label_smoothing": 0.2}}
         ),
         "override key": lambda: apply_overrides({}, ["data.max_length=12"]),
+        "keyword passed along": lambda: passes_along.build(length_penalty=0.6),
         "dataclass ImageDataConfig": lambda: ImageDataConfig(),
         "dataclass ImageTrainingConfig": lambda: ImageTrainingConfig(),
         "dataclass ImageRunConfig": lambda: ImageRunConfig(
