@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import warnings
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any
@@ -290,21 +291,41 @@ def check_grid(rows: Any, cols: Any, query_block: tuple[int, int]) -> None:
 
 
 # --------------------------------------------------- renamed arguments
-def warn_deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
+def warn_deprecated(old: str, new: str, *, stacklevel: int | None = 3) -> None:
     """The one `DeprecationWarning` of a renamed or moved name.
+
+    The warning names the line that used the old name (the tests make one
+    attributed to a module of this package an error: the package never
+    calls its own deprecated names).
 
     Args:
         old: the old name as the user wrote it, e.g. ``"DataConfig(max_length=...)"``.
         new: what to write instead, e.g. ``"max_sentence_length="``.
         stacklevel: as for `warnings.warn`, counted from the caller of the
-            function that calls this one.
+            function that calls this one; ``None``: the first caller outside
+            this package, for an old name that reaches the package as data
+            (a config file's key) or through the parts of a deprecated
+            class that build one another.
     """
+    if stacklevel is None:
+        frame, stacklevel = sys._getframe(1), 2
+        while frame.f_back is not None and _in_package(frame):
+            frame, stacklevel = frame.f_back, stacklevel + 1
     warnings.warn(
         f"{old} is deprecated: use {new} instead (the old name is removed in "
         f"{REMOVED_IN}).",
         DeprecationWarning,
         stacklevel=stacklevel,
     )
+
+
+def _in_package(frame: Any) -> bool:
+    """Whether `frame` runs code of this package (its module's name)."""
+    name = frame.f_globals.get("__name__", "")
+    return name == _PACKAGE or name.startswith(_PACKAGE + ".")
+
+
+_PACKAGE = __name__.split(".")[0]
 
 
 def take_renamed_argument(

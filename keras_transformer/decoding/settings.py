@@ -118,7 +118,7 @@ def settings_with(
     """
     changes = dict(changes)
     if "length_penalty" in changes:
-        warn_deprecated("length_penalty=", "alpha=")
+        warn_deprecated("length_penalty=", "alpha=", stacklevel=None)
         validation.check_number(
             "length_penalty", changes["length_penalty"], at_least=0.0
         )

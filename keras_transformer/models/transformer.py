@@ -365,11 +365,13 @@ class TransformerStack:
         (their keys and values written at `index`): `(logits, caches)`.
         """
         warn_deprecated("TransformerStack.decode_step", "decode_beam_step")
-        hidden = self.target_embedding(ops.convert_to_tensor(target_ids, "int32"))
+        return self._decode_positions(target_ids, caches, index, source_padding_mask)
+
+    def _decode_positions(self, ids: Any, caches: Any, index: Any, mask: Any) -> Any:
+        """What the deprecated `decode_step` (and `IncrementalDecoder`) run."""
+        hidden = self.target_embedding(ops.convert_to_tensor(ids, "int32"))
         hidden = self.target_position(hidden, start_index=index)
-        return self._decode_cached(
-            hidden, caches, index, source_padding_mask, use_causal_mask=True
-        )
+        return self._decode_cached(hidden, caches, index, mask, use_causal_mask=True)
 
     def decode_beam_step(
         self,
@@ -603,7 +605,7 @@ class IncrementalDecoder:
             `(logits, state)`: float32 `(batch, step_length, vocabulary)` and
             the updated state.
         """
-        logits, caches = self.stack.decode_step(
+        logits, caches = self.stack._decode_positions(
             target_ids, state["layers"], index, state["source_padding_mask"]
         )
         return logits, {**state, "layers": caches}

@@ -24,12 +24,20 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
-from keras_transformer.runs import RunFingerprint, save_checkpoint, save_weights
+from keras_transformer.runs import (
+    BEST_WEIGHTS,
+    RunFingerprint,
+    save_checkpoint,
+    save_weights,
+    weights_info_file,
+)
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "AttentionImages",
+    "BestValidationWeights",
+    "BestWeights",
     "CheckpointCallback",
     "NaNGuard",
     "PlainProgressLogger",
@@ -217,6 +225,117 @@ class TrainingSummaries(keras.callbacks.Callback):
         self.validation_writer.flush()
 
 
+class BestWeights:
+    """The best validation value so far and, with a `path`, its weights.
+
+    What every kind keeps of its validation: translation the best BLEU,
+    classification the best accuracy, images the lowest bits per dimension.
+    `offer` takes each new value; a better one (or the first) replaces the
+    weights file (``best.weights.h5``) and its info file (``best.json``:
+    ``{name: value, "step": ...}`` and the run's fingerprint), each whole. A
+    resumed run starts from the value in the info file, so it never
+    replaces better weights with worse ones.
+
+    Args:
+        model: the model whose weights are kept.
+        path: the weights file, or ``None`` to keep only the value
+            (``train.keep_best=false``).
+        name: the key of the value in the info file (``"bleu"``).
+        lower_is_better: True for a loss (bits per dimension).
+        fingerprint: the run's, checked by the readers of the weights.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        path: Path | None,
+        name: str,
+        *,
+        lower_is_better: bool = False,
+        fingerprint: RunFingerprint | None = None,
+    ) -> None:
+        self.model = model
+        self.path = path
+        self.name = name
+        self.lower_is_better = lower_is_better
+        self.fingerprint = fingerprint
+        self.value: float | None = None
+        self.step: int | None = None
+        info = None if path is None else weights_info_file(path)
+        if info is not None and info.is_file() and path.is_file():
+            saved = json.loads(info.read_text())
+            if name in saved:
+                self.value, self.step = saved[name], saved["step"]
+
+    @classmethod
+    def of_run(
+        cls, run: Any, name: str, *, lower_is_better: bool = False
+    ) -> BestWeights:
+        """For the run being trained (a `recipes.RunContext`): its model, its
+        ``best.weights.h5`` when ``train.keep_best`` (else the value only),
+        its fingerprint."""
+        keep = run.config.train.keep_best
+        return cls(
+            run.model,
+            run.root / BEST_WEIGHTS if keep else None,
+            name,
+            lower_is_better=lower_is_better,
+            fingerprint=run.fingerprint,
+        )
+
+    def is_better(self, value: float) -> bool:
+        """Whether `value` beats the best so far (any finite value beats none)."""
+        if not math.isfinite(value):
+            return False
+        if self.value is None:
+            return True
+        return value < self.value if self.lower_is_better else value > self.value
+
+    def offer(self, value: float, step: int) -> bool:
+        """Keeps `value` (and the weights) when it is better; says whether it was."""
+        if not self.is_better(value):
+            return False
+        if self.path is not None:
+            # A full disk keeps the previous pair and stops with one line.
+            save_weights(
+                self.model,
+                self.path,
+                {self.name: value, "step": step},
+                self.fingerprint,
+            )
+        self.value, self.step = value, step
+        return True
+
+
+class BestValidationWeights(keras.callbacks.Callback):
+    """Keeps the weights of the best value of a validation metric of `fit`.
+
+    After each epoch with a validation, the value of `metric` in the logs
+    (e.g. ``val_accuracy``, ``val_bits_per_dim``) is offered to `best` (see
+    `BestWeights`: ``best.weights.h5`` and ``best.json``).
+
+    Args:
+        metric: the key of the validation value in `fit`'s logs.
+        best: what keeps the best value and its weights.
+    """
+
+    def __init__(self, metric: str, best: BestWeights) -> None:
+        super().__init__()
+        self.metric = metric
+        self.best = best
+
+    @property
+    def best_value(self) -> float | None:
+        """The best validation value so far (None before the first)."""
+        return self.best.value
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        value = (logs or {}).get(self.metric)
+        if value is None or not _finite(logs):
+            return
+        self.best.offer(float(np.asarray(value).reshape(-1)[0]), _step(self.model))
+
+
 class ValidationTranslations(keras.callbacks.Callback):
     """Greedy translations of validation pairs: BLEU, chrF, exact matches.
 
@@ -266,13 +385,19 @@ class ValidationTranslations(keras.callbacks.Callback):
         self.draw_attention = draw_attention
         self.best_weights = best_weights
         self.writer = tf.summary.create_file_writer(str(log_dir / "validation"))
-        self.best_bleu: float | None = None
-        self.best_step: int | None = None
-        if best_weights is not None:
-            info = best_weights.with_name("best.json")
-            if info.is_file() and best_weights.is_file():
-                saved = json.loads(info.read_text())
-                self.best_bleu, self.best_step = saved["bleu"], saved["step"]
+        self.best = BestWeights(
+            transformer, best_weights, "bleu", fingerprint=fingerprint
+        )
+
+    @property
+    def best_bleu(self) -> float | None:
+        """The best validation BLEU so far (None before the first)."""
+        return self.best.value
+
+    @property
+    def best_step(self) -> int | None:
+        """The step of `best_bleu`."""
+        return self.best.step
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if (epoch + 1) % self.every or not len(self.pairs):
@@ -304,18 +429,7 @@ class ValidationTranslations(keras.callbacks.Callback):
                 except Exception as e:  # noqa: BLE001 - a picture must not stop training
                     logger.warning("Could not draw the attention maps: %s", e)
         self.writer.flush()
-        if self.best_weights is not None and (
-            self.best_bleu is None or result.bleu > self.best_bleu
-        ):
-            # The weights and best.json are each replaced whole (a full disk
-            # keeps the previous pair and stops with one line).
-            save_weights(
-                self.transformer,
-                self.best_weights,
-                {"bleu": result.bleu, "step": step},
-                self.fingerprint,
-            )
-            self.best_bleu, self.best_step = result.bleu, step
+        self.best.offer(result.bleu, step)
 
 
 class AttentionImages(keras.callbacks.Callback):

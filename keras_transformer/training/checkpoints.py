@@ -69,6 +69,7 @@ from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
     TrainConfig,
     config_differences,
+    read_config_file,
 )
 from keras_transformer.validation import check_positive_int
 
@@ -83,6 +84,7 @@ __all__ = [
     "checkpoint_step",
     "check_tokenizer",
     "check_vocabulary_size",
+    "load_stored_config",
     "load_trained_model",
     "prepare_run_config",
     "resume_checkpoints",
@@ -97,6 +99,27 @@ logger = logging.getLogger(__name__)
 # The layout of a run folder and the checkpoint helpers live in
 # `keras_transformer.runs`; they stay importable from here.
 _METADATA = CHECKPOINT_METADATA
+
+
+def load_stored_config(path: str | os.PathLike[str]) -> TrainConfig:
+    """The config that a run folder stores (its ``config.json``).
+
+    As `TrainConfig.load`, except for an image model stored without
+    ``generation_order``: written before the setting existed, by code that
+    generated in one raster order over the image, it keeps that order
+    (``"image"``). A hand-written config without the key gets the paper's
+    block order (Parmar et al. 2018, §3.2), `ImageTransformerConfig`'s
+    default; the `ImageRunConfig` layout of old image runs is read as
+    ``"image"`` too (`kinds.upgrade_image_run_dict`).
+    """
+    values = read_config_file(Path(path))
+    model = values.get("model")
+    if values.get("kind") == "image" and isinstance(model, dict):
+        values = {**values, "model": {"generation_order": "image", **model}}
+    try:
+        return TrainConfig.from_dict(values)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
 
 
 def weights_checksum(model: keras.Model) -> str:
@@ -146,7 +169,7 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
     resumed = bool(checkpoint_paths(directory / CHECKPOINT_DIR))
     if path.is_file():
         try:
-            stored = TrainConfig.load(path)
+            stored = load_stored_config(path)
         except ValueError as e:
             if resumed and not force:
                 raise ConfigMismatchError(

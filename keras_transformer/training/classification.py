@@ -31,11 +31,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.imdb import load_imdb
 from keras_transformer.models.classifier import build_classifier
-from keras_transformer.training import checkpoints as ckpt
+from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.recipes import (
     Evaluation,
@@ -330,30 +329,17 @@ class ClassificationTrainer(SummedLossTrainer):
 
 
 # ------------------------------------------------------------ best and final
-class BestAccuracy(keras.callbacks.Callback):
-    """Keeps the weights of the best validation accuracy (``best.weights.h5``)."""
+class BestAccuracy(BestValidationWeights):
+    """Keeps the weights of the best validation accuracy (``best.weights.h5``,
+    with ``{"accuracy": ..., "step": ...}`` in ``best.json``)."""
 
     def __init__(self, run: RunContext) -> None:
-        super().__init__()
-        self.run = run
-        self.best_accuracy: float | None = None
+        super().__init__("val_accuracy", BestWeights.of_run(run, "accuracy"))
 
-    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        accuracy = (logs or {}).get("val_accuracy")
-        if accuracy is None:
-            return
-        accuracy = float(np.asarray(accuracy).reshape(-1)[0])
-        if self.best_accuracy is not None and accuracy <= self.best_accuracy:
-            return
-        self.best_accuracy = accuracy
-        if self.run.config.train.keep_best:
-            step = int(self.model.optimizer.iterations.numpy())
-            runs.save_weights(
-                self.run.model,
-                self.run.root / ckpt.BEST_WEIGHTS,
-                {"step": step, "accuracy": accuracy},
-                self.run.fingerprint,
-            )
+    @property
+    def best_accuracy(self) -> float | None:
+        """The best validation accuracy so far (None before the first)."""
+        return self.best_value
 
 
 @dataclasses.dataclass

@@ -147,7 +147,8 @@ RENAMED_KEYS = {
 
 
 def _renamed_warning(old: str, new: str) -> None:
-    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=5)
+    # An old key is data: the warning names the caller outside the package.
+    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=None)
 
 
 def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -775,9 +776,10 @@ def _resolve_image_run(config: TrainConfig) -> None:
                 "The `model` section of an image run holds ImageTransformerConfig "
                 "settings (image_shape, attention, ...), not a text preset."
             )
-        # A stored model without `generation_order` was trained in one
-        # raster order over the image (0.1.0): it keeps that order.
-        model = ImageTransformerConfig.from_dict(dict(model))
+        # A written config without `generation_order` gets the paper's order;
+        # a stored one keeps "image" (`checkpoints.load_stored_config`).
+        default = {"generation_order": ImageTransformerConfig.generation_order}
+        model = ImageTransformerConfig.from_dict({**default, **model})
     if not isinstance(model, ImageTransformerConfig):
         raise ValueError(
             "The `model` section of an image run must be an "

@@ -94,7 +94,9 @@ class ImageDataConfig(ImageSourceConfig):
     """
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageDataConfig", "TrainConfig's image section")
+        warn_deprecated(
+            "ImageDataConfig", "TrainConfig's image section", stacklevel=None
+        )
         super().__post_init__()
 
 
@@ -129,7 +131,9 @@ class ImageTrainingConfig:
     verbose: int = 1
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageTrainingConfig", "TrainConfig's train section")
+        warn_deprecated(
+            "ImageTrainingConfig", "TrainConfig's train section", stacklevel=None
+        )
         self._sections()  # checked by the sections' own checks
 
     def _sections(self) -> tuple[dict[str, Any], TrainingConfig]:
@@ -164,7 +168,7 @@ class ImageRunConfig:
     train: ImageTrainingConfig = dataclasses.field(default_factory=ImageTrainingConfig)
 
     def __post_init__(self) -> None:
-        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')")
+        warn_deprecated("ImageRunConfig", "TrainConfig(kind='image')", stacklevel=None)
         for name, cls in (
             ("model", ImageTransformerConfig),
             ("data", ImageDataConfig),

@@ -15,6 +15,10 @@ precision, accumulation, preemption); this module says what differs:
   ``(train.seed, step)`` (`image_batches`), ``k`` of them stacked for
   gradient accumulation;
 * the loss and the metric: bits per dimension (`ImageTrainer`);
+* validation: bits per dimension of the validation images; the weights of
+  the lowest are kept (``best.weights.h5``, with ``train.keep_best``) like
+  the best BLEU of a translation run, for ``train.evaluate_with="best"``
+  and ``keras-transformer evaluate --weights best``;
 * the final evaluation: bits per dimension of the test images (for
   ``image.source="sample_patches"`` the patches of the held-out photograph).
 """
@@ -41,6 +45,7 @@ from keras_transformer.models.image_transformer import (
     image_bits_per_dim,
 )
 from keras_transformer.schedules import paper_adam
+from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.image import (
     ImageTrainer,
@@ -201,6 +206,17 @@ class ImageRecipe(Recipe):
             config.image.evaluation_batch_size,
             config.model.num_classes is not None,
         )
+
+    def validation(self, run: RunContext) -> BestValidationWeights:
+        """The lowest validation bits/dim (and, with ``train.keep_best``, its
+        weights)."""
+        best = BestWeights.of_run(run, "bits_per_dim", lower_is_better=True)
+        return BestValidationWeights("val_bits_per_dim", best)
+
+    def best_validation_score(
+        self, validation: BestValidationWeights | None
+    ) -> float | None:
+        return None if validation is None else validation.best_value
 
     def update_size(self, config: TrainConfig) -> str:
         return f"{config.image.batch_size} images"

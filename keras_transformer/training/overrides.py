@@ -18,8 +18,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from keras_transformer.models import TransformerConfig
-from keras_transformer.models.image_config import ImageTransformerConfig
+from keras_transformer.models import ImageTransformerConfig, TransformerConfig
 from keras_transformer.training.config import (
     RENAMED_KEYS,
     DataConfig,
@@ -121,17 +120,13 @@ def apply_overrides(
             raw["model"] = {
                 k: v for k, v in raw["model"].items() if k != "vocabulary_size"
             }
-        _set_path(raw, path, value, text)
+        _set_path(raw, path, value, text, raw.get("kind"))
     return TrainConfig.from_dict(raw)
 
 
 def known_keys(path: list[str], kind: str | None = None) -> list[str]:
-    """The valid keys below `path` (``[]``: the sections) in a run of `kind`.
-
-    The ``model`` section of an image run holds `ImageTransformerConfig`
-    fields; that of a translation or classification run (`kind` None: the
-    default, translation) a preset name and `TransformerConfig` fields.
-    """
+    """The valid keys below `path` (``[]``: the sections) in a config of
+    `kind` (the model of ``"image"`` is an `ImageTransformerConfig`)."""
     if not path:
         return ["model", "data", "train", "kind", *_SECTIONS.keys() - {"data", "train"}]
     if path[0] in _SECTIONS and len(path) == 1:
@@ -145,10 +140,12 @@ def known_keys(path: list[str], kind: str | None = None) -> list[str]:
     return []
 
 
-def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+def _set_path(
+    raw: dict[str, Any], path: list[str], value: Any, text: str, kind: str | None
+) -> None:
     node: dict[str, Any] = raw
     for depth, part in enumerate(path[:-1]):
-        known = known_keys(path[:depth], raw.get("kind"))
+        known = known_keys(path[:depth], kind)
         if part not in known:
             raise ValueError(
                 f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
@@ -175,7 +172,7 @@ def _set_path(raw: dict[str, Any], path: list[str], value: Any, text: str) -> No
         node[part] = child
         node = child
     last = path[-1]
-    known = known_keys(path[:-1], raw.get("kind"))
+    known = known_keys(path[:-1], kind)
     if known and last not in known:
         raise ValueError(
             f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "

@@ -251,10 +251,10 @@ def stored_run(
     """(a run folder, its stored `TrainConfig`) for ``evaluate``: with
     ``train.test_samples=max_examples`` and, when given, `data_dir` as the
     folder of its data (the recipe's `Recipe.data_folder`)."""
-    from keras_transformer.training.config import TrainConfig
+    from keras_transformer.training.checkpoints import load_stored_config
 
     folder = runs.RunFolder(workdir).check()
-    config = TrainConfig.load(folder.config_file)
+    config = load_stored_config(folder.config_file)
     changes: dict[str, Any] = {}
     section, field = recipe_for(config).data_folder
     if data_dir is not None:

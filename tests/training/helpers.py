@@ -293,6 +293,14 @@ SMALL_IMAGE_CONFIG: dict[str, Any] = {
 }
 
 
+def small_image_model(**changes: Any) -> Any:
+    """The model of `SMALL_IMAGE_CONFIG` as an `ImageTransformerConfig`, with
+    `changes` (the one tiny image model of the tests and scripts)."""
+    from keras_transformer.models import ImageTransformerConfig
+
+    return ImageTransformerConfig.from_dict({**SMALL_IMAGE_CONFIG["model"], **changes})
+
+
 def small_image_config(*overrides: str) -> TrainConfig:
     """`SMALL_IMAGE_CONFIG`, overridden (``--set`` syntax)."""
     from keras_transformer.training import apply_overrides

@@ -14,8 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data.images import ImageData, ImageSplit
-from keras_transformer.models import ImageTransformerConfig, image_bits_per_dim
-from keras_transformer.schedules import OptimizerConfig
+from keras_transformer.models import image_bits_per_dim
 from keras_transformer.training import (
     ConfigMismatchError,
     ImageDataConfig,
@@ -25,6 +24,7 @@ from keras_transformer.training import (
     load_image_data,
     train_image_model,
 )
+from tests.training.helpers import small_image_model
 
 
 def _data(seed: int = 0, classes: bool = False) -> ImageData:
@@ -46,21 +46,7 @@ def _data(seed: int = 0, classes: bool = False) -> ImageData:
 
 
 def _config(steps: int = 6, per_epoch: int = 3, **model_changes) -> ImageRunConfig:
-    model = ImageTransformerConfig(
-        image_shape=(4, 4, 3),
-        output="dmol",
-        num_mixtures=2,
-        attention="local_2d",
-        query_block=(2, 2),
-        memory_flange=(1, 1),
-        num_layers=1,
-        d_model=16,
-        d_ff=32,
-        num_heads=2,
-        dropout=0.0,
-        optimizer=OptimizerConfig(warmup_steps=10),
-        **model_changes,
-    )
+    model = small_image_model(**model_changes)
     train = ImageTrainingConfig(
         batch_size=4,
         train_steps=steps,

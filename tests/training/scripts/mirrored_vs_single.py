@@ -125,23 +125,11 @@ def run_classification(strategy: tf.distribute.Strategy, accumulation: int) -> d
 
 def run_image(strategy: tf.distribute.Strategy, accumulation: int) -> dict:
     """The Image Transformer's trainer, gradients clipped (the clip acts)."""
-    from keras_transformer.models.image_config import ImageTransformerConfig
     from keras_transformer.models.image_transformer import build_image_transformer
     from keras_transformer.training.image import ImageTrainer, fold_image_batches
+    from tests.training.helpers import small_image_model
 
-    config = ImageTransformerConfig(
-        image_shape=(4, 4, 3),
-        output="dmol",
-        num_mixtures=2,
-        attention="local_2d",
-        query_block=(2, 2),
-        memory_flange=(1, 1),
-        num_layers=1,
-        d_model=16,
-        d_ff=32,
-        num_heads=2,
-        dropout=0.0,
-    )
+    config = small_image_model()
     keras.utils.set_random_seed(1)
     with strategy.scope():
         model = build_image_transformer(config)
