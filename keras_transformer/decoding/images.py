@@ -33,7 +33,9 @@ from keras_transformer.decoding.search import StepFunction, run_search
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
 from keras_transformer.layers.pixel_outputs import (
     NUM_INTENSITIES,
-    dmol_channel_log_probs,
+    check_pixels,
+    discretized_logistic_log_probs,
+    dmol_components,
 )
 from keras_transformer.models.image_transformer import ImageTransformerStack
 
@@ -66,24 +68,28 @@ def dmol_intensity_log_probs(
     Returns:
         float32 `(batch, 256)` log-probabilities.
     """
-    params = ops.cast(params, "float32")
     channel = ops.cast(channel, "int32")
     channel_ids = ops.arange(channels, dtype="int32")
-    values = ops.arange(NUM_INTENSITIES, dtype="int32")
-    # (batch, 256, C): the earlier channels, then value v, then zeros.
     earlier = ops.where(channel_ids < channel, ops.cast(pixels, "int32"), 0)
-    candidates = ops.where(
-        ops.equal(channel_ids, channel)[None, None],
-        values[None, :, None],
-        earlier[:, None, :],
+    earlier = check_pixels("pixels", earlier)
+    # (batch, C, K) each; the means are given the earlier channels, fixed.
+    logits, means, log_scales = dmol_components(params, earlier, num_mixtures, channels)
+    # (batch, K): sum_{c < channel} log p_k(x_c | x_<c), once per step.
+    per_channel = discretized_logistic_log_probs(earlier[..., None], means, log_scales)
+    before = ops.sum(
+        ops.where((channel_ids < channel)[:, None], per_channel, 0.0), axis=-2
     )
-    tiled = ops.repeat(params[:, None, :], NUM_INTENSITIES, axis=1)
-    # (batch, 256, C, K): log p_k(x_c | x_<c) of each candidate.
-    per_channel = dmol_channel_log_probs(tiled, candidates, num_mixtures, channels)
-    up_to = ops.cast(channel_ids <= channel, "float32")[:, None]  # (C, 1)
+    # (batch, 256, K): log p_k(x_channel = v | x_<channel), the 256 values
+    # against the channel's one logistic per component.
+    values = ops.arange(NUM_INTENSITIES, dtype="int32")[:, None]
+    current = discretized_logistic_log_probs(
+        values,
+        ops.take(means, channel, axis=-2)[:, None, :],
+        ops.take(log_scales, channel, axis=-2)[:, None, :],
+    )
     # (batch, 256, K): log pi_k + sum_{c <= channel} log p_k.
-    mixture = ops.log_softmax(params[:, :num_mixtures], axis=-1)[:, None, :]
-    joint = mixture + ops.sum(per_channel * up_to, axis=-2)
+    mixture = ops.log_softmax(logits, axis=-1)[:, None, :]
+    joint = mixture + (before[:, None, :] + current)
     return ops.log_softmax(ops.logsumexp(joint, axis=-1), axis=-1)
 
 
