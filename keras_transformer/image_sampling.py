@@ -92,6 +92,7 @@ class ImageSampler:
                     seed,
                     labels if conditional else None,
                     greedy=greedy,
+                    jit_compile=self.jit_compile,
                 )
 
             self._searches[key] = tf.function(

@@ -292,3 +292,39 @@ def test_complete_tensor_in_a_graph_draws_what_complete_draws() -> None:
     eager = ImageSampler(model).complete(images, 2, 1.0, seed=7, labels=labels)
     np.testing.assert_array_equal(in_graph, eager)
     np.testing.assert_array_equal(in_graph[:, :2], images[:, :2])
+
+
+def test_the_in_place_cache_rewrite_under_xla_changes_nothing() -> None:
+    """Compiled with XLA, the DMOL step rewrites the caches it keeps in place
+    (`jit_compile=True`, what `ImageSampler(jit_compile=True)` passes): the
+    same log-probabilities and caches as the plain pass-through."""
+    model = _model("dmol", "local_2d", seed=18)
+    stack = ImageTransformerStack.of(model)
+    images = _images(seed=19)
+    # The first two pixels, in generation order.
+    order = np.asarray(stack.generation_positions)
+    tokens = images.reshape(3, -1, 3)[:, order[:2]].reshape(3, 6)
+
+    def steps(in_place: bool) -> tuple[np.ndarray, list]:
+        @tf.function(jit_compile=True)
+        def run(tokens):  # noqa: ANN001, ANN202
+            step_fn, state = image_search_step(stack, 3, jit_compile=in_place)
+            log_probs, token = [], tf.zeros((3,), tf.int32)
+            for index in range(6):
+                scores, state = step_fn(token, state, tf.constant(index))
+                log_probs.append(scores)
+                token = tokens[:, index]
+            return tf.stack(log_probs), state["caches"]
+
+        log_probs, caches = run(tf.constant(tokens))
+        return log_probs.numpy(), tf.nest.map_structure(np.asarray, caches)
+
+    (log_probs, caches), (plain, plain_caches) = steps(True), steps(False)
+    np.testing.assert_array_equal(log_probs, plain)
+    tf.nest.map_structure(np.testing.assert_array_equal, caches, plain_caches)
+    # The second pixel's keys are written (the caches start at zero).
+    assert all(np.any(cache["keys"] != 0) for cache in caches)
+    # The XLA sampler's search (its random stream differs from the graph's).
+    compiled = ImageSampler(model, jit_compile=True).complete(images, 2, seed=5)
+    np.testing.assert_array_equal(compiled[:, :2], images[:, :2])
+    assert not np.array_equal(compiled, images)

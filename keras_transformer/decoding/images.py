@@ -15,7 +15,9 @@ search's forced prefix.
   The first runs the model step; each gives the exact distribution of its
   channel given the channels drawn before it, `log p(x_c = v | x_<c)`
   (`dmol_intensity_log_probs`), so the channels' log-probabilities sum to
-  the mixture's `log p(pixel)`.
+  the mixture's `log p(pixel)`. Only the drawn channel is evaluated over
+  the 256 values: its logistic means are linear in the earlier channels
+  (PixelCNN++ §2.2), which are fixed.
 
 Reference: Parmar et al. (2018), "Image Transformer", §3.2, §3.4 and §5;
 Salimans et al. (2017), "PixelCNN++", §2.1-2.2.
@@ -33,7 +35,9 @@ from keras_transformer.decoding.search import StepFunction, run_search
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
 from keras_transformer.layers.pixel_outputs import (
     NUM_INTENSITIES,
-    dmol_channel_log_probs,
+    check_pixels,
+    discretized_logistic_log_probs,
+    dmol_components,
 )
 from keras_transformer.models.image_transformer import ImageTransformerStack
 
@@ -66,24 +70,28 @@ def dmol_intensity_log_probs(
     Returns:
         float32 `(batch, 256)` log-probabilities.
     """
-    params = ops.cast(params, "float32")
     channel = ops.cast(channel, "int32")
     channel_ids = ops.arange(channels, dtype="int32")
-    values = ops.arange(NUM_INTENSITIES, dtype="int32")
-    # (batch, 256, C): the earlier channels, then value v, then zeros.
     earlier = ops.where(channel_ids < channel, ops.cast(pixels, "int32"), 0)
-    candidates = ops.where(
-        ops.equal(channel_ids, channel)[None, None],
-        values[None, :, None],
-        earlier[:, None, :],
+    earlier = check_pixels("pixels", earlier)
+    # (batch, C, K) each; the means are given the earlier channels, fixed.
+    logits, means, log_scales = dmol_components(params, earlier, num_mixtures, channels)
+    # (batch, K): sum_{c < channel} log p_k(x_c | x_<c), once per step.
+    per_channel = discretized_logistic_log_probs(earlier[..., None], means, log_scales)
+    before = ops.sum(
+        ops.where((channel_ids < channel)[:, None], per_channel, 0.0), axis=-2
     )
-    tiled = ops.repeat(params[:, None, :], NUM_INTENSITIES, axis=1)
-    # (batch, 256, C, K): log p_k(x_c | x_<c) of each candidate.
-    per_channel = dmol_channel_log_probs(tiled, candidates, num_mixtures, channels)
-    up_to = ops.cast(channel_ids <= channel, "float32")[:, None]  # (C, 1)
+    # (batch, 256, K): log p_k(x_channel = v | x_<channel), the 256 values
+    # against the channel's one logistic per component.
+    values = ops.arange(NUM_INTENSITIES, dtype="int32")[:, None]
+    current = discretized_logistic_log_probs(
+        values,
+        ops.take(means, channel, axis=-2)[:, None, :],
+        ops.take(log_scales, channel, axis=-2)[:, None, :],
+    )
     # (batch, 256, K): log pi_k + sum_{c <= channel} log p_k.
-    mixture = ops.log_softmax(params[:, :num_mixtures], axis=-1)[:, None, :]
-    joint = mixture + ops.sum(per_channel * up_to, axis=-2)
+    mixture = ops.log_softmax(logits, axis=-1)[:, None, :]
+    joint = mixture + (before[:, None, :] + current)
     return ops.log_softmax(ops.logsumexp(joint, axis=-1), axis=-1)
 
 
@@ -112,7 +120,10 @@ def intensity_log_probs(
 
 
 def image_search_step(
-    stack: ImageTransformerStack, batch_size: Any, labels: Any | None = None
+    stack: ImageTransformerStack,
+    batch_size: Any,
+    labels: Any | None = None,
+    jit_compile: bool = False,
 ) -> tuple[StepFunction, Any]:
     """The step function of image sampling and its initial state.
 
@@ -126,6 +137,12 @@ def image_search_step(
         labels: integer `(batch,)` classes (class-conditional models); they
             stay in the step's closure (the search keeps every image in the
             batch: one hypothesis, no dropping).
+        jit_compile: the search is compiled with XLA. The DMOL step runs the
+            model at a pixel's first channel only (`tf.cond`); the other
+            branch keeps the caches, which an XLA conditional copies whole
+            at every step unless they are rewritten in place
+            (`_rewritten_in_place`; the same values). A TensorFlow graph
+            passes them through free and would copy the rewrite.
 
     Returns:
         `(step_fn, state)` for `run_search`.
@@ -164,15 +181,29 @@ def image_search_step(
             )
             return outputs[:, 0], caches
 
-        params, caches = tf.cond(
-            tf.equal(channel, 0),
-            model_step,
-            lambda: (state["params"], state["caches"]),
-        )
+        def keep() -> tuple[Any, Any]:
+            caches = state["caches"]
+            if jit_compile:
+                caches = tf.nest.map_structure(_rewritten_in_place, caches)
+            return state["params"], caches
+
+        params, caches = tf.cond(tf.equal(channel, 0), model_step, keep)
         log_probs = intensity_log_probs(stack, params, pixel, channel)
         return log_probs, {"caches": caches, "pixel": pixel, "params": params}
 
     return dmol_step, state
+
+
+def _rewritten_in_place(tensor: Any) -> Any:
+    """`tensor` with its first element written back over itself: the same
+    values, an update XLA does in place (where a conditional's branch that
+    returns its input unchanged makes XLA copy it)."""
+    if not tensor.shape.rank:
+        return tensor
+    start = [0] * tensor.shape.rank
+    return ops.slice_update(
+        tensor, start, ops.slice(tensor, start, [1] * tensor.shape.rank)
+    )
 
 
 def sample_intensities(
@@ -183,6 +214,7 @@ def sample_intensities(
     seed: Any,
     labels: Any | None = None,
     greedy: bool = False,
+    jit_compile: bool = False,
 ) -> tf.Tensor:
     """Every intensity of a batch of images, drawn in the generation order.
 
@@ -199,6 +231,8 @@ def sample_intensities(
         seed: int32 scalar; step `i` draws with the seed `(seed, i)`.
         labels: integer `(batch,)` classes (class-conditional models).
         greedy: take the most likely value (temperature 0).
+        jit_compile: the caller compiles the search with XLA (see
+            `image_search_step`).
 
     Returns:
         int32 `(batch, n)`: the intensities in generation order.
@@ -209,7 +243,7 @@ def sample_intensities(
         beam_size=1, alpha=0.0, temperature=temperature, top_k=None, seed=seed
     )
     strategy = get_strategy("greedy" if greedy else "sample", options)
-    step_fn, state = image_search_step(stack, batch, labels)
+    step_fn, state = image_search_step(stack, batch, labels, jit_compile)
     given_lengths = tf.broadcast_to(tf.cast(given_length, tf.int32), [batch])
     token_ids, _, _ = run_search(
         strategy,

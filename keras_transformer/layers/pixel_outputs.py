@@ -41,8 +41,10 @@ __all__ = [
     "check_pixels",
     "dmol_bits_per_dim",
     "dmol_channel_log_probs",
+    "dmol_components",
     "dmol_log_likelihood",
     "dmol_num_parameters",
+    "discretized_logistic_log_probs",
     "sample_categorical",
     "sample_dmol",
 ]
@@ -270,18 +272,45 @@ def _check_dmol_pixels(pixels: Any, params: Any, channels: int) -> Any:
     return pixels
 
 
-def dmol_channel_log_probs(
+def dmol_components(
     params: Any,
     pixels: Any,
     num_mixtures: int,
     channels: int = 3,
     min_log_scale: float = MIN_LOG_SCALE,
+) -> tuple[Any, Any, Any]:
+    """Each channel's logistic components given the pixel's earlier channels.
+
+    PixelCNN++ (§2.2): channel `c`'s mean is `mu_c + sum_{c' < c} a_{c c'}
+    x_{c'}`, linear in the earlier channels' scaled values `x`.
+
+    Args:
+        params, num_mixtures, channels, min_log_scale: as for
+            `dmol_channel_log_probs`.
+        pixels: integer `(..., C)` intensities; channel `c`'s mean reads
+            channels `0 .. c - 1` only.
+
+    Returns:
+        Float32 mixture logits `(..., K)`, conditional means `(..., C, K)`
+        and clipped log-scales `(..., C, K)`.
+    """
+    logits, means, log_scales, coefficients = _split_parameters(
+        params, num_mixtures, channels, min_log_scale
+    )
+    # (..., C, 1): the scaled intensities.
+    x = ops.expand_dims(ops.cast(pixels, "float32") / 127.5 - 1.0, -1)
+    return logits, _conditional_means(means, coefficients, x), log_scales
+
+
+def discretized_logistic_log_probs(
+    intensities: Any, means: Any, log_scales: Any
 ) -> Any:
-    """`log p_k(x_c | x_<c)` of each channel under each logistic component.
+    """`log p(v)` of integer intensities `v` under discretized logistics.
 
     Intensity `v` is scaled to `x = v / 127.5 - 1` in `[-1, 1]`, and its bin
     is `[x - 1/255, x + 1/255]`; the first and last bins reach to `-inf` and
-    `+inf`. With `sigma` the logistic CDF, mean `mu` and scale `s`:
+    `+inf`. With `sigma` the logistic CDF, mean `mu` and scale `s`
+    (PixelCNN++, §2.1):
 
     - `v = 0`: `log sigma((x + 1/255 - mu) / s)`;
     - `v = 255`: `log(1 - sigma((x - 1/255 - mu) / s))`;
@@ -290,27 +319,15 @@ def dmol_channel_log_probs(
       in float32 for any `mu` and `s`).
 
     Args:
-        params: `(..., K (1 + 2C + C(C-1)/2))`, from
-            `DiscretizedLogisticMixtureHead`.
-        pixels: integer `(..., C)` intensities in `[0, 255]`.
-        num_mixtures: `K`.
-        channels: `C`.
-        min_log_scale: lower bound on the log-scales (PixelCNN++: -7).
+        intensities: integer intensities in `[0, 255]`.
+        means: float32 `mu`, broadcastable with `intensities`.
+        log_scales: float32 `log s`, broadcastable with `means`.
 
     Returns:
-        float32 `(..., C, K)`; channel `c` depends on the pixels of channels
-        `0 .. c` only.
+        float32, the broadcast shape of the three.
     """
-    pixels = _check_dmol_pixels(pixels, params, channels)
-    _, means, log_scales, coefficients = _split_parameters(
-        params, num_mixtures, channels, min_log_scale
-    )
-    pixels = ops.cast(pixels, "int32")
-    # (..., C, 1): the scaled intensities.
-    x = ops.expand_dims(ops.cast(pixels, "float32") / 127.5 - 1.0, -1)
-    # (..., C, K)
-    means = _conditional_means(means, coefficients, x)
-    centered = x - means
+    intensities = ops.cast(intensities, "int32")
+    centered = ops.cast(intensities, "float32") / 127.5 - 1.0 - means
     inverse_scale = ops.exp(-log_scales)
     half_bin = 1.0 / 255.0
     upper = inverse_scale * (centered + half_bin)  # a
@@ -327,11 +344,45 @@ def dmol_channel_log_probs(
         ops.log(-ops.expm1(-ops.maximum(width, 1e-4))),
     )
     log_mid = log_cdf_upper + log_survival_lower + log_gap
-    edges = ops.expand_dims(pixels, -1)
     return ops.where(
-        ops.equal(edges, 0),
+        ops.equal(intensities, 0),
         log_cdf_upper,
-        ops.where(ops.equal(edges, NUM_INTENSITIES - 1), log_survival_lower, log_mid),
+        ops.where(
+            ops.equal(intensities, NUM_INTENSITIES - 1), log_survival_lower, log_mid
+        ),
+    )
+
+
+def dmol_channel_log_probs(
+    params: Any,
+    pixels: Any,
+    num_mixtures: int,
+    channels: int = 3,
+    min_log_scale: float = MIN_LOG_SCALE,
+) -> Any:
+    """`log p_k(x_c | x_<c)` of each channel under each logistic component.
+
+    Each channel's discretized logistic (`discretized_logistic_log_probs`)
+    with the mean given the earlier channels (`dmol_components`).
+
+    Args:
+        params: `(..., K (1 + 2C + C(C-1)/2))`, from
+            `DiscretizedLogisticMixtureHead`.
+        pixels: integer `(..., C)` intensities in `[0, 255]`.
+        num_mixtures: `K`.
+        channels: `C`.
+        min_log_scale: lower bound on the log-scales (PixelCNN++: -7).
+
+    Returns:
+        float32 `(..., C, K)`; channel `c` depends on the pixels of channels
+        `0 .. c` only.
+    """
+    pixels = ops.cast(_check_dmol_pixels(pixels, params, channels), "int32")
+    _, means, log_scales = dmol_components(
+        params, pixels, num_mixtures, channels, min_log_scale
+    )
+    return discretized_logistic_log_probs(
+        ops.expand_dims(pixels, -1), means, log_scales
     )
 
 
