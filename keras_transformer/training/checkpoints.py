@@ -134,17 +134,6 @@ def weights_checksum(model: keras.Model) -> str:
     return digest.hexdigest()[:16]
 
 
-def _load_run(workdir: Path) -> tuple[TrainConfig, SubwordTokenizer]:
-    run = RunFolder(workdir).check()
-    return TrainConfig.load(run.config_file), run.tokenizer()
-
-
-def _build(config: TrainConfig, tokenizer: SubwordTokenizer) -> keras.Model:
-    return build_transformer(
-        config.model.replace(vocabulary_size=tokenizer.vocabulary_size)
-    )
-
-
 _restore_model = restore_checkpoint
 
 
@@ -376,9 +365,9 @@ def average_checkpoints(
         workdir: the run's work directory.
         last: how many of the newest checkpoints to average.
         output: the `.weights.h5` file to write (default
-            ``<workdir>/averaged.weights.h5``); load it into
-            `build_transformer(config)` with `load_weights`, or use
-            `load_trained_model(workdir, weights="average")`.
+            ``<workdir>/averaged.weights.h5``); load it with
+            `RunFolder(workdir).load(weights="average")` (any kind of run) or
+            `load_trained_model(workdir, weights="average")` (translation).
 
     Returns:
         The path of the averaged weights.
@@ -390,9 +379,11 @@ def average_checkpoints(
     """
     workdir = Path(workdir)
     check_positive_int("last", last)
-    config, tokenizer = _load_run(workdir)
+    run = RunFolder(workdir).check()
+    # Every kind: the run's own model (a translation model, a classifier or
+    # an Image Transformer), its tokenizer checked when the kind has one.
+    tokenizer = None if run.kind() == "image" else run.tokenizer()
     checkpoint_dir = workdir / CHECKPOINT_DIR
-    check_tokenizer(checkpoint_dir, tokenizer)
     paths = _newest_intact(checkpoint_dir, last)
     if len(paths) < last:
         raise ValueError(
@@ -405,7 +396,7 @@ def average_checkpoints(
         raise ValueError(
             f"The output file must end in .weights.h5. Received: {str(output)!r}"
         )
-    model = _build(config, tokenizer)
+    model = run.build_model(tokenizer)
     total: list[np.ndarray] | None = None
     for path in paths:
         _restore_model(model, path, config=str(workdir / CONFIG_FILE))

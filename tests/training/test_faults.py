@@ -253,6 +253,22 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
 
 
+def test_average_checkpoints_averages_every_kind(kind_run, capsys):
+    # The same command for translation, classification and image runs: the
+    # run's own model, each weight the mean of the last checkpoints' values.
+    kind, run = kind_run
+    assert cli.main(["average-checkpoints", "--workdir", str(run), "--last", "2"]) == 0
+    assert "averaged.weights.h5" in capsys.readouterr().out
+    model, _ = RunFolder(run).load(weights="average")
+    second, third = _weights_of(run, "ckpt-6"), _weights_of(run, "ckpt-9")
+    averaged = model.get_weights()
+    assert len(averaged) == len(second) == len(third)
+    for value, a, b in zip(averaged, second, third, strict=True):
+        np.testing.assert_allclose(value, (a + b) / 2, rtol=1e-6, atol=1e-7)
+    info = json.loads((run / "averaged.json").read_text())
+    assert info["steps"] == [6, 9], kind
+
+
 @pytest.mark.parametrize(
     "command", ["translate", "evaluate", "average-checkpoints", "export"]
 )
