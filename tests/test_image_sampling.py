@@ -29,7 +29,12 @@ from tests.models.test_image_transformer import ATTENTION, tiny_config
 
 # Some of the combinations; the cached step itself is checked for all six
 # in tests/models/test_image_transformer.py.
-CASES = [("categorical", "local_2d"), ("dmol", "local_1d"), ("dmol", "full")]
+CASES = [
+    ("categorical", "local_2d"),
+    ("dmol", "local_2d"),
+    ("dmol", "local_1d"),
+    ("dmol", "full"),
+]
 
 
 def _images(batch: int = 3, seed: int = 0) -> np.ndarray:

@@ -47,7 +47,6 @@ builder = _load("build_notebooks")
 #: since they train through `train` (the engine of `keras-transformer train`).
 AWAITING_FULL_RUN: set[str] = {
     "03_text_classification.ipynb",
-    "06_image_transformer.ipynb",
 }
 
 
