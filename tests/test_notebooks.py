@@ -45,9 +45,7 @@ builder = _load("build_notebooks")
 #: Notebooks committed without outputs until their full run (a long
 #: training) is executed with `examples/execute_notebooks.py`: 03 and 06
 #: since they train through `train` (the engine of `keras-transformer train`).
-AWAITING_FULL_RUN: set[str] = {
-    "03_text_classification.ipynb",
-}
+AWAITING_FULL_RUN: set[str] = set()
 
 
 def outputs(notebook) -> Iterator[dict]:

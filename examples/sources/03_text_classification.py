@@ -201,7 +201,10 @@ print(f"{(lengths > longest).mean():.1%} of the reviews are cut to {kept.max()} 
 # The curves and the training times come from each run's own TensorBoard
 # records (`logs/` in the run folder), so they are those of the run however
 # many calls trained it; the test accuracies are the runs' final
-# evaluations.
+# evaluations. The committed outputs come from the two `keras-transformer
+# train` commands above, run one after the other on a 2-core CPU: other
+# jobs shared the machine during most of the first run (with positions)
+# and little of the second, so their times differ more than their work.
 
 
 # %%
@@ -316,8 +319,8 @@ for name, result in results.items():
 # %% [markdown]
 # On sentiment, word order matters surprisingly little: which words occur
 # carries most of the signal: with and without position encodings the
-# models reach about the same test accuracy (0.885 and 0.881 in the earlier
-# full run of this notebook, seed 0, which trained with a loop of its own).
+# models reach about the same test accuracy (printed above: 0.8843 with
+# positions and 0.8825 without, on the 25,000 test reviews, seed 0).
 # Translation is different: there, a model without positions could not tell
 # "dog bites man" from "man bites dog".
 #

@@ -25,8 +25,7 @@
 #
 # ```
 # keras-transformer train configs/image_sample_patches.json \
-#     --workdir runs/image_transformer \
-#     --set train.train_steps=6000 --set train.steps_per_epoch=400
+#     --workdir runs/image_transformer
 # keras-transformer evaluate --workdir runs/image_transformer
 # keras-transformer complete --workdir runs/image_transformer --output completions.png
 # ```
@@ -209,12 +208,11 @@ print(steps)
 # intensities.
 
 # %%
-# The run of configs/image_sample_patches.json with the `--set` overrides of
-# the command line (the full run: 6,000 updates, epochs of 400). FAST mode
-# trains a tiny model instead: its own model section, as a second config
-# file would have.
+# The run of configs/image_sample_patches.json (the full run: 6,000
+# updates, epochs of 400). FAST mode trains a tiny model instead: its own
+# model section, as a second config file would have.
 raw_config = read_config_file(CONFIGS / "image_sample_patches.json")
-overrides = ["train.train_steps=6000", "train.steps_per_epoch=400"]
+overrides = []
 if FAST:
     raw_config["model"].update(num_layers=1, d_model=32, d_ff=64, num_heads=2)
     overrides = [

@@ -196,7 +196,7 @@ def test_the_image_config_round_trips_in_the_papers_order():
     assert config.model == kt.models.image_presets["small"]
     assert config.model.generation_order == "blocks"
     assert (config.image.batch_size, config.image.flip) == (8, True)
-    assert (config.train.train_steps, config.train.steps_per_epoch) == (2400, 200)
+    assert (config.train.train_steps, config.train.steps_per_epoch) == (6000, 400)
     values = json.loads(config.to_json())
     assert "data" not in values and TrainConfig.from_dict(values) == config
     changed = apply_overrides(config, ["image.batch_size=4", "model.d_model=32"])
