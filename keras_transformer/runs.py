@@ -43,6 +43,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
@@ -67,6 +68,8 @@ from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import build_image_transformer
 
 __all__ = [
+    "logged_scalars",
+    "logged_training_seconds",
     "AVERAGED_WEIGHTS",
     "BEST_INFO",
     "BEST_WEIGHTS",
@@ -1199,3 +1202,54 @@ def load_export(
     if "length_penalty" in info:  # exports written before alpha had one name
         info.setdefault("alpha", info.pop("length_penalty"))
     return model, tokenizer, info
+
+
+# ------------------------------------------------------ TensorBoard records
+def logged_scalars(
+    log_dir: str | os.PathLike[str], tag: str
+) -> tuple[list[int], list[float]]:
+    """`(steps, values)` of the scalar summary `tag` in a TensorBoard folder.
+
+    Reads every event file of `log_dir` (e.g. ``<workdir>/logs/train``;
+    a resumed run has one per process), steps in order; `([], [])` when the
+    folder holds no such summary.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import (
+        EventAccumulator,
+    )
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    if tag not in events.Tags()["tensors"]:
+        return [], []
+    points = sorted(events.Tensors(tag), key=lambda point: point.step)
+    return [p.step for p in points], [
+        float(tf.make_ndarray(p.tensor_proto)) for p in points
+    ]
+
+
+def logged_training_seconds(log_dir: str | os.PathLike[str]) -> float:
+    """Seconds of training recorded in a run's TensorBoard training folder.
+
+    For each process that trained the run (a resumed run has several event
+    files, named ``events.out.tfevents.<time>.<host>.<pid>.<n>.v2``), the
+    span from its first event to its last training summary
+    (``learning_rate``, written with every one), summed over the processes:
+    the run's own time however many calls trained it.
+    """
+    from tensorboard.backend.event_processing.event_file_loader import (
+        EventFileLoader,
+    )
+
+    starts: dict[tuple[str, ...], float] = {}
+    ends: dict[tuple[str, ...], float] = {}
+    for path in Path(log_dir).glob("events.out.tfevents.*"):
+        match = re.match(r".*tfevents\.\d+\.(.+)\.(\d+)\.\d+", path.name)
+        if match is None:
+            continue
+        process = match.groups()
+        for event in EventFileLoader(str(path)).Load():
+            starts[process] = min(starts.get(process, event.wall_time), event.wall_time)
+            if any(value.tag == "learning_rate" for value in event.summary.value):
+                ends[process] = max(ends.get(process, 0.0), event.wall_time)
+    return sum(ends[process] - starts[process] for process in ends)

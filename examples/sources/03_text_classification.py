@@ -34,7 +34,6 @@
 # %%
 # %matplotlib inline
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,13 +43,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import matplotlib.pyplot as plt
 import numpy as np
-import tensorflow as tf
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import keras_transformer as kt
 from keras_transformer import training
 from keras_transformer.models.classifier import build_classifier
+from keras_transformer.runs import logged_scalars, logged_training_seconds
 from keras_transformer.training.classification import encode_reviews, load_reviews
 from keras_transformer.training.config import read_config_file
 
@@ -208,42 +205,17 @@ print(f"{(lengths > longest).mean():.1%} of the reviews are cut to {kept.max()} 
 
 
 # %%
-def series(folder: Path, tag: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of a scalar summary in a TensorBoard folder."""
-    events = EventAccumulator(str(folder))
-    events.Reload()
-    if tag not in events.Tags()["tensors"]:
-        return [], []
-    points = sorted(events.Tensors(tag), key=lambda point: point.step)
-    return [p.step for p in points], [
-        float(tf.make_ndarray(p.tensor_proto)) for p in points
-    ]
-
-
-def training_seconds(folder: Path) -> float:
-    """Seconds of training recorded in a TensorBoard folder: for each process
-    that trained the run (a resumed run has several), from its first event to
-    its last training summary (`learning_rate`, written with every one)."""
-    starts: dict[tuple[str, ...], float] = {}
-    ends: dict[tuple[str, ...], float] = {}
-    for path in folder.glob("events.out.tfevents.*"):
-        # events.out.tfevents.<time>.<host>.<pid>.<n>.v2
-        process = re.match(r".*tfevents\.\d+\.(.+)\.(\d+)\.\d+", path.name).groups()
-        for event in EventFileLoader(str(path)).Load():
-            starts[process] = min(starts.get(process, event.wall_time), event.wall_time)
-            if any(value.tag == "learning_rate" for value in event.summary.value):
-                ends[process] = max(ends.get(process, 0.0), event.wall_time)
-    return sum(ends[process] - starts[process] for process in ends)
-
-
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.2))
 for color, position in zip(("C0", "C1"), results, strict=True):
     logs = workdirs[position] / "logs"
     left.plot(
-        *series(logs / "train", "loss"), ":", color=color, label=f"{position}, training"
+        *logged_scalars(logs / "train", "loss"),
+        ":",
+        color=color,
+        label=f"{position}, training",
     )
     left.plot(
-        *series(logs / "validation", "loss"),
+        *logged_scalars(logs / "validation", "loss"),
         "-",
         color=color,
         marker="o",
@@ -260,7 +232,7 @@ right.set_title("25,000 test reviews" if not FAST else "FAST sample")
 plt.show()
 
 for name, result in results.items():
-    minutes = training_seconds(workdirs[name] / "logs" / "train") / 60
+    minutes = logged_training_seconds(workdirs[name] / "logs" / "train") / 60
     print(
         f"{name:10s} test accuracy {result.evaluation.accuracy:.4f}, "
         f"{minutes:.1f} min of training"

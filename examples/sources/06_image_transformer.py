@@ -39,7 +39,6 @@
 # %%
 # %matplotlib inline
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,15 +48,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import matplotlib.pyplot as plt
 import numpy as np
-import tensorflow as tf
 from matplotlib.patches import Rectangle
 from PIL import Image
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import keras_transformer as kt
 from keras_transformer import training
 from keras_transformer.data import images as image_data
+from keras_transformer.runs import logged_scalars, logged_training_seconds
 from keras_transformer.training.config import read_config_file
 
 FAST = os.environ.get("FAST") == "1"
@@ -296,38 +293,10 @@ print(
 
 
 # %%
-def series(folder: Path, tag: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of a scalar summary in a TensorBoard folder."""
-    events = EventAccumulator(str(folder))
-    events.Reload()
-    if tag not in events.Tags()["tensors"]:
-        return [], []
-    points = sorted(events.Tensors(tag), key=lambda point: point.step)
-    return [p.step for p in points], [
-        float(tf.make_ndarray(p.tensor_proto)) for p in points
-    ]
-
-
-def training_seconds(folder: Path) -> float:
-    """Seconds of training recorded in a TensorBoard folder: for each process
-    that trained the run (a resumed run has several), from its first event to
-    its last training summary (`learning_rate`, written with every one)."""
-    starts: dict[tuple[str, ...], float] = {}
-    ends: dict[tuple[str, ...], float] = {}
-    for path in folder.glob("events.out.tfevents.*"):
-        # events.out.tfevents.<time>.<host>.<pid>.<n>.v2
-        process = re.match(r".*tfevents\.\d+\.(.+)\.(\d+)\.\d+", path.name).groups()
-        for event in EventFileLoader(str(path)).Load():
-            starts[process] = min(starts.get(process, event.wall_time), event.wall_time)
-            if any(value.tag == "learning_rate" for value in event.summary.value):
-                ends[process] = max(ends.get(process, 0.0), event.wall_time)
-    return sum(ends[process] - starts[process] for process in ends)
-
-
 log_dir = WORKDIR / "logs"
-train_steps, train_bits = series(log_dir / "train", "bits_per_dim")
-val_steps, val_bits = series(log_dir / "validation", "bits_per_dim")
-minutes = training_seconds(log_dir / "train") / 60
+train_steps, train_bits = logged_scalars(log_dir / "train", "bits_per_dim")
+val_steps, val_bits = logged_scalars(log_dir / "validation", "bits_per_dim")
+minutes = logged_training_seconds(log_dir / "train") / 60
 print(
     f"training time recorded by the run: {minutes:.1f} min for {result.steps} updates"
 )

@@ -64,6 +64,25 @@ def test_run_outputs(run):
     assert saved["steps"] == 6 and len(saved["evaluation"]["translations"]) == 2
 
 
+def test_the_logged_scalars_and_training_time_of_a_run(run, tmp_path):
+    # The readers the notebooks use: a run's learning-rate curve is Eq. 7 at
+    # every logged step; its training time is positive and below the wall
+    # time of this test module; an unknown tag or folder reads as empty.
+    from keras_transformer.runs import logged_scalars, logged_training_seconds
+
+    config, workdir, _ = run
+    steps, rates = logged_scalars(workdir / "logs" / "train", "learning_rate")
+    assert steps and steps == sorted(steps) and steps[-1] == 6
+    schedule = NoamSchedule(config.model.d_model, config.model.optimizer.warmup_steps)
+    np.testing.assert_allclose(
+        rates, [float(schedule(step)) for step in steps], rtol=1e-5
+    )
+    assert logged_scalars(workdir / "logs" / "train", "no_such_tag") == ([], [])
+    seconds = logged_training_seconds(workdir / "logs" / "train")
+    assert 0 < seconds < 600
+    assert logged_training_seconds(tmp_path) == 0
+
+
 def _tags(directory: Path) -> dict[str, set[str]]:
     """Tags by plugin (scalars, images, text, hparams) in one log folder."""
     accumulator = EventAccumulator(str(directory), size_guidance={"tensors": 0})
