@@ -41,6 +41,8 @@ from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import ImageTransformerStack
 from keras_transformer.training.config import TrainConfig, TrainingConfig
 from keras_transformer.training.kinds import (
+    _IMAGE_TRAIN_KEYS,
+    _OLD_IMAGE_TRAIN_DEFAULTS,
     IMAGE_SOURCES,
     ImageConfig,
     ImageSourceConfig,
@@ -82,7 +84,8 @@ IMAGE_RESUMABLE_CHANGES = frozenset(
 )
 #: The ``train`` settings of an `ImageTrainingConfig` that are the
 #: ``image`` section's in a `TrainConfig`.
-_IMAGE_BATCH_KEYS = ("batch_size", "evaluation_batch_size", "flip")
+#: The settings of `ImageTrainingConfig` that belong to the ``image`` section.
+_IMAGE_BATCH_KEYS = _IMAGE_TRAIN_KEYS
 
 
 # ------------------------------------------------------------------ configs
@@ -119,16 +122,17 @@ class ImageTrainingConfig:
             terminal a plain line is printed every `log_every` updates.
     """
 
+    # The defaults an old run folder's config.json is upgraded with.
     batch_size: int = 16
-    train_steps: int = 2000
-    steps_per_epoch: int = 200
-    seed: int = 0
-    keep_checkpoints: int = 3
-    log_every: int = 50
+    train_steps: int = _OLD_IMAGE_TRAIN_DEFAULTS["train_steps"]
+    steps_per_epoch: int = _OLD_IMAGE_TRAIN_DEFAULTS["steps_per_epoch"]
+    seed: int = _OLD_IMAGE_TRAIN_DEFAULTS["seed"]
+    keep_checkpoints: int = _OLD_IMAGE_TRAIN_DEFAULTS["keep_checkpoints"]
+    log_every: int = _OLD_IMAGE_TRAIN_DEFAULTS["log_every"]
     evaluation_batch_size: int = 32
     flip: bool = False
-    jit_compile: bool = False
-    verbose: int = 1
+    jit_compile: bool = _OLD_IMAGE_TRAIN_DEFAULTS["jit_compile"]
+    verbose: int = _OLD_IMAGE_TRAIN_DEFAULTS["verbose"]
 
     def __post_init__(self) -> None:
         warn_deprecated(
