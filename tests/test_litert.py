@@ -86,3 +86,23 @@ def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
 def test_litert_translator_names_a_wrong_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a LiteRT export .*model.tflite"):
         litert.LiteRTTranslator(tmp_path)
+
+
+@pytest.mark.slow  # a SavedModel export of the tiny model, then its conversion
+def test_cli_export_format_litert(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from keras_transformer import cli, export
+
+    model, tokenizer = tiny_translator()
+    saved = export.export_translator(model, tokenizer, tmp_path / "saved" / "1")
+    output = tmp_path / "litert"
+    args = ["export", "--workdir", str(saved), "--output", str(output)]
+    code = cli.main([*args, "--format", "litert", "--quantization", "float32"])
+    assert code == 0
+    assert "model.tflite" in capsys.readouterr().out
+    lines = VALIDATION.sources[:6]
+    want = Translator(model, tokenizer, beam_size=1).translate(lines)
+    assert litert.LiteRTTranslator(output).translate(lines) == want
+    assert cli.main([*args, "--format", "litert"]) != 0  # exists: no overwrite
+    assert "exists; pass overwrite=True" in capsys.readouterr().err
