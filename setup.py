@@ -39,6 +39,8 @@ TRAIN_REQUIRES = [
     # its wheel; nothing is downloaded).
     "scikit-image>=0.24,<0.27",
 ]
+#: The LiteRT export (`export --format litert`) and its interpreter.
+LITERT_REQUIRES = [*TRAIN_REQUIRES, "ai-edge-litert>=2.3,<3"]
 #: The JAX backend for the core (CPU wheel).
 JAX_REQUIRES = ["jax[cpu]>=0.10,<0.11"]
 #: The notebooks of examples/ in JupyterLab (`jupyter lab examples/`).
@@ -85,9 +87,11 @@ setup(
         "jax": JAX_REQUIRES,
         "examples": EXAMPLES_REQUIRES,
         "benchmark": BENCHMARK_REQUIRES,
+        "litert": LITERT_REQUIRES,
         "dev": sorted(
             {
                 *EXAMPLES_REQUIRES,
+                *LITERT_REQUIRES,
                 *BENCHMARK_REQUIRES,
                 *JAX_REQUIRES,
                 *TOOLS_REQUIRES,

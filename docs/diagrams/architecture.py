@@ -30,9 +30,9 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
     ),
     (
         4,
-        ("training", "export", "visualize"),
+        ("training", "export", "litert", "visualize"),
         "TensorFlow, TensorBoard, matplotlib",
-        "train(), callbacks, checkpoints, tf.distribute; SavedModel; heat maps",
+        "train(), callbacks, checkpoints, tf.distribute; SavedModel, LiteRT; heat maps",
     ),
     (
         3,

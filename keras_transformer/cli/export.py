@@ -48,6 +48,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "query blocks); --temperature is then the sampling temperature.",
     )
     parser.add_argument(
+        "--format",
+        choices=("savedmodel", "litert"),
+        default="savedmodel",
+        help="savedmodel (default): strings in, translations out; litert: a "
+        "translation run's greedy decoding as model.tflite (ids in, ids out) "
+        "with tokenizer.model beside it (greedy: of the search flags only "
+        "--max-input-length and --extra-length apply; docs/export.md, "
+        "'LiteRT, on-device').",
+    )
+    parser.add_argument(
+        "--quantization",
+        choices=("int8", "float32"),
+        default=None,
+        help="--format litert: int8 dynamic-range weights (default) or float32.",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="Replace an earlier export in --output (it stays whole until the new "
@@ -70,9 +86,42 @@ def _kind_settings(args: argparse.Namespace, kind: str) -> dict:
     return settings
 
 
+def _run_litert(args: argparse.Namespace) -> int:
+    """``--format litert``: the LiteRT split of a translation run."""
+    from keras_transformer import export, litert
+
+    kind = export.run_kind(args.workdir)
+    if kind != "translation":
+        raise ValueError(
+            f"--format litert exports translation runs; {args.workdir} is a {kind} "
+            "run. Leave out --format for its SavedModel."
+        )
+    # Greedy search: of the search flags only the two lengths apply.
+    settings = search_settings(args)
+    lengths = {k: settings.get(k) for k in ("max_input_length", "extra_length")}
+    path = litert.export_litert_run(
+        args.workdir,
+        args.output,
+        args.weights,
+        quantization=args.quantization or "int8",
+        overwrite=args.overwrite,
+        **{k: v for k, v in lengths.items() if v is not None},
+    )
+    print(
+        f"Exported {path / litert.MODEL_FILE} (greedy, source ids -> token ids, "
+        f"{args.quantization or 'int8'} weights) and {litert.TOKENIZER_FILE}; run "
+        "it with keras_transformer.litert.LiteRTTranslator."
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Loads the model, writes the SavedModel of its kind, says how to inspect it."""
     check_translator_arguments(args, output="new folder")
+    if args.format == "litert":
+        return _run_litert(args)
+    if args.quantization is not None:
+        raise ValueError("--quantization applies to --format litert; leave it out.")
     from keras_transformer import export
     from keras_transformer.files import FolderLockedError
 

@@ -38,6 +38,10 @@ from keras_transformer.training.evaluation import (
     evaluate_translations,
     translate,
 )
+from keras_transformer.training.fit_callbacks import (
+    BleuEarlyStopping,
+    CheckpointAveraging,
+)
 from keras_transformer.training.image import (
     ImageDataConfig,
     ImageRunConfig,
@@ -62,6 +66,8 @@ from keras_transformer.training.trainer import (
 )
 
 __all__ = [
+    "BleuEarlyStopping",
+    "CheckpointAveraging",
     "ConfigMismatchError",
     "DataConfig",
     "EvaluationResult",

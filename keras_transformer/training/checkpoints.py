@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,7 @@ __all__ = [
     "check_vocabulary_size",
     "load_stored_config",
     "load_trained_model",
+    "mean_of_weights",
     "prepare_run_config",
     "resume_checkpoints",
     "save_checkpoint",
@@ -348,6 +349,45 @@ def _newest_intact(checkpoint_dir: Path, count: int) -> list[str]:
     return found[::-1]
 
 
+def mean_of_weights(snapshots: Iterable[list[np.ndarray]]) -> list[np.ndarray]:
+    """The arithmetic mean of each weight over `snapshots` (§6.1), in float64.
+
+    What `average_checkpoints` and `fit_callbacks.CheckpointAveraging`
+    compute: each snapshot is a model's ``get_weights()``; the sums are
+    taken in float64, one snapshot at a time (a generator keeps only one in
+    memory), and divided by their number; `keras.Model.set_weights` casts
+    them back to each weight's dtype.
+
+    Args:
+        snapshots: one list of arrays per checkpoint, all of the same shapes.
+
+    Returns:
+        The mean of each weight, float64.
+
+    Raises:
+        ValueError: when `snapshots` is empty.
+
+    Example:
+    >>> mean_of_weights([[np.array([1.0, 2.0])], [np.array([3.0, 6.0])]])
+    [array([2., 4.])]
+    """
+    total: list[np.ndarray] | None = None
+    count = 0
+    for snapshot in snapshots:
+        values = [np.asarray(w, "float64") for w in snapshot]
+        total = (
+            values
+            if total is None
+            else [t + v for t, v in zip(total, values, strict=True)]
+        )
+        count += 1
+    if total is None:
+        raise ValueError(
+            "Cannot average no weights: pass at least one snapshot of the model."
+        )
+    return [t / count for t in total]
+
+
 def average_checkpoints(
     workdir: str | os.PathLike[str],
     last: int = 5,
@@ -397,17 +437,12 @@ def average_checkpoints(
             f"The output file must end in .weights.h5. Received: {str(output)!r}"
         )
     model = run.build_model(tokenizer)
-    total: list[np.ndarray] | None = None
-    for path in paths:
+
+    def restored(path: str) -> list[np.ndarray]:
         _restore_model(model, path, config=str(workdir / CONFIG_FILE))
-        values = [np.asarray(w, "float64") for w in model.get_weights()]
-        total = (
-            values
-            if total is None
-            else [t + v for t, v in zip(total, values, strict=True)]
-        )
-    assert total is not None
-    model.set_weights([t / last for t in total])
+        return model.get_weights()
+
+    model.set_weights(mean_of_weights(restored(path) for path in paths))
     info = {
         "checkpoints": [Path(p).name for p in paths],
         "steps": [checkpoint_step(p) for p in paths],

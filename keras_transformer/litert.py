@@ -1,0 +1,355 @@
+"""LiteRT (TFLite): greedy decoding on-device, ids in, ids out.
+
+The SavedModel of `keras_transformer.export` tokenizes raw strings in its
+graph. The LiteRT converter cannot take that graph with builtin ops only
+(TensorFlow 2.20, ai-edge-litert 2.3.0)::
+
+    'tf.TFText>FastSentencepieceTokenize' op is neither a custom op nor a flex op
+    'tf.RaggedRange' op is neither a custom op nor a flex op
+    'tf.RaggedGather' op is neither a custom op nor a flex op
+    'tf.RaggedTensorToTensor' op is neither a custom op nor a flex op
+
+(the tokenizer is a tensorflow-text custom op, the source cut is ragged;
+both would need the TensorFlow "select ops", which the ai-edge-litert
+interpreter does not run). The search itself converts to builtins,
+``WHILE`` included, once the weights are constants and every shape of the
+loop is static (`Decoder.search(static_shapes=True)`, the XLA layout; the
+layout that drops finished examples changes its cache shapes inside the
+loop, which the converter refuses).
+
+So the export is split (`export_litert`):
+
+* ``model.tflite``: source ids ``int32 [batch, length]`` (0-padded, END
+  last) -> ``token_ids int32 [batch, max_output_length]`` and ``lengths
+  int32 [batch]``: the model's cached greedy search (§6.1's +50 rule inside:
+  each limit is ``source length + extra_length``, capped), builtin ops only,
+  with int8 dynamic-range weights (``tf.lite.Optimize.DEFAULT``: the
+  matrices stored as int8 with a scale per channel, computed in float32) or
+  float32 weights;
+* ``tokenizer.model``: the SentencePiece model, run outside with the
+  ``sentencepiece`` library (it tokenizes as tensorflow-text does);
+* ``litert.json``: the settings (``max_input_length``, ``extra_length``,
+  ``max_output_length``, the special ids, the quantization).
+
+`LiteRTTranslator` is the documented use of the split: sentencepiece ->
+the source-cut rule (first ``max_input_length - 1`` ids, then END) -> the
+interpreter -> sentencepiece.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import validation
+from keras_transformer.conventions import PAD_ID
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding import Decoder, DecodeSettings
+from keras_transformer.export import ExportSettings, _settings
+from keras_transformer.files import atomic_directory
+
+__all__ = [
+    "INFO_FILE",
+    "MODEL_FILE",
+    "QUANTIZATIONS",
+    "TOKENIZER_FILE",
+    "LiteRTSettings",
+    "LiteRTTranslator",
+    "convert_greedy",
+    "export_litert",
+    "export_litert_run",
+]
+
+MODEL_FILE = "model.tflite"
+TOKENIZER_FILE = "tokenizer.model"
+INFO_FILE = "litert.json"
+#: The weight formats of `export_litert`: int8 dynamic range, or float32.
+QUANTIZATIONS = ("int8", "float32")
+_FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteRTSettings:
+    """What ``litert.json`` holds: the settings the ``.tflite`` was built with.
+
+    Attributes:
+        max_input_length: the longest source in ids, END included.
+        extra_length: an output may be this much longer than its source
+            (§6.1: +50).
+        max_output_length: the static width of the outputs.
+        quantization: ``"int8"`` (dynamic range) or ``"float32"``.
+        start_id, end_id: the special ids.
+        tokenizer_fingerprint: `SubwordTokenizer.fingerprint`.
+    """
+
+    max_input_length: int
+    extra_length: int
+    max_output_length: int
+    quantization: str
+    start_id: int
+    end_id: int
+    tokenizer_fingerprint: str
+
+    @classmethod
+    def of(cls, export: ExportSettings, quantization: str) -> LiteRTSettings:
+        return cls(
+            max_input_length=export.decode.max_input_length,
+            extra_length=export.decode.extra_length,
+            max_output_length=export.max_output_length,
+            quantization=quantization,
+            start_id=export.start_id,
+            end_id=export.end_id,
+            tokenizer_fingerprint=export.tokenizer_fingerprint,
+        )
+
+
+def _greedy_function(
+    model: keras.Model, settings: LiteRTSettings
+) -> tf.types.experimental.ConcreteFunction:
+    """`source_ids -> {token_ids, lengths}`, greedy, with constant weights."""
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    decoder = Decoder(model)
+    length = settings.max_output_length
+
+    def greedy(source_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), 1)
+        limits = tf.minimum(source_lengths + settings.extra_length, length)
+        token_ids, _, lengths = decoder.search(
+            source_ids,
+            limits,
+            DecodeSettings(beam_size=1),
+            max_length=length,
+            start_id=settings.start_id,
+            end_id=settings.end_id,
+            static_shapes=True,  # the converter needs the loop's shapes fixed
+        )
+        return {"token_ids": token_ids, "lengths": lengths}
+
+    function = tf.function(
+        greedy,
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")],
+        autograph=False,
+    )
+    # Variables read inside the WHILE body stay resource variables (which
+    # the interpreter cannot read) unless they are made constants first.
+    return convert_variables_to_constants_v2(function.get_concrete_function())
+
+
+def convert_greedy(model: keras.Model, settings: LiteRTSettings) -> bytes:
+    """The ``.tflite`` flatbuffer of the model's greedy search (builtin ops).
+
+    Args:
+        model: a model from `build_transformer`.
+        settings: the lengths, special ids and quantization.
+
+    Returns:
+        The bytes of the LiteRT model.
+
+    Raises:
+        ValueError: for another quantization than `QUANTIZATIONS`.
+    """
+    validation.check_choice("quantization", settings.quantization, QUANTIZATIONS)
+    function = _greedy_function(model, settings)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if settings.quantization == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter.convert()
+
+
+def export_litert(
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    output_dir: str | os.PathLike[str],
+    *,
+    quantization: str = "int8",
+    overwrite: bool = False,
+    **settings: Any,
+) -> Path:
+    """Writes the LiteRT split: ``model.tflite``, ``tokenizer.model``, ``litert.json``.
+
+    Args:
+        model: a model from `build_transformer` (or `load_trained_model`).
+        tokenizer: the tokenizer it was trained with.
+        output_dir: the folder to write (whole or not at all).
+        quantization: ``"int8"`` (dynamic-range weights) or ``"float32"``.
+        overwrite: replace an existing folder.
+        **settings: ``max_input_length`` and ``extra_length`` (the other
+            `DecodeSettings` fields are refused: the search is greedy).
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: for a setting other than the two lengths, another
+            quantization, or an existing folder without `overwrite`.
+
+    Example:
+    >>> path = export_litert(model, tokenizer, "de_en_litert")  # doctest: +SKIP
+    >>> LiteRTTranslator(path).translate(["Ein Hund."])  # doctest: +SKIP
+    ['A dog.']
+    """
+    validation.check_choice("quantization", quantization, QUANTIZATIONS)
+    refused = sorted(set(settings) - {"max_input_length", "extra_length"})
+    if refused:
+        raise ValueError(
+            f"The LiteRT export decodes greedily and takes only max_input_length "
+            f"and extra_length; leave out {', '.join(refused)}."
+        )
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not overwrite:
+        raise ValueError(
+            f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it."
+        )
+    checked = _settings(model, tokenizer, None, {**settings, "beam_size": 1})
+    info = LiteRTSettings.of(checked, quantization)
+    flatbuffer = convert_greedy(model, info)
+    with atomic_directory(output_dir) as folder:
+        (folder / MODEL_FILE).write_bytes(flatbuffer)
+        (folder / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+        values = {"format_version": _FORMAT_VERSION, **dataclasses.asdict(info)}
+        (folder / INFO_FILE).write_text(json.dumps(values, indent=2) + "\n")
+    return output_dir
+
+
+def export_litert_run(
+    workdir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    weights: str = "last",
+    *,
+    quantization: str = "int8",
+    overwrite: bool = False,
+    **settings: Any,
+) -> Path:
+    """`export_litert` of a translation run (``export --format litert``).
+
+    Args:
+        workdir: a translation run folder or a SavedModel export folder.
+        output_dir: the folder to write.
+        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
+        quantization, overwrite, **settings: as for `export_litert`.
+    """
+    from keras_transformer.translation import load_translator
+
+    model, tokenizer = load_translator(workdir, weights)
+    return export_litert(
+        model,
+        tokenizer,
+        output_dir,
+        quantization=quantization,
+        overwrite=overwrite,
+        **settings,
+    )
+
+
+def _output_ids(row: np.ndarray, settings: LiteRTSettings) -> list[int]:
+    """The ids of one output up to END, without padding or START (as
+    `SubwordTokenizer.decode` reads them)."""
+    kept = []
+    for token_id in row.tolist():
+        if token_id == settings.end_id:
+            break
+        if token_id not in (PAD_ID, settings.start_id):
+            kept.append(token_id)
+    return kept
+
+
+class LiteRTTranslator:
+    """Translates with a LiteRT export: sentencepiece outside, the search inside.
+
+    Needs ``ai-edge-litert`` and ``sentencepiece`` (not TensorFlow).
+
+    Args:
+        path: a folder written by `export_litert`.
+        num_threads: the interpreter's CPU threads (None: its default).
+
+    Example:
+    >>> translator = LiteRTTranslator("exported/de_en_litert")  # doctest: +SKIP
+    >>> translator.translate(["Ein Hund rennt.", ""])  # doctest: +SKIP
+    ['A dog runs.', '']
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], num_threads: int | None = None
+    ) -> None:
+        import sentencepiece as spm
+        from ai_edge_litert.interpreter import Interpreter
+
+        path = Path(path)
+        missing = [
+            n
+            for n in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE)
+            if not (path / n).is_file()
+        ]
+        if missing:
+            raise ValueError(
+                f"{path} is not a LiteRT export (it lacks {', '.join(missing)}); "
+                "write one with keras-transformer export --format litert."
+            )
+        values = json.loads((path / INFO_FILE).read_text())
+        values.pop("format_version", None)
+        self.settings = LiteRTSettings(**values)
+        self.sentencepiece = spm.SentencePieceProcessor(
+            model_proto=(path / TOKENIZER_FILE).read_bytes()
+        )
+        self.interpreter = Interpreter(
+            model_path=str(path / MODEL_FILE), num_threads=num_threads
+        )
+        self._input = self.interpreter.get_input_details()[0]["index"]
+        # The outputs by rank: token_ids (batch, length), lengths (batch,).
+        outputs = {
+            len(d["shape_signature"]): d["index"]
+            for d in self.interpreter.get_output_details()
+        }
+        self._token_ids, self._lengths = outputs[2], outputs[1]
+        self._shape: tuple[int, int] | None = None
+
+    def encode(self, lines: Sequence[str]) -> list[list[int]]:
+        """Each line's source ids: its first ``max_input_length - 1`` ids, END."""
+        keep = self.settings.max_input_length - 1
+        rows = self.sentencepiece.encode(list(lines), out_type=int)
+        return [row[:keep] + [self.settings.end_id] for row in rows]
+
+    def decode_ids(self, source_ids: np.ndarray) -> list[list[int]]:
+        """The greedy output ids of a padded batch ``int32 [batch, length]``,
+        END and padding removed."""
+        source_ids = np.asarray(source_ids, np.int32)
+        if source_ids.shape != self._shape:
+            self.interpreter.resize_tensor_input(self._input, source_ids.shape)
+            self.interpreter.allocate_tensors()
+            self._shape = source_ids.shape
+        self.interpreter.set_tensor(self._input, source_ids)
+        self.interpreter.invoke()
+        token_ids = self.interpreter.get_tensor(self._token_ids)
+        lengths = self.interpreter.get_tensor(self._lengths)
+        return [
+            _output_ids(row[:n], self.settings)
+            for row, n in zip(token_ids, lengths, strict=True)
+        ]
+
+    def translate(self, lines: Sequence[str], batch_size: int = 1) -> list[str]:
+        """One translation per line (``""`` for a line without subword tokens)."""
+        validation.check_int("batch_size", batch_size, 1)
+        sources = self.encode(lines)
+        outputs = [""] * len(sources)
+        todo = [i for i, ids in enumerate(sources) if len(ids) > 1]
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            width = max(len(sources[i]) for i in batch)
+            padded = np.zeros((len(batch), width), np.int32)
+            for row, i in enumerate(batch):
+                padded[row, : len(sources[i])] = sources[i]
+            for i, ids in zip(batch, self.decode_ids(padded), strict=True):
+                outputs[i] = self.sentencepiece.decode(ids)
+        return outputs
