@@ -385,7 +385,9 @@ def test_no_broken_link_in_the_site(site: Path) -> None:
         html = html_file.read_text(encoding="utf-8")
         for target in _local_targets(html):
             path = target.split("#", 1)[0].split("?", 1)[0]
-            resolved = (html_file.parent / path).resolve()
+            # 404.html links from the site's root (it is served at any depth).
+            base = site if path.startswith("/") else html_file.parent
+            resolved = (base / path.lstrip("/")).resolve()
             if resolved.is_dir():
                 resolved = resolved / "index.html"
             if not resolved.is_file():
