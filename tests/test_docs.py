@@ -2,9 +2,12 @@
 
 `mkdocs build --strict` fails on any warning: a broken link between pages, a
 nav entry without a file, an API object that mkdocstrings cannot find. The
-API pages must then name the classes and functions the package exports, the
-example notebooks must be pages with their pictures, and no docstring may
-show a reStructuredText literal marker (``Example::``).
+API pages must then name the classes and functions the package exports
+(one generated page per public layer, model, loss, metric, schedule,
+callback and command: docs/api_hook.py), show docstring examples as code
+and ``Call arguments:`` as a list, the example notebooks must be pages with
+their pictures, no docstring may show a reStructuredText literal marker
+(``Example::``), and no internal link of the built site may be broken.
 """
 
 from __future__ import annotations
