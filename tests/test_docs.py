@@ -2,9 +2,12 @@
 
 `mkdocs build --strict` fails on any warning: a broken link between pages, a
 nav entry without a file, an API object that mkdocstrings cannot find. The
-API pages must then name the classes and functions the package exports, the
-example notebooks must be pages with their pictures, and no docstring may
-show a reStructuredText literal marker (``Example::``).
+API pages must then name the classes and functions the package exports
+(one generated page per public layer, model, loss, metric, schedule,
+callback and command: docs/api_hook.py), show docstring examples as code
+and ``Call arguments:`` as a list, the example notebooks must be pages with
+their pictures, no docstring may show a reStructuredText literal marker
+(``Example::``), and no internal link of the built site may be broken.
 """
 
 from __future__ import annotations
@@ -48,19 +51,24 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _anchors(site: Path, page: str) -> set[str]:
-    """The objects documented on a page: `module.name` for each heading."""
-    html = (site / page / "index.html").read_text(encoding="utf-8")
+    """The objects documented on a page and the pages under it (a group of
+    the API reference: its index and one page per name): `module.name` for
+    each heading."""
     found = set()
-    for anchor in re.findall(r'id="(keras_transformer\.[^"]+)"', html):
-        module, _, name = anchor.rpartition(".")
-        if module in MODULES:
-            found.add(name)
+    for html_file in sorted((site / page).rglob("index.html")):
+        html = html_file.read_text(encoding="utf-8")
+        for anchor in re.findall(r'id="(keras_transformer\.[^"]+)"', html):
+            module, _, name = anchor.rpartition(".")
+            if module in MODULES:
+                found.add(name)
     return found
 
 
 MODULES = {
     "keras_transformer.layers",
     "keras_transformer.models",
+    "keras_transformer.models.classifier",
+    "keras_transformer.training.callbacks",
     "keras_transformer.schedules",
     "keras_transformer.optimizers",
     "keras_transformer.losses",
@@ -114,15 +122,13 @@ MODULES = {
                 "image_bits_per_dim",
             ],
         ),
+        ("api/schedules", ["NoamSchedule", "paper_adam", "Adam"]),
+        ("api/losses", ["MaskedSparseCrossEntropy", "label_smoothed_nll"]),
+        ("api/metrics", ["MaskedAccuracy", "Perplexity"]),
+        ("api/models", ["build_classifier"]),
         (
-            "api/optimization",
-            [
-                "NoamSchedule",
-                "paper_adam",
-                "Adam",
-                "MaskedSparseCrossEntropy",
-                "Perplexity",
-            ],
+            "api/callbacks",
+            ["CheckpointCallback", "NaNGuard", "PreemptionCheckpoint"],
         ),
         (
             "api/data",
@@ -271,3 +277,123 @@ def test_the_architecture_picture_is_the_import_table() -> None:
         module: floor for floor, modules, *_ in diagram.FLOORS for module in modules
     }
     assert drawn == LEVELS
+
+
+def _api_hook():
+    """docs/api_hook.py, imported (registered, as its dataclass needs)."""
+    spec = importlib.util.spec_from_file_location("api_hook", DOCS / "api_hook.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _public_callables(module: object) -> set[str]:
+    """The classes and functions a module exports (``__all__``, or the
+    public ones it defines)."""
+    import inspect
+
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_")
+            and getattr(value, "__module__", None) == module.__name__
+        ]
+    # A former name bound to the same class (`TransformerLayers`) is no page
+    # of its own: the class's page documents it.
+    return {
+        name
+        for name in names
+        if (
+            inspect.isclass(getattr(module, name))
+            or inspect.isfunction(getattr(module, name))
+        )
+        and getattr(module, name).__name__ == name
+    }
+
+
+def test_every_public_name_has_its_api_page() -> None:
+    """The generated pages are exactly the public classes and functions of
+    the grouped modules (imported here, not read like the hook does), and
+    every command has a page."""
+    import importlib
+
+    from keras_transformer.cli import COMMANDS
+
+    hook = _api_hook()
+    pages = hook.api_pages()
+    for group in hook.GROUPS:
+        expected = {
+            f"api/{group.slug}/{name}.md"
+            for dotted in group.modules
+            for name in _public_callables(importlib.import_module(dotted))
+        }
+        generated = {page for page, _, _ in pages[group.slug]}
+        assert generated == expected, (group.slug, generated ^ expected)
+    assert {page for page, _, _ in pages["commands"]} == {
+        f"api/commands/{name}.md" for name in COMMANDS
+    }
+    assert {"MultiHeadAttention", "NoamSchedule", "NaNGuard"} <= {
+        Path(page).stem for entries in pages.values() for page, _, _ in entries
+    }
+
+
+def _prose(html: str) -> str:
+    """A page without its code: <pre> blocks and <code> spans removed."""
+    html = re.sub(r"<pre\b.*?</pre>", "", html, flags=re.S)
+    return re.sub(r"<code\b.*?</code>", "", html, flags=re.S)
+
+
+def test_api_examples_are_code_and_call_arguments_a_list(site: Path) -> None:
+    """Docstring examples render as highlighted ``>>>`` code, never as
+    nested blockquotes, and ``Call arguments:`` as a list of arguments."""
+    page = site / "api" / "layers" / "MultiHeadAttention" / "index.html"
+    html = page.read_text(encoding="utf-8")
+    assert re.search(
+        r'<code class="language-pycon">&gt;&gt;&gt; import numpy as np', html
+    )
+    # The section's title cell (readthedocs theme) and the list after it.
+    call_arguments = html.split('class="field-name">Call arguments:</th>', 1)
+    assert len(call_arguments) == 2, "no Call arguments section"
+    listed = call_arguments[1].split("</ul>", 1)[0]
+    for argument in ("query", "attention_mask", "return_attention_scores"):
+        assert f"<b><code>{argument}</code></b>" in listed, argument
+    for html_file in sorted((site / "api").rglob("*.html")):
+        html = html_file.read_text(encoding="utf-8")
+        prose = _prose(html)
+        where = html_file.relative_to(site)
+        assert "&gt;&gt;&gt;" not in prose, f"{where}: a >>> outside code"
+        assert "<blockquote>\n<blockquote>" not in html, f"{where}: nested quotes"
+        assert "Call arguments:</p>" not in prose, f"{where}: run-on Call arguments"
+
+
+def _local_targets(html: str) -> list[str]:
+    """The href and src values of a page that point inside the site."""
+    targets = re.findall(r'(?:href|src)="([^"]*)"', html)
+    return [
+        target
+        for target in targets
+        if target
+        and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target)  # http:, data:, ...
+        and not target.startswith(("//", "#"))
+    ]
+
+
+def test_no_broken_link_in_the_site(site: Path) -> None:
+    """Every internal href and src of the built site reaches a file."""
+    broken = []
+    for html_file in sorted(site.rglob("*.html")):
+        html = html_file.read_text(encoding="utf-8")
+        for target in _local_targets(html):
+            path = target.split("#", 1)[0].split("?", 1)[0]
+            # 404.html links from the site's root (it is served at any depth).
+            base = site if path.startswith("/") else html_file.parent
+            resolved = (base / path.lstrip("/")).resolve()
+            if resolved.is_dir():
+                resolved = resolved / "index.html"
+            if not resolved.is_file():
+                broken.append(f"{html_file.relative_to(site)} -> {target}")
+    assert not broken, f"{len(broken)} broken links: {broken[:20]}"
+    assert len(list(site.rglob("*.html"))) > 100  # the API pages are there

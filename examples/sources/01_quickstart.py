@@ -301,7 +301,7 @@ print("padding changes nothing:", np.allclose(padded[:, :3], unpadded, atol=1e-5
 # `DecoderBlock` adds the masked self-attention and the encoder-decoder
 # attention of Figure 1 (right); its `init_cache` / `call_cached` methods
 # decode one token at a time with key/value caches (see the
-# [concepts page on caching](../docs/concepts/caching.md)).
+# concepts page *Caching for incremental decoding*, `docs/concepts/caching.md`).
 #
 # ## 6. The whole model, from a preset of Table 3
 #

@@ -183,10 +183,19 @@ class SubwordTokenizer(tf.Module):
     constructor takes the serialized SentencePiece model.
 
     Example:
-        >>> tokenizer = SubwordTokenizer.train(sentences, vocabulary_size=8000)
-        >>> ids = tokenizer.tokenize(["Ein Hund rennt."])  # RaggedTensor
-        >>> tokenizer.detokenize(ids)  # [b"Ein Hund rennt."]
-        >>> tokenizer.save("runs/de_en/tokenizer")
+        >>> sentences = [
+        ...     "Ein Hund rennt im Park.",
+        ...     "Ein Mann liest ein Buch.",
+        ...     "Zwei Kinder spielen im Garten.",
+        ... ] * 20
+        >>> tokenizer = SubwordTokenizer.train(sentences, vocabulary_size=32)
+        >>> ids = tokenizer.tokenize(["Ein Hund rennt."])  # a RaggedTensor
+        >>> tokenizer.detokenize(ids).numpy().tolist()
+        [b'Ein Hund rennt.']
+        >>> import tempfile
+        >>> folder = tokenizer.save(tempfile.mkdtemp())  # e.g. runs/de_en/tokenizer
+        >>> SubwordTokenizer.load(folder).fingerprint == tokenizer.fingerprint
+        True
 
     Args:
         model_proto: A serialized SentencePiece ``ModelProto`` whose special

@@ -554,7 +554,10 @@ class IncrementalDecoder:
     Example:
     >>> import numpy as np, keras_transformer as kt
     >>> model = kt.models.build_transformer(kt.models.presets["tiny"])
-    >>> decoder = IncrementalDecoder(model)
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # deprecated: removed in 0.4
+    ...     warnings.simplefilter("ignore", DeprecationWarning)
+    ...     decoder = IncrementalDecoder(model)
     >>> state = decoder.start(np.array([[5, 6, 7, 3]]), max_length=8)
     >>> logits, state = decoder.step(np.array([[2]]), state, 0)
     >>> tuple(logits.shape)
