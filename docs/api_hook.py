@@ -81,9 +81,14 @@ GROUPS = (
     Group(
         "callbacks",
         "Callbacks",
-        ("keras_transformer.training.callbacks",),
-        "The Keras callbacks of a training run: checkpoints, the NaN guard, "
-        "validation, TensorBoard summaries and preemption.",
+        (
+            "keras_transformer.training.fit_callbacks",
+            "keras_transformer.training.callbacks",
+        ),
+        "Callbacks for a plain `model.fit` (checkpoint averaging, early "
+        "stopping on validation BLEU), then the Keras callbacks of a training "
+        "run: checkpoints, the NaN guard, validation, TensorBoard summaries "
+        "and preemption.",
     ),
 )
 #: The command pages' group (their names come from `keras_transformer.cli`).
