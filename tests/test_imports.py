@@ -32,6 +32,7 @@ LEVELS: dict[str, int] = {
             "schedules",
             "optimizers",
             "validation",
+            "results_records",
         ),
         0,
     ),

@@ -65,6 +65,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
             "files",
             "validation",
             "backend",
+            "results_records",
         ),
         "keras + numpy only, every Keras backend",
         "the paper's layers, the model stack, the loss of §5.4, Eq. 7",

@@ -291,8 +291,10 @@ for name, result in results.items():
 # %% [markdown]
 # On sentiment, word order matters surprisingly little: which words occur
 # carries most of the signal: with and without position encodings the
-# models reach about the same test accuracy (printed above: 0.8843 with
-# positions and 0.8825 without, on the 25,000 test reviews, seed 0).
+# models reach about the same test accuracy (printed above:
+# 0.8843<!-- record: imdb.accuracy_sinusoidal --> with positions and
+# 0.8825<!-- record: imdb.accuracy_none --> without, on the 25,000 test
+# reviews, seed 0).
 # Translation is different: there, a model without positions could not tell
 # "dog bites man" from "man bites dog".
 #

@@ -83,8 +83,7 @@ dates_config = training.TrainConfig(
     ),
 )
 dates_dir = RUNS / ("attention_dates_fast" if FAST else "attention_dates")
-dates = training.train(dates_config, dates_dir)
-print(dates.evaluation.summary())
+dates = training.train(dates_config, dates_dir)  # prints its evaluation
 dates_model, dates_tokenizer = dates.model, dates.tokenizer
 
 # %%

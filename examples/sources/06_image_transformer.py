@@ -288,8 +288,9 @@ print(
 # CPU that other jobs shared for most of the run (load average 5 to 9), so
 # its recorded time is that of a busy machine. While the machine was still
 # quiet, its first 400 updates took 2 min 03 s (0.31 s each), which puts
-# the 6,000 updates at about 31 minutes on a quiet machine of that kind (an
-# estimate, not a measurement).
+# the 6,000 updates at about
+# 31<!-- record: image_transformer_quiet_estimate.estimated_minutes --> minutes
+# on a quiet machine of that kind (an estimate, not a measurement).
 
 
 # %%

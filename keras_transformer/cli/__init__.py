@@ -49,6 +49,7 @@ from keras_transformer.cli import (
     translate,
 )
 from keras_transformer.cli._common import CommandError
+from keras_transformer.cli._startup import drop_tensorflow_startup_lines
 from keras_transformer.conventions import DISTRIBUTION
 
 __all__ = [
@@ -224,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    drop_tensorflow_startup_lines()  # oneDNN, CUDA: see cli/_startup.py
     args = build_parser().parse_args(argv)
     with stop_on_signals():
         try:

@@ -19,6 +19,7 @@ from keras_transformer.cli._common import (
     translating,
     warn,
 )
+from keras_transformer.cli._record import add_record_arguments, write_result_record
 from keras_transformer.conventions import TASK_NAMES
 
 NAME = "evaluate"
@@ -79,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-progress", action="store_true", help="Do not show a progress bar."
     )
     parser.add_argument("--json", action="store_true", help="Print the scores as JSON.")
+    add_record_arguments(parser)
 
 
 def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
@@ -289,6 +291,7 @@ def _evaluate_other_kind(args: argparse.Namespace, kind: str) -> int:
         max_examples=args.max_sentences,
     )
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    write_result_record(args, result.to_dict(), f"the test scores of a {kind} run")
     return 0
 
 
@@ -338,4 +341,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"Hypotheses: {hypotheses.path}")
         if log.path is not None:
             print(f"TensorBoard: tensorboard --logdir {log.path}")
+    write_result_record(
+        args,
+        result.to_dict(),
+        "the BLEU, chrF and exact match of a test set's translations",
+    )
     return 0 if saved else 1
