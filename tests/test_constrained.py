@@ -129,3 +129,55 @@ def test_unmet_phrases_and_bad_phrases():
         check_phrase_ids([[[4, END_ID]]], VOCABULARY)
     with pytest.raises(ValueError, match="empty"):
         check_phrase_ids([[[]]], VOCABULARY)
+
+
+# ------------------------------------------------------- through the Decoder
+@pytest.fixture(scope="module")
+def tiny_model():
+    import keras
+
+    from keras_transformer.models import build_transformer, presets
+
+    keras.utils.set_random_seed(7)
+    return build_transformer(presets["tiny"].replace(dropout=0.0))
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_decoder_meets_constraints_of_a_random_model(tiny_model, method):
+    from keras_transformer.decoding import Decoder, DecodeSettings
+
+    sources = np.array([[5, 6, 7, 3], [8, 9, 3, 0]])
+    constraints = [[[10, 11], [12]], [[13, 14, 15]]]
+    settings = DecodeSettings(method=method, extra_length=4)
+    result = Decoder(tiny_model).decode(sources, settings, constraints=constraints)
+    assert result.unmet_constraints == [[], []]
+    outputs = result.to_list()
+    assert _contains(outputs[0], [10, 11]) and _contains(outputs[0], [12])
+    assert _contains(outputs[1], [13, 14, 15])
+
+
+def test_decoder_reports_a_constraint_longer_than_the_output(tiny_model):
+    from keras_transformer.decoding import Decoder, DecodeSettings
+
+    result = Decoder(tiny_model).decode(
+        np.array([[5, 3]]),
+        DecodeSettings(extra_length=2),
+        constraints=[[[10, 11, 12, 13, 14], [9]]],
+    )
+    # The first phrase cannot fit in 4 tokens: reported, not dropped.
+    assert result.unmet_constraints[0][0] == 0
+    output = result.to_list()[0]
+    assert len(output) == 4 and 3 not in output  # no END before both are met
+    assert result.unmet_constraints == [[0] + ([] if 9 in output else [1])]
+
+
+def test_decoder_refuses_bad_constraints_in_one_line(tiny_model):
+    from keras_transformer.decoding import Decoder, DecodeSettings
+
+    decoder = Decoder(tiny_model)
+    with pytest.raises(ValueError, match="one list of phrases per source"):
+        decoder.decode(np.array([[5, 3]]), constraints=[[[9]], [[9]]])
+    with pytest.raises(ValueError, match="not sampling"):
+        decoder.decode(
+            np.array([[5, 3]]), DecodeSettings(method="sample"), constraints=[[[9]]]
+        )
