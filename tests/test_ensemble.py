@@ -1,0 +1,101 @@
+"""Ensembles: one search over the average of several models' log-probabilities."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.conventions import END_ID, PAD_ID, START_ID
+from keras_transformer.decoding import Decoder, DecodeSettings, EnsembleDecoder
+from keras_transformer.models import build_transformer, presets
+from keras_transformer.models.transformer import TransformerStack
+
+SOURCES = np.array([[5, 6, 7, 3], [8, 9, 3, 0], [10, 3, 0, 0]])
+
+
+def _model(seed, **changes):
+    keras.utils.set_random_seed(seed)
+    return build_transformer(presets["tiny"].replace(dropout=0.0, **changes))
+
+
+@pytest.fixture(scope="module")
+def models():
+    # Scaled-up output embeddings give peaked distributions that differ.
+    return [_model(7), _model(8)]
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_an_ensemble_of_one_is_the_model(models, method):
+    settings = DecodeSettings(method=method, extra_length=5)
+    alone = Decoder(models[0]).decode(SOURCES, settings)
+    ensemble = EnsembleDecoder(models[:1]).decode(SOURCES, settings)
+    np.testing.assert_array_equal(ensemble.token_ids, alone.token_ids)
+    np.testing.assert_array_equal(ensemble.lengths, alone.lengths)
+    np.testing.assert_array_equal(ensemble.scores, alone.scores)
+
+
+def _reference_greedy(models, source, limit):
+    """Greedy decoding by the argmax of the averaged log-probabilities, each
+    model run on the whole prefix at every step (no caches)."""
+    stacks = [TransformerStack.of(model) for model in models]
+    source = tf.constant(source[None], tf.int32)
+    mask = tf.not_equal(source, PAD_ID)
+    encoded = [stack.encode(source, training=False) for stack in stacks]
+    prefix, score = [START_ID], 0.0
+    for _ in range(limit):
+        log_probs = [
+            tf.nn.log_softmax(
+                stack.decode(tf.constant([prefix]), memory, mask, training=False)[0, -1]
+            ).numpy()
+            for stack, memory in zip(stacks, encoded, strict=True)
+        ]
+        average = np.mean(log_probs, axis=0)
+        average[PAD_ID] = -np.inf
+        token = int(np.argmax(average))
+        score += float(average[token])
+        prefix.append(token)
+        if token == END_ID:
+            break
+    return prefix[1:], score
+
+
+def test_an_ensemble_of_two_equals_the_uncached_average(models):
+    extra = 5
+    result = EnsembleDecoder(models).decode(
+        SOURCES, DecodeSettings(method="greedy", extra_length=extra)
+    )
+    outputs = result.to_list()
+    for row, source in enumerate(SOURCES):
+        limit = int((source != PAD_ID).sum()) + extra
+        expected, score = _reference_greedy(models, source, limit)
+        assert outputs[row] == expected
+        assert result.scores[row] == pytest.approx(score, abs=1e-4)
+    # ... and differs from each model alone (the average is not a copy).
+    singles = [
+        Decoder(m).decode(SOURCES, DecodeSettings(method="greedy")) for m in models
+    ]
+    assert any(s.to_list() != outputs for s in singles)
+
+
+def test_uncached_ensemble_beam_equals_cached(models):
+    settings = DecodeSettings(extra_length=4)
+    cached = EnsembleDecoder(models).decode(SOURCES, settings)
+    uncached = EnsembleDecoder(models, use_cache=False).decode(SOURCES, settings)
+    np.testing.assert_array_equal(cached.token_ids, uncached.token_ids)
+    np.testing.assert_allclose(cached.scores, uncached.scores, atol=1e-4)
+
+
+def test_ensemble_with_constraints_meets_them(models):
+    constraints = [[[11, 12]], [[13]], [[14, 15]]]
+    result = EnsembleDecoder(models).decode(
+        SOURCES, DecodeSettings(extra_length=4), constraints=constraints
+    )
+    assert result.unmet_constraints == [[], [], []]
+
+
+def test_an_ensemble_of_different_vocabularies_is_refused_in_one_line(models):
+    other = _model(9, vocabulary_size=presets["tiny"].vocabulary_size + 1)
+    with pytest.raises(ValueError, match="models 0 and 1 have different vocab"):
+        EnsembleDecoder([models[0], other])
+    with pytest.raises(ValueError, match="at least one model"):
+        EnsembleDecoder([])
