@@ -181,3 +181,117 @@ def test_decoder_refuses_bad_constraints_in_one_line(tiny_model):
         decoder.decode(
             np.array([[5, 3]]), DecodeSettings(method="sample"), constraints=[[[9]]]
         )
+
+
+# ----------------------------------------------- a trained model, text, the CLI
+def _years(count):
+    """Sources of dates and, as each one's constraint, another one's year."""
+    from keras_transformer.data import synthetic_dates
+
+    test = synthetic_dates(count, seed=21)
+    references = list(test.targets)
+    years = [[references[(i + 1) % count][:4]] for i in range(count)]
+    return list(test.sources), references, years
+
+
+def test_translator_meets_terminology_constraints_of_a_trained_model():
+    from keras_transformer.translation import Translator
+    from tests.test_export import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    sources, references, years = _years(6)
+    assert any(r[:4] != y[0] for r, (y) in zip(references, years, strict=True))
+    translator = Translator(model, tokenizer, beam_size=4)
+    outputs = translator.translate(sources, constraints=years)
+    assert translator.unmet_constraints == [[]] * 6
+    for output, (year,) in zip(outputs, years, strict=True):
+        assert year in output
+    with pytest.raises(ValueError, match="one list of phrases per line"):
+        translator.translate(sources, constraints=years[:2])
+
+
+def test_translate_command_reads_constraints_and_warns_of_unmet_ones(tmp_path, capsys):
+    import argparse
+
+    from keras_transformer import export
+    from keras_transformer.cli import translate as translate_command
+    from tests.test_export import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    model_dir = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "m")
+    sources, _, years = _years(3)
+    impossible = " ".join(str(year) for year in range(2000, 2030))
+    (tmp_path / "in.txt").write_text("\n".join(sources) + "\n")
+    (tmp_path / "c.txt").write_text(f"{years[0][0]}\n\n{years[2][0]}\t{impossible}\n")
+    parser = argparse.ArgumentParser()
+    translate_command.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--workdir",
+            str(model_dir),
+            "--input",
+            str(tmp_path / "in.txt"),
+            "--output",
+            str(tmp_path / "out.txt"),
+            "--extra-length",
+            "3",
+            "--constraints-file",
+            str(tmp_path / "c.txt"),
+            "--no-progress",
+        ]  # fmt: skip
+    )
+    assert translate_command.run(args) == 0
+    outputs = (tmp_path / "out.txt").read_text().splitlines()
+    assert years[0][0] in outputs[0]
+    errors = capsys.readouterr().err
+    assert "line 3: constraint(s) not met" in errors and impossible in errors
+    assert "line 1" not in errors and "line 2" not in errors
+
+
+def test_phrases_met_as_ops_equals_unmet_phrases():
+    from keras_transformer.export import phrases_met
+
+    rng = np.random.default_rng(3)
+    token_ids = rng.integers(4, 7, size=(20, 6)).astype("int32")
+    lengths = rng.integers(0, 7, size=20).astype("int32")
+    phrases = [
+        [list(rng.integers(4, 7, size=rng.integers(1, 3))) for _ in range(2)]
+        for _ in range(20)
+    ]
+    met = phrases_met(
+        tf.constant(token_ids), tf.constant(lengths), tf.constant(pad_phrases(phrases))
+    ).numpy()
+    unmet = unmet_phrases(token_ids, lengths, phrases)
+    assert [[j for j in range(2) if not met[i, j]] for i in range(20)] == unmet
+    assert 0 < met.sum() < met.size
+
+
+def test_saved_model_translate_constrained_signature(tmp_path):
+    from keras_transformer import export
+    from keras_transformer.translation import Translator
+    from tests.test_export import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    directory = export.export_translator(
+        model, tokenizer, tmp_path / "1", extra_length=3
+    )
+    sources, _, years = _years(3)
+    impossible = " ".join(str(year) for year in range(2000, 2030))
+    phrases = [[years[0][0], ""], ["", ""], [years[2][0], impossible]]
+    loaded = tf.saved_model.load(str(directory))
+    outputs = loaded.signatures["translate_constrained"](
+        sentences=tf.constant(sources), phrases=tf.constant(phrases)
+    )
+    texts = [t.decode() for t in outputs["translations"].numpy()]
+    assert outputs["unmet"].numpy().tolist() == [
+        [False, False],
+        [False, False],
+        [False, True],
+    ]
+    # The same search as the translator's.
+    translator = Translator(model, tokenizer, extra_length=3)
+    expected = translator.translate(
+        sources, constraints=[[p for p in row if p] for row in phrases]
+    )
+    assert texts == expected
+    assert years[0][0] in texts[0] and years[2][0] in texts[2]

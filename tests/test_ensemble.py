@@ -99,3 +99,24 @@ def test_an_ensemble_of_different_vocabularies_is_refused_in_one_line(models):
         EnsembleDecoder([models[0], other])
     with pytest.raises(ValueError, match="at least one model"):
         EnsembleDecoder([])
+
+
+def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
+    from keras_transformer import export
+    from keras_transformer.data import SubwordTokenizer, synthetic_dates
+    from keras_transformer.translation import Translator
+    from tests.test_export import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    first = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "a")
+    sources = list(synthetic_dates(4, seed=21).sources)
+    alone = Translator(model, tokenizer).translate(sources)
+    # Two copies of one model: the average of equal log-probabilities.
+    twice = Translator.from_runs([first, first])
+    assert len(twice.ensemble) == 1
+    assert twice.translate(sources) == alone
+    pairs = synthetic_dates(200, seed=3)
+    other = SubwordTokenizer.train(list(pairs.sources), vocabulary_size=90)
+    second = export.save_model_and_tokenizer(model, other, tmp_path / "b")
+    with pytest.raises(ValueError, match=r"a and .*b have different SentencePiece"):
+        Translator.from_runs([first, second])

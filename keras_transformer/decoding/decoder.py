@@ -152,7 +152,6 @@ class Decoder(DeprecatedDecoderMethods):
         start_id: int = START_ID,
         end_id: int | None = END_ID,
         static_shapes: bool = False,
-        constraints: tf.Tensor | None = None,
     ) -> Outputs:
         """`decode` as TensorFlow ops, without its checks, for a caller's
         `tf.function` (e.g. a SavedModel signature).
@@ -169,8 +168,6 @@ class Decoder(DeprecatedDecoderMethods):
             seed: int32 scalar of a sample.
             start_id, end_id: as for `decode`.
             static_shapes: keep every shape static, as XLA needs.
-            constraints: int32 `(batch, phrases, phrase_length)`, 0 padding
-                (`pad_phrases`): constrained beam search (`decode`).
 
         Returns:
             `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
@@ -189,7 +186,46 @@ class Decoder(DeprecatedDecoderMethods):
             start_id=start_id,
             end_id=end_id,
             static_shapes=static_shapes,
-            constraints=constraints,
+        )
+
+    def constrained_search(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        phrases: tf.Tensor,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | tf.Tensor,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+    ) -> Outputs:
+        """`search` with terminology constraints (`ConstrainedBeamSearch` of
+        the settings' beam, Post and Vilar 2018), as TensorFlow ops.
+
+        Args:
+            source_ids, limits, settings, max_length, start_id, end_id: as
+                for `search` (a graph: `max_length` may be a tensor).
+            phrases: int32 `(batch, phrases, phrase_length)`, 0 after a
+                phrase; a row of zeros is none (`pad_phrases`).
+
+        Returns:
+            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
+        """
+        settings = settings or DecodeSettings()
+        return self._search(
+            source_ids,
+            limits,
+            tf.constant(settings.alpha, tf.float32),
+            tf.constant(settings.temperature, tf.float32),
+            tf.constant(0, tf.int32),
+            strategy=settings.strategy,
+            beam_size=settings.beam_size,
+            top_k=None,
+            max_length=max_length,
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=False,
+            constraints=tf.cast(phrases, tf.int32),
         )
 
     # ------------------------------------------------------------ internals
