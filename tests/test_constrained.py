@@ -139,7 +139,11 @@ def tiny_model():
     from keras_transformer.models import build_transformer, presets
 
     keras.utils.set_random_seed(7)
-    return build_transformer(presets["tiny"].replace(dropout=0.0))
+    return build_transformer(
+        presets["tiny"].replace(
+            vocabulary_size=32, d_model=32, d_ff=64, num_heads=2, dropout=0.0
+        )
+    )
 
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])
