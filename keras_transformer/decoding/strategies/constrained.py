@@ -17,8 +17,9 @@ bank leaves goes to the others (§3.2, dynamic beam allocation). A
 hypothesis may end (END) only once every phrase is met; finished
 hypotheses are scored and stopped as in `BeamSearch` (the GNMT penalty,
 Wu et al. 2016, Eq. 14). An example whose phrases cannot all be met (too
-long for its output limit) returns its best live hypothesis of the highest
-level: `unmet_phrases` reports what is missing, nothing is dropped silently.
+long for its output limit) returns the live hypothesis that meets the most
+phrase tokens: `unmet_phrases` reports what is missing, nothing is dropped
+silently.
 
 Everything has fixed shapes per step: phrases are a padded
 `(batch, phrases, phrase_length)` tensor (0 pads; a phrase of length 0 is
@@ -34,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.conventions import END_ID, PAD_ID, START_ID
-from keras_transformer.decoding.search import write_at
+from keras_transformer.decoding.search import Outputs, write_at
 from keras_transformer.decoding.strategies.beam import BeamSearch, length_penalty
 
 _NEG_INF = -np.inf
@@ -277,6 +278,35 @@ class ConstrainedBeamSearch(BeamSearch):
             "finished_scores": finished_scores,
             "finished_lengths": tf.gather(merged_lengths, picked, batch_dims=1),
         }
+
+    def result(self, beams: ConstrainedBeams) -> Outputs:
+        """Each example's best finished hypothesis (every phrase met); where
+        none finished, the live one that meets the most phrase tokens (then
+        the first in bank order), scored with `lp(limit)`."""
+        beam = self.beam_size
+        has_finished = beams.finished_scores[:, 0] > _NEG_INF
+        met_tokens = tf.reduce_sum(
+            tf.where(beams.alive_met, beams.phrase_lengths[:, None], 0), axis=-1
+        )
+        live = beams.alive_log_probs > _NEG_INF
+        key = tf.where(live, met_tokens * (beam + 1) + (beam - tf.range(beam)), -1)
+        best = tf.argmax(key, axis=1, output_type=tf.int32)
+        return (
+            tf.where(
+                has_finished[:, None],
+                beams.finished_ids[:, 0],
+                tf.gather(beams.alive_ids, best, batch_dims=1),
+            ),
+            tf.where(
+                has_finished,
+                beams.finished_scores[:, 0],
+                tf.gather(beams.alive_log_probs, best, batch_dims=1)
+                / beams.max_penalty,
+            ),
+            tf.where(
+                has_finished, beams.finished_lengths[:, 0], tf.maximum(beams.limits, 0)
+            ),
+        )
 
     def _allocate(
         self, scores: tf.Tensor, levels: tf.Tensor, live: tf.Tensor, top: tf.Tensor
