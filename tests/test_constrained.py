@@ -198,6 +198,7 @@ def _years(count):
     return list(test.sources), references, years
 
 
+@pytest.mark.slow  # trains the tiny translator (~10 s quiet), decodes
 def test_translator_meets_terminology_constraints_of_a_trained_model():
     from keras_transformer.translation import Translator
     from tests.test_export import tiny_translator
@@ -270,6 +271,7 @@ def test_phrases_met_as_ops_equals_unmet_phrases():
     assert 0 < met.sum() < met.size
 
 
+@pytest.mark.slow  # trains the tiny translator (~10 s quiet), decodes
 def test_saved_model_translate_constrained_signature(tmp_path):
     from keras_transformer import export
     from keras_transformer.translation import Translator
