@@ -130,3 +130,33 @@ def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
     second = export.save_model_and_tokenizer(model, other, tmp_path / "b")
     with pytest.raises(ValueError, match=r"a and .*b have different SentencePiece"):
         Translator.from_runs([first, second])
+
+
+def test_translate_command_ensemble_flag(tmp_path, capsys):
+    import argparse
+
+    from keras_transformer import export
+    from keras_transformer.cli import translate as translate_command
+    from keras_transformer.data import synthetic_dates
+    from tests.test_export import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    run = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "a")
+    (tmp_path / "in.txt").write_text("\n".join(synthetic_dates(3, seed=4).sources))
+    parser = argparse.ArgumentParser()
+    translate_command.add_arguments(parser)
+    common = ["--workdir", str(run), "--input", str(tmp_path / "in.txt")]
+    outputs = {}
+    for name, extra in (("one", []), ("two", ["--ensemble", str(run)])):
+        argv = [*common, "--output", str(tmp_path / name), "--no-progress", *extra]
+        assert translate_command.run(parser.parse_args(argv)) == 0
+        outputs[name] = (tmp_path / name).read_text()
+    # Two copies of one model average to the model itself.
+    assert outputs["two"] == outputs["one"] and len(outputs["one"].split("\n")) >= 3
+    from keras_transformer.cli._common import CommandError
+
+    missing = ["--ensemble", str(tmp_path / "nowhere")]
+    with pytest.raises(CommandError, match="nowhere"):
+        translate_command.run(
+            parser.parse_args([*common, "--output", str(tmp_path / "x"), *missing])
+        )
