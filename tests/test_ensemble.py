@@ -132,6 +132,7 @@ def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
         Translator.from_runs([first, second])
 
 
+@pytest.mark.slow  # trains the tiny translator, traces two translators
 def test_translate_command_ensemble_flag(tmp_path, capsys):
     import argparse
 
