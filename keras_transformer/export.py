@@ -30,6 +30,11 @@ shape [batch]; got shape [...]" instead of being flattened):
 * ``translate_ids``: ``token_ids`` (int32 ``[batch, length]``: the output
   subword ids, END included, then 0), ``lengths`` (int32 ``[batch]``, END
   included) and ``scores``.
+* ``translate_constrained`` (terminology): ``sentences`` and ``phrases``
+  (``tf.string`` ``[batch, count]``, ``""`` where a sentence has fewer):
+  ``translations``, ``scores`` and ``unmet`` (bool ``[batch, count]``, a
+  phrase that could not be met); constrained beam search (Post and Vilar
+  2018) with the export's settings.
 
 Input rules, the same as `keras_transformer.translation.Translator` and
 `keras_transformer.data.batch_for_eval`, so that exported and in-process
@@ -496,7 +501,87 @@ def _translate_archive(
     # The first endpoint is also `serving_default`.
     archive.add_endpoint(TRANSLATE_SIGNATURE, translate, spec)
     archive.add_endpoint(IDS_SIGNATURE, translate_ids, spec)
+    _add_constrained_endpoint(archive, model, tokenizer, settings)
     return archive
+
+
+# ---------------- terminology constraints (Post and Vilar 2018): one signature
+CONSTRAINED_SIGNATURE = "translate_constrained"
+PHRASES_NAME = "phrases"
+
+
+def phrase_ids_from_strings(tokenizer: SubwordTokenizer, phrases: Any) -> tf.Tensor:
+    """``tf.string`` ``[batch, count]`` target phrases (``""``: none) as
+    int32 ids ``[batch, count, length]``, 0 after each phrase."""
+    batch, count = tf.shape(phrases)[0], tf.shape(phrases)[1]
+    ids = tokenizer.tokenize(tf.reshape(phrases, [-1])).to_tensor(PADDING_ID)
+    ids = tf.pad(ids, [[0, 0], [0, tf.maximum(1 - tf.shape(ids)[1], 0)]])
+    return tf.reshape(tf.cast(ids, tf.int32), [batch, count, -1])
+
+
+def phrases_met(
+    token_ids: tf.Tensor, lengths: tf.Tensor, phrases: tf.Tensor
+) -> tf.Tensor:
+    """bool ``[batch, count]``: is phrase ``c`` (ids ``[batch, count, length]``,
+    0 after it; all zeros: none) a contiguous part of output ``b``
+    (``token_ids[b, :lengths[b]]``)? `strategies.constrained.unmet_phrases`
+    as ops."""
+    width, length = tf.shape(token_ids)[1], tf.shape(phrases)[2]
+    # (width, length): output position s + j of window s, phrase token j.
+    position = tf.range(width)[:, None] + tf.range(length)[None]
+    windows = tf.gather(token_ids, tf.minimum(position, width - 1), axis=1)
+    inside = position[None] < lengths[:, None, None]  # (batch, width, length)
+    equal = tf.equal(windows[:, None], phrases[:, :, None])  # (b, c, s, j)
+    real = tf.not_equal(phrases, PADDING_ID)[:, :, None]
+    matches = tf.reduce_all(~real | (equal & inside[:, None]), axis=-1)
+    return tf.reduce_any(matches, axis=-1)
+
+
+def _add_constrained_endpoint(
+    archive: keras.export.ExportArchive,
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    settings: ExportSettings,
+) -> None:
+    """``translate_constrained(sentences [batch], phrases [batch, count])``:
+    ``translations``, ``scores`` and ``unmet`` (bool ``[batch, count]``, true
+    for a non-empty phrase its translation misses): constrained beam search
+    (`ConstrainedBeamSearch`) with the export's settings."""
+    decoder, length = Decoder(model), settings.max_output_length
+
+    def translate_constrained(sentences: tf.Tensor, phrases: tf.Tensor) -> Any:
+        sentences = check_sentence_batch(sentences)
+        source, is_empty = source_ids_from_strings(
+            tokenizer, sentences, settings.decode.max_input_length
+        )
+        phrase_ids = phrase_ids_from_strings(tokenizer, phrases)
+        source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
+        limits = tf.minimum(source_lengths + settings.decode.extra_length, length)
+        token_ids, scores, lengths = decoder.constrained_search(
+            source,
+            tf.where(is_empty, 0, limits),
+            phrase_ids,
+            settings.decode,
+            max_length=length,
+            start_id=settings.start_id,
+            end_id=settings.end_id,
+        )
+        width = tf.maximum(tf.reduce_max(tf.concat([lengths, [0]], 0)), 1)
+        given = tf.reduce_any(tf.not_equal(phrase_ids, PADDING_ID), axis=-1)
+        return {
+            "translations": tokenizer.detokenize(token_ids[:, :width]),
+            "scores": tf.identity(scores),
+            "unmet": given & ~phrases_met(token_ids, lengths, phrase_ids),
+        }
+
+    archive.add_endpoint(
+        CONSTRAINED_SIGNATURE,
+        translate_constrained,
+        [
+            tf.TensorSpec([None], tf.string, name=INPUT_NAME),
+            tf.TensorSpec([None, None], tf.string, name=PHRASES_NAME),
+        ],
+    )
 
 
 def _target(

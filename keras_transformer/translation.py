@@ -250,6 +250,9 @@ class Translator:
         jit_compile: compile the decoding loop with XLA.
         warn_on_cut: warn (`SourceCutWarning`) once per call that cut
             sources; `cut_lines` is set either way.
+        ensemble: more models with `model`'s vocabulary, decoded with it in
+            one search that averages their log-probabilities per step
+            (`EnsembleDecoder`; `from_runs` loads them).
         **decode_settings: fields of `DecodeSettings` that replace those of
             `settings` (``beam_size=1``, ``alpha=...``, ``max_input_length``,
             ``extra_length``, ...); ``length_penalty`` is the deprecated
@@ -259,6 +262,9 @@ class Translator:
         cut_lines: the indices (from 0) of the sources of the last `encode`
             (`translate`, `evaluate`) call that were longer than
             `max_input_length` and were cut to it.
+        unmet_constraints: after `translate(..., constraints=...)`, per line
+            the phrases its translation does not contain (empty unless a
+            phrase cannot be met, e.g. longer than the output may be).
 
     Example:
     >>> translator = Translator(model, tokenizer, beam_size=1)  # doctest: +SKIP
@@ -277,6 +283,8 @@ class Translator:
     jit_compile: bool
     warn_on_cut: bool
     cut_lines: tuple[int, ...] = dataclasses.field(repr=False, compare=False)
+    ensemble: tuple[keras.Model, ...] = dataclasses.field(repr=False, compare=False)
+    unmet_constraints: list[list[str]] = dataclasses.field(repr=False, compare=False)
 
     def __init__(
         self,
@@ -289,6 +297,7 @@ class Translator:
         bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
         jit_compile: bool = False,
         warn_on_cut: bool = True,
+        ensemble: Sequence[keras.Model] = (),
         **decode_settings: Any,
     ) -> None:
         validation.check_int("batch_size", batch_size, 1)
@@ -301,6 +310,9 @@ class Translator:
         self.jit_compile = jit_compile
         self.warn_on_cut = warn_on_cut
         self.cut_lines = ()
+        self.ensemble = tuple(ensemble)
+        self.unmet_constraints = []
+        self._ensemble_decoder: Any = None
 
     # -- the settings, by their names (setting one replaces `settings`) ------
     beam_size = _setting("beam_size")
@@ -321,6 +333,35 @@ class Translator:
         """A translator for a training run or an export folder (`load_translator`)."""
         model, tokenizer = load_translator(path, weights)
         return cls(model, tokenizer, **settings)
+
+    @classmethod
+    def from_runs(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        weights: str = "last",
+        **settings: Any,
+    ) -> Translator:
+        """A translator decoding an ensemble of runs (or export folders)
+        trained with one tokenizer; `weights` applies to each run.
+
+        Raises:
+            ValueError: (one line) without paths, or naming two runs whose
+                SentencePiece models differ.
+        """
+        if not paths:
+            raise ValueError("from_runs needs at least one run folder; got none.")
+        loaded = [load_translator(path, weights) for path in paths]
+        first = loaded[0][1]
+        for path, (_, tokenizer) in zip(paths[1:], loaded[1:], strict=True):
+            if tokenizer.fingerprint != first.fingerprint:
+                raise ValueError(
+                    f"{paths[0]} and {path} have different SentencePiece models "
+                    f"(vocabularies of {first.vocabulary_size} and "
+                    f"{tokenizer.vocabulary_size} pieces); ensemble only runs "
+                    "trained with one tokenizer."
+                )
+        models = [model for model, _ in loaded]
+        return cls(models[0], first, ensemble=models[1:], **settings)
 
     # -- ids -----------------------------------------------------------------
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
@@ -356,14 +397,29 @@ class Translator:
             )
         return [list(row) for row in rows]
 
-    def decode_ids(self, source_ids: Any) -> DecodeResult:
-        """The search of `settings` on a batch of source ids ``[batch, length]``."""
-        return get_decoder(self.model, self.jit_compile).decode(
+    def decode_ids(
+        self, source_ids: Any, constraints: Sequence[Any] | None = None
+    ) -> DecodeResult:
+        """The search of `settings` on a batch of source ids ``[batch, length]``;
+        `constraints`: per source, phrases of target ids its output must hold
+        (`Decoder.decode`)."""
+        if self.ensemble:
+            if self._ensemble_decoder is None:
+                from keras_transformer.decoding.ensemble import EnsembleDecoder
+
+                self._ensemble_decoder = EnsembleDecoder(
+                    [self.model, *self.ensemble], self.jit_compile
+                )
+            decoder = self._ensemble_decoder
+        else:
+            decoder = get_decoder(self.model, self.jit_compile)
+        return decoder.decode(
             np.asarray(source_ids, "int32"),
             self.settings,
             max_length=self.max_output_length,
             start_id=self.tokenizer.START_ID,
             end_id=self.tokenizer.END_ID,
+            constraints=constraints,
         )
 
     def _padded_length(self, length: int) -> int:
@@ -373,7 +429,12 @@ class Translator:
         return self.max_input_length
 
     # -- text ----------------------------------------------------------------
-    def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
+    def translate(
+        self,
+        lines: Sequence[str],
+        progress: bool = False,
+        constraints: Sequence[Sequence[str]] | None = None,
+    ) -> list[str]:
         """One translation per line, in order; ``""`` for a line without any
         subword token (``""``, whitespace).
 
@@ -384,8 +445,16 @@ class Translator:
         Args:
             lines: the sentences.
             progress: show a `keras.utils.Progbar` (on standard output).
+            constraints: per line, target phrases its translation must
+                contain (terminology; tokenized with the run's SentencePiece
+                model): constrained beam search (Post and Vilar 2018). The
+                phrases a translation misses are in `unmet_constraints`.
+
+        Raises:
+            ValueError: (one line) when `constraints` has not one list per line.
         """
         sources = self.encode(lines)
+        phrase_ids = self._phrase_ids(constraints, len(sources))
         outputs = [""] * len(sources)
         # A line without subword tokens is just [END]: nothing to translate.
         order = sorted(
@@ -406,13 +475,47 @@ class Translator:
             source_ids = np.zeros((len(batch), width), "int32")
             for row, i in enumerate(batch):
                 source_ids[row, : len(sources[i])] = sources[i]
-            result = self.decode_ids(source_ids)
+            result = self.decode_ids(
+                source_ids,
+                None if phrase_ids is None else [phrase_ids[i] for i in batch],
+            )
+            self._record_unmet(constraints, batch, result)
             texts = self.tokenizer.decode(np.asarray(result.token_ids).tolist())
             for i, text in zip(batch, texts, strict=True):
                 outputs[i] = text
             if bar is not None:
                 bar.update(done + start + len(batch))  # finalizes at the last
         return outputs
+
+    def _phrase_ids(
+        self, constraints: Sequence[Sequence[str]] | None, count: int
+    ) -> list[list[list[int]]] | None:
+        """The constraint phrases of each line as token ids; every phrase
+        starts unmet (`_record_unmet` clears those a translation holds)."""
+        if constraints is None:
+            self.unmet_constraints = []
+            return None
+        if isinstance(constraints, str) or len(constraints) != count:
+            raise ValueError(
+                "constraints must hold one list of phrases per line: got "
+                f"{len(constraints)} for {count} lines."
+            )
+        self.unmet_constraints = [list(phrases) for phrases in constraints]
+        return [
+            self.tokenizer.encode(list(phrases)) if phrases else []
+            for phrases in constraints
+        ]
+
+    def _record_unmet(
+        self,
+        constraints: Sequence[Sequence[str]] | None,
+        batch: Sequence[int],
+        result: DecodeResult,
+    ) -> None:
+        if constraints is None or result.unmet_constraints is None:
+            return
+        for i, unmet in zip(batch, result.unmet_constraints, strict=True):
+            self.unmet_constraints[i] = [constraints[i][j] for j in unmet]
 
     def evaluate(
         self,

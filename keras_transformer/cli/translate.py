@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli._common import (
+    CommandError,
     add_translator_arguments,
+    check_path,
     check_translator_arguments,
     load_search_translator,
+    search_settings,
     translating,
+    warn,
 )
 
 NAME = "translate"
@@ -29,6 +33,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Where to write the translations, one per line (default: standard "
         "output).",
     )
+    # Terminology constraints and ensembles (Post and Vilar 2018; averaged
+    # log-probabilities).
+    parser.add_argument(
+        "--constraints-file",
+        default=None,
+        help="Target phrases each translation must contain: one line per input "
+        "line, its phrases separated by tabs (an empty line: none). A phrase "
+        "that cannot be met is named in a warning.",
+    )
+    parser.add_argument(
+        "--ensemble",
+        action="append",
+        default=[],
+        metavar="WORKDIR",
+        help="Another run (or export) with the same SentencePiece model, decoded "
+        "with --workdir in one search averaging their log-probabilities; "
+        "repeat for more. --weights applies to each.",
+    )
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -42,9 +64,50 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.translation import read_lines, write_lines
 
     lines = read_lines(args.input)
-    translator = load_search_translator(args)
+    constraints = _read_constraints(args.constraints_file, len(lines))
+    translator = _load_translator(args)
     progress = str(args.input) != "-" and not args.no_progress
     with translating(NAME, translator, "lines"):
-        outputs = translator.translate(lines, progress=progress)
+        outputs = translator.translate(
+            lines, progress=progress, constraints=constraints
+        )
+    for number, unmet in enumerate(translator.unmet_constraints, start=1):
+        if unmet:
+            warn(
+                NAME,
+                f"line {number}: constraint(s) not met: "
+                + ", ".join(repr(phrase) for phrase in unmet),
+            )
     write_lines(args.output, outputs)
     return 0
+
+
+def _load_translator(args: argparse.Namespace) -> object:
+    """The translator of --workdir, or of --workdir and every --ensemble run."""
+    if not args.ensemble:
+        return load_search_translator(args)
+    for path in args.ensemble:
+        check_path(path, "folder", "--ensemble")
+    from keras_transformer.translation import Translator
+
+    return Translator.from_runs(
+        [args.workdir, *args.ensemble],
+        args.weights,
+        **search_settings(args),
+        batch_size=args.batch_size,
+    )
+
+
+def _read_constraints(path: str | None, count: int) -> list[list[str]] | None:
+    """--constraints-file: one line per input line, phrases separated by tabs."""
+    if path is None:
+        return None
+    check_path(path, "file", "--constraints-file")
+    with open(path, encoding="utf-8") as file:
+        rows = file.read().splitlines()
+    if len(rows) != count:
+        raise CommandError(
+            f"--constraints-file {path} has {len(rows)} lines for {count} input "
+            "lines; give one line per input line (empty for none)."
+        )
+    return [[phrase for phrase in row.split("\t") if phrase.strip()] for row in rows]

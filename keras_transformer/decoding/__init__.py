@@ -65,6 +65,10 @@ _NAMES = {
     "run_greedy": "deprecated",
     "sample_decode": "deprecated",
     "uncached_greedy_decode": "deprecated",
+    # Constraints and ensembles (Post and Vilar 2018; log-linear averaging).
+    "ConstrainedBeamSearch": "strategies.constrained",
+    "unmet_phrases": "strategies.constrained",
+    "EnsembleDecoder": "ensemble",
 }
 
 
@@ -80,6 +84,7 @@ if TYPE_CHECKING:  # the same names, for readers and documentation tools
         sample_decode,
         uncached_greedy_decode,
     )
+    from keras_transformer.decoding.ensemble import EnsembleDecoder
     from keras_transformer.decoding.result import DecodeResult
     from keras_transformer.decoding.search import StepFunction, run_search
     from keras_transformer.decoding.settings import DecodeSettings, default_setting
@@ -90,6 +95,10 @@ if TYPE_CHECKING:  # the same names, for readers and documentation tools
         Sampling,
         get_strategy,
         length_penalty,
+    )
+    from keras_transformer.decoding.strategies.constrained import (
+        ConstrainedBeamSearch,
+        unmet_phrases,
     )
 
 
@@ -108,9 +117,11 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BeamSearch",
+    "ConstrainedBeamSearch",
     "DecodeResult",
     "DecodeSettings",
     "Decoder",
+    "EnsembleDecoder",
     "GreedySearch",
     "PADDING_ID",
     "STRATEGIES",
@@ -129,4 +140,5 @@ __all__ = [
     "run_search",
     "sample_decode",
     "uncached_greedy_decode",
+    "unmet_phrases",
 ]

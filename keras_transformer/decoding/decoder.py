@@ -9,6 +9,7 @@ SavedModel).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -21,8 +22,14 @@ from keras_transformer.decoding.former import DeprecatedDecoderMethods
 from keras_transformer.decoding.result import DecodeResult
 from keras_transformer.decoding.search import Outputs, run_search
 from keras_transformer.decoding.settings import DecodeSettings
-from keras_transformer.decoding.steps import cached_step, uncached_step
+from keras_transformer.decoding.steps import ModelStep, cached_step, uncached_step
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
+from keras_transformer.decoding.strategies.constrained import (
+    ConstrainedBeamSearch,
+    check_phrase_ids,
+    pad_phrases,
+    unmet_phrases,
+)
 from keras_transformer.models.transformer import TransformerStack
 
 #: The static length of the caches is rounded up to a multiple of this (when
@@ -89,6 +96,7 @@ class Decoder(DeprecatedDecoderMethods):
         seed: int | None = None,
         start_id: int = START_ID,
         end_id: int | None = END_ID,
+        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> DecodeResult:
         """Decodes a batch of source ids with the search `settings` names.
 
@@ -106,15 +114,31 @@ class Decoder(DeprecatedDecoderMethods):
             start_id: the first decoder input.
             end_id: the token that ends a sequence; None decodes exactly the
                 maximum length (for benchmarks).
+            constraints: per example, the target phrases (lists of token
+                ids) its output must contain: lexically constrained beam
+                search (`ConstrainedBeamSearch`, Post and Vilar 2018) with
+                the settings' beam (greedy: a beam of one); not with
+                sampling.
 
         Returns:
             A `DecodeResult`: scores are summed log-probabilities (greedy,
             sampling) or the length-normalised score of the best hypothesis
-            (beam search).
+            (beam search); with `constraints`, its `unmet_constraints` lists
+            the phrases each output misses (none unless one cannot be met).
+
+        Raises:
+            ValueError: (one line) on bad ids, constraints or settings.
         """
         settings = settings or DecodeSettings()
         return self._decode(
-            source_ids, settings, settings.strategy, max_length, seed, start_id, end_id
+            source_ids,
+            settings,
+            settings.strategy,
+            max_length,
+            seed,
+            start_id,
+            end_id,
+            constraints,
         )
 
     def search(
@@ -164,6 +188,46 @@ class Decoder(DeprecatedDecoderMethods):
             static_shapes=static_shapes,
         )
 
+    def constrained_search(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        phrases: tf.Tensor,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | tf.Tensor,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+    ) -> Outputs:
+        """`search` with terminology constraints (`ConstrainedBeamSearch` of
+        the settings' beam, Post and Vilar 2018), as TensorFlow ops.
+
+        Args:
+            source_ids, limits, settings, max_length, start_id, end_id: as
+                for `search` (a graph: `max_length` may be a tensor).
+            phrases: int32 `(batch, phrases, phrase_length)`, 0 after a
+                phrase; a row of zeros is none (`pad_phrases`).
+
+        Returns:
+            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
+        """
+        settings = settings or DecodeSettings()
+        return self._search(
+            source_ids,
+            limits,
+            tf.constant(settings.alpha, tf.float32),
+            tf.constant(settings.temperature, tf.float32),
+            tf.constant(0, tf.int32),
+            strategy=settings.strategy,
+            beam_size=settings.beam_size,
+            top_k=None,
+            max_length=max_length,
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=False,
+            constraints=tf.cast(phrases, tf.int32),
+        )
+
     # ------------------------------------------------------------ internals
     def _search(
         self,
@@ -180,20 +244,22 @@ class Decoder(DeprecatedDecoderMethods):
         start_id: int,
         end_id: int | None,
         static_shapes: bool,
+        constraints: tf.Tensor | None = None,
     ) -> Outputs:
-        """The search: strategy, model step and loop, with tensor settings."""
+        """The search: strategy, model step and loop, with tensor settings;
+        `constraints` (int32 `(batch, phrases, phrase_length)`) runs
+        `ConstrainedBeamSearch` of the settings' beam instead."""
         beam = beam_size if strategy == "beam" else 1
         options = SearchOptions(beam, alpha, temperature, top_k, seed)
-        if self.use_cache:
-            model_step = cached_step(
-                self.stack, source_ids, max_length, beam, static_shapes
-            )
-        else:
-            model_step = uncached_step(
-                self.stack, source_ids, max_length, beam, start_id
-            )
+        model_step = self._model_step(
+            source_ids, max_length, beam, start_id, static_shapes
+        )
+        if constraints is None:
+            search_strategy = get_strategy(strategy, options)
+        else:  # lexically constrained beam search (Post and Vilar 2018)
+            search_strategy = ConstrainedBeamSearch(beam, alpha, constraints)
         return run_search(
-            get_strategy(strategy, options),
+            search_strategy,
             model_step.step,
             model_step.state,
             limits,
@@ -205,6 +271,20 @@ class Decoder(DeprecatedDecoderMethods):
             state_shape_invariants=model_step.invariants,
         )
 
+    def _model_step(
+        self,
+        source_ids: tf.Tensor,
+        max_length: int | tf.Tensor,
+        beam: int,
+        start_id: int,
+        static_shapes: bool,
+    ) -> ModelStep:
+        """The model's step function (cached or not) of `beam` rows per
+        example; `EnsembleDecoder` averages several."""
+        if self.use_cache:
+            return cached_step(self.stack, source_ids, max_length, beam, static_shapes)
+        return uncached_step(self.stack, source_ids, max_length, beam, start_id)
+
     def _decode(
         self,
         source_ids: Any,
@@ -214,11 +294,13 @@ class Decoder(DeprecatedDecoderMethods):
         seed: int | None,
         start_id: int,
         end_id: int | None,
+        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> DecodeResult:
         """Checks the arguments, runs `strategy` compiled, collects the result."""
         source, limits, length = self._prepare(
             source_ids, max_length, settings.extra_length
         )
+        phrases = self._phrases(constraints, strategy, source.shape[0])
         for name, value in (("start_id", start_id), ("end_id", end_id)):
             if value is not None:
                 validation.check_int(name, value, 0, self.vocabulary_size - 1)
@@ -241,8 +323,31 @@ class Decoder(DeprecatedDecoderMethods):
             start_id=start_id,
             end_id=end_id,
             static_shapes=self.jit_compile,
+            constraints=phrases,
         )
-        return DecodeResult.from_outputs(*outputs)
+        result = DecodeResult.from_outputs(*outputs)
+        if constraints is not None:
+            result.unmet_constraints = unmet_phrases(
+                result.token_ids, result.lengths, constraints
+            )
+        return result
+
+    def _phrases(self, constraints: Any, strategy: str, batch: int) -> tf.Tensor | None:
+        """The constraint phrases as a padded int32 tensor, or a one-line error."""
+        if constraints is None:
+            return None
+        if strategy == "sample":
+            raise ValueError(
+                "constraints need a search (method='beam' or 'greedy'), not "
+                "sampling; drop the constraints or change the method."
+            )
+        if len(constraints) != batch:
+            raise ValueError(
+                f"constraints must hold one list of phrases per source: got "
+                f"{len(constraints)} for {batch} sources."
+            )
+        check_phrase_ids(constraints, self.vocabulary_size)
+        return tf.constant(pad_phrases(constraints), tf.int32)
 
     def _prepare(
         self, source_ids: Any, max_length: int | None, extra_length: int

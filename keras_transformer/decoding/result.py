@@ -22,11 +22,15 @@ class DecodeResult:
             `log P(Y | X) / lp(Y)` of the best hypothesis (beam search).
         lengths: int32 `(batch,)`: the number of generated tokens, END
             included (a sequence cut at the maximum length has no END).
+        unmet_constraints: with constraints (`Decoder.decode(...,
+            constraints=...)`), per example the indices of its phrases its
+            output does not contain; None without constraints.
     """
 
     token_ids: np.ndarray
     scores: np.ndarray
     lengths: np.ndarray
+    unmet_constraints: list[list[int]] | None = None
 
     @classmethod
     def from_outputs(cls, token_ids: Any, scores: Any, lengths: Any) -> DecodeResult:
