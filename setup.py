@@ -50,6 +50,9 @@ EXAMPLES_REQUIRES = [
 #: benchmarks/: keras-hub's layers are the reference the training step and
 #: decoding are measured against.
 BENCHMARK_REQUIRES = [*TRAIN_REQUIRES, "keras-hub>=0.21,<0.33"]
+#: docs/diagrams/model_figure.py (with Graphviz) and
+#: docs/screenshots/take_screenshots.py (with a system Chromium).
+PICTURES_REQUIRES = [*TRAIN_REQUIRES, "pydot>=3,<5", "playwright>=1.40,<2"]
 #: Tests, linters, the documentation site and the release tools.
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
@@ -85,10 +88,12 @@ setup(
         "jax": JAX_REQUIRES,
         "examples": EXAMPLES_REQUIRES,
         "benchmark": BENCHMARK_REQUIRES,
+        "pictures": PICTURES_REQUIRES,
         "dev": sorted(
             {
                 *EXAMPLES_REQUIRES,
                 *BENCHMARK_REQUIRES,
+                *PICTURES_REQUIRES,
                 *JAX_REQUIRES,
                 *TOOLS_REQUIRES,
             }
