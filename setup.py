@@ -52,6 +52,9 @@ EXAMPLES_REQUIRES = [
 #: benchmarks/: keras-hub's layers are the reference the training step and
 #: decoding are measured against.
 BENCHMARK_REQUIRES = [*TRAIN_REQUIRES, "keras-hub>=0.21,<0.33"]
+#: docs/diagrams/model_figure.py (with Graphviz) and
+#: docs/screenshots/take_screenshots.py (with a system Chromium).
+PICTURES_REQUIRES = [*TRAIN_REQUIRES, "pydot>=3,<5", "playwright>=1.40,<2"]
 #: Tests, linters, the documentation site and the release tools.
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
@@ -88,11 +91,13 @@ setup(
         "examples": EXAMPLES_REQUIRES,
         "benchmark": BENCHMARK_REQUIRES,
         "litert": LITERT_REQUIRES,
+        "pictures": PICTURES_REQUIRES,
         "dev": sorted(
             {
                 *EXAMPLES_REQUIRES,
                 *LITERT_REQUIRES,
                 *BENCHMARK_REQUIRES,
+                *PICTURES_REQUIRES,
                 *JAX_REQUIRES,
                 *TOOLS_REQUIRES,
             }

@@ -273,7 +273,8 @@ def _grid_figsize(
     return (
         columns * (panel_width + 0.15)
         + label_columns * _label_width(y_names, fontsize)
-        + 0.3,
+        + 0.3
+        + 0.9,  # the colour bar and its ticks
         rows * (panel_height + 0.35)
         + label_rows * _label_width(x_names, fontsize)
         + 0.5,
@@ -316,7 +317,8 @@ def plot_heads(
             `False` labels every head.
 
     Returns:
-        A figure with one heat map per head.
+        A figure with one heat map per head, all on one colour scale (from
+        0 to the largest weight shown), and its colour bar.
     """
     weights = _layer_weights(maps, kind, layer, example)
     num_layers, _, num_heads = weights.shape[:3]
@@ -331,6 +333,9 @@ def plot_heads(
     )
     FigureCanvasAgg(figure)
     axes = figure.subplots(rows, columns, squeeze=False)
+    # One colour scale for every head, so that their colours compare.
+    shown = weights[layer, example, :, : len(y_names), : len(x_names)]
+    top = max(float(shown.max()), 1e-6)
     for head, ax in enumerate(axes.flat):
         if head >= num_heads:
             ax.set_axis_off()
@@ -347,6 +352,8 @@ def plot_heads(
             show_x_labels=not label_outer or last_in_column,
             show_y_labels=not label_outer or head % columns == 0,
         )
+        ax.images[0].set_clim(0.0, top)
+    figure.colorbar(axes.flat[0].images[0], ax=axes, label="attention weight")
     layer_number = layer % num_layers
     figure.suptitle(f"{_TITLES[kind]}, layer {layer_number}")
     return figure

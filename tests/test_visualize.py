@@ -124,6 +124,17 @@ def test_plot_heads(maps):
         visualize.plot_heads(maps, 2, "encoder_self", None, None)
 
 
+def test_plot_heads_one_colour_scale_and_its_bar(maps):
+    figure = visualize.plot_heads(maps, 0, "encoder_self", ["a", "b", "c", "d"])
+    heat_maps = [ax for ax in figure.axes if ax.images]
+    shown = maps["encoder_self"][0, 0, :, :, :4]  # (heads, queries, 4 keys)
+    # Every head on the same scale, from 0 to the largest weight drawn.
+    for ax in heat_maps:
+        assert ax.images[0].get_clim() == (0.0, pytest.approx(float(shown.max())))
+    bars = [ax for ax in figure.axes if ax not in heat_maps and ax.get_visible()]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "attention weight"
+
+
 def test_grid_shape():
     assert visualize.grid_shape(8) == (2, 4)
     assert visualize.grid_shape(4) == (2, 2)

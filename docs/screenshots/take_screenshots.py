@@ -1,93 +1,103 @@
 #!/usr/bin/env python3
-"""Screenshots of TensorBoard for docs/training.md.
+"""Screenshots of TensorBoard and of the docs site, taken with headless Chromium.
 
-Trains a tiny run (`configs/dates_tiny.json`, a few hundred updates), starts
-TensorBoard on 127.0.0.1 with a free port, takes headless Chromium
-screenshots of its dashboards and stops TensorBoard again:
+Trains two tiny runs of `configs/dates_tiny.json` that differ in one setting
+(600 updates each, warm-up 100 or 400 updates), links their log folders
+under a neutral folder (``/tmp/kt/runs/<run>``, the only path TensorBoard
+shows), starts TensorBoard on 127.0.0.1 and takes, with Playwright driving
+the system Chromium:
 
-* ``docs/images/tensorboard_scalars.png``: the training and validation
-  curves (loss, BLEU, learning rate);
+* ``docs/images/tensorboard_scalars.png``: loss, BLEU and the learning rate
+  of Eq. 7 of both runs, unsmoothed (smoothing 0) and each chart fitted to
+  all its data ("ignore outliers" off);
 * ``docs/images/tensorboard_attention.png``: the encoder-decoder attention
   image of the last layer, every head in a grid;
-* ``docs/images/tensorboard_hparams.png``: the HParams table, the settings
-  next to the validation BLEU, chrF and loss.
+* ``docs/images/tensorboard_hparams.png``: the HParams table of the two runs,
+  the settings that differ and their validation scores;
+* with ``--site DIR`` (a built site: ``mkdocs build -d DIR``):
+  ``docs/images/site_api_multiheadattention.png`` and
+  ``docs/images/site_results.png``, the API page of `MultiHeadAttention`
+  and the results page.
 
-Usage (from the repository root; Chromium from Debian: ``apt-get install
-chromium``)::
+Usage (from the repository root; ``apt-get install chromium`` and
+``pip install playwright``: its own browser download is not needed)::
 
     .venv/bin/python docs/screenshots/take_screenshots.py
-    .venv/bin/python docs/screenshots/take_screenshots.py --workdir /tmp/s --steps 600
+    .venv/bin/python docs/screenshots/take_screenshots.py --site /tmp/site
 
-A run folder that already holds ``result.json`` is reused (pass
-``--retrain`` to train again). The PNGs are reduced to a 256-colour palette
-so each stays well under 300 KB.
+A run folder that already holds ``result.json`` is reused (``--retrain``
+trains again). The PNGs are reduced to a 256-colour palette so each stays
+well under 300 KB.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "dates_tiny.json"
 IMAGES = ROOT / "docs" / "images"
-
-#: name -> (TensorBoard address after the port, window size). The SCALARS
-#: and IMAGES dashboards draw in headless Chromium; the charts of TIME
-#: SERIES stay blank there (they are drawn in a worker).
-SHOTS = {
-    "tensorboard_scalars": (
-        "/#scalars&tagFilter=%5E(loss%7Cbleu%7Clearning_rate)%24",
-        (1400, 750),
+#: The folder TensorBoard reads: one link per run, so the sidebar shows
+#: this path and the run names only.
+LOGDIR = Path("/tmp/kt/runs")
+#: run name -> the `--set` overrides that make it differ from the other.
+RUNS = {
+    "warmup_100": ["model.optimizer.warmup_steps=100"],
+    "warmup_400": ["model.optimizer.warmup_steps=400"],
+}
+#: The HParams columns shown (the settings that differ or matter) and the
+#: validation metrics next to them.
+HPARAMS = ("model.optimizer.warmup_steps", "model.d_model", "train.train_steps")
+#: Picture name -> the site pages that may hold it, first found wins: a
+#: page of its own, else the anchor on the module's page.
+SITE_PAGES = {
+    "site_api_multiheadattention": (
+        "api/layers/MultiHeadAttention/",
+        "api/layers/#keras_transformer.layers.MultiHeadAttention",
     ),
-    "tensorboard_attention": (
-        "/#images&tagFilter=attention%2Fencoder_decoder",
-        (1400, 640),
-    ),
-    "tensorboard_hparams": ("/#hparams", (2000, 300)),
+    "site_results": ("results/",),
 }
 
 
-def _train(workdir: Path, steps: int) -> None:
+def _train(workdir: Path, steps: int, overrides: list[str]) -> None:
     """A tiny dates run: `steps` updates, validation every `steps // 4`."""
     per_epoch = max(1, steps // 4)
-    command = [
-        sys.executable,
-        "-m",
-        "keras_transformer",
-        "train",
-        str(CONFIG),
-        "--workdir",
-        str(workdir),
-        "--set",
+    settings = [
         f"train.train_steps={steps}",
-        "--set",
         f"train.steps_per_epoch={per_epoch}",
-        "--set",
         f"train.log_every={max(1, per_epoch // 10)}",
-        "--set",
         "data.num_train_examples=5000",
-        "--set",
         "data.num_eval_examples=200",
-        "--set",
         "train.bleu_samples=100",
-        "--set",
         "train.test_samples=200",
-        "--set",
-        "model.optimizer.warmup_steps=200",
+        *overrides,
     ]
+    command = [sys.executable, "-m", "keras_transformer", "train", str(CONFIG)]
+    command += ["--workdir", str(workdir)]
+    for setting in settings:
+        command += ["--set", setting]
     print("+", " ".join(command), flush=True)
     subprocess.run(command, check=True, cwd=ROOT)
+
+
+def _link_runs(workdir: Path, logdir: Path) -> None:
+    """`logdir/<run>` -> `workdir/<run>/logs` for every run of `RUNS`."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    for name in RUNS:
+        link = logdir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(workdir / name / "logs", target_is_directory=True)
 
 
 def _free_port() -> int:
@@ -148,40 +158,6 @@ def _tensorboard(log_dir: Path) -> Iterator[str]:
             process.wait()
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise SystemExit("Chromium not found: apt-get install chromium")
-
-
-def _screenshot(browser: str, url: str, size: tuple[int, int], path: Path) -> None:
-    with tempfile.TemporaryDirectory() as profile:
-        command = [
-            browser,
-            "--headless=new",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            f"--window-size={size[0]},{size[1]}",
-            "--virtual-time-budget=20000",
-            f"--screenshot={path}",
-            url,
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            command.insert(1, "--no-sandbox")  # Chromium refuses root otherwise
-        print("+", " ".join(command), flush=True)
-        subprocess.run(
-            command,
-            check=True,
-            timeout=180,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-
 def _shrink(path: Path) -> None:
     """A 256-colour palette: screenshots of flat colours lose nothing visible."""
     from PIL import Image
@@ -191,25 +167,119 @@ def _shrink(path: Path) -> None:
     small.save(path, optimize=True)
 
 
+def _check_boxes(page: Any, wanted: set[str]) -> None:
+    """Shows exactly the `wanted` hyperparameter columns of the HParams table."""
+    for box in page.locator("tf-hparams-query-pane paper-checkbox").all():
+        name = box.inner_text().strip()
+        # Only the column boxes: the others filter by value or by status.
+        if not name.startswith(("data.", "model.", "train.")):
+            continue
+        checked = box.get_attribute("aria-checked") == "true"
+        if checked != (name in wanted):
+            box.click()
+
+
+def _tensorboard_shots(page: Any, address: str, output: Path) -> list[Path]:
+    """The scalars, attention and HParams pictures of the TensorBoard at `address`."""
+    shots = []
+    page.set_viewport_size({"width": 1400, "height": 760})
+    page.goto(
+        f"{address}/#scalars&_smoothingWeight=0&tagFilter=%5E(loss%7Cbleu%7Clearning_rate)%24"
+    )
+    page.wait_for_timeout(5000)
+    outliers = page.get_by_text("Ignore outliers in chart scaling")
+    outliers.click()  # on by default (kept in local storage, not the URL)
+    page.wait_for_timeout(3000)
+    shots.append(output / "tensorboard_scalars.png")
+    page.screenshot(path=str(shots[-1]))
+
+    page.set_viewport_size({"width": 1400, "height": 640})
+    # One run, the last layer, at the image's own size.
+    page.goto(
+        f"{address}/#images&tagFilter=attention%2Fencoder_decoder%2Flayer_1"
+        "&regexInput=warmup_100%2Fvalidation"
+    )
+    page.wait_for_timeout(5000)
+    page.get_by_text("Show actual image size").click()
+    page.wait_for_timeout(3000)
+    shots.append(output / "tensorboard_attention.png")
+    page.screenshot(path=str(shots[-1]))
+
+    page.set_viewport_size({"width": 1760, "height": 600})
+    page.goto(f"{address}/#hparams")
+    page.wait_for_timeout(6000)
+    _check_boxes(page, set(HPARAMS))
+    page.wait_for_timeout(2000)
+    shots.append(output / "tensorboard_hparams.png")
+    # The table only (the query pane beside it scrolled while its boxes
+    # were clicked): its header, one row per run.
+    table = page.locator("tf-hparams-sessions-pane").bounding_box()
+    page.screenshot(
+        path=str(shots[-1]),
+        clip={"x": table["x"], "y": table["y"], "width": table["width"], "height": 200},
+    )
+    return shots
+
+
+def _site_shots(page: Any, site: Path, output: Path) -> list[Path]:
+    """The pages of `SITE_PAGES` of the built site in `site`, served locally."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=site,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    shots = []
+    try:
+        time.sleep(2)
+        page.set_viewport_size({"width": 1280, "height": 1100})
+        for name, candidates in SITE_PAGES.items():
+            found = [c for c in candidates if (site / c.split("#")[0]).is_dir()]
+            if not found:
+                print(f"no page of {candidates} in {site}: skipped", flush=True)
+                continue
+            page.goto(f"http://127.0.0.1:{port}/{found[0]}")
+            page.wait_for_timeout(3000)
+            shots.append(output / f"{name}.png")
+            page.screenshot(path=str(shots[-1]))
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    return shots
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/kt/train"))
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--output", type=Path, default=IMAGES)
+    parser.add_argument("--site", type=Path, default=None, help="a built site")
     parser.add_argument("--retrain", action="store_true")
     args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kt_screenshots_"))
-    if args.retrain or not (workdir / "result.json").is_file():
-        _train(workdir, args.steps)
-    browser = _chromium()
+    for name, overrides in RUNS.items():
+        if args.retrain or not (args.workdir / name / "result.json").is_file():
+            _train(args.workdir / name, args.steps, overrides)
+    _link_runs(args.workdir.resolve(), LOGDIR)
+    browser_path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser_path is None:
+        raise SystemExit("Chromium not found: apt-get install chromium")
     args.output.mkdir(parents=True, exist_ok=True)
-    with _tensorboard(workdir / "logs") as address:
-        for name, (page, size) in SHOTS.items():
-            path = args.output / f"{name}.png"
-            _screenshot(browser, address + page, size, path)
-            _shrink(path)
-            print(f"{path}: {path.stat().st_size // 1024} KB", flush=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=browser_path, args=["--no-sandbox"]
+        )
+        page = browser.new_page()
+        with _tensorboard(LOGDIR) as address:
+            shots = _tensorboard_shots(page, address, args.output)
+        if args.site is not None:
+            shots += _site_shots(page, args.site, args.output)
+        browser.close()
+    for path in shots:
+        _shrink(path)
+        print(f"{path}: {path.stat().st_size // 1024} KB", flush=True)
     return 0
 
 

@@ -118,18 +118,24 @@ mask = kt.layers.merge_attention_masks(
 print("padding mask:", ops.convert_to_numpy(padding).astype(int).tolist())
 
 _, masked_weights = kt.layers.scaled_dot_product_attention(x, x, x, mask=mask)
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-for ax, (title, matrix) in zip(
-    axes,
-    [
-        ("causal mask", causal),
-        ("causal and padding", mask[0]),
-        ("weights under that mask", masked_weights[0]),
-    ],
-    strict=True,
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="constrained")
+for column, (ax, (title, matrix)) in enumerate(
+    zip(
+        axes,
+        [
+            ("causal mask", causal),
+            ("causal and padding", mask[0]),
+            ("weights under that mask", masked_weights[0]),
+        ],
+        strict=True,
+    )
 ):
-    visualize.plot_attention(ops.convert_to_numpy(matrix), words, words, ax=ax)
+    visualize.plot_attention(
+        ops.convert_to_numpy(matrix), words, words, ax=ax, show_y_labels=column == 0
+    )
+    ax.images[0].set_clim(0, 1)  # masks: 1 = may attend; weights: 0 to 1
     ax.set_title(title)
+fig.colorbar(axes[0].images[0], ax=axes, label="mask value / weight")
 plt.show()
 print("rows of the padded queries:", ops.convert_to_numpy(masked_weights[0, 3:]))
 
@@ -157,11 +163,18 @@ print("output", tuple(out.shape), "| scores (batch, heads, query, key)", scores.
 expected = 4 * (d_model * d_model + d_model)
 print("parameters:", attention.count_params(), "= 4 (d_model^2 + d_model) =", expected)
 
-fig, axes = plt.subplots(1, heads, figsize=(3 * heads, 3))
+fig, axes = plt.subplots(1, heads, figsize=(3 * heads + 1, 3), layout="constrained")
 for head, ax in enumerate(axes):
     visualize.plot_attention(
-        ops.convert_to_numpy(scores[0, head]), words, words, ax=ax, title=f"head {head}"
+        ops.convert_to_numpy(scores[0, head]),
+        words,
+        words,
+        ax=ax,
+        title=f"head {head}",
+        show_y_labels=head == 0,  # the queries are the same words in every head
     )
+    ax.images[0].set_clim(0, 1)  # one scale for every head
+fig.colorbar(axes[0].images[0], ax=axes, label="weight")
 plt.show()
 
 # %% [markdown]
@@ -188,7 +201,7 @@ table = ops.convert_to_numpy(
     kt.layers.sinusoidal_encoding(ops.arange(length), depth)
 )  # (position, dimension)
 
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.5))
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.5), layout="constrained")
 image = left.pcolormesh(table.T, cmap="RdBu", vmin=-1, vmax=1)
 left.set(xlabel="position", ylabel="dimension", title="PE (Eqs. 5-6)")
 fig.colorbar(image, ax=left)
@@ -196,7 +209,7 @@ for dim in (6, 20, 36, 52):
     wavelength = 2 * np.pi * 10000 ** (dim / depth)
     right.plot(table[:, dim], label=f"dimension {dim}: wavelength {wavelength:.0f}")
 right.set(xlabel="position", title="even dimensions: sines of growing wavelength")
-right.legend(fontsize="small")
+right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
 plt.show()
 
 # %% [markdown]
@@ -209,13 +222,14 @@ plt.show()
 
 # %%
 similarity = table @ table.T
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5))
-left.imshow(similarity, cmap="viridis")
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.5), layout="constrained")
+fig.colorbar(left.imshow(similarity, cmap="viridis"), ax=left)
 left.set(xlabel="position", ylabel="position", title="$PE_i \\cdot PE_j$")
 for pos in (20, 50, 80):
     right.plot(similarity[pos], label=f"position {pos}")
 right.set(xlabel="position j", title="one row per position: same shape, shifted")
-right.legend(fontsize="small")
+# Beside the axes: inside, it hid the peak of position 80.
+right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
 plt.show()
 
 # %% [markdown]

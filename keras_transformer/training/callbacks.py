@@ -557,7 +557,8 @@ def write_hparams(
 
     Args:
         log_dir: the run's log folder.
-        hparams: flat settings; lists become strings.
+        hparams: flat settings; lists and integers become strings (the
+            HParams view prints numbers with five digits, 512 as 512.00).
         trial_id: a name for the run.
         metrics: ``(tag, run)`` pairs shown next to the settings, the run
             relative to `log_dir`, e.g. ``("bleu", "validation")``.
@@ -596,6 +597,10 @@ def write_hparams(
             value = "none"
         elif isinstance(value, (list, tuple)):
             value = ",".join(map(str, value))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            # TensorBoard keeps every number as a double and prints it with
+            # five digits ("512.00"); an integer setting reads as one.
+            value = str(value)
         values[key] = value
     writer = tf.summary.create_file_writer(str(log_dir / session))
     with writer.as_default():
