@@ -61,6 +61,7 @@ TOOLS_REQUIRES = [
     "ruff>=0.6,<1",
     "mkdocs>=1.6,<2",
     "mkdocstrings[python]>=0.26,<2",
+    "griffelib>=2,<3",  # read by docs/api_hook.py (mkdocstrings-python's parser)
     "mkdocs-jupyter>=0.25,<1",
     "pyyaml>=6,<7",
     "nbclient>=0.10,<1",

@@ -34,6 +34,7 @@ DISTRIBUTIONS = {
     "IPython": "ipykernel",  # the kernel's dependency: display()
     "PIL": "matplotlib",  # Pillow, matplotlib's dependency
     "google": "tensorflow",  # protobuf, pinned by TensorFlow
+    "griffe": "griffelib",  # mkdocstrings-python's parser, read by docs/api_hook.py
     "keras_hub": "keras-hub",
     "sklearn": "scikit-learn",
     "skimage": "scikit-image",
