@@ -196,9 +196,7 @@ def test_score_equals_the_forward_pass_and_the_beams_own_scores(trained) -> None
     # The beam's own raw log-probabilities and length-normalised scores.
     np.testing.assert_allclose(result.log_probs, lists.log_probs[0], atol=2e-4)
     penalties = length_penalty(result.lengths, settings.alpha)
-    np.testing.assert_allclose(
-        result.log_probs / penalties, lists.scores[0], atol=2e-4
-    )
+    np.testing.assert_allclose(result.log_probs / penalties, lists.scores[0], atol=2e-4)
     # The model's forward pass, log-softmax gathered by hand (float64).
     for row, target in enumerate(targets):
         inputs = np.array([[tokenizer.START_ID, *target]], "int32")
@@ -225,3 +223,157 @@ def test_prefix_of_the_greedy_output_gives_the_greedy_output(trained) -> None:
         assert all(row[:1] == other[0] for row in outputs.to_list())
     with pytest.raises(ValueError, match="one id list per source"):
         decoder.decode(source, greedy, prefixes=other[:2])
+
+
+# ------------------------------------------- the translator and the commands
+
+
+@pytest.fixture(scope="module")
+def model_dir(trained, tmp_path_factory: pytest.TempPathFactory):
+    from keras_transformer import export
+
+    model, tokenizer = trained
+    return export.save_model_and_tokenizer(
+        model, tokenizer, tmp_path_factory.mktemp("model")
+    )
+
+
+def _lines(count: int = 5) -> list[str]:
+    from keras_transformer.data import synthetic_dates
+
+    return list(synthetic_dates(count, seed=41).sources)
+
+
+def test_translator_n_best_prefixes_and_score(trained) -> None:
+    from keras_transformer.translation import Translator
+
+    model, tokenizer = trained
+    translator = Translator(model, tokenizer, batch_size=2)
+    lines = [*_lines(4), ""]
+    best = translator.translate(lines)
+    lists = translator.translate(lines, n_best=3)
+    assert [hypotheses[0][0] for hypotheses in lists] == best
+    assert lists[-1] == [("", 0.0)]
+    for hypotheses in lists[:-1]:
+        scores = [score for _, score in hypotheses]
+        assert len(hypotheses) == 3 and scores == sorted(scores, reverse=True)
+    # Scoring the best translations gives the beam's raw log-probabilities.
+    scored = translator.score(lines[:4], best[:4])
+    for (_, score), result in zip([h[0] for h in lists[:4]], scored, strict=True):
+        penalty = length_penalty(len(result.token_log_probs), translator.alpha)
+        assert result.log_prob / penalty == pytest.approx(score, abs=2e-4)
+        assert result.log_prob == pytest.approx(sum(result.token_log_probs), abs=1e-4)
+    # Prefixes (text): each translation starts with its own.
+    prefixes = ["1999", "", "2001", "12", ""]
+    forced = translator.translate(lines, prefixes=prefixes)
+    for prefix, text, free, line in zip(prefixes, forced, best, lines, strict=True):
+        assert text.startswith(prefix) if line else text == ""
+        if not prefix:
+            assert text == free
+    with pytest.raises(ValueError, match="one prefix per line"):
+        translator.translate(lines, prefixes=prefixes[:2])
+    with pytest.raises(ValueError, match="n_best=5 is larger than beam_size=4"):
+        translator.translate(lines, n_best=5)
+
+
+def test_sampling_with_a_seed_is_reproducible(trained) -> None:
+    from keras_transformer.translation import Translator
+
+    model, tokenizer = trained
+    lines = _lines(4)
+    sample = dict(method="sample", temperature=1.5, top_k=20, top_p=0.9)
+    first = Translator(model, tokenizer, seed=3, **sample).translate(lines)
+    again = Translator(model, tokenizer, seed=3, **sample).translate(lines)
+    other = Translator(model, tokenizer, seed=4, **sample).translate(lines)
+    assert first == again and first != other
+    # top_p so small that only the most likely token remains: greedy.
+    nucleus = Translator(model, tokenizer, seed=5, method="sample", top_p=1e-6)
+    assert nucleus.translate(lines) == Translator(
+        model, tokenizer, beam_size=1
+    ).translate(lines)
+
+
+def _parse(add_arguments, argv: list[str]):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_translate_command_n_best_and_prefixes(
+    trained, model_dir, tmp_path, capfd, monkeypatch
+) -> None:
+    import io
+
+    from keras_transformer.cli import translate as translate_command
+    from keras_transformer.translation import Translator
+
+    model, tokenizer = trained
+    lines = _lines(3)
+    source = tmp_path / "source.txt"
+    source.write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")
+    argv = ["--workdir", str(model_dir), "--input", str(source), "--n-best", "2"]
+    assert translate_command.run(_parse(translate_command.add_arguments, argv)) == 0
+    printed = capfd.readouterr().out.splitlines()
+    lists = Translator(model, tokenizer).translate(lines, n_best=2)
+    assert printed == [
+        f"{i} ||| {text} ||| {score:.4f}"
+        for i, hypotheses in enumerate(lists)
+        for text, score in hypotheses
+    ]
+    # Prefixes as a tab-separated column of standard input.
+    stdin = "".join(f"{line}\t1999\n" for line in lines)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    argv = ["--workdir", str(model_dir), "--prefix-column", "--beam-size", "1"]
+    assert translate_command.run(_parse(translate_command.add_arguments, argv)) == 0
+    outputs = capfd.readouterr().out.splitlines()
+    assert len(outputs) == 3 and all(text.startswith("1999") for text in outputs)
+    prefix_file = tmp_path / "prefixes.txt"
+    prefix_file.write_text("1999\n", encoding="utf-8")
+    argv = ["--workdir", str(model_dir), "--input", str(source)]
+    argv += ["--prefix-file", str(prefix_file)]
+    with pytest.raises(Exception, match="has 1 lines but the input has 3"):
+        translate_command.run(_parse(translate_command.add_arguments, argv))
+
+
+def test_score_command_reads_pairs_and_prints_log_probabilities(
+    trained, model_dir, tmp_path, capfd, monkeypatch
+) -> None:
+    import io
+
+    from keras_transformer.cli import score as score_command
+    from keras_transformer.translation import Translator
+
+    model, tokenizer = trained
+    lines = _lines(3)
+    targets = Translator(model, tokenizer).translate(lines)
+    stdin = "".join(f"{s}\t{t}\n" for s, t in zip(lines, targets, strict=True))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    args = _parse(score_command.add_arguments, ["--workdir", str(model_dir)])
+    assert score_command.run(args) == 0
+    printed = capfd.readouterr().out.splitlines()
+    expected = Translator(model, tokenizer).score(lines, targets)
+    assert len(printed) == 3
+    for line, result in zip(printed, expected, strict=True):
+        total, tokens = line.split("\t")
+        assert float(total) == pytest.approx(result.log_prob, abs=1e-4)
+        assert [float(x) for x in tokens.split()] == pytest.approx(
+            result.token_log_probs, abs=1e-4
+        )
+    # The same pairs as two files; a line without a tab is refused.
+    source, target = tmp_path / "s.txt", tmp_path / "t.txt"
+    source.write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")
+    target.write_text("".join(f"{x}\n" for x in targets), encoding="utf-8")
+    argv = ["--workdir", str(model_dir), "--source", str(source)]
+    assert (
+        score_command.run(
+            _parse(score_command.add_arguments, [*argv, "--target", str(target)])
+        )
+        == 0
+    )
+    assert capfd.readouterr().out.splitlines() == printed
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"no tab\n")))
+    args = _parse(score_command.add_arguments, ["--workdir", str(model_dir)])
+    with pytest.raises(Exception, match="line 1 has no tab"):
+        score_command.run(args)
