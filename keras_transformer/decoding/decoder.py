@@ -82,7 +82,7 @@ class Decoder(DeprecatedDecoderMethods):
         self._search_fn = tf.function(
             self._search, jit_compile=self.jit_compile, reduce_retracing=True
         )
-        self._score_fn = tf.function(self._score, reduce_retracing=True)
+        self._score_fn = tf.function(self.forced_log_probs, reduce_retracing=True)
 
     # ---------------------------------------------------------- public API
     def decode(
@@ -214,6 +214,13 @@ class Decoder(DeprecatedDecoderMethods):
         )
         rows = _id_rows("targets", targets, len(source), self.vocabulary_size)
         width = max(len(row) for row in rows) + 1
+        supported = self.max_supported_length
+        if supported is not None and width > supported:
+            raise ValueError(
+                f"A target of {width - 1} tokens (+ END) is longer than the model "
+                f"supports: its learned target positions stop at {supported}. "
+                f"Score targets of at most {supported - 1} tokens."
+            )
         inputs = np.zeros((len(rows), width), "int32")
         labels = np.zeros((len(rows), width), "int32")
         for i, row in enumerate(rows):
@@ -333,11 +340,20 @@ class Decoder(DeprecatedDecoderMethods):
             prefix=prefix,
         )
 
-    def _score(
+    def forced_log_probs(
         self, source_ids: tf.Tensor, inputs: tf.Tensor, labels: tf.Tensor
     ) -> tf.Tensor:
-        """`(batch, length)` log-softmax of the model's logits at `labels`,
-        0 at padding (the graph of `score`)."""
+        """`score` as TensorFlow ops (teacher forcing), for a caller's graph.
+
+        Args:
+            source_ids: int32 `(batch, source_length)`, 0 for padding.
+            inputs: int32 `(batch, length)`: START, then the target, then 0.
+            labels: int32 `(batch, length)`: the target, END, then 0.
+
+        Returns:
+            float32 `(batch, length)`: `log P(labels[t] | inputs[:t + 1], X)`,
+            0 where `labels` is padding.
+        """
         logits = self.model((source_ids, inputs), training=False)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
         labels = tf.cast(labels, tf.int32)
