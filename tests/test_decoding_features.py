@@ -244,11 +244,12 @@ def _lines(count: int = 5) -> list[str]:
     return list(synthetic_dates(count, seed=41).sources)
 
 
+@pytest.mark.slow
 def test_translator_n_best_prefixes_and_score(trained) -> None:
     from keras_transformer.translation import Translator
 
     model, tokenizer = trained
-    translator = Translator(model, tokenizer, batch_size=2)
+    translator = Translator(model, tokenizer)
     lines = [*_lines(4), ""]
     best = translator.translate(lines)
     lists = translator.translate(lines, n_best=3)
@@ -276,6 +277,7 @@ def test_translator_n_best_prefixes_and_score(trained) -> None:
         translator.translate(lines, n_best=5)
 
 
+@pytest.mark.slow
 def test_sampling_with_a_seed_is_reproducible(trained) -> None:
     from keras_transformer.translation import Translator
 
@@ -301,6 +303,7 @@ def _parse(add_arguments, argv: list[str]):
     return parser.parse_args(argv)
 
 
+@pytest.mark.slow
 def test_translate_command_n_best_and_prefixes(
     trained, model_dir, tmp_path, capfd, monkeypatch
 ) -> None:
@@ -337,6 +340,7 @@ def test_translate_command_n_best_and_prefixes(
         translate_command.run(_parse(translate_command.add_arguments, argv))
 
 
+@pytest.mark.slow
 def test_score_command_reads_pairs_and_prints_log_probabilities(
     trained, model_dir, tmp_path, capfd, monkeypatch
 ) -> None:
@@ -377,3 +381,52 @@ def test_score_command_reads_pairs_and_prints_log_probabilities(
     args = _parse(score_command.add_arguments, ["--workdir", str(model_dir)])
     with pytest.raises(Exception, match="line 1 has no tab"):
         score_command.run(args)
+
+
+@pytest.mark.slow
+def test_the_saved_model_serves_n_best_score_and_prefixes(trained, tmp_path) -> None:
+    from keras_transformer import export
+    from keras_transformer.translation import Translator
+
+    model, tokenizer = trained
+    path = export.export_translator(model, tokenizer, tmp_path / "1", beam_size=3)
+    loaded = tf.saved_model.load(str(path))
+    lines = [*_lines(3), ""]
+    sentences = tf.constant(lines)
+    served = loaded.signatures["serving_default"](sentences=sentences)
+    translator = Translator(model, tokenizer, beam_size=3)
+    # n-best: [batch, 3], its first column is serving_default's output.
+    n_best = loaded.signatures["n_best"](sentences=sentences)
+    texts = n_best["translations"].numpy().astype(str)
+    assert texts.shape == (4, 3)
+    assert texts[:, 0].tolist() == served["translations"].numpy().astype(str).tolist()
+    np.testing.assert_allclose(n_best["scores"][:, 0], served["scores"], atol=1e-5)
+    lists = translator.translate(lines[:3], n_best=3)
+    assert texts[:3].tolist() == [[t for t, _ in h] for h in lists]
+    np.testing.assert_allclose(
+        n_best["scores"][:3], [[s for _, s in h] for h in lists], atol=1e-4
+    )
+    # score: forced decoding of the served translations.
+    best = texts[:3, 0].tolist()
+    scored = loaded.signatures["score"](
+        sentences=tf.constant(lines[:3]), targets=tf.constant(best)
+    )
+    expected = translator.score(lines[:3], best)
+    np.testing.assert_allclose(
+        scored["scores"], [s.log_prob for s in expected], atol=1e-4
+    )
+    assert scored["lengths"].numpy().tolist() == [
+        len(s.token_log_probs) for s in expected
+    ]
+    # Prefixes: each output starts with its own; none gives serving_default's.
+    prefixes = ["1999", "", "12", ""]
+    forced = (
+        loaded.signatures["translate_with_prefix"](
+            sentences=sentences, prefixes=tf.constant(prefixes)
+        )["translations"]
+        .numpy()
+        .astype(str)
+    )
+    assert forced.tolist() == translator.translate(lines, prefixes=prefixes)
+    assert forced[0].startswith("1999") and forced[2].startswith("12")
+    assert forced[1] == texts[1, 0]
