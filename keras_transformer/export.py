@@ -375,16 +375,16 @@ def _search_graph(
             tf.concat([dense, padding], 1),
             tf.cast(prefix_ids.row_lengths(), tf.int32),
         )
+    options = {
+        "max_length": length,
+        "start_id": settings.start_id,
+        "end_id": settings.end_id,
+    }
     # The search of `Decoder`, as ops of this graph.
-    return decoder.search(
-        source,
-        limits,
-        settings.decode,
-        max_length=length,
-        start_id=settings.start_id,
-        end_id=settings.end_id,
-        prefix=prefix,
-        n_best=n_best,
+    if prefix is None and n_best is None:
+        return decoder.search(source, limits, settings.decode, **options)
+    return decoder.search_with(
+        source, limits, settings.decode, prefix=prefix, n_best=n_best, **options
     )
 
 

@@ -245,8 +245,6 @@ class Decoder(DeprecatedDecoderMethods):
         start_id: int = START_ID,
         end_id: int | None = END_ID,
         static_shapes: bool = False,
-        prefix: Prefix | None = None,
-        n_best: int | None = None,
     ) -> Outputs:
         """`decode` as TensorFlow ops, without its checks, for a caller's
         `tf.function` (e.g. a SavedModel signature).
@@ -263,14 +261,50 @@ class Decoder(DeprecatedDecoderMethods):
             seed: int32 scalar of a sample.
             start_id, end_id: as for `decode`.
             static_shapes: keep every shape static, as XLA needs.
+
+        Returns:
+            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
+        """
+        return self.search_with(
+            source_ids,
+            limits,
+            settings,
+            max_length=max_length,
+            seed=seed,
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=static_shapes,
+        )
+
+    def search_with(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | tf.Tensor,
+        prefix: Prefix | None = None,
+        n_best: int | None = None,
+        seed: int | tf.Tensor = 0,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+        static_shapes: bool = False,
+    ) -> tuple[tf.Tensor, ...]:
+        """`search` with a forced target prefix per example and/or n-best
+        lists (the SavedModel's ``translate_with_prefix`` and ``n_best``).
+
+        Args:
+            source_ids, limits, settings, max_length, seed, start_id, end_id,
+                static_shapes: as for `search`.
             prefix: `(token_ids (batch, prefix_length), lengths (batch,))`:
                 the target ids each output starts with (`search.force_prefix`).
             n_best: return `NBestBeamSearch`'s lists of this many hypotheses
-                (beam search) instead of the best one.
+                (beam search only) instead of the best one.
 
         Returns:
-            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`;
-            with `n_best`, `NBestBeamSearch.result`'s tuple.
+            `search`'s outputs, or with `n_best` (beam search)
+            `NBestBeamSearch.result`'s ``(token_ids, scores, log_probs,
+            lengths)``, each `(batch, n_best, ...)`.
         """
         settings = settings or DecodeSettings()
         return self._search(
