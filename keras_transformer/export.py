@@ -29,7 +29,19 @@ shape [batch]; got shape [...]" instead of being flattened):
   exports);
 * ``translate_ids``: ``token_ids`` (int32 ``[batch, length]``: the output
   subword ids, END included, then 0), ``lengths`` (int32 ``[batch]``, END
-  included) and ``scores``.
+  included) and ``scores``;
+* ``n_best``: ``translations`` (``tf.string`` ``[batch, K]``) and ``scores``
+  (float32 ``[batch, K]``, ``log P / lp(Y)``, best first; ``-inf`` for a
+  slot without hypothesis), K the export's ``n_best`` setting when above 1,
+  else its beam size (`export_n_best`);
+* ``score`` (also takes ``targets``, ``[batch]``): forced decoding, the
+  log-probability of each target given its sentence: ``scores`` (float32
+  ``[batch]``), ``token_scores`` (``[batch, length]``, END last, then 0) and
+  ``lengths`` (END included); targets keep their first
+  ``max_output_length - 1`` subword tokens;
+* ``translate_with_prefix`` (also takes ``prefixes``, ``[batch]``, ``""`` for
+  none): ``translations`` and ``scores`` as ``translate``, each translation
+  starting with its prefix (whose tokens add 0 to the score);
 * ``translate_constrained`` (terminology): ``sentences`` and ``phrases``
   (``tf.string`` ``[batch, count]``, ``""`` where a sentence has fewer):
   ``translations``, ``scores`` and ``unmet`` (bool ``[batch, count]``, a
@@ -149,6 +161,11 @@ __all__ = [
 INPUT_NAME = "sentences"
 TRANSLATE_SIGNATURE = "translate"
 IDS_SIGNATURE = "translate_ids"
+#: The signatures of n-best lists, forced-decoding scores and target prefixes.
+N_BEST_SIGNATURE = "n_best"
+SCORE_SIGNATURE = "score"
+PREFIX_SIGNATURE = "translate_with_prefix"
+SCORE_PAIRS_MESSAGE = "score needs one target per sentence"
 #: The signature of a classification export, and the name of its input.
 CLASSIFY_SIGNATURE = "classify"
 TEXTS_NAME = "texts"
@@ -333,6 +350,49 @@ def source_ids_from_strings(
     return ids.to_tensor(default_value=PADDING_ID), is_empty
 
 
+def _search_graph(
+    decoder: Decoder,
+    tokenizer: SubwordTokenizer,
+    settings: ExportSettings,
+    sentences: tf.Tensor,
+    prefixes: tf.Tensor | None = None,
+    n_best: int | None = None,
+) -> tuple[tf.Tensor, ...]:
+    """The search of `settings` on raw `sentences`, as ops of the caller's
+    graph: `Decoder.search`'s outputs (with a forced target prefix per
+    sentence, or `NBestBeamSearch`'s lists, where asked)."""
+    length = settings.max_output_length
+    sentences = check_sentence_batch(sentences)
+    source, is_empty = source_ids_from_strings(
+        tokenizer, sentences, settings.decode.max_input_length
+    )
+    source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
+    limits = tf.minimum(source_lengths + settings.decode.extra_length, length)
+    # An empty sentence is done before the first step: empty output.
+    limits = tf.where(is_empty, 0, limits)
+    prefix = None
+    if prefixes is not None:
+        prefix_ids = tokenizer.tokenize(check_sentence_batch(prefixes))
+        dense = prefix_ids.to_tensor(default_value=PADDING_ID)
+        # At least one column, even when every prefix is empty.
+        padding = tf.zeros([tf.shape(dense)[0], 1], dense.dtype)
+        prefix = (
+            tf.concat([dense, padding], 1),
+            tf.cast(prefix_ids.row_lengths(), tf.int32),
+        )
+    options = {
+        "max_length": length,
+        "start_id": settings.start_id,
+        "end_id": settings.end_id,
+    }
+    # The search of `Decoder`, as ops of this graph.
+    if prefix is None and n_best is None:
+        return decoder.search(source, limits, settings.decode, **options)
+    return decoder.search_with(
+        source, limits, settings.decode, prefix=prefix, n_best=n_best, **options
+    )
+
+
 def _decode_function(
     model: keras.Model, tokenizer: SubwordTokenizer, settings: ExportSettings
 ) -> tf.types.experimental.GenericFunction:
@@ -343,25 +403,10 @@ def _decode_function(
     length `settings.max_output_length`.
     """
     decoder = Decoder(model)
-    length = settings.max_output_length
 
     def decode(sentences: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        sentences = check_sentence_batch(sentences)
-        source, is_empty = source_ids_from_strings(
-            tokenizer, sentences, settings.decode.max_input_length
-        )
-        source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
-        limits = tf.minimum(source_lengths + settings.decode.extra_length, length)
-        # An empty sentence is done before the first step: empty output.
-        limits = tf.where(is_empty, 0, limits)
-        # The search of `Decoder`, as ops of this graph.
-        token_ids, scores, lengths = decoder.search(
-            source,
-            limits,
-            settings.decode,
-            max_length=length,
-            start_id=settings.start_id,
-            end_id=settings.end_id,
+        token_ids, scores, lengths = _search_graph(
+            decoder, tokenizer, settings, sentences
         )
         width = tf.maximum(tf.reduce_max(tf.concat([lengths, [0]], 0)), 1)
         return token_ids[:, :width], scores, lengths
@@ -373,7 +418,6 @@ def _decode_function(
     )
 
 
-# ----------------------------------------------------------------- export
 def lock_path(export_dir: str | os.PathLike[str]) -> Path:
     """The writer lock of an export folder: ``.<name>.lock`` beside it.
 
@@ -502,7 +546,111 @@ def _translate_archive(
     archive.add_endpoint(TRANSLATE_SIGNATURE, translate, spec)
     archive.add_endpoint(IDS_SIGNATURE, translate_ids, spec)
     _add_constrained_endpoint(archive, model, tokenizer, settings)
+    _add_feature_endpoints(archive, model, tokenizer, settings)
     return archive
+
+
+# ---------------------------------------- n-best, scoring, target prefixes
+def export_n_best(settings: DecodeSettings) -> int:
+    """Hypotheses per sentence of the ``n_best`` signature: `settings.n_best`
+    when above 1, else the whole beam (1 for greedy decoding, sampling)."""
+    if settings.strategy != "beam":
+        return 1
+    return settings.n_best if settings.n_best > 1 else settings.beam_size
+
+
+def _n_best_endpoint(
+    decoder: Decoder, tokenizer: SubwordTokenizer, settings: ExportSettings
+) -> Any:
+    """``n_best``: sentences -> ``translations`` and ``scores`` ``[batch, K]``."""
+    k = export_n_best(settings.decode)
+
+    def n_best(sentences: tf.Tensor) -> dict[str, tf.Tensor]:
+        if settings.decode.strategy == "beam":
+            token_ids, scores, _, _ = _search_graph(
+                decoder, tokenizer, settings, sentences, n_best=k
+            )
+        else:
+            outputs = _search_graph(decoder, tokenizer, settings, sentences)
+            token_ids, scores = outputs[0][:, None], outputs[1][:, None]
+        # (batch * K, length) -> texts (batch, K)
+        flat = tf.reshape(token_ids, [-1, tf.shape(token_ids)[-1]])
+        texts = tf.reshape(tokenizer.detokenize(flat), [-1, k])
+        return {"translations": texts, "scores": tf.identity(scores)}
+
+    return n_best
+
+
+def _score_endpoint(
+    decoder: Decoder, tokenizer: SubwordTokenizer, settings: ExportSettings
+) -> Any:
+    """``score``: sentences, targets -> ``log P(target | source)`` (forced
+    decoding, `Decoder.score`): ``scores`` ``[batch]``, ``token_scores``
+    ``[batch, length]`` (END last, then 0) and ``lengths`` (END included)."""
+
+    def score(sentences: tf.Tensor, targets: tf.Tensor) -> dict[str, tf.Tensor]:
+        sentences = check_sentence_batch(sentences)
+        targets = check_sentence_batch(targets)
+        tf.debugging.assert_equal(
+            tf.shape(sentences), tf.shape(targets), message=SCORE_PAIRS_MESSAGE
+        )
+        source, _ = source_ids_from_strings(
+            tokenizer, sentences, settings.decode.max_input_length
+        )
+        # Targets keep at most `max_output_length - 1` tokens, then END.
+        ids = tokenizer.tokenize(targets)[:, : settings.max_output_length - 1]
+        dense = ids.to_tensor(default_value=PADDING_ID)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        batch = tf.shape(dense)[0]
+        inputs = tf.concat([tf.fill([batch, 1], settings.start_id), dense], 1)
+        labels = tf.concat([dense, tf.zeros([batch, 1], tf.int32)], 1)
+        at_end = tf.equal(tf.range(tf.shape(labels)[1])[None], lengths[:, None])
+        labels = tf.where(at_end, settings.end_id, labels)
+        token_scores = decoder.forced_log_probs(source, inputs, labels)
+        return {
+            "scores": tf.reduce_sum(token_scores, axis=1),
+            "token_scores": token_scores,
+            "lengths": lengths + 1,
+        }
+
+    return score
+
+
+def _add_feature_endpoints(
+    archive: keras.export.ExportArchive,
+    model: keras.Model,
+    tokenizer: SubwordTokenizer,
+    settings: ExportSettings,
+) -> None:
+    """The signatures ``n_best``, ``score`` and ``translate_with_prefix``
+    (see the module docstring) beside ``serving_default``."""
+    decoder = Decoder(model)
+    sentences = tf.TensorSpec([None], tf.string, name=INPUT_NAME)
+
+    def translate_with_prefix(
+        sentences: tf.Tensor, prefixes: tf.Tensor
+    ) -> dict[str, tf.Tensor]:
+        token_ids, scores, _ = _search_graph(
+            decoder, tokenizer, settings, sentences, prefixes
+        )
+        return {
+            "translations": tokenizer.detokenize(token_ids),
+            "scores": tf.identity(scores),
+        }
+
+    archive.add_endpoint(
+        N_BEST_SIGNATURE, _n_best_endpoint(decoder, tokenizer, settings), [sentences]
+    )
+    archive.add_endpoint(
+        SCORE_SIGNATURE,
+        _score_endpoint(decoder, tokenizer, settings),
+        [sentences, tf.TensorSpec([None], tf.string, name="targets")],
+    )
+    archive.add_endpoint(
+        PREFIX_SIGNATURE,
+        translate_with_prefix,
+        [sentences, tf.TensorSpec([None], tf.string, name="prefixes")],
+    )
 
 
 # ---------------- terminology constraints (Post and Vilar 2018): one signature

@@ -36,7 +36,7 @@ import dataclasses
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
     "EvaluationResult",
     "SourceCutWarning",
+    "TargetScore",
     "TestSetEvaluation",
     "Translation",
     "Translator",
@@ -165,6 +166,19 @@ class EvaluationResult:
         return values
 
 
+@dataclasses.dataclass(frozen=True)
+class TargetScore:
+    """The log-probability of a given target (`Translator.score`).
+
+    Attributes:
+        log_prob: ``log P(Y | X)``, the sum of `token_log_probs`.
+        token_log_probs: ``log P(y_t | y_<t, X)`` per subword token, END last.
+    """
+
+    log_prob: float
+    token_log_probs: tuple[float, ...]
+
+
 #: The former name of `EvaluationResult` for test sets (same class).
 TestSetEvaluation = EvaluationResult
 
@@ -250,6 +264,8 @@ class Translator:
         jit_compile: compile the decoding loop with XLA.
         warn_on_cut: warn (`SourceCutWarning`) once per call that cut
             sources; `cut_lines` is set either way.
+        seed: makes sampling (``method="sample"``) reproducible: each batch
+            draws with ``seed + its first line's index``; None draws a seed.
         ensemble: more models with `model`'s vocabulary, decoded with it in
             one search that averages their log-probabilities per step
             (`EnsembleDecoder`; `from_runs` loads them).
@@ -282,6 +298,7 @@ class Translator:
     bucket_boundaries: Sequence[int]
     jit_compile: bool
     warn_on_cut: bool
+    seed: int | None
     cut_lines: tuple[int, ...] = dataclasses.field(repr=False, compare=False)
     ensemble: tuple[keras.Model, ...] = dataclasses.field(repr=False, compare=False)
     unmet_constraints: list[list[str]] = dataclasses.field(repr=False, compare=False)
@@ -297,6 +314,7 @@ class Translator:
         bucket_boundaries: Sequence[int] = DEFAULT_BUCKET_BOUNDARIES,
         jit_compile: bool = False,
         warn_on_cut: bool = True,
+        seed: int | None = None,
         ensemble: Sequence[keras.Model] = (),
         **decode_settings: Any,
     ) -> None:
@@ -309,6 +327,8 @@ class Translator:
         self.bucket_boundaries = bucket_boundaries
         self.jit_compile = jit_compile
         self.warn_on_cut = warn_on_cut
+        validation.check_int("seed", seed, 0, allow_none=True)
+        self.seed = seed
         self.cut_lines = ()
         self.ensemble = tuple(ensemble)
         self.unmet_constraints = []
@@ -398,29 +418,39 @@ class Translator:
         return [list(row) for row in rows]
 
     def decode_ids(
-        self, source_ids: Any, constraints: Sequence[Any] | None = None
+        self,
+        source_ids: Any,
+        prefixes: Any = None,
+        seed: int | None = None,
+        constraints: Sequence[Any] | None = None,
     ) -> DecodeResult:
-        """The search of `settings` on a batch of source ids ``[batch, length]``;
+        """The search of `settings` on a batch of source ids ``[batch, length]``
+        (each output starting with its `prefixes` ids, when given);
         `constraints`: per source, phrases of target ids its output must hold
         (`Decoder.decode`)."""
-        if self.ensemble:
-            if self._ensemble_decoder is None:
-                from keras_transformer.decoding.ensemble import EnsembleDecoder
-
-                self._ensemble_decoder = EnsembleDecoder(
-                    [self.model, *self.ensemble], self.jit_compile
-                )
-            decoder = self._ensemble_decoder
-        else:
-            decoder = get_decoder(self.model, self.jit_compile)
-        return decoder.decode(
+        return self._decoder().decode(
             np.asarray(source_ids, "int32"),
             self.settings,
             max_length=self.max_output_length,
+            seed=seed,
             start_id=self.tokenizer.START_ID,
             end_id=self.tokenizer.END_ID,
+            prefixes=prefixes,
             constraints=constraints,
         )
+
+    def _decoder(self) -> Any:
+        """The model's `Decoder`, or the `EnsembleDecoder` of `model` and
+        `ensemble`."""
+        if not self.ensemble:
+            return get_decoder(self.model, self.jit_compile)
+        if self._ensemble_decoder is None:
+            from keras_transformer.decoding.ensemble import EnsembleDecoder
+
+            self._ensemble_decoder = EnsembleDecoder(
+                [self.model, *self.ensemble], self.jit_compile
+            )
+        return self._ensemble_decoder
 
     def _padded_length(self, length: int) -> int:
         for boundary in sorted(self.bucket_boundaries):
@@ -428,37 +458,15 @@ class Translator:
                 return boundary
         return self.max_input_length
 
-    # -- text ----------------------------------------------------------------
-    def translate(
-        self,
-        lines: Sequence[str],
-        progress: bool = False,
-        constraints: Sequence[Sequence[str]] | None = None,
-    ) -> list[str]:
-        """One translation per line, in order; ``""`` for a line without any
-        subword token (``""``, whitespace).
-
-        Lines are tokenized once, decoded in batches of similar length
-        (sorted by their number of subword ids, then put back in order), and
-        detokenized.
-
-        Args:
-            lines: the sentences.
-            progress: show a `keras.utils.Progbar` (on standard output).
-            constraints: per line, target phrases its translation must
-                contain (terminology; tokenized with the run's SentencePiece
-                model): constrained beam search (Post and Vilar 2018). The
-                phrases a translation misses are in `unmet_constraints`.
-
-        Raises:
-            ValueError: (one line) when `constraints` has not one list per line.
-        """
-        sources = self.encode(lines)
-        phrase_ids = self._phrase_ids(constraints, len(sources))
-        outputs = [""] * len(sources)
-        # A line without subword tokens is just [END]: nothing to translate.
+    def _batches(
+        self, sources: list[list[int]], progress: bool, skip_empty: bool = True
+    ) -> Iterator[tuple[list[int], np.ndarray]]:
+        """`(line indices, padded source ids)` of batches of similar length
+        (sorted by number of ids), without the lines that hold no subword
+        token (just END) unless not `skip_empty`; advances a
+        `keras.utils.Progbar` if asked."""
         order = sorted(
-            (i for i, ids in enumerate(sources) if len(ids) > 1),
+            (i for i, ids in enumerate(sources) if len(ids) > 1 or not skip_empty),
             key=lambda i: len(sources[i]),
         )
         bar = (
@@ -475,17 +483,21 @@ class Translator:
             source_ids = np.zeros((len(batch), width), "int32")
             for row, i in enumerate(batch):
                 source_ids[row, : len(sources[i])] = sources[i]
-            result = self.decode_ids(
-                source_ids,
-                None if phrase_ids is None else [phrase_ids[i] for i in batch],
-            )
-            self._record_unmet(constraints, batch, result)
-            texts = self.tokenizer.decode(np.asarray(result.token_ids).tolist())
-            for i, text in zip(batch, texts, strict=True):
-                outputs[i] = text
+            yield batch, source_ids
             if bar is not None:
                 bar.update(done + start + len(batch))  # finalizes at the last
-        return outputs
+
+    def _prefix_ids(self, prefixes: Any, count: int) -> list[list[int]] | None:
+        """The subword ids of each target prefix (no END), or None."""
+        if prefixes is None:
+            return None
+        prefixes = _check_lines("prefixes", prefixes)
+        if len(prefixes) != count:
+            raise ValueError(
+                f"translate got {count} lines but {len(prefixes)} prefixes; pass "
+                'one prefix per line ("" for none).'
+            )
+        return self.tokenizer.encode(prefixes)
 
     def _phrase_ids(
         self, constraints: Sequence[Sequence[str]] | None, count: int
@@ -516,6 +528,168 @@ class Translator:
             return
         for i, unmet in zip(batch, result.unmet_constraints, strict=True):
             self.unmet_constraints[i] = [constraints[i][j] for j in unmet]
+
+    # -- text ----------------------------------------------------------------
+    def translate(
+        self,
+        lines: Sequence[str],
+        progress: bool = False,
+        *,
+        n_best: int | None = None,
+        prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
+    ) -> list[Any]:
+        """One translation per line, in order; ``""`` for a line without any
+        subword token (``""``, whitespace).
+
+        Lines are tokenized once, decoded in batches of similar length
+        (sorted by their number of subword ids, then put back in order), and
+        detokenized.
+
+        Args:
+            lines: the sentences.
+            progress: show a `keras.utils.Progbar` (on standard output).
+            n_best: return, per line, the list of its `n_best` best
+                translations as ``(text, score)`` pairs, best first (beam
+                search, ``n_best <= beam_size``; the score is
+                ``log P / lp(Y)``, Wu et al. 2016 Eq. 14). A line without
+                subword tokens gives ``[("", 0.0)]``.
+            prefixes: per line, target text its translation must start with
+                (``""``: none); tokenized like the targets. The forced tokens
+                add 0 to the score.
+            constraints: per line, target phrases its translation must
+                contain (terminology; tokenized with the run's SentencePiece
+                model): constrained beam search (Post and Vilar 2018). The
+                phrases a translation misses are in `unmet_constraints`.
+
+        Returns:
+            One string per line, or with `n_best` one list of pairs per line.
+
+        Raises:
+            ValueError: (one line) when `constraints` or `prefixes` has not one
+                entry per line, or `constraints` come with `n_best`.
+
+        Example:
+        >>> translator.translate(["Ein Hund."], n_best=2)  # doctest: +SKIP
+        [[('A dog.', -0.41), ('One dog.', -1.73)]]
+        """
+        if constraints is not None and n_best is not None:
+            raise ValueError(
+                "n_best lists and constraints cannot be combined; translate "
+                "with constraints alone (its best hypothesis)."
+            )
+        sources = self.encode(lines)
+        prefix_ids = self._prefix_ids(prefixes, len(sources))
+        phrase_ids = self._phrase_ids(constraints, len(sources))
+        settings = self.settings
+        if n_best is not None:
+            settings = settings.replace(n_best=n_best)
+        empty: Any = "" if n_best is None else [("", 0.0)]
+        outputs = [empty] * len(sources)
+        for batch, source_ids in self._batches(sources, progress):
+            prefix_rows = None if prefix_ids is None else [prefix_ids[i] for i in batch]
+            phrase_rows = None if phrase_ids is None else [phrase_ids[i] for i in batch]
+            texts = self._translate_batch(
+                source_ids,
+                settings,
+                batch,
+                prefix_rows,
+                n_best is not None,
+                phrase_rows,
+                constraints,
+            )
+            for i, text in zip(batch, texts, strict=True):
+                outputs[i] = text
+        return outputs
+
+    def _translate_batch(
+        self,
+        source_ids: np.ndarray,
+        settings: DecodeSettings,
+        batch: list[int],
+        prefixes: list[list[int]] | None,
+        n_best: bool,
+        phrase_ids: list[list[list[int]]] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
+    ) -> list[Any]:
+        """The texts of one batch (lines `batch`), or with `n_best` their
+        lists of ``(text, score)`` (`settings.n_best` each; `translate`)."""
+        decoder = self._decoder()
+        options = {
+            "max_length": self.max_output_length,
+            "start_id": self.tokenizer.START_ID,
+            "end_id": self.tokenizer.END_ID,
+            "prefixes": prefixes,
+        }
+        if not n_best:
+            seed = None if self.seed is None else self.seed + batch[0]
+            result = decoder.decode(
+                source_ids, settings, seed=seed, constraints=phrase_ids, **options
+            )
+            self._record_unmet(constraints, batch, result)
+            return self.tokenizer.decode(result.token_ids.tolist())
+        lists = decoder.n_best(source_ids, settings, **options)
+        return [
+            list(
+                zip(
+                    self.tokenizer.decode(ids.tolist()),
+                    (float(score) for score in scores),
+                    strict=True,
+                )
+            )
+            for ids, scores in zip(lists.token_ids, lists.scores, strict=True)
+        ]
+
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str]
+    ) -> list[TargetScore]:
+        """Forced decoding: the log-probability of each target given its source.
+
+        Sources are cut as for `translate`; targets are tokenized whole and
+        END is scored last. Uses the model's uncached call with teacher
+        forcing (`Decoder.score`), in batches of similar source length.
+
+        Args:
+            sources: the source sentences.
+            targets: one target sentence per source.
+
+        Returns:
+            One `TargetScore` per pair, in order: ``log_prob`` = log P(Y | X)
+            and ``token_log_probs`` (END last). A pair whose source has no
+            subword token is scored too (its source is just END).
+
+        Example:
+        >>> translator.score(["Ein Hund."], ["A dog."])[0].log_prob  # doctest: +SKIP
+        -0.38
+        """
+        sources, targets = _check_line_pairs(
+            "sources",
+            sources,
+            targets,
+            "score got {lines} sources but {references} targets; pass one target "
+            "per source, in the same order.",
+        )
+        if self.ensemble:
+            raise ValueError(
+                "score uses one model; score with a translator of one run "
+                "(Translator.from_run) instead of an ensemble."
+            )
+        source_ids = self.encode(sources)
+        target_ids = self.tokenizer.encode(targets)
+        scores: list[Any] = [None] * len(sources)
+        decoder = get_decoder(self.model, self.jit_compile)
+        for batch, padded in self._batches(source_ids, False, skip_empty=False):
+            result = decoder.score(
+                padded,
+                [target_ids[i] for i in batch],
+                start_id=self.tokenizer.START_ID,
+                end_id=self.tokenizer.END_ID,
+            )
+            tokens = result.to_list()
+            for row, i in enumerate(batch):
+                log_prob = float(result.log_probs[row])
+                scores[i] = TargetScore(log_prob, tuple(tokens[row]))
+        return scores
 
     def evaluate(
         self,

@@ -12,7 +12,8 @@
 # 5. one encoder layer (§3.1), and
 # 6. the whole encoder-decoder model of Figure 1 from a preset of Table 3.
 #
-# Nothing is trained here; its recorded run took 97<!-- record: notebook_run_times.seconds_01 --> s
+# Nothing is trained here; its recorded run took
+# 97<!-- record: notebook_run_times.seconds_01 --> s
 # on a shared 2-core CPU machine.
 # Set `FAST=1` in the environment for the smoke run the tests use.
 

@@ -1,8 +1,8 @@
 """The `keras-transformer` command line (also `python -m keras_transformer`).
 
 Argument parsing lives here and only here: one module per subcommand
-(`train`, `average_checkpoints`, `evaluate`, `translate`, `export`,
-`complete`), each
+(`train`, `average_checkpoints`, `evaluate`, `translate`, `score`,
+`export`, `complete`), each
 with ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args)``.
 `main` builds the parser from the table `COMMANDS`; a new subcommand plugs
 in with `command`:
@@ -45,6 +45,7 @@ from keras_transformer.cli import (
     complete,
     evaluate,
     export,
+    score,
     train,
     translate,
 )
@@ -95,7 +96,15 @@ def command(
     return register
 
 
-for _module in (train, average_checkpoints, evaluate, translate, export, complete):
+for _module in (
+    train,
+    average_checkpoints,
+    evaluate,
+    translate,
+    score,
+    export,
+    complete,
+):
     command(_module.NAME, _module.HELP, _module.add_arguments)(_module.run)
 
 

@@ -231,10 +231,52 @@ def add_search_arguments(
         default=default_setting("temperature"),
         help="Sampling temperature (--method sample; default %(default)s).",
     )
+    _add_n_best_and_sampling_arguments(group)
     if batch_size:
         group.add_argument(
             "--batch-size", type=int, default=32, help="Sentences decoded together."
         )
+
+
+def _add_n_best_and_sampling_arguments(group: Any) -> None:
+    """``--n-best``, ``--sample``, ``--top-k``, ``--top-p`` and ``--seed``."""
+    from keras_transformer.decoding.settings import default_setting
+
+    group.add_argument(
+        "--n-best",
+        type=int,
+        default=default_setting("n_best"),
+        help="Hypotheses per source from beam search (at most --beam-size); "
+        "translate prints each as 'index ||| translation ||| score' (default "
+        "%(default)s: the best translation only).",
+    )
+    group.add_argument(
+        "--sample",
+        dest="method",
+        action="store_const",
+        const="sample",
+        help="Sample (same as --method sample), with --temperature, --top-k, "
+        "--top-p and --seed.",
+    )
+    group.add_argument(
+        "--top-k",
+        type=int,
+        default=default_setting("top_k"),
+        help="Sample among the K most likely tokens only (default: all).",
+    )
+    group.add_argument(
+        "--top-p",
+        type=float,
+        default=default_setting("top_p"),
+        help="Sample from the nucleus: the fewest most likely tokens whose "
+        "probability reaches P (Holtzman et al. 2020; default: all).",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="Seed of sampling, for reproducible samples (default: random).",
+    )
 
 
 def add_translator_arguments(
@@ -263,7 +305,8 @@ def search_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `DecodeSettings` fields given by `add_search_arguments`' flags
     (``max_input_length`` left out when None: the command's own default)."""
     names = ("method", "beam_size", "alpha", "max_input_length", "extra_length")
-    settings = {name: getattr(args, name) for name in (*names, "temperature")}
+    sampling = ("temperature", "n_best", "top_k", "top_p")
+    settings = {name: getattr(args, name) for name in (*names, *sampling)}
     if settings["max_input_length"] is None:
         del settings["max_input_length"]
     return settings
@@ -279,6 +322,7 @@ def load_search_translator(args: argparse.Namespace) -> Any:
         args.weights,
         **search_settings(args),
         batch_size=args.batch_size,
+        seed=args.seed,
     )
 
 

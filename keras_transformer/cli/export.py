@@ -21,7 +21,8 @@ HELP = "Write a SavedModel: translation, classification or image completion."
 #: What each kind's SavedModel offers, for the closing line.
 _SIGNATURES = {
     "translation": "serving_default and translate (strings -> translations, "
-    "scores), translate_ids (strings -> token_ids, lengths, scores)",
+    "scores), translate_ids (strings -> token_ids, lengths, scores), n_best, "
+    "score, translate_with_prefix",
     "classification": "serving_default and classify (texts -> probabilities, labels)",
     "image": "serving_default and complete (top_rows, seed -> images)",
 }

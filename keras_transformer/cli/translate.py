@@ -16,7 +16,10 @@ from keras_transformer.cli._common import (
 )
 
 NAME = "translate"
-HELP = "Translate a file or standard input, one output line per input line."
+HELP = (
+    "Translate a file or standard input, one output line per input line (with "
+    "--n-best K: K lines 'index ||| translation ||| score' per input line)."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,24 +55,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "repeat for more. --weights applies to each.",
     )
     parser.add_argument(
+        "--prefix-file",
+        help="File of target prefixes, one per input line: each translation "
+        "starts with its line's prefix (an empty line: no prefix).",
+    )
+    parser.add_argument(
+        "--prefix-column",
+        action="store_true",
+        help="Each input line is 'source<TAB>prefix': the translation starts "
+        "with the prefix (instead of --prefix-file).",
+    )
+    parser.add_argument(
         "--no-progress",
         action="store_true",
         help="No progress bar (shown on standard error when --input is a file).",
     )
 
 
+def _split_prefix_column(lines: list[str]) -> tuple[list[str], list[str]]:
+    """``source<TAB>prefix`` lines as sources and prefixes (no tab: none)."""
+    pairs = [line.split("\t", 1) if "\t" in line else [line, ""] for line in lines]
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+
+
+def read_prefixes(
+    args: argparse.Namespace, lines: list[str]
+) -> tuple[list[str], list[str] | None]:
+    """The sources and their target prefixes (None: no prefix) of
+    ``--prefix-file`` or ``--prefix-column``."""
+    from keras_transformer.translation import read_lines
+
+    if args.prefix_column and args.prefix_file is not None:
+        raise CommandError("Pass either --prefix-file or --prefix-column, not both.")
+    if args.prefix_column:
+        return _split_prefix_column(lines)
+    if args.prefix_file is None:
+        return lines, None
+    prefixes = read_lines(args.prefix_file)
+    if len(prefixes) != len(lines):
+        raise CommandError(
+            f"--prefix-file {args.prefix_file} has {len(prefixes)} lines but the "
+            f"input has {len(lines)}; pass one prefix per input line (empty: none)."
+        )
+    return lines, prefixes
+
+
+def n_best_lines(lists: list[list[tuple[str, float]]]) -> list[str]:
+    """``index ||| translation ||| score`` lines (Moses and fairseq's n-best
+    format): the index of the input line (from 0), each hypothesis best
+    first, its score ``log P / lp(Y)`` with 4 decimals."""
+    return [
+        f"{index} ||| {text} ||| {score:.4f}"
+        for index, hypotheses in enumerate(lists)
+        for text, score in hypotheses
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     """Reads the lines, translates them with `Translator`, writes them."""
-    check_translator_arguments(args, input="file", output="new file")
+    check_translator_arguments(
+        args, input="file", output="new file", prefix_file="file"
+    )
     from keras_transformer.translation import read_lines, write_lines
 
-    lines = read_lines(args.input)
+    lines, prefixes = read_prefixes(args, read_lines(args.input))
     constraints = _read_constraints(args.constraints_file, len(lines))
     translator = _load_translator(args)
     progress = str(args.input) != "-" and not args.no_progress
+    n_best = args.n_best if args.n_best > 1 else None
     with translating(NAME, translator, "lines"):
         outputs = translator.translate(
-            lines, progress=progress, constraints=constraints
+            lines,
+            progress=progress,
+            n_best=n_best,
+            prefixes=prefixes,
+            constraints=constraints,
         )
     for number, unmet in enumerate(translator.unmet_constraints, start=1):
         if unmet:
@@ -78,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 f"line {number}: constraint(s) not met: "
                 + ", ".join(repr(phrase) for phrase in unmet),
             )
-    write_lines(args.output, outputs)
+    write_lines(args.output, outputs if n_best is None else n_best_lines(outputs))
     return 0
 
 

@@ -13,7 +13,8 @@ default declared there once. The package:
 
 - `settings`: `DecodeSettings`;
 - `search`: the one search loop (`run_search`, a `tf.while_loop`);
-- `strategies`: greedy, beam search, sampling, found by name in
+- `strategies`: greedy, beam search (and its n-best lists,
+  `NBestBeamSearch`), sampling (temperature, top-k, top-p), found by name in
   `strategies.STRATEGIES` (a new strategy: one module and one entry);
 - `steps`: the model's cached step (`TransformerStack.decode_beam_step`,
   beam 1 for greedy decoding and sampling) and the uncached reference;
@@ -47,6 +48,9 @@ _NAMES = {
     "DecodeSettings": "settings",
     "default_setting": "settings",
     "DecodeResult": "result",
+    "NBestResult": "result",
+    "ScoreResult": "result",
+    "NBestBeamSearch": "strategies",
     "Decoder": "decoder",
     "StepFunction": "search",
     "run_search": "search",
@@ -85,13 +89,18 @@ if TYPE_CHECKING:  # the same names, for readers and documentation tools
         uncached_greedy_decode,
     )
     from keras_transformer.decoding.ensemble import EnsembleDecoder
-    from keras_transformer.decoding.result import DecodeResult
+    from keras_transformer.decoding.result import (
+        DecodeResult,
+        NBestResult,
+        ScoreResult,
+    )
     from keras_transformer.decoding.search import StepFunction, run_search
     from keras_transformer.decoding.settings import DecodeSettings, default_setting
     from keras_transformer.decoding.strategies import (
         STRATEGIES,
         BeamSearch,
         GreedySearch,
+        NBestBeamSearch,
         Sampling,
         get_strategy,
         length_penalty,
@@ -123,9 +132,12 @@ __all__ = [
     "Decoder",
     "EnsembleDecoder",
     "GreedySearch",
+    "NBestBeamSearch",
+    "NBestResult",
     "PADDING_ID",
     "STRATEGIES",
     "Sampling",
+    "ScoreResult",
     "StepFunction",
     "beam_search",
     "check_integer",

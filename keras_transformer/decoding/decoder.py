@@ -19,11 +19,15 @@ import tensorflow as tf
 from keras_transformer import validation
 from keras_transformer.conventions import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.former import DeprecatedDecoderMethods
-from keras_transformer.decoding.result import DecodeResult
-from keras_transformer.decoding.search import Outputs, run_search
+from keras_transformer.decoding.result import DecodeResult, NBestResult, ScoreResult
+from keras_transformer.decoding.search import Outputs, Prefix, run_search
 from keras_transformer.decoding.settings import DecodeSettings
 from keras_transformer.decoding.steps import ModelStep, cached_step, uncached_step
-from keras_transformer.decoding.strategies import SearchOptions, get_strategy
+from keras_transformer.decoding.strategies import (
+    NBestBeamSearch,
+    SearchOptions,
+    get_strategy,
+)
 from keras_transformer.decoding.strategies.constrained import (
     ConstrainedBeamSearch,
     check_phrase_ids,
@@ -85,6 +89,7 @@ class Decoder(DeprecatedDecoderMethods):
         self._search_fn = tf.function(
             self._search, jit_compile=self.jit_compile, reduce_retracing=True
         )
+        self._score_fn = tf.function(self.forced_log_probs, reduce_retracing=True)
 
     # ---------------------------------------------------------- public API
     def decode(
@@ -96,6 +101,7 @@ class Decoder(DeprecatedDecoderMethods):
         seed: int | None = None,
         start_id: int = START_ID,
         end_id: int | None = END_ID,
+        prefixes: Any = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> DecodeResult:
         """Decodes a batch of source ids with the search `settings` names.
@@ -114,6 +120,9 @@ class Decoder(DeprecatedDecoderMethods):
             start_id: the first decoder input.
             end_id: the token that ends a sequence; None decodes exactly the
                 maximum length (for benchmarks).
+            prefixes: per example, the target ids its output must start with
+                (a list of id lists, or an int array padded with 0); they
+                are given, not chosen, so they add 0 to the score.
             constraints: per example, the target phrases (lists of token
                 ids) its output must contain: lexically constrained beam
                 search (`ConstrainedBeamSearch`, Post and Vilar 2018) with
@@ -138,7 +147,109 @@ class Decoder(DeprecatedDecoderMethods):
             seed,
             start_id,
             end_id,
+            prefixes,
             constraints,
+        )
+
+    def n_best(
+        self,
+        source_ids: Any,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | None = None,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+        prefixes: Any = None,
+    ) -> NBestResult:
+        """The `settings.n_best` best hypotheses of each source, by beam search.
+
+        The same beam search as `decode` (its first hypothesis is `decode`'s
+        output), except that an example stops early only once its
+        `n_best`-th best finished hypothesis beats every live one
+        (`strategies.NBestBeamSearch`). Greedy decoding and sampling give a
+        list of one.
+
+        Args:
+            source_ids, max_length, start_id, end_id, prefixes: as for
+                `decode`.
+            settings: the search; `settings.n_best` hypotheses per source.
+
+        Returns:
+            An `NBestResult`: ids, scores `log P / lp(Y)`, raw `log P` and
+            lengths, `(batch, n_best, ...)`, best first.
+
+        Reference: Wu et al. (2016), Eq. 14; Vaswani et al. (2017), §6.1.
+        """
+        settings = settings or DecodeSettings()
+        strategy = settings.strategy
+        options = (max_length, None, start_id, end_id, prefixes)
+        if strategy != "beam":
+            token_ids, scores, lengths = self._run(
+                source_ids, settings, strategy, *options
+            )
+            return NBestResult.from_outputs(
+                token_ids[:, None], scores[:, None], scores[:, None], lengths[:, None]
+            )
+        outputs = self._run(
+            source_ids, settings, strategy, *options, n_best=settings.n_best
+        )
+        return NBestResult.from_outputs(*outputs)
+
+    def score(
+        self,
+        source_ids: Any,
+        targets: Any,
+        *,
+        start_id: int = START_ID,
+        end_id: int = END_ID,
+    ) -> ScoreResult:
+        """Forced decoding: `log P(Y | X)` of given targets, token by token.
+
+        Teacher forcing through the model's own (uncached) call: the decoder
+        reads START and the target, and each position's log-softmax is read
+        at the next target token, END last (Eq. 1 of Wu et al. 2016: the
+        log-probability a search ranks by, before the length penalty).
+
+        Args:
+            source_ids: int `(batch, source_length)`, 0 for padding.
+            targets: per example, its target ids without START and END (a
+                list of id lists, or an int array padded with 0).
+            start_id, end_id: the tokenizer's special ids.
+
+        Returns:
+            A `ScoreResult`: per-token log-probabilities (END included), their
+            sums and the number of tokens scored.
+
+        Example:
+        >>> import numpy as np, keras_transformer as kt
+        >>> model = kt.models.build_transformer(kt.models.presets["tiny"])
+        >>> Decoder(model).score(np.array([[5, 6, 3]]), [[7, 8]]).lengths
+        array([3], dtype=int32)
+        """
+        source = tf.constant(
+            _checked_source(source_ids, self.stack.source_embedding.vocabulary_size),
+            tf.int32,
+        )
+        rows = _id_rows("targets", targets, len(source), self.vocabulary_size)
+        width = max(len(row) for row in rows) + 1
+        supported = self.max_supported_length
+        if supported is not None and width > supported:
+            raise ValueError(
+                f"A target of {width - 1} tokens (+ END) is longer than the model "
+                f"supports: its learned target positions stop at {supported}. "
+                f"Score targets of at most {supported - 1} tokens."
+            )
+        inputs = np.zeros((len(rows), width), "int32")
+        labels = np.zeros((len(rows), width), "int32")
+        for i, row in enumerate(rows):
+            inputs[i, : len(row) + 1] = [start_id, *row]
+            labels[i, : len(row) + 1] = [*row, end_id]
+        token_log_probs = self._score_fn(source, tf.constant(inputs), labels)
+        token_log_probs = np.asarray(token_log_probs, "float32")
+        return ScoreResult(
+            token_log_probs=token_log_probs,
+            log_probs=token_log_probs.sum(axis=1, dtype="float64").astype("float32"),
+            lengths=(labels != PAD_ID).sum(axis=1).astype("int32"),
         )
 
     def search(
@@ -172,6 +283,47 @@ class Decoder(DeprecatedDecoderMethods):
         Returns:
             `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
         """
+        return self.search_with(
+            source_ids,
+            limits,
+            settings,
+            max_length=max_length,
+            seed=seed,
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=static_shapes,
+        )
+
+    def search_with(
+        self,
+        source_ids: tf.Tensor,
+        limits: tf.Tensor,
+        settings: DecodeSettings | None = None,
+        *,
+        max_length: int | tf.Tensor,
+        prefix: Prefix | None = None,
+        n_best: int | None = None,
+        seed: int | tf.Tensor = 0,
+        start_id: int = START_ID,
+        end_id: int | None = END_ID,
+        static_shapes: bool = False,
+    ) -> tuple[tf.Tensor, ...]:
+        """`search` with a forced target prefix per example and/or n-best
+        lists (the SavedModel's ``translate_with_prefix`` and ``n_best``).
+
+        Args:
+            source_ids, limits, settings, max_length, seed, start_id, end_id,
+                static_shapes: as for `search`.
+            prefix: `(token_ids (batch, prefix_length), lengths (batch,))`:
+                the target ids each output starts with (`search.force_prefix`).
+            n_best: return `NBestBeamSearch`'s lists of this many hypotheses
+                (beam search only) instead of the best one.
+
+        Returns:
+            `search`'s outputs, or with `n_best` (beam search)
+            `NBestBeamSearch.result`'s ``(token_ids, scores, log_probs,
+            lengths)``, each `(batch, n_best, ...)`.
+        """
         settings = settings or DecodeSettings()
         return self._search(
             source_ids,
@@ -179,9 +331,12 @@ class Decoder(DeprecatedDecoderMethods):
             tf.constant(settings.alpha, tf.float32),
             tf.constant(settings.temperature, tf.float32),
             tf.cast(seed, tf.int32),
+            prefix,
             strategy=settings.strategy,
             beam_size=settings.beam_size,
             top_k=settings.top_k,
+            top_p=settings.top_p,
+            n_best=n_best,
             max_length=max_length,
             start_id=start_id,
             end_id=end_id,
@@ -236,6 +391,7 @@ class Decoder(DeprecatedDecoderMethods):
         alpha: tf.Tensor,
         temperature: tf.Tensor,
         seed: tf.Tensor,
+        prefix: Prefix | None = None,
         *,
         strategy: str,
         beam_size: int,
@@ -244,20 +400,24 @@ class Decoder(DeprecatedDecoderMethods):
         start_id: int,
         end_id: int | None,
         static_shapes: bool,
+        top_p: float | None = None,
+        n_best: int | None = None,
         constraints: tf.Tensor | None = None,
     ) -> Outputs:
         """The search: strategy, model step and loop, with tensor settings;
         `constraints` (int32 `(batch, phrases, phrase_length)`) runs
         `ConstrainedBeamSearch` of the settings' beam instead."""
         beam = beam_size if strategy == "beam" else 1
-        options = SearchOptions(beam, alpha, temperature, top_k, seed)
+        options = SearchOptions(beam, alpha, temperature, top_k, seed, top_p)
+        if constraints is not None:  # lexically constrained (Post and Vilar 2018)
+            search_strategy = ConstrainedBeamSearch(beam, alpha, constraints)
+        elif n_best is not None and strategy == "beam":
+            search_strategy = NBestBeamSearch(beam, alpha, n_best)
+        else:
+            search_strategy = get_strategy(strategy, options)
         model_step = self._model_step(
             source_ids, max_length, beam, start_id, static_shapes
         )
-        if constraints is None:
-            search_strategy = get_strategy(strategy, options)
-        else:  # lexically constrained beam search (Post and Vilar 2018)
-            search_strategy = ConstrainedBeamSearch(beam, alpha, constraints)
         return run_search(
             search_strategy,
             model_step.step,
@@ -269,6 +429,7 @@ class Decoder(DeprecatedDecoderMethods):
             drop_finished=self.use_cache and not static_shapes,
             gather_state=model_step.gather,
             state_shape_invariants=model_step.invariants,
+            prefix=prefix,
         )
 
     def _model_step(
@@ -285,6 +446,27 @@ class Decoder(DeprecatedDecoderMethods):
             return cached_step(self.stack, source_ids, max_length, beam, static_shapes)
         return uncached_step(self.stack, source_ids, max_length, beam, start_id)
 
+    def forced_log_probs(
+        self, source_ids: tf.Tensor, inputs: tf.Tensor, labels: tf.Tensor
+    ) -> tf.Tensor:
+        """`score` as TensorFlow ops (teacher forcing), for a caller's graph.
+
+        Args:
+            source_ids: int32 `(batch, source_length)`, 0 for padding.
+            inputs: int32 `(batch, length)`: START, then the target, then 0.
+            labels: int32 `(batch, length)`: the target, END, then 0.
+
+        Returns:
+            float32 `(batch, length)`: `log P(labels[t] | inputs[:t + 1], X)`,
+            0 where `labels` is padding.
+        """
+        logits = self.model((source_ids, inputs), training=False)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+        labels = tf.cast(labels, tf.int32)
+        # (batch, length): the log-probability of each label.
+        picked = tf.gather(log_probs, labels[..., None], batch_dims=2)[..., 0]
+        return tf.where(tf.equal(labels, PAD_ID), 0.0, picked)
+
     def _decode(
         self,
         source_ids: Any,
@@ -294,9 +476,36 @@ class Decoder(DeprecatedDecoderMethods):
         seed: int | None,
         start_id: int,
         end_id: int | None,
+        prefixes: Any = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> DecodeResult:
         """Checks the arguments, runs `strategy` compiled, collects the result."""
+        options = (max_length, seed, start_id, end_id, prefixes)
+        result = DecodeResult.from_outputs(
+            *self._run(
+                source_ids, settings, strategy, *options, constraints=constraints
+            )
+        )
+        if constraints is not None:
+            result.unmet_constraints = unmet_phrases(
+                result.token_ids, result.lengths, constraints
+            )
+        return result
+
+    def _run(
+        self,
+        source_ids: Any,
+        settings: DecodeSettings,
+        strategy: str,
+        max_length: int | None,
+        seed: int | None,
+        start_id: int,
+        end_id: int | None,
+        prefixes: Any,
+        n_best: int | None = None,
+        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
+    ) -> tuple[np.ndarray, ...]:
+        """Checks the arguments, runs `strategy` compiled; its NumPy outputs."""
         source, limits, length = self._prepare(
             source_ids, max_length, settings.extra_length
         )
@@ -309,15 +518,19 @@ class Decoder(DeprecatedDecoderMethods):
         elif seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
         validation.check_int("seed", seed, 0)
+        sample = strategy == "sample"
         outputs = self._search_fn(
             source,
             limits,
             tf.constant(settings.alpha, tf.float32),
             tf.constant(settings.temperature, tf.float32),
             tf.constant(seed, tf.int32),
+            self._prefix(prefixes, len(source)),
             strategy=strategy,
             beam_size=settings.beam_size if strategy == "beam" else 1,
-            top_k=settings.top_k if strategy == "sample" else None,
+            top_k=settings.top_k if sample else None,
+            top_p=settings.top_p if sample else None,
+            n_best=n_best,
             # Shapes may change in a graph: one trace serves every length.
             max_length=length if self.jit_compile else tf.constant(length, tf.int32),
             start_id=start_id,
@@ -325,12 +538,7 @@ class Decoder(DeprecatedDecoderMethods):
             static_shapes=self.jit_compile,
             constraints=phrases,
         )
-        result = DecodeResult.from_outputs(*outputs)
-        if constraints is not None:
-            result.unmet_constraints = unmet_phrases(
-                result.token_ids, result.lengths, constraints
-            )
-        return result
+        return tuple(np.asarray(x) for x in outputs)
 
     def _phrases(self, constraints: Any, strategy: str, batch: int) -> tf.Tensor | None:
         """The constraint phrases as a padded int32 tensor, or a one-line error."""
@@ -348,6 +556,17 @@ class Decoder(DeprecatedDecoderMethods):
             )
         check_phrase_ids(constraints, self.vocabulary_size)
         return tf.constant(pad_phrases(constraints), tf.int32)
+
+    def _prefix(self, prefixes: Any, batch: int) -> Prefix | None:
+        """`prefixes` as the search's `(token_ids, lengths)`, or None."""
+        if prefixes is None:
+            return None
+        rows = _id_rows("prefixes", prefixes, batch, self.vocabulary_size)
+        ids = np.zeros((batch, max(1, *(len(row) for row in rows))), "int32")
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+        lengths = np.array([len(row) for row in rows], "int32")
+        return tf.constant(ids), tf.constant(lengths)
 
     def _prepare(
         self, source_ids: Any, max_length: int | None, extra_length: int
@@ -397,6 +616,26 @@ def _checked_source(source_ids: Any, vocabulary_size: int) -> np.ndarray:
             f"Received: ids from {source.min()} to {source.max()}"
         )
     return source
+
+
+def _id_rows(name: str, rows: Any, batch: int, vocabulary_size: int) -> list[list[int]]:
+    """`rows` (id lists, or an int array padded with 0) as `batch` lists of
+    ids without padding, or a one-line `ValueError`."""
+    if isinstance(rows, np.ndarray) and rows.ndim == 2:
+        rows = [[int(t) for t in row if t != PAD_ID] for row in rows]
+    rows = [[int(t) for t in row] for row in rows]
+    if len(rows) != batch:
+        raise ValueError(
+            f"`{name}` must hold one id list per source: got {len(rows)} for "
+            f"{batch} sources."
+        )
+    for i, row in enumerate(rows):
+        if any(t <= PAD_ID or t >= vocabulary_size for t in row):
+            raise ValueError(
+                f"`{name}[{i}]` must hold token ids in [1, {vocabulary_size}). "
+                f"Received: {row}"
+            )
+    return rows
 
 
 _DECODERS_ATTRIBUTE = "_keras_transformer_decoders"

@@ -34,6 +34,8 @@ GatherFunction = Callable[[Any, "tf.Tensor | None", "tf.Tensor | None"], Any]
 `(kept,)`, or None for all) of the state and, in beam search, puts each new
 hypothesis in the place of its parent (`parents`, int32 `(kept, beam)`)."""
 Outputs = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+"""`(token_ids (batch, max_length), scores (batch,), lengths (batch,))`; an
+n-best strategy (`strategies.NBestBeamSearch`) returns its own tuple."""
 Prefix = tuple[tf.Tensor, tf.Tensor]
 """`(token_ids (batch, prefix_length), lengths (batch,))`: the tokens every
 output of an example starts with (`force_prefix`)."""
@@ -281,16 +283,13 @@ def _start(
     start_id: int,
     drop_finished: bool,
 ) -> tuple[Any, Any, Outputs]:
-    """The loop's first values: the strategy's start, empty outputs, and the
-    examples without any token to generate already done (their hypotheses
-    are all alike: nothing to reorder)."""
+    """The loop's first values: the strategy's start, empty outputs (zeros
+    shaped like the strategy's `result`: `(token_ids, scores, lengths)`, or
+    an n-best list's), and the examples without any token to generate
+    already done (their hypotheses are all alike: nothing to reorder)."""
     batch = tf.shape(limits)[0]
     beams = strategy.start(limits, max_length, start_id)
-    outputs = (
-        tf.zeros((batch, max_length), tf.int32),
-        tf.zeros((batch,), tf.float32),
-        tf.zeros((batch,), tf.int32),
-    )
+    outputs = tuple(tf.zeros_like(x) for x in strategy.result(beams))
     parents = None
     if drop_finished and strategy.reorders:
         parents = tf.tile(tf.range(strategy.beam_size)[None], [batch, 1])
@@ -338,8 +337,8 @@ def run_search(
             tokens each example must start with (`force_prefix`).
 
     Returns:
-        `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`,
-        tokens padded with 0 after END.
+        `strategy.result`: `(token_ids (batch, max_length), scores (batch,),
+        lengths (batch,))`, 0 after END (or `NBestBeamSearch`'s lists).
     """
     limits = tf.cast(tf.convert_to_tensor(limits), tf.int32)
     end = -1 if end_id is None else end_id

@@ -43,6 +43,11 @@ class DecodeSettings:
         temperature: sampling draws from ``softmax(logits / temperature)``.
         top_k: sampling draws among the `top_k` most likely tokens only
             (None: all of them).
+        top_p: sampling draws from the nucleus (Holtzman et al. 2020, §3.1):
+            the fewest most likely tokens whose probability sums to at least
+            `top_p`, renormalized (None or 1: all of them).
+        n_best: how many hypotheses per source an n-best list holds (beam
+            search: at most `beam_size`; `Decoder.n_best`).
 
     Raises:
         ValueError: (one line) on a setting out of range, naming it.
@@ -63,6 +68,9 @@ class DecodeSettings:
     max_input_length: int = DEFAULT_MAX_INPUT_LENGTH
     temperature: float = 1.0
     top_k: int | None = None
+    # n-best lists and nucleus sampling.
+    top_p: float | None = None
+    n_best: int = 1
 
     def __post_init__(self) -> None:
         # Imported here: the command line reads these defaults (its flags)
@@ -77,8 +85,30 @@ class DecodeSettings:
         valid.check_int("max_input_length", self.max_input_length, 2)
         valid.check_number("temperature", self.temperature, above=0.0)
         valid.check_int("top_k", self.top_k, 1, allow_none=True)
+        self._check_n_best_and_top_p()
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "temperature", float(self.temperature))
+
+    def _check_n_best_and_top_p(self) -> None:
+        """`n_best` (at most `beam_size`, beam search only) and `top_p`."""
+        validation.check_number("top_p", self.top_p, above=0.0, allow_none=True)
+        if self.top_p is not None and self.top_p > 1.0:
+            raise ValueError(
+                f"top_p must be in (0, 1]. Received: top_p={self.top_p}; pass a "
+                "probability such as 0.9, or None for no nucleus."
+            )
+        validation.check_int("n_best", self.n_best, 1)
+        if self.n_best > 1 and self.strategy != "beam":
+            raise ValueError(
+                f"n_best={self.n_best} needs beam search (method='beam', "
+                f"beam_size >= n_best). Received: method={self.method!r}, "
+                f"beam_size={self.beam_size}."
+            )
+        if self.n_best > self.beam_size:
+            raise ValueError(
+                f"n_best={self.n_best} is larger than beam_size={self.beam_size}: "
+                "a beam keeps only beam_size hypotheses. Pass n_best <= beam_size."
+            )
 
     @property
     def strategy(self) -> str:
@@ -95,7 +125,8 @@ class DecodeSettings:
             return f"beam {self.beam_size}, alpha {self.alpha:g}"
         if self.strategy == "sample":
             top_k = "" if self.top_k is None else f", top {self.top_k}"
-            return f"sample, temperature {self.temperature:g}{top_k}"
+            top_p = "" if self.top_p is None else f", top-p {self.top_p:g}"
+            return f"sample, temperature {self.temperature:g}{top_k}{top_p}"
         return "greedy"
 
     def replace(self, **changes: Any) -> DecodeSettings:

@@ -11,7 +11,11 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from keras_transformer.decoding.search import Strategy
-from keras_transformer.decoding.strategies.beam import BeamSearch, length_penalty
+from keras_transformer.decoding.strategies.beam import (
+    BeamSearch,
+    NBestBeamSearch,
+    length_penalty,
+)
 from keras_transformer.decoding.strategies.greedy import GreedySearch, Sampling
 
 
@@ -28,6 +32,7 @@ class SearchOptions(NamedTuple):
     temperature: Any
     top_k: int | None
     seed: Any
+    top_p: Any = None
 
 
 StrategyFactory = Callable[[SearchOptions], Strategy]
@@ -37,7 +42,7 @@ STRATEGIES: dict[str, StrategyFactory] = {
     "greedy": lambda options: GreedySearch(),
     "beam": lambda options: BeamSearch(options.beam_size, options.alpha),
     "sample": lambda options: Sampling(
-        options.seed, options.temperature, options.top_k
+        options.seed, options.temperature, options.top_k, options.top_p
     ),
 }
 
@@ -56,6 +61,7 @@ __all__ = [
     "STRATEGIES",
     "BeamSearch",
     "GreedySearch",
+    "NBestBeamSearch",
     "Sampling",
     "SearchOptions",
     "StrategyFactory",

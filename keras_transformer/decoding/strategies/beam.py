@@ -68,6 +68,9 @@ class BeamSearch:
 
     reorders = True
     may_drop_finished = True
+    #: Finished hypotheses that must beat every live one before an example
+    #: stops early (the n-best list's length; `NBestBeamSearch`).
+    n_best = 1
 
     def __init__(self, beam_size: int, alpha: Any) -> None:
         self.beam_size = beam_size
@@ -132,9 +135,10 @@ class BeamSearch:
             )
         )
         # Early stopping (§6.1: "terminate early when possible"): no live
-        # hypothesis, nor any extension of one, can beat the best finished.
+        # hypothesis, nor any extension of one, can beat the best finished
+        # (the `n_best`-th best finished, for an n-best list).
         best_possible = beams.alive_log_probs[:, 0] / beams.max_penalty
-        cannot_improve = beams.finished_scores[:, 0] > best_possible
+        cannot_improve = beams.finished_scores[:, self.n_best - 1] > best_possible
         done = beams.done | cannot_improve | (index + 1 >= beams.limits)
         return beams._replace(done=done), new_parents
 
@@ -193,4 +197,60 @@ class BeamSearch:
         )
 
 
-__all__ = ["BeamSearch", "Beams", "length_penalty"]
+class NBestBeamSearch(BeamSearch):
+    """Beam search that returns the `n_best` best hypotheses of each example.
+
+    The same search as `BeamSearch`, except that an example stops early only
+    once its `n_best`-th best finished hypothesis beats every live one (so
+    the list is the beam's true top `n_best`). An example with fewer
+    finished hypotheses fills its list with its best live ones, scored with
+    `lp(limit)` as `BeamSearch.result` does; a slot without any hypothesis
+    has score ``-inf``.
+
+    Args:
+        beam_size, alpha: as for `BeamSearch`.
+        n_best: hypotheses returned per example, 1 to `beam_size`.
+
+    Returns (`result`): ``(token_ids (n, n_best, max_length), scores (n,
+    n_best) log P / lp(length) best first, log_probs (n, n_best) log P,
+    lengths (n, n_best))``; its first hypothesis is `BeamSearch`'s output.
+
+    Reference: Wu et al. (2016), Eq. 14; Vaswani et al. (2017), §6.1.
+    """
+
+    def __init__(self, beam_size: int, alpha: Any, n_best: int) -> None:
+        super().__init__(beam_size, alpha)
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(
+                f"n_best must be in [1, beam_size={beam_size}]. Received: "
+                f"n_best={n_best}"
+            )
+        self.n_best = n_best
+
+    def result(self, beams: Beams) -> tuple[tf.Tensor, ...]:
+        """The finished hypotheses best first, then the best live ones."""
+        beam = self.beam_size
+        num_finished = tf.reduce_sum(
+            tf.cast(beams.finished_scores > _NEG_INF, tf.int32), axis=1
+        )
+        slots = tf.range(self.n_best)[None]  # (1, n_best)
+        # (n, n_best): index into [finished..., alive...] of each list entry.
+        picked = tf.where(
+            slots < num_finished[:, None], slots, beam + slots - num_finished[:, None]
+        )
+        alive_lengths = tf.tile(tf.maximum(beams.limits, 0)[:, None], [1, beam])
+        alive_scores = beams.alive_log_probs / beams.max_penalty[:, None]
+
+        def pick(finished: tf.Tensor, alive: tf.Tensor) -> tf.Tensor:
+            return tf.gather(tf.concat([finished, alive], 1), picked, batch_dims=1)
+
+        scores = pick(beams.finished_scores, alive_scores)
+        lengths = pick(beams.finished_lengths, alive_lengths)
+        log_probs = tf.where(
+            scores > _NEG_INF, scores * length_penalty(lengths, self.alpha), _NEG_INF
+        )
+        token_ids = pick(beams.finished_ids, beams.alive_ids)
+        return token_ids, scores, log_probs, lengths
+
+
+__all__ = ["BeamSearch", "Beams", "NBestBeamSearch", "length_penalty"]

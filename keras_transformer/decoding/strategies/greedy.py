@@ -2,7 +2,8 @@
 
 Greedy decoding takes the most likely token at each step (§6.1 with a beam
 of one); sampling draws it from ``softmax(log_probs / temperature)``,
-optionally among the `top_k` most likely tokens only. Both score an output
+optionally among the `top_k` most likely tokens only and within the nucleus
+of mass `top_p` (Holtzman et al. 2020). Both score an output
 by its summed log-probability under the model (temperature 1).
 """
 
@@ -87,9 +88,45 @@ class GreedySearch:
         return beams.token_ids, beams.scores, beams.lengths
 
 
-def sampler(seed: Any, temperature: Any, top_k: int | None) -> SelectFunction:
-    """A `select_fn` drawing from ``softmax(log_probs / temperature)``; step
-    `i` draws with the seed ``(seed, i)``, so a draw is reproducible."""
+def nucleus_filter(logits: tf.Tensor, top_p: Any) -> tf.Tensor:
+    """Top-p (nucleus) filtering of Holtzman et al. (2020), §3.1, Eq. 2-3.
+
+    Keeps the smallest set of most likely tokens whose probability under
+    ``softmax(logits)`` sums to at least `top_p` (the "nucleus"; always the
+    most likely token), and sets the other logits to ``-inf``; sampling from
+    the result draws from the renormalized nucleus. A token whose logit ties
+    the least likely kept one is kept too.
+
+    Args:
+        logits: float `(rows, vocabulary)` (``-inf`` for impossible tokens).
+        top_p: the nucleus mass, in (0, 1] (a number or float32 scalar).
+
+    Returns:
+        `logits` with the tokens outside the nucleus at ``-inf``.
+
+    Example:
+    >>> import numpy as np
+    >>> logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
+    >>> np.isfinite(nucleus_filter(logits, 0.7).numpy()).tolist()
+    [[True, True, False, False]]
+    """
+    descending = tf.sort(logits, axis=-1, direction="DESCENDING")
+    # (rows, vocabulary): the probability of the tokens more likely than each.
+    before = tf.math.cumsum(tf.nn.softmax(descending), axis=-1, exclusive=True)
+    in_nucleus = before < tf.cast(top_p, logits.dtype)
+    least_kept = tf.reduce_min(
+        tf.where(in_nucleus, descending, np.inf), axis=-1, keepdims=True
+    )
+    return tf.where(logits < least_kept, -np.inf, logits)
+
+
+def sampler(
+    seed: Any, temperature: Any, top_k: int | None, top_p: Any = None
+) -> SelectFunction:
+    """A `select_fn` drawing from ``softmax(log_probs / temperature)``, among
+    the `top_k` most likely tokens and then the nucleus of mass `top_p`
+    (`nucleus_filter`) where given; step `i` draws with the seed
+    ``(seed, i)``, so a draw is reproducible."""
 
     def select(log_probs: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
         logits = log_probs / temperature
@@ -97,6 +134,8 @@ def sampler(seed: Any, temperature: Any, top_k: int | None) -> SelectFunction:
             k = tf.minimum(top_k, tf.shape(logits)[-1])
             kth_best = tf.math.top_k(logits, k=k).values[:, -1:]
             logits = tf.where(logits < kth_best, -np.inf, logits)
+        if top_p is not None:
+            logits = nucleus_filter(logits, top_p)
         step_seed = tf.stack([seed, index])
         return tf.random.stateless_categorical(
             logits, 1, seed=step_seed, dtype=tf.int32
@@ -106,7 +145,8 @@ def sampler(seed: Any, temperature: Any, top_k: int | None) -> SelectFunction:
 
 
 class Sampling(GreedySearch):
-    """Ancestral sampling from ``softmax(logits / temperature)``, optionally top-k.
+    """Ancestral sampling from ``softmax(logits / temperature)``, optionally
+    top-k and top-p (nucleus; Holtzman et al. 2020).
 
     Every example stays in the batch until all have finished, so that a draw
     does not depend on which other examples are still running.
@@ -115,12 +155,27 @@ class Sampling(GreedySearch):
         seed: int32 scalar; step `i` draws with the seed ``(seed, i)``.
         temperature: float32 scalar > 0.
         top_k: sample only among the `top_k` most likely tokens (static).
+        top_p: sample only from the nucleus of this mass (`nucleus_filter`);
+            None: no nucleus.
     """
 
     may_drop_finished = False
 
-    def __init__(self, seed: Any, temperature: Any, top_k: int | None = None) -> None:
-        super().__init__(sampler(seed, temperature, top_k))
+    def __init__(
+        self,
+        seed: Any,
+        temperature: Any,
+        top_k: int | None = None,
+        top_p: Any = None,
+    ) -> None:
+        super().__init__(sampler(seed, temperature, top_k, top_p))
 
 
-__all__ = ["GreedySearch", "Sampling", "SelectFunction", "Sequences", "sampler"]
+__all__ = [
+    "GreedySearch",
+    "Sampling",
+    "SelectFunction",
+    "Sequences",
+    "nucleus_filter",
+    "sampler",
+]

@@ -1,0 +1,111 @@
+"""``keras-transformer score``: the log-probability of given translations.
+
+Forced decoding (`keras_transformer.translation.Translator.score`): for each
+source/target pair, ``log P(target | source)`` under the model, summed and
+per subword token (END last).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from keras_transformer.cli._common import (
+    CommandError,
+    add_model_arguments,
+    check_translator_arguments,
+    translating,
+)
+
+NAME = "score"
+HELP = (
+    "Score given translations (forced decoding): print 'log_prob<TAB>per-token "
+    "log-probs' for each source/target pair."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``keras-transformer score``."""
+    from keras_transformer.decoding.settings import default_setting
+
+    add_model_arguments(parser)
+    pairs = parser.add_argument_group(
+        "pairs",
+        "Either --source and --target files (line by line), or --input: lines "
+        "'source<TAB>target' (default: standard input).",
+    )
+    pairs.add_argument("--source", help="File of source sentences, one per line.")
+    pairs.add_argument("--target", help="File of their translations, line by line.")
+    pairs.add_argument(
+        "--input",
+        default="-",
+        help="File of 'source<TAB>target' lines (default: standard input).",
+    )
+    parser.add_argument(
+        "--output",
+        default="-",
+        help="Where to write one line per pair: log P(target | source), a tab, "
+        "then the log-probability of each subword token, END last, separated by "
+        "spaces (default: standard output).",
+    )
+    parser.add_argument(
+        "--max-input-length",
+        type=int,
+        default=default_setting("max_input_length"),
+        help="Longest source in subword ids, END included; longer ones are cut "
+        "(default %(default)s).",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=32, help="Pairs scored together."
+    )
+
+
+def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The sources and targets of ``--source``/``--target`` or ``--input``."""
+    from keras_transformer.translation import read_lines
+
+    if (args.source is None) != (args.target is None):
+        raise CommandError("Pass both --source and --target, or neither (--input).")
+    if args.source is not None:
+        sources, targets = read_lines(args.source), read_lines(args.target)
+        if len(sources) != len(targets):
+            raise CommandError(
+                f"--source has {len(sources)} lines but --target has "
+                f"{len(targets)}; pass one target per source."
+            )
+        return sources, targets
+    sources, targets = [], []
+    for number, line in enumerate(read_lines(args.input), start=1):
+        if "\t" not in line:
+            raise CommandError(
+                f"--input line {number} has no tab: write 'source<TAB>target'."
+            )
+        source, target = line.split("\t", 1)
+        sources.append(source)
+        targets.append(target)
+    return sources, targets
+
+
+def run(args: argparse.Namespace) -> int:
+    """Reads the pairs, scores them with `Translator.score`, writes the scores."""
+    check_translator_arguments(
+        args, source="file", target="file", input="file", output="new file"
+    )
+    from keras_transformer.translation import Translator, write_lines
+
+    sources, targets = read_pairs(args)
+    translator = Translator.load(
+        args.workdir,
+        args.weights,
+        max_input_length=args.max_input_length,
+        batch_size=args.batch_size,
+    )
+    with translating(NAME, translator, "lines"):
+        scores = translator.score(sources, targets)
+    write_lines(
+        args.output,
+        [
+            f"{s.log_prob:.4f}\t" + " ".join(f"{x:.4f}" for x in s.token_log_probs)
+            for s in scores
+        ],
+    )
+    return 0
