@@ -50,6 +50,8 @@ EXAMPLES_REQUIRES = [
 #: benchmarks/: keras-hub's layers are the reference the training step and
 #: decoding are measured against.
 BENCHMARK_REQUIRES = [*TRAIN_REQUIRES, "keras-hub>=0.21,<0.33"]
+#: `keras-transformer export --format ctranslate2` and its translator.
+CTRANSLATE2_REQUIRES = ["ctranslate2>=4.5,<5"]
 #: Tests, linters, the documentation site and the release tools.
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
@@ -85,11 +87,13 @@ setup(
         "jax": JAX_REQUIRES,
         "examples": EXAMPLES_REQUIRES,
         "benchmark": BENCHMARK_REQUIRES,
+        "ctranslate2": CTRANSLATE2_REQUIRES,
         "dev": sorted(
             {
                 *EXAMPLES_REQUIRES,
                 *BENCHMARK_REQUIRES,
                 *JAX_REQUIRES,
+                *CTRANSLATE2_REQUIRES,
                 *TOOLS_REQUIRES,
             }
         ),

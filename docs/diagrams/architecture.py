@@ -30,9 +30,9 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
     ),
     (
         4,
-        ("training", "export", "visualize"),
+        ("training", "export", "visualize", "ctranslate2"),
         "TensorFlow, TensorBoard, matplotlib",
-        "train(), callbacks, checkpoints, tf.distribute; SavedModel; heat maps",
+        "train(), callbacks, checkpoints, tf.distribute; SavedModel; CTranslate2; heat maps",
     ),
     (
         3,

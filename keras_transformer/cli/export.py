@@ -48,6 +48,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "query blocks); --temperature is then the sampling temperature.",
     )
     parser.add_argument(
+        "--format",
+        choices=("savedmodel", "ctranslate2"),
+        default="savedmodel",
+        help="savedmodel (default), or ctranslate2: a CTranslate2 model folder of a "
+        "translation run, served by keras-transformer translate --workdir FOLDER.",
+    )
+    parser.add_argument(
+        "--quantization",
+        default="float32",
+        help="With --format ctranslate2: the weight type (float32, int8, int16, "
+        "float16, ...; see ctranslate2.get_supported_compute_types('cpu')).",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="Replace an earlier export in --output (it stays whole until the new "
@@ -76,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer import export
     from keras_transformer.files import FolderLockedError
 
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args)
     kind = export.run_kind(args.workdir)
     try:
         path = export.export_run(
@@ -92,5 +107,29 @@ def run(args: argparse.Namespace) -> int:
         f"Exported the {kind} run to {path}: signatures {_SIGNATURES[kind]}; Keras "
         f"model in {path / export.MODEL_FILE}. Inspect it with: "
         f"saved_model_cli show --dir {path} --all"
+    )
+    return 0
+
+
+def _export_ctranslate2(args: argparse.Namespace) -> int:
+    """``--format ctranslate2``: the CTranslate2 folder of a translation run."""
+    from keras_transformer.ctranslate2 import export_run_ctranslate2
+    from keras_transformer.files import FolderLockedError
+
+    try:
+        path = export_run_ctranslate2(
+            args.workdir,
+            args.output,
+            args.weights,
+            quantization=args.quantization,
+            overwrite=args.overwrite,
+            **search_settings(args),
+        )
+    except (FileExistsError, FolderLockedError) as e:
+        raise ValueError(str(e)) from e
+    print(
+        f"Exported the translation run to {path} for CTranslate2 "
+        f"({args.quantization} weights). Translate with: keras-transformer "
+        f"translate --workdir {path}"
     )
     return 0
