@@ -32,7 +32,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
         4,
         ("training", "export", "visualize", "ctranslate2"),
         "TensorFlow, TensorBoard, matplotlib",
-        "train(), callbacks, checkpoints, tf.distribute; SavedModel; CTranslate2; heat maps",
+        "train(), callbacks, tf.distribute; SavedModel, CTranslate2; heat maps",
     ),
     (
         3,
