@@ -250,6 +250,7 @@ def test_command_line_export_and_translate(
         "train.validation_every=1000",
         "train.test_samples=2",
         "train.keep_best=false",
+        "model.optimizer.warmup_steps=1",
     )
     train(config, run, printer=None)
     output = tmp_path / "ct2"
