@@ -306,8 +306,8 @@ def _print_table(
         p50, p90 = _percentile(single, 0.5), _percentile(single, 0.9)
         summary[label] = (file_s, sorted_s, p50)
         print(
-            f"{label:<{width}}{file_s:>13.1f}{len(sentences) / file_s:>8.1f}"
-            f"{tokens / file_s:>8.0f}{sorted_s:>10.1f}{p50:>8.1f}{p90:>8.1f}"
+            f"{label:<{width}}{file_s:>13.2f}{len(sentences) / file_s:>8.1f}"
+            f"{tokens / file_s:>8.0f}{sorted_s:>10.2f}{p50:>8.1f}{p90:>8.1f}"
             f"{bleu:>7.2f}{same:>7}"
         )
     return summary
