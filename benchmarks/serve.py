@@ -55,6 +55,8 @@ from typing import Any
 
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
+#: CTranslate2's own ranking (log P / |Y|^alpha), not re-ranked: not identical.
+OWN_RANKING = "CTranslate2 float32, |Y|^alpha"
 
 
 # -------------------------------------------------------------- child process
@@ -145,8 +147,9 @@ def _ctranslate2_models(config: dict[str, Any]) -> dict[str, Any]:
     models = {}
     for label, path in config["ctranslate2"]:
         translator = CTranslate2Translator(path)
-        models[label] = lambda batch, t=translator: t.translate(
-            batch, batch_size=len(batch)
+        rerank = label != OWN_RANKING
+        models[label] = lambda batch, t=translator, r=rerank: t.translate(
+            batch, batch_size=len(batch), rerank=r
         )
     return models
 
@@ -254,7 +257,9 @@ def _ctranslate2_exports(
     model: Any, tokenizer: Any, work: Path, args: argparse.Namespace
 ) -> list[tuple[str, str]]:
     """The same weights as CTranslate2 float32 and int8 folders (beam
-    `--beam-size`, alpha 0.6, +50, the GNMT penalty by re-ranking)."""
+    `--beam-size`, alpha 0.6, +50, the GNMT penalty by re-ranking), and the
+    float32 folder with CTranslate2's own length penalty (the cost of the
+    re-ranking)."""
     from keras_transformer.ctranslate2 import export_ctranslate2
 
     folders = []
@@ -268,7 +273,7 @@ def _ctranslate2_exports(
             overwrite=True,
         )
         folders.append((f"CTranslate2 {quantization}", str(folder)))
-    return folders
+    return [*folders, (OWN_RANKING, folders[0][1])]
 
 
 def _print_table(

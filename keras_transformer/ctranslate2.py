@@ -46,6 +46,7 @@ with OpenNMT" (CTranslate2).
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -585,12 +586,17 @@ class CTranslate2Translator:
         + extra_length."""
         return min(len(pieces) + self.extra_length, self.max_output_length)
 
-    def _search(self, sources: list[list[str]], beam: int, limit: int) -> list:
+    def _search(
+        self, sources: list[list[str]], beam: int, limit: int, own_alpha: float | None
+    ) -> list:
+        """CTranslate2's search; every finished hypothesis of the beam with
+        its raw log P (re-ranked by `_best`), or with `own_alpha` its best
+        by `log P / |Y| ** own_alpha`."""
         return self.engine.translate_batch(
             sources,
             beam_size=beam,
-            num_hypotheses=beam,
-            length_penalty=0.0,  # raw log P; the GNMT penalty is applied below
+            num_hypotheses=beam if own_alpha is None else 1,
+            length_penalty=0.0 if own_alpha is None else own_alpha,
             max_decoding_length=limit,
             min_decoding_length=0,
             max_input_length=0,  # cut in `encode`, END kept
@@ -599,15 +605,17 @@ class CTranslate2Translator:
             suppress_sequences=[[self._pad_piece]],
         )
 
-    def _best(self, result: Any, beam: int, alpha: float) -> Hypothesis:
+    def _best(self, result: Any, beam: int, alpha: float | None) -> Hypothesis:
         """The hypothesis with the best `log P / lp(|Y|)` (Eq. 14), or the
-        greedy one."""
+        greedy one (`alpha` None: CTranslate2's own ranking, kept)."""
         best = None
         for pieces, log_prob in zip(result.hypotheses, result.scores, strict=True):
             ids = tuple(self.processor.piece_to_id(pieces))
             score = log_prob
-            if beam > 1:
+            if beam > 1 and alpha is not None:
                 score = log_prob / gnmt_length_penalty(len(ids), alpha)
+            if alpha is None:
+                log_prob = math.nan  # CTranslate2 returns the ranked score
             if best is None or score > best.score:
                 best = Hypothesis(self._detokenize(ids), ids, log_prob, score)
         return best
@@ -628,6 +636,7 @@ class CTranslate2Translator:
         beam_size: int | None = None,
         alpha: float | None = None,
         batch_size: int = 64,
+        rerank: bool = True,
     ) -> list[Hypothesis]:
         """The best hypothesis of each sentence, with its ids and scores.
 
@@ -637,6 +646,10 @@ class CTranslate2Translator:
                 greedy decoding).
             alpha: the length-penalty alpha (default: the folder's, §6.1: 0.6).
             batch_size: sentences per CTranslate2 call, in the given order.
+            rerank: rank the beam's finished hypotheses by the GNMT penalty
+                (what `Translator` does). False keeps CTranslate2's own
+                ranking, `log P / |Y| ** alpha` with one hypothesis kept
+                (faster, not identical; `log_prob` is then NaN).
 
         Returns:
             One `Hypothesis` per sentence.
@@ -649,20 +662,20 @@ class CTranslate2Translator:
                 f"0. Received: beam_size={beam}, alpha={alpha}, "
                 f"batch_size={batch_size}"
             )
+        own_alpha = None if rerank or beam == 1 else alpha
+        ranking = alpha if own_alpha is None else None
         sources = self.encode(sentences)
         best: list[Hypothesis] = []
         for start in range(0, len(sources), batch_size):
             batch = sources[start : start + batch_size]
             limits = [self._limit(pieces) for pieces in batch]
-            results = self._search(batch, beam, max(limits))
+            results = self._search(batch, beam, max(limits), own_alpha)
             for pieces, limit, result in zip(batch, limits, results, strict=True):
-                hypothesis = self._best(result, beam, alpha)
-                if len(hypothesis.token_ids) > limit:
-                    # Longer than its own cap (the batch's was larger): again,
-                    # alone, with its own (§6.1).
-                    (result,) = self._search([pieces], beam, limit)
-                    hypothesis = self._best(result, beam, alpha)
-                best.append(hypothesis)
+                if any(len(hypothesis) > limit for hypothesis in result.hypotheses):
+                    # Past its own cap (the batch's was larger): again, alone,
+                    # with its own (§6.1).
+                    (result,) = self._search([pieces], beam, limit, own_alpha)
+                best.append(self._best(result, beam, ranking))
         return best
 
     def translate(
@@ -671,11 +684,14 @@ class CTranslate2Translator:
         beam_size: int | None = None,
         alpha: float | None = None,
         batch_size: int = 64,
+        rerank: bool = True,
     ) -> list[str]:
         """Translations of raw sentences (`translate_hypotheses`' texts)."""
         if isinstance(sentences, str):
             raise TypeError("translate takes a list of strings; wrap one in a list.")
-        hypotheses = self.translate_hypotheses(sentences, beam_size, alpha, batch_size)
+        hypotheses = self.translate_hypotheses(
+            sentences, beam_size, alpha, batch_size, rerank
+        )
         return [hypothesis.text for hypothesis in hypotheses]
 
 

@@ -115,6 +115,21 @@ def test_output_cap_of_each_source(tmp_path: Path) -> None:
     assert len(cut) >= 2  # outputs did reach their (different) caps
 
 
+def test_own_ranking_without_reranking(folder: Path) -> None:
+    """``rerank=False``: CTranslate2's best by ``log P / |Y| ** alpha``."""
+    translator = CTranslate2Translator(folder)
+    sources = list(SOURCES[:8])
+    own = translator.translate_hypotheses(sources, rerank=False)
+    direct = translator.engine.translate_batch(
+        translator.encode(sources), beam_size=4, length_penalty=0.6,
+        max_decoding_length=200, min_decoding_length=0, return_scores=True,
+    )  # fmt: skip
+    assert [h.text for h in own] == [
+        translator.processor.decode(r.hypotheses[0]) for r in direct
+    ]
+    assert all(np.isnan(h.log_prob) for h in own)
+
+
 def test_blank_lines_give_empty_translations(folder: Path) -> None:
     """The one difference from `Translator`, which decodes END alone."""
     served = CTranslate2Translator(folder).translate_hypotheses(["", "  ", "1. Mai"])
