@@ -283,3 +283,6 @@ def test_command_line_export_and_translate(
     assert len(lines) == 3
     translator = Translator.load(run, "last", beam_size=1)
     assert lines == translator.translate(source.read_text().splitlines())
+    refused = ["export", "--workdir", str(run), "--output", str(tmp_path / "sm")]
+    assert cli.main([*refused, "--quantization", "int8"]) != 0
+    assert "applies to --format ctranslate2 only" in capsys.readouterr().err

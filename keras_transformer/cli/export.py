@@ -91,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "ctranslate2":
         return _export_ctranslate2(args)
+    if args.quantization != "float32":
+        raise ValueError(
+            f"--quantization {args.quantization} applies to --format ctranslate2 "
+            "only; add --format ctranslate2 or leave --quantization out."
+        )
     kind = export.run_kind(args.workdir)
     try:
         path = export.export_run(
