@@ -55,6 +55,8 @@ BENCHMARK_REQUIRES = [*TRAIN_REQUIRES, "keras-hub>=0.21,<0.33"]
 #: docs/diagrams/model_figure.py (with Graphviz) and
 #: docs/screenshots/take_screenshots.py (with a system Chromium).
 PICTURES_REQUIRES = [*TRAIN_REQUIRES, "pydot>=3,<5", "playwright>=1.40,<2"]
+#: `keras-transformer export --format ctranslate2` and its translator.
+CTRANSLATE2_REQUIRES = ["ctranslate2>=4.5,<5"]
 #: Tests, linters, the documentation site and the release tools.
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
@@ -93,6 +95,7 @@ setup(
         "benchmark": BENCHMARK_REQUIRES,
         "litert": LITERT_REQUIRES,
         "pictures": PICTURES_REQUIRES,
+        "ctranslate2": CTRANSLATE2_REQUIRES,
         "dev": sorted(
             {
                 *EXAMPLES_REQUIRES,
@@ -100,6 +103,7 @@ setup(
                 *BENCHMARK_REQUIRES,
                 *PICTURES_REQUIRES,
                 *JAX_REQUIRES,
+                *CTRANSLATE2_REQUIRES,
                 *TOOLS_REQUIRES,
             }
         ),

@@ -55,6 +55,8 @@ from typing import Any
 
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
+#: CTranslate2's own ranking (log P / |Y|^alpha), not re-ranked: not identical.
+OWN_RANKING = "CTranslate2 float32, |Y|^alpha"
 
 
 # -------------------------------------------------------------- child process
@@ -66,16 +68,28 @@ def _child(config_path: str) -> None:
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     sentences: list[str] = config["sentences"]
     batch_size, repeats = config["batch_size"], config["repeats"]
-    models = {
+    signatures = {
         label: tf.saved_model.load(path).signatures["serving_default"]
         for label, path in config["exports"]
     }
+    # Checked before the CTranslate2 rows are loaded: the SavedModels load
+    # and run without keras_transformer.
+    imported_package = any(m.startswith("keras_transformer") for m in sys.modules)
+
+    def saved_model(signature: Any) -> Any:
+        def translate(batch: list[str]) -> list[str]:
+            texts = signature(sentences=tf.constant(batch, tf.string))["translations"]
+            return [t.decode("utf-8") for t in texts.numpy()]
+
+        return translate
+
+    models = {label: saved_model(sig) for label, sig in signatures.items()}
+    models.update(_ctranslate2_models(config))
 
     def call(label: str, batch: list[str]) -> tuple[float, list[str]]:
         start = time.perf_counter()
-        result = models[label](sentences=tf.constant(batch, tf.string))
-        texts = result["translations"].numpy()
-        return time.perf_counter() - start, [t.decode("utf-8") for t in texts]
+        texts = models[label](batch)
+        return time.perf_counter() - start, texts
 
     # First calls (loading, tracing): not timed.
     for label in models:
@@ -112,10 +126,34 @@ def _child(config_path: str) -> None:
         "sorted": measure(batches(by_length, batch_size)),
         "single": measure(batches(file_order[: config["latency_sentences"]], 1)),
         "load_end": os.getloadavg()[0],
-        "imported_package": any(m.startswith("keras_transformer") for m in sys.modules),
+        "imported_package": imported_package,
+        "ctranslate2_imports": sorted(
+            m for m in sys.modules if m.startswith("keras_transformer")
+        ),
         "tensorflow": tf.__version__,
     }
     print(json.dumps(results))
+
+
+def _ctranslate2_models(config: dict[str, Any]) -> dict[str, Any]:
+    """The CTranslate2 rows: `CTranslate2Translator` (ctranslate2 and
+    sentencepiece; of this package only `keras_transformer.ctranslate2` and
+    the constants it reads), one call per batch as given."""
+    if not config["ctranslate2"]:
+        return {}
+    sys.path.insert(0, config["package_root"])
+    from keras_transformer.ctranslate2 import CTranslate2Translator
+
+    models = {}
+    for label, path in config["ctranslate2"]:
+        translator = CTranslate2Translator(
+            path, intra_threads=config["ctranslate2_threads"]
+        )
+        rerank = label != OWN_RANKING
+        models[label] = lambda batch, t=translator, r=rerank: t.translate(
+            batch, batch_size=len(batch), rerank=r
+        )
+    return models
 
 
 # ------------------------------------------------------------------ exports
@@ -181,8 +219,8 @@ def _tutorial_export(
     archive.write_out(str(directory), verbose=False)
 
 
-def _test_sources(args: argparse.Namespace) -> tuple[list[str], str]:
-    """The source sentences of the test split (of the run's task)."""
+def _test_sources(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
+    """The source and reference sentences of the test split (of the run's task)."""
     from keras_transformer.data.tasks import get_task
     from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig, TrainConfig
@@ -196,7 +234,8 @@ def _test_sources(args: argparse.Namespace) -> tuple[list[str], str]:
     task = get_task(data.task)
     split = args.split or task.test_split
     pairs = task.load_split(split, data)
-    return list(pairs.sources), f"{data.task} {split} ({data.source_language})"
+    name = f"{data.task} {split} ({data.source_language})"
+    return list(pairs.sources), list(pairs.targets), name
 
 
 def _time_translator(
@@ -214,6 +253,71 @@ def _time_translator(
         translator.translate(sentences)
         best = min(best, time.perf_counter() - start)
     return best, texts, translator.batch_size
+
+
+def _ctranslate2_exports(
+    model: Any, tokenizer: Any, work: Path, args: argparse.Namespace
+) -> list[tuple[str, str]]:
+    """The same weights as CTranslate2 float32 and int8 folders (beam
+    `--beam-size`, alpha 0.6, +50, the GNMT penalty by re-ranking), and the
+    float32 folder with CTranslate2's own length penalty (the cost of the
+    re-ranking)."""
+    from keras_transformer.ctranslate2 import export_ctranslate2
+
+    folders = []
+    for quantization in ("float32", "int8"):
+        folder = export_ctranslate2(
+            model,
+            tokenizer,
+            work / f"ctranslate2_{quantization}",
+            beam_size=args.beam_size,
+            quantization=quantization,
+            overwrite=True,
+        )
+        folders.append((f"CTranslate2 {quantization}", str(folder)))
+    return [*folders, (OWN_RANKING, folders[0][1])]
+
+
+def _print_table(
+    rows: list[tuple[str, str]],
+    results: dict[str, Any],
+    sentences: list[str],
+    references: list[str],
+    tokenizer: Any,
+    first: str,
+) -> dict[str, tuple[float, float, float]]:
+    """One line per model: batch-`N` seconds and target tokens per second in
+    file order, sorted, batch-1 p50/p90, BLEU against the references and
+    identical translations with the first model; returns (file order s,
+    sorted s, p50 ms) per label."""
+    import sacrebleu
+
+    width = max(len(label) for label, _ in rows) + 2
+    header = (
+        f"{'model':<{width}}{'file order s':>13}{'sent/s':>8}{'tok/s':>8}"
+        f"{'sorted s':>10}{'p50 ms':>8}{'p90 ms':>8}{'BLEU':>7}{'same':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    translations = results["file_order"]["translations"]
+    summary = {}
+    for label, _ in rows:
+        file_s = sum(results["file_order"]["seconds"][label])
+        sorted_s = sum(results["sorted"]["seconds"][label])
+        single = [1000 * s for s in results["single"]["seconds"][label]]
+        texts = translations[label]
+        # Target subword tokens, END included (what the decoder produced).
+        tokens = sum(len(ids) + 1 for ids in tokenizer.encode(texts))
+        bleu = sacrebleu.corpus_bleu(texts, [references]).score
+        same = sum(a == b for a, b in zip(texts, translations[first], strict=True))
+        p50, p90 = _percentile(single, 0.5), _percentile(single, 0.9)
+        summary[label] = (file_s, sorted_s, p50)
+        print(
+            f"{label:<{width}}{file_s:>13.2f}{len(sentences) / file_s:>8.1f}"
+            f"{tokens / file_s:>8.0f}{sorted_s:>10.2f}{p50:>8.1f}{p90:>8.1f}"
+            f"{bleu:>7.2f}{same:>7}"
+        )
+    return summary
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -248,6 +352,18 @@ def main() -> None:
         help="also time the package's Translator (what `evaluate` runs) in "
         "this process, before the serving process starts",
     )
+    parser.add_argument(
+        "--no-ctranslate2",
+        action="store_true",
+        help="skip the CTranslate2 float32 and int8 rows (exports of --workdir)",
+    )
+    parser.add_argument(
+        "--ctranslate2-threads",
+        type=int,
+        default=0,
+        help="CTranslate2's intra_threads (0: its default, up to 4). On a shared, "
+        "oversubscribed machine 1 avoids OpenMP threads spinning for cores.",
+    )
     parser.add_argument("--keep", help="write the exports here (default: a temp dir)")
     args = parser.parse_args()
     if not args.workdir and not args.export:
@@ -262,9 +378,10 @@ def main() -> None:
     from keras_transformer.translation import load_translator
 
     load_start = os.getloadavg()[0]
-    sentences, test_name = _test_sources(args)
+    sentences, references, test_name = _test_sources(args)
     if args.sentences:
         sentences = sentences[: args.sentences]
+        references = references[: args.sentences]
     work = Path(args.keep or tempfile.mkdtemp(prefix="serve_benchmark_"))
     work.mkdir(parents=True, exist_ok=True)
 
@@ -293,6 +410,10 @@ def main() -> None:
         )
         exports.append((TUTORIAL, str(tutorial)))
 
+    ctranslate2_exports = []
+    if args.workdir and not args.no_ctranslate2:
+        ctranslate2_exports = _ctranslate2_exports(model, tokenizer, work, args)
+
     translator_result = None
     if args.translator:
         translator_result = _time_translator(
@@ -308,6 +429,9 @@ def main() -> None:
                 "batch_size": args.batch_size,
                 "repeats": args.repeats,
                 "latency_sentences": min(args.latency_sentences, len(sentences)),
+                "ctranslate2": ctranslate2_exports,
+                "ctranslate2_threads": args.ctranslate2_threads,
+                "package_root": str(Path(__file__).resolve().parents[1]),
             }
         ),
         encoding="utf-8",
@@ -348,25 +472,10 @@ def main() -> None:
         f"measurements; {time.perf_counter() - started:.0f} s"
     )
     print()
-    width = max(len(label) for label, _ in exports) + 2
-    header = (
-        f"{'model':<{width}}{'file order s':>13}{'sent/s':>8}{'sorted s':>10}"
-        f"{'mixed/sorted':>13}{'p50 ms':>8}{'p90 ms':>8}"
-    )
-    print(header)
-    print("-" * len(header))
-    summary = {}
-    for label, _ in exports:
-        file_s = sum(results["file_order"]["seconds"][label])
-        sorted_s = sum(results["sorted"]["seconds"][label])
-        single = [1000 * s for s in results["single"]["seconds"][label]]
-        summary[label] = (file_s, sorted_s, _percentile(single, 0.5))
-        print(
-            f"{label:<{width}}{file_s:>13.1f}{len(sentences) / file_s:>8.1f}"
-            f"{sorted_s:>10.1f}{file_s / sorted_s:>13.2f}"
-            f"{_percentile(single, 0.5):>8.0f}{_percentile(single, 0.9):>8.0f}"
-        )
+    rows = exports + ctranslate2_exports
     first = exports[0][0]
+    summary = _print_table(rows, results, sentences, references, tokenizer, first)
+    width = max(len(label) for label, _ in rows) + 2
     if translator_result is not None:
         seconds, texts, batch_size = translator_result
         served = results["file_order"]["translations"][first]
@@ -379,21 +488,24 @@ def main() -> None:
         )
     print()
     print("ratios (time of the other / time of " + first + "):")
-    for label, _ in exports[1:]:
+    for label, _ in rows[1:]:
         ours, theirs = summary[first], summary[label]
         print(
-            f"  {label}: file order {theirs[0] / ours[0]:.1f}x, sorted "
-            f"{theirs[1] / ours[1]:.1f}x, batch-1 p50 {theirs[2] / ours[2]:.1f}x"
+            f"  {label}: file order {theirs[0] / ours[0]:.2f}x, sorted "
+            f"{theirs[1] / ours[1]:.2f}x, batch-1 p50 {theirs[2] / ours[2]:.2f}x"
         )
-    translations = results["file_order"]["translations"]
-    for label, _ in exports[1:]:
-        if label == TUTORIAL:
-            continue
-        same = sum(
-            a == b
-            for a, b in zip(translations[first], translations[label], strict=True)
+    if ctranslate2_exports:
+        ours, engine = summary[first], summary[ctranslate2_exports[0][0]]
+        print(
+            f"goals (issue 23, item 2): {first} / CTranslate2 float32 at batch "
+            f"{args.batch_size} in file order {ours[0] / engine[0]:.2f}x (goal <= "
+            f"1.3x); batch-1 p50 {ours[2] / engine[2]:.2f}x (goal <= 1.1x)"
         )
-        print(f"  identical translations, {label}: {same} of {len(sentences)}")
+        print(
+            "  CTranslate2 process imports of this package: "
+            f"{', '.join(results['ctranslate2_imports'])} (after the SavedModels "
+            "were loaded and checked to need none)"
+        )
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     del tf
 

@@ -41,7 +41,7 @@ LEVELS: dict[str, int] = {
     "image_sampling": 1,
     "runs": 2,
     "translation": 3,
-    **dict.fromkeys(("training", "export", "litert", "visualize"), 4),
+    **dict.fromkeys(("training", "export", "litert", "visualize", "ctranslate2"), 4),
     **dict.fromkeys(("cli", "__main__"), 5),
 }
 

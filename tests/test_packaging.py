@@ -120,8 +120,9 @@ def test_the_train_extra_covers_every_import_of_the_package() -> None:
     setup = _setup()
     extras = setup["extras_require"]
     declared = _names(setup["install_requires"] + extras["train"])
-    # Optional modules import their extra's packages (kt.litert: litert).
-    declared |= _names(extras["litert"])
+    # Optional modules import their extra's packages (kt.litert: litert,
+    # kt.ctranslate2: ctranslate2).
+    declared |= _names(extras["litert"]) | _names(extras["ctranslate2"])
     imported = _third_party_imports(list(PACKAGE.rglob("*.py")))
     missing = {name: files for name, files in imported.items() if name not in declared}
     assert not missing, f"imported but not in install_requires or train: {missing}"
@@ -146,7 +147,7 @@ def test_the_dev_extra_covers_tests_notebooks_benchmarks_and_docs() -> None:
         if name not in dev
     }
     assert not missing, f"imported but not in the dev extra: {missing}"
-    for extra in ("train", "jax", "examples", "benchmark", "litert"):
+    for extra in ("train", "jax", "examples", "benchmark", "litert", "ctranslate2"):
         assert _names(extras[extra]) <= dev, extra
     # What the Makefile, the docs build and the release need besides imports.
     assert {"mkdocs-jupyter", "mkdocstrings", "build", "twine", "ruff"} <= dev

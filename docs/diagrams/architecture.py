@@ -30,9 +30,9 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
     ),
     (
         4,
-        ("training", "export", "litert", "visualize"),
+        ("training", "export", "litert", "ctranslate2", "visualize"),
         "TensorFlow, TensorBoard, matplotlib",
-        "train(), callbacks, checkpoints, tf.distribute; SavedModel, LiteRT; heat maps",
+        "train(), callbacks, tf.distribute; SavedModel, LiteRT, CTranslate2; heat maps",
     ),
     (
         3,

@@ -50,19 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("savedmodel", "litert"),
+        choices=("savedmodel", "litert", "ctranslate2"),
         default="savedmodel",
         help="savedmodel (default): strings in, translations out; litert: a "
         "translation run's greedy decoding as model.tflite (ids in, ids out) "
         "with tokenizer.model beside it (greedy: of the search flags only "
         "--max-input-length and --extra-length apply; docs/export.md, "
-        "'LiteRT, on-device').",
+        "'LiteRT, on-device'); ctranslate2: a CTranslate2 model folder of a "
+        "translation run, served by keras-transformer translate --workdir FOLDER.",
     )
     parser.add_argument(
         "--quantization",
-        choices=("int8", "float32"),
         default=None,
-        help="--format litert: int8 dynamic-range weights (default) or float32.",
+        help="--format litert: int8 dynamic-range weights (default) or float32; "
+        "--format ctranslate2: the weight type (float32, the default, int8, "
+        "int16, float16, ...; see ctranslate2.get_supported_compute_types('cpu')).",
     )
     parser.add_argument(
         "--overwrite",
@@ -91,6 +93,11 @@ def _run_litert(args: argparse.Namespace) -> int:
     """``--format litert``: the LiteRT split of a translation run."""
     from keras_transformer import export, litert
 
+    if args.quantization not in (None, "int8", "float32"):
+        raise ValueError(
+            f"--format litert takes --quantization int8 or float32, not "
+            f"{args.quantization}."
+        )
     kind = export.run_kind(args.workdir)
     if kind != "translation":
         raise ValueError(
@@ -121,8 +128,13 @@ def run(args: argparse.Namespace) -> int:
     check_translator_arguments(args, output="new folder")
     if args.format == "litert":
         return _run_litert(args)
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args)
     if args.quantization is not None:
-        raise ValueError("--quantization applies to --format litert; leave it out.")
+        raise ValueError(
+            f"--quantization {args.quantization} applies to --format litert or "
+            "ctranslate2; add one of them or leave --quantization out."
+        )
     from keras_transformer import export
     from keras_transformer.files import FolderLockedError
 
@@ -142,5 +154,30 @@ def run(args: argparse.Namespace) -> int:
         f"Exported the {kind} run to {path}: signatures {_SIGNATURES[kind]}; Keras "
         f"model in {path / export.MODEL_FILE}. Inspect it with: "
         f"saved_model_cli show --dir {path} --all"
+    )
+    return 0
+
+
+def _export_ctranslate2(args: argparse.Namespace) -> int:
+    """``--format ctranslate2``: the CTranslate2 folder of a translation run."""
+    from keras_transformer.ctranslate2 import export_run_ctranslate2
+    from keras_transformer.files import FolderLockedError
+
+    try:
+        path = export_run_ctranslate2(
+            args.workdir,
+            args.output,
+            args.weights,
+            quantization=args.quantization or "float32",
+            overwrite=args.overwrite,
+            **search_settings(args),
+        )
+    except (FileExistsError, FolderLockedError) as e:
+        raise ValueError(str(e)) from e
+    print(
+        f"Exported the translation run to {path} for CTranslate2 "
+        f"({args.quantization or 'float32'} weights). Translate with: "
+        "keras-transformer "
+        f"translate --workdir {path}"
     )
     return 0

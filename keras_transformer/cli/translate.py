@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.translation import read_lines, write_lines
 
     lines, prefixes = read_prefixes(args, read_lines(args.input))
+    if _is_ctranslate2(args.workdir):
+        return _translate_ctranslate2(args, lines, prefixes)
     constraints = _read_constraints(args.constraints_file, len(lines))
     translator = _load_translator(args)
     progress = str(args.input) != "-" and not args.no_progress
@@ -171,3 +173,46 @@ def _read_constraints(path: str | None, count: int) -> list[list[str]] | None:
             "lines; give one line per input line (empty for none)."
         )
     return [[phrase for phrase in row.split("\t") if phrase.strip()] for row in rows]
+
+
+def _is_ctranslate2(workdir: str) -> bool:
+    from keras_transformer.ctranslate2 import is_ctranslate2_dir
+
+    return is_ctranslate2_dir(workdir)
+
+
+def _translate_ctranslate2(
+    args: argparse.Namespace, lines: list[str], prefixes: list[str] | None
+) -> int:
+    """``--workdir`` names a CTranslate2 export: served by CTranslate2 with
+    the folder's settings, or the beam size and alpha given."""
+    from keras_transformer.ctranslate2 import CTranslate2Translator
+    from keras_transformer.translation import write_lines
+
+    unsupported = [
+        flag
+        for flag, given in (
+            ("--n-best", args.n_best > 1),
+            ("--prefix-file/--prefix-column", prefixes is not None),
+            ("--constraints-file", args.constraints_file is not None),
+            ("--ensemble", bool(args.ensemble)),
+        )
+        if given
+    ]
+    if unsupported:
+        raise CommandError(
+            f"{', '.join(unsupported)}: not served from a CTranslate2 folder; "
+            "translate with the run folder (--workdir RUN) instead."
+        )
+    if args.method not in ("beam", "greedy"):
+        raise ValueError(
+            f"A CTranslate2 export serves beam search or greedy decoding, not "
+            f"--method {args.method}; pass --method beam or greedy."
+        )
+    translator = CTranslate2Translator(args.workdir)
+    beam = 1 if args.method == "greedy" else args.beam_size
+    outputs = translator.translate(
+        lines, beam_size=beam, alpha=args.alpha, batch_size=args.batch_size
+    )
+    write_lines(args.output, outputs)
+    return 0

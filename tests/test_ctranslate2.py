@@ -1,0 +1,288 @@
+"""kt.ctranslate2: a CTranslate2 folder that translates exactly like `Translator`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the CTranslate2 export needs the ctranslate2 extra"
+)
+
+import sacrebleu  # noqa: E402
+
+from keras_transformer import cli  # noqa: E402
+from keras_transformer.ctranslate2 import (  # noqa: E402
+    INFO_FILE,
+    TOKENIZER_FILE,
+    CTranslate2Translator,
+    export_ctranslate2,
+    gnmt_length_penalty,
+    is_ctranslate2_dir,
+)
+from keras_transformer.data import SubwordTokenizer, synthetic_dates  # noqa: E402
+from keras_transformer.models import build_transformer, presets  # noqa: E402
+from keras_transformer.translation import Translator  # noqa: E402
+from tests.test_export import INPUTS, tiny_translator  # noqa: E402
+
+#: Dates the tiny model has not seen, then long and non-ASCII inputs. Blank
+#: lines are left out: CTranslate2 gives them an empty translation
+#: (`test_blank_lines_give_empty_translations`).
+SOURCES = [*synthetic_dates(20, seed=7).sources, *(s for s in INPUTS if s.strip())]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model, tokenizer = tiny_translator()
+    return export_ctranslate2(
+        model, tokenizer, tmp_path_factory.mktemp("ct2") / "float32"
+    )
+
+
+def test_folder_holds_model_tokenizer_and_settings(folder: Path) -> None:
+    _, tokenizer = tiny_translator()
+    assert is_ctranslate2_dir(folder)
+    assert (folder / TOKENIZER_FILE).read_bytes() == tokenizer.model_proto
+    info = json.loads((folder / INFO_FILE).read_text())
+    assert (info["beam_size"], info["alpha"], info["extra_length"]) == (4, 0.6, 50)
+    assert info["max_output_length"] == info["max_input_length"] + 50
+    assert info["quantization"] == "float32"
+
+
+@pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
+def test_translations_identical_to_translator(folder: Path, beam_size: int) -> None:
+    """Greedy outputs, and beam-4 outputs re-ranked by the GNMT penalty."""
+    model, tokenizer = tiny_translator()
+    ours = Translator(model, tokenizer, beam_size=beam_size).translate(SOURCES)
+    served = CTranslate2Translator(folder).translate(SOURCES, beam_size=beam_size)
+    assert served == ours
+    assert len(set(served)) > 10  # not degenerate
+
+
+@pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
+def test_ids_and_scores_close_to_translator(folder: Path, beam_size: int) -> None:
+    """Same ids; scores within 1e-2. CTranslate2 renormalises the softmax
+    without the suppressed padding id, the project masks it after the
+    log-softmax: its log P is higher by the (small) padding mass."""
+    model, tokenizer = tiny_translator()
+    sources = list(SOURCES[:16])
+    ours = Translator(model, tokenizer, beam_size=beam_size)
+    expected = ours.decode_ids(np.asarray(_pad(ours.encode(sources))))
+    served = CTranslate2Translator(folder).translate_hypotheses(
+        sources, beam_size=beam_size
+    )
+    for row, hypothesis in enumerate(served):
+        length = int(expected.lengths[row])
+        assert list(hypothesis.token_ids) == list(expected.token_ids[row, :length])
+        assert hypothesis.score == pytest.approx(expected.scores[row], abs=1e-2)
+        assert hypothesis.score >= expected.scores[row] - 1e-5
+        penalty = gnmt_length_penalty(length, 0.6) if beam_size > 1 else 1.0
+        assert hypothesis.score == pytest.approx(hypothesis.log_prob / penalty)
+
+
+def _pad(rows: list[list[int]]) -> np.ndarray:
+    padded = np.zeros((len(rows), max(map(len, rows))), "int32")
+    for i, row in enumerate(rows):
+        padded[i, : len(row)] = row
+    return padded
+
+
+def test_output_cap_of_each_source(tmp_path: Path) -> None:
+    """Outputs cut at their source's length + extra_length (§6.1) as the
+    project cuts them, each at its own cap within a batch: an untrained
+    model, whose outputs rarely end."""
+    _, tokenizer = tiny_translator()
+    model = _tiny_model(tokenizer, dropout=0.0)
+    folder = export_ctranslate2(model, tokenizer, tmp_path / "ct2", extra_length=3)
+    sources = ["5. Januar", *SOURCES[:6]]
+    served = CTranslate2Translator(folder)
+    for beam_size in (1, 4):
+        ours = Translator(model, tokenizer, beam_size=beam_size, extra_length=3)
+        expected = ours.decode_ids(_pad([*ours.encode(sources)]))
+        hypotheses = served.translate_hypotheses(sources, beam_size=beam_size)
+        for row, hypothesis in enumerate(hypotheses):
+            length = int(expected.lengths[row])
+            assert list(hypothesis.token_ids) == list(expected.token_ids[row, :length])
+    limits = [len(ids) + 3 for ids in ours.encode(sources)]
+    end = tokenizer.END_ID
+    pairs = zip(hypotheses, limits, strict=True)
+    cut = [
+        h for h, limit in pairs if len(h.token_ids) == limit and end not in h.token_ids
+    ]
+    assert len(cut) >= 2  # outputs did reach their (different) caps
+
+
+def test_own_ranking_without_reranking(folder: Path) -> None:
+    """``rerank=False``: CTranslate2's best by ``log P / |Y| ** alpha``."""
+    translator = CTranslate2Translator(folder)
+    sources = list(SOURCES[:8])
+    own = translator.translate_hypotheses(sources, rerank=False)
+    direct = translator.engine.translate_batch(
+        translator.encode(sources), beam_size=4, length_penalty=0.6,
+        max_decoding_length=200, min_decoding_length=0, return_scores=True,
+    )  # fmt: skip
+    assert [h.text for h in own] == [
+        translator.processor.decode(r.hypotheses[0]) for r in direct
+    ]
+    assert all(np.isnan(h.log_prob) for h in own)
+
+
+def test_blank_lines_give_empty_translations(folder: Path) -> None:
+    """The one difference from `Translator`, which decodes END alone."""
+    served = CTranslate2Translator(folder).translate_hypotheses(["", "  ", "1. Mai"])
+    assert [h.text for h in served[:2]] == ["", ""]
+    assert served[2].text and served[2].token_ids[-1] == 3
+
+
+def test_int8_within_half_a_bleu_point(folder: Path, tmp_path: Path) -> None:
+    model, tokenizer = tiny_translator()
+    pairs = synthetic_dates(96, seed=5)
+    references = [list(pairs.targets)]
+    int8 = export_ctranslate2(model, tokenizer, tmp_path / "int8", quantization="int8")
+    bleu = {
+        name: sacrebleu.corpus_bleu(
+            CTranslate2Translator(path).translate(pairs.sources), references
+        ).score
+        for name, path in (("float32", folder), ("int8", int8))
+    }
+    assert bleu["float32"] > 20  # a model that translates
+    assert abs(bleu["int8"] - bleu["float32"]) <= 0.5
+    assert (int8 / "model.bin").stat().st_size < (folder / "model.bin").stat().st_size
+
+
+def test_pre_ln_learned_positions_untied_gelu_convert_exactly(tmp_path: Path) -> None:
+    """The variants CTranslate2 can express: an untrained model of each,
+    compared on ids (outputs run to their cap: the positions matter)."""
+    _, tokenizer = tiny_translator()
+    config = presets["tiny"].replace(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_encoder_layers=2,
+        num_decoder_layers=1,
+        d_model=32,
+        d_ff=48,
+        num_heads=4,
+        dropout=0.0,
+        position_encoding="learned",
+        max_length=64,
+        norm_first=True,
+        share_embeddings=False,
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
+    )
+    model = build_transformer(config)
+    folder = export_ctranslate2(
+        model, tokenizer, tmp_path / "ct2", beam_size=1, max_input_length=12
+    )
+    assert json.loads((folder / INFO_FILE).read_text())["max_output_length"] == 62
+    sources = list(SOURCES[:6])
+    ours = Translator(model, tokenizer, beam_size=1, max_input_length=12)
+    expected = ours.decode_ids(_pad(ours.encode(sources)))
+    served = CTranslate2Translator(folder).translate_hypotheses(sources)
+    for row, hypothesis in enumerate(served):
+        length = int(expected.lengths[row])
+        assert list(hypothesis.token_ids) == list(expected.token_ids[row, :length])
+
+
+def _tiny_model(tokenizer: SubwordTokenizer, **changes: object):
+    config = presets["tiny"].replace(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=32,
+        d_ff=64,
+        num_heads=2,
+        **changes,
+    )
+    return build_transformer(config)
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"attention_window": 3}, "model.attention_window=3"),
+        ({"relative_positions": 4}, "model.relative_positions=4"),
+        ({"value_dim": 8}, "model.value_dim=8"),
+        ({"activation": "elu"}, "model.activation='elu'"),
+    ],
+    ids=["restricted", "relative", "value_dim", "activation"],
+)
+def test_refuses_what_ctranslate2_cannot_express(
+    tmp_path: Path, changes: dict, named: str
+) -> None:
+    _, tokenizer = tiny_translator()
+    model = _tiny_model(tokenizer, **changes)
+    with pytest.raises(ValueError, match="CTranslate2 cannot express") as error:
+        export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    assert named in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_refuses_concatenated_positions(tmp_path: Path) -> None:
+    from keras_transformer.models import TransformerStack
+
+    _, tokenizer = tiny_translator()
+    model = _tiny_model(tokenizer)
+    TransformerStack.of(model).source_position.merge_mode = "concat"
+    with pytest.raises(ValueError, match="merge_mode='concat'"):
+        export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+
+
+def test_refuses_bad_quantization_sampling_and_occupied_folder(
+    folder: Path, tmp_path: Path
+) -> None:
+    model, tokenizer = tiny_translator()
+    with pytest.raises(ValueError, match="quantization='int4' is not"):
+        export_ctranslate2(model, tokenizer, tmp_path / "a", quantization="int4")
+    with pytest.raises(ValueError, match="method='sample'"):
+        export_ctranslate2(model, tokenizer, tmp_path / "b", method="sample")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not empty"):
+        export_ctranslate2(model, tokenizer, tmp_path / "c")
+    with pytest.raises(FileExistsError, match="holds no CTranslate2 export"):
+        export_ctranslate2(model, tokenizer, tmp_path / "c", overwrite=True)
+    assert (tmp_path / "c" / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="not a CTranslate2 export"):
+        CTranslate2Translator(tmp_path / "c")
+
+
+@pytest.mark.slow
+def test_command_line_export_and_translate(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``export --format ctranslate2`` of a run, then ``translate --workdir``
+    of the folder: the run's greedy translations."""
+    from keras_transformer.training import train
+    from tests.training.helpers import small_config
+
+    run = tmp_path / "run"
+    config = small_config(
+        "train.train_steps=2",
+        "train.steps_per_epoch=2",
+        "train.validation_every=1000",
+        "train.test_samples=2",
+        "train.keep_best=false",
+        "model.optimizer.warmup_steps=1",
+    )
+    train(config, run, printer=None)
+    output = tmp_path / "ct2"
+    flags = ["--workdir", str(run), "--format", "ctranslate2", "--output", str(output)]
+    assert cli.main(["export", *flags, "--quantization", "int16"]) == 0
+    assert "translate --workdir" in capsys.readouterr().out
+    assert json.loads((output / INFO_FILE).read_text())["quantization"] == "int16"
+    assert cli.main(["export", *flags, "--overwrite"]) == 0
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(synthetic_dates(3, seed=2).sources) + "\n")
+    served = tmp_path / "served.txt"
+    assert cli.main(["translate", "--workdir", str(output), "--input", str(source),
+                     "--output", str(served), "--method", "greedy"]) == 0  # fmt: skip
+    lines = served.read_text().splitlines()
+    assert len(lines) == 3
+    translator = Translator.load(run, "last", beam_size=1)
+    assert lines == translator.translate(source.read_text().splitlines())
+    refused = ["export", "--workdir", str(run), "--output", str(tmp_path / "sm")]
+    assert cli.main([*refused, "--quantization", "int8"]) != 0
+    assert "applies to --format litert or ctranslate2" in capsys.readouterr().err
