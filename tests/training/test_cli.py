@@ -40,6 +40,7 @@ def test_the_translating_commands_share_the_model_and_decoding_groups():
     )
     decoding = ["--method", "--beam-size", "--alpha", "--length-penalty"]
     decoding += ["--max-input-length", "--extra-length", "--temperature"]
+    decoding += ["--n-best", "--sample", "--top-k", "--top-p", "--seed"]
     for name in ("evaluate", "translate", "export"):
         command = subcommands.choices[name]
         groups = {
