@@ -1,17 +1,24 @@
-"""LiteRT vs SavedModel on the tiny dates model of the tests: sizes, batch-1 p50.
+"""LiteRT vs SavedModel: sizes, batch-1 p50, identical greedy outputs.
 
 Run from the repository root::
 
     PYTHONPATH=. TF_NUM_INTEROP_THREADS=1 TF_NUM_INTRAOP_THREADS=1 \
         python benchmarks/litert.py
+    # a trained translation run, on the first 50 lines of a source file:
+    PYTHONPATH=. TF_NUM_INTEROP_THREADS=1 TF_NUM_INTRAOP_THREADS=1 \
+        python benchmarks/litert.py --workdir runs/m30k_fast \
+        --input ../shared/data/multi30k/test_2016_flickr.de.gz
 
-Greedy decoding in all three (the SavedModel exported with beam_size=1): 50
-synthetic dates one at a time after 3 warm-up calls; the interpreter with
-one thread.
+Greedy decoding in all three (the SavedModel exported with beam_size=1):
+`--sentences` lines (default 50; without `--workdir`, synthetic dates on the
+tiny dates model of the tests) one at a time after 3 warm-up calls; the
+interpreter with one thread.
 """
 
 from __future__ import annotations
 
+import argparse
+import gzip
 import statistics
 import sys
 import tempfile
@@ -43,12 +50,32 @@ def _p50_ms(translate: Callable[[str], object], lines: list[str]) -> float:
     return 1000 * statistics.median(times)
 
 
+def _read(path: str, count: int) -> list[str]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as file:
+        return [line.rstrip("\n") for _, line in zip(range(count), file, strict=False)]
+
+
 def main() -> None:
-    model, tokenizer = tiny_translator()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="a trained translation run")
+    parser.add_argument("--weights", default="last")
+    parser.add_argument("--input", help="source lines (.gz read too); with --workdir")
+    parser.add_argument("--sentences", type=int, default=50)
+    args = parser.parse_args()
+    if args.workdir is None:
+        model, tokenizer = tiny_translator()
+        lines = synthetic_dates(args.sentences, seed=9).sources
+    else:
+        if args.input is None:
+            parser.error("--workdir needs --input, the source lines to translate")
+        from keras_transformer.translation import load_translator
+
+        model, tokenizer = load_translator(args.workdir, args.weights)
+        lines = _read(args.input, args.sentences)
     root = Path(tempfile.mkdtemp())
     saved = root / "saved" / "1"
     export.export_translator(model, tokenizer, saved, beam_size=1)
-    lines = synthetic_dates(50, seed=9).sources
     graph = _bytes(saved / "variables") + (saved / "saved_model.pb").stat().st_size
     print(f"SavedModel: saved_model.pb + variables {graph} bytes")
     signature = tf.saved_model.load(str(saved)).signatures["translate"]

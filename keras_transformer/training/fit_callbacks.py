@@ -167,7 +167,7 @@ class BleuEarlyStopping(keras.callbacks.EarlyStopping):
         start_from_epoch: epochs to wait before the first comparison.
         verbose: 1 prints when it stops and restores.
         **translator_options: other arguments of `Translator`
-            (``beam_size=4``, ``batch_size``, ``max_output_length``, ...).
+            (``beam_size``, ``batch_size``, ``max_output_length``, ...).
 
     Raises:
         ValueError: when `sources` and `references` differ in length or are
