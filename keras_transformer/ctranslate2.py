@@ -35,8 +35,10 @@ imports neither).
 Example:
 >>> from keras_transformer.ctranslate2 import (  # doctest: +SKIP
 ...     CTranslate2Translator, export_run_ctranslate2)
->>> export_run_ctranslate2("runs/de_en", "exported/de_en_ct2", quantization="int8")
->>> CTranslate2Translator("exported/de_en_ct2").translate(["Ein Hund."])
+>>> export_run_ctranslate2(  # doctest: +SKIP
+...     "runs/de_en", "exported/de_en_ct2", quantization="int8")
+>>> CTranslate2Translator("exported/de_en_ct2").translate(  # doctest: +SKIP
+...     ["Ein Hund."])
 
 Reference: Vaswani et al. (2017), §3.4, §3.5, §6.1; Wu et al. (2016), Eq. 14;
 Klein et al. (2020), "Efficient and High-Quality Neural Machine Translation
@@ -95,7 +97,7 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
 
     Example:
     >>> round(gnmt_length_penalty(7, 0.6), 6)
-    1.515716
+    1.515717
 
     Reference: Wu et al. (2016), Eq. 14; Vaswani et al. (2017), §6.1.
     """

@@ -61,10 +61,14 @@ class CheckpointAveraging(keras.callbacks.Callback):
         ValueError: when `last_n` is not a positive integer.
 
     Example:
-    >>> averaging = CheckpointAveraging(last_n=5)  # doctest: +SKIP
-    >>> model.fit(dataset, epochs=20, callbacks=[averaging])  # doctest: +SKIP
-    >>> averaging.count  # the model now holds the mean of epochs 16-20
-    5
+    >>> import keras, numpy as np
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> model.compile(optimizer="sgd", loss="mse")
+    >>> averaging = CheckpointAveraging(last_n=2)
+    >>> history = model.fit(np.ones((8, 3)), np.ones((8, 1)), epochs=4,
+    ...                     verbose=0, callbacks=[averaging])
+    >>> averaging.count  # the model now holds the mean of epochs 3 and 4
+    2
 
     Reference: Vaswani et al. (2017), §6.1.
     """
