@@ -1,12 +1,15 @@
 """LiteRT vs SavedModel: sizes, batch-1 p50, identical greedy outputs.
 
+(Not named ``litert.py``: TensorFlow's LiteRT wrapper imports a top-level
+``litert`` module, which a script of that name in ``sys.path[0]`` would shadow.)
+
 Run from the repository root::
 
     PYTHONPATH=. TF_NUM_INTEROP_THREADS=1 TF_NUM_INTRAOP_THREADS=1 \
-        python benchmarks/litert.py
+        python benchmarks/litert_latency.py
     # a trained translation run, on the first 50 lines of a source file:
     PYTHONPATH=. TF_NUM_INTEROP_THREADS=1 TF_NUM_INTRAOP_THREADS=1 \
-        python benchmarks/litert.py --workdir runs/m30k_fast \
+        python benchmarks/litert_latency.py --workdir runs/m30k_fast \
         --input ../shared/data/multi30k/test_2016_flickr.de.gz
 
 Greedy decoding in all three (the SavedModel exported with beam_size=1):
