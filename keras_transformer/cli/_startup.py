@@ -74,6 +74,10 @@ class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
         def quiet_exec_module(module: Any) -> None:
             with _startup_lines_dropped():
                 exec_module(module)
+                # CUDA's probe ("failed call to cuInit") logs when the devices
+                # are first listed, not at import: list them here. Logical
+                # devices can still be configured afterwards.
+                module.config.list_physical_devices()
 
         spec.loader.exec_module = quiet_exec_module
         return spec
