@@ -20,13 +20,14 @@ setup: $(INSTALLED)
 demo: $(INSTALLED)
 	$(VENV)/bin/keras-transformer train configs/dates_tiny.json --workdir $(WORKDIR)
 
-## The default test run (slow tests excluded).
+## The default test run (slow tests excluded); the 25 slowest tests are
+## listed at the end (what to speed up or mark slow when CI grows).
 test: $(INSTALLED)
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --durations=25
 
 ## The longer tests (multi-process training, notebooks, the wheel in a fresh venv).
 test-slow: $(INSTALLED)
-	$(PYTHON) -m pytest -m slow
+	$(PYTHON) -m pytest -m slow --durations=15
 
 ## The core's tests (layers, models, losses, schedules, metrics, backend) on
 ## the JAX backend; TensorFlow-only tests are skipped with their reason.

@@ -1,10 +1,12 @@
 """Serving speed: the exported SavedModel, loaded without this package.
 
-A trained run (`--workdir`) is exported twice from the same weights:
+A trained run (`--workdir`) is exported three times from the same weights:
 
 * with `keras_transformer.export.export_translator` (the SentencePiece
   tokenizer, beam search with beam 4 and alpha 0.6 over key/value caches, and
-  the detokenizer in one graph; Vaswani et al. 2017, §6.1);
+  the detokenizer in one graph; Vaswani et al. 2017, §6.1), once with
+  ``jit_compile=True`` (one sentence per call searched under XLA; the first
+  row, on which the goals are measured) and once without;
 * as the TensorFlow tutorial "Neural machine translation with a Transformer
   and Keras" exports its translator: the same tokenizer, then greedy decoding
   that calls the whole model (encoder included) on the source and the prefix
@@ -29,8 +31,10 @@ default):
 
 Every call of every model is interleaved with the same call of the others
 (batch by batch), so that a busy machine slows all of them alike; each call
-runs `--repeats` times and its best time counts ("best of N"). The first call
-of every model (tracing, loading) is not timed. The script prints the load
+runs `--repeats` times and its best time counts ("best of N"). The first
+calls of every model (loading, tracing, and XLA's compilation of the
+shortest and the longest source) are timed apart and printed after the
+table. The script prints the load
 average, the model size, the settings and the ratios, and checks that the
 exports of beam search give the same translations.
 
@@ -55,6 +59,8 @@ from typing import Any
 
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
+#: The same export with `jit_compile=True`: one sentence per call under XLA.
+CURRENT_JIT = "this version, beam {beam}, --jit-compile"
 #: CTranslate2's own ranking (log P / |Y|^alpha), not re-ranked: not identical.
 OWN_RANKING = "CTranslate2 float32, |Y|^alpha"
 
@@ -91,10 +97,15 @@ def _child(config_path: str) -> None:
         texts = models[label](batch)
         return time.perf_counter() - start, texts
 
-    # First calls (loading, tracing): not timed.
+    # First calls (loading, tracing, XLA's compilations: one sentence of
+    # each source width, the shortest and the longest): timed apart.
+    by_width = sorted(sentences, key=len)
+    first_calls = {}
     for label in models:
-        call(label, sentences[:batch_size])
-        call(label, sentences[:1])
+        first_calls[label] = sum(
+            call(label, batch)[0]
+            for batch in (sentences[:batch_size], by_width[:1], by_width[-1:])
+        )
 
     def measure(batches: list[list[str]]) -> dict[str, Any]:
         """Best-of-`repeats` time of every batch, interleaved across models."""
@@ -126,6 +137,7 @@ def _child(config_path: str) -> None:
         "sorted": measure(batches(by_length, batch_size)),
         "single": measure(batches(file_order[: config["latency_sentences"]], 1)),
         "load_end": os.getloadavg()[0],
+        "first_calls": first_calls,
         "imported_package": imported_package,
         "ctranslate2_imports": sorted(
             m for m in sys.modules if m.startswith("keras_transformer")
@@ -388,11 +400,21 @@ def main() -> None:
     exports: list[tuple[str, str]] = []
     if args.workdir:
         model, tokenizer = load_translator(args.workdir, args.weights)
-        current = work / "current"
-        export_translator(
-            model, tokenizer, current, beam_size=args.beam_size, overwrite=True
-        )
-        exports.append((CURRENT.format(beam=args.beam_size), str(current)))
+        # The --jit-compile export first: the goals are measured on it (a
+        # batch of several runs the same graph in both).
+        for label, name, jit_compile in (
+            (CURRENT_JIT, "current_jit", True),
+            (CURRENT, "current", False),
+        ):
+            export_translator(
+                model,
+                tokenizer,
+                work / name,
+                beam_size=args.beam_size,
+                jit_compile=jit_compile,
+                overwrite=True,
+            )
+            exports.append((label.format(beam=args.beam_size), str(work / name)))
     else:
         model, tokenizer, _ = load_export(args.export[0])
     exports += [(f"export {path}", str(path)) for path in args.export]
@@ -506,6 +528,10 @@ def main() -> None:
             f"{', '.join(results['ctranslate2_imports'])} (after the SavedModels "
             "were loaded and checked to need none)"
         )
+    print(
+        "first calls (loading, tracing, compiling; not in the table): "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in results["first_calls"].items())
+    )
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     del tf
 

@@ -18,6 +18,13 @@ input length + 50, but terminate early when possible", Vaswani et al. 2017,
 that imports only ``tensorflow`` and ``tensorflow_text`` (for the
 SentencePiece op), and TensorFlow Serving serves it as it is.
 
+With ``jit_compile=True`` (``keras-transformer export --jit-compile``) a call
+with one sentence runs its search compiled with XLA: the same translations
+at a fraction of the single-sentence latency, a compilation of a few seconds
+at the first call of each of two source widths (`SINGLE_SENTENCE_WIDTHS`),
+and TensorFlow Serving then needs ``--xla_cpu_compilation_enabled=true``.
+Batches of several sentences run the same graph either way.
+
 Signatures (each takes ``sentences``, a ``tf.string`` tensor of shape
 ``[batch]``; any other shape, a scalar or a ``[batch, n]`` matrix, is
 refused with ``InvalidArgumentError`` "expected a 1-D batch of strings,
@@ -92,6 +99,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -102,6 +110,7 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from keras_transformer import validation
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
@@ -206,6 +215,8 @@ class ExportSettings:
         vocabulary_size: the tokenizer's number of ids.
         tokenizer_fingerprint: `SubwordTokenizer.fingerprint`.
         start_id, end_id: the special ids of the tokenizer.
+        jit_compile: whether a call of one sentence runs the search
+            compiled with XLA (`SINGLE_SENTENCE_WIDTHS`).
     """
 
     decode: DecodeSettings
@@ -214,6 +225,7 @@ class ExportSettings:
     tokenizer_fingerprint: str
     start_id: int = SubwordTokenizer.START_ID
     end_id: int = SubwordTokenizer.END_ID
+    jit_compile: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -231,6 +243,7 @@ def _settings(
     tokenizer: SubwordTokenizer,
     settings: DecodeSettings | None,
     changes: dict[str, Any],
+    jit_compile: bool = False,
 ) -> ExportSettings:
     """Validates the arguments of `export_translator`; returns the settings.
 
@@ -268,6 +281,7 @@ def _settings(
             f"learned source positions ({source_positions}). Pass "
             f"max_input_length <= {source_positions}."
         )
+    validation.check_bool("jit_compile", jit_compile)
     max_output_length = max_input_length + decode.extra_length
     if target_positions is not None:
         max_output_length = min(max_output_length, target_positions)
@@ -276,6 +290,7 @@ def _settings(
         max_output_length=max_output_length,
         vocabulary_size=tokenizer.vocabulary_size,
         tokenizer_fingerprint=tokenizer.fingerprint,
+        jit_compile=bool(jit_compile),
     )
 
 
@@ -350,6 +365,143 @@ def source_ids_from_strings(
     return ids.to_tensor(default_value=PADDING_ID), is_empty
 
 
+def _sources_and_limits(
+    tokenizer: SubwordTokenizer, settings: ExportSettings, sentences: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The encoder inputs of raw `sentences` and each output's length bound:
+    its source ids + `extra_length` (§6.1), at most `max_output_length`; 0
+    for an empty sentence (done before the first step: empty output)."""
+    sentences = check_sentence_batch(sentences)
+    source, is_empty = source_ids_from_strings(
+        tokenizer, sentences, settings.decode.max_input_length
+    )
+    source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
+    limits = tf.minimum(
+        source_lengths + settings.decode.extra_length, settings.max_output_length
+    )
+    return source, tf.where(is_empty, 0, limits)
+
+
+#: Source widths of the XLA-compiled searches of one sentence per call
+#: (`export_translator(jit_compile=True)`): a source is padded to the first
+#: width that holds it, or to `max_input_length`, and its search is sized
+#: for that width + `extra_length`; so at most two programs are compiled,
+#: each at its first call. XLA needs static shapes; at one sentence per call
+#: the graph's per-op cost, not the arithmetic, is what the search spends
+#: (`benchmarks/serve.py`), and XLA removes most of it.
+SINGLE_SENTENCE_WIDTHS = (32,)
+
+
+def _single_sentence_search(
+    decoder: Decoder, settings: ExportSettings
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, ...]]:
+    """`(source_ids (1, width), limits (1,)) -> Decoder.search outputs`
+    (`max_output_length` wide), searched with static shapes under XLA."""
+    max_input = settings.decode.max_input_length
+    widths = sorted({w for w in SINGLE_SENTENCE_WIDTHS if w < max_input} | {max_input})
+    length = settings.max_output_length
+
+    def compiled(width: int) -> Callable[[tf.Tensor, tf.Tensor], Any]:
+        max_length = min(width + settings.decode.extra_length, length)
+        jitted = tf.function(
+            functools.partial(
+                decoder.search,
+                settings=settings.decode,
+                max_length=max_length,
+                start_id=settings.start_id,
+                end_id=settings.end_id,
+                static_shapes=True,
+            ),
+            jit_compile=True,
+            autograph=False,
+        )
+
+        def search(source: tf.Tensor, limits: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            source = tf.pad(source, [[0, 0], [0, width - tf.shape(source)[1]]])
+            token_ids, scores, lengths = jitted(
+                tf.reshape(source, [1, width]), tf.reshape(limits, [1])
+            )
+            padding = [[0, 0], [0, length - max_length]]
+            return tf.pad(token_ids, padding), scores, lengths
+
+        return search
+
+    searches = [compiled(width) for width in widths]
+
+    def search(source: tf.Tensor, limits: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        width = tf.shape(source)[1]
+        branch = tf.reduce_sum(tf.cast(tf.constant(widths[:-1]) < width, tf.int32))
+        return tf.switch_case(branch, [lambda f=f: f(source, limits) for f in searches])
+
+    return search
+
+
+def _either_search(
+    decoder: Decoder,
+    single: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, ...]],
+    settings: ExportSettings,
+    source: tf.Tensor,
+    limits: tf.Tensor,
+) -> tuple[tf.Tensor, ...]:
+    """The XLA search of `single` for one sentence, the graph's for a batch.
+
+    Both run, one of them on no rows: the graph search on every row unless
+    there is one, the compiled one (in an `If` whose branches stay functions,
+    `_functional_cond`) on the one row or on none; their outputs are
+    stacked. A `tf.cond` between the two searches ran the graph search as
+    a function called at every step (its loop not lowered: 1.3x slower) or,
+    lowered, let Grappler's constant folding give it the compiled search's
+    batch of 1.
+    """
+    batch = tf.shape(source)[0]
+    is_single = tf.equal(batch, 1)
+    rows = tf.where(is_single, 0, batch)
+    graph_outputs = decoder.search(
+        source[:rows],
+        limits[:rows],
+        settings.decode,
+        max_length=settings.max_output_length,
+        start_id=settings.start_id,
+        end_id=settings.end_id,
+    )
+
+    def nothing() -> tuple[tf.Tensor, ...]:
+        return (
+            tf.zeros([0, settings.max_output_length], tf.int32),
+            tf.zeros([0], tf.float32),
+            tf.zeros([0], tf.int32),
+        )
+
+    single_outputs = _functional_cond(
+        is_single, lambda: single(source, limits), nothing
+    )
+    return tuple(
+        tf.concat([a, b], 0) for a, b in zip(graph_outputs, single_outputs, strict=True)
+    )
+
+
+def _functional_cond(
+    predicate: tf.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any]
+) -> Any:
+    """`tf.cond` whose branches stay functions at run time.
+
+    A `tf.cond` in a `tf.function` is lowered to one graph of both branches
+    (Switch/Merge), and Grappler's shape inference and constant folding see
+    them together. Its `If` op keeps its branches as functions when it is
+    not lowered (its attribute ``_lower_using_switch_merge``, saved with the
+    graph).
+    """
+    graph = tf.compat.v1.get_default_graph()
+    known = {op.name for op in graph.get_operations()}
+    outputs = tf.cond(predicate, true_fn, false_fn)
+    for op in graph.get_operations():
+        if op.name not in known and op.type in ("If", "StatelessIf"):
+            op._set_attr(  # noqa: SLF001 (no public switch for this)
+                "_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False)
+            )
+    return outputs
+
+
 def _search_graph(
     decoder: Decoder,
     tokenizer: SubwordTokenizer,
@@ -362,14 +514,7 @@ def _search_graph(
     graph: `Decoder.search`'s outputs (with a forced target prefix per
     sentence, or `NBestBeamSearch`'s lists, where asked)."""
     length = settings.max_output_length
-    sentences = check_sentence_batch(sentences)
-    source, is_empty = source_ids_from_strings(
-        tokenizer, sentences, settings.decode.max_input_length
-    )
-    source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
-    limits = tf.minimum(source_lengths + settings.decode.extra_length, length)
-    # An empty sentence is done before the first step: empty output.
-    limits = tf.where(is_empty, 0, limits)
+    source, limits = _sources_and_limits(tokenizer, settings, sentences)
     prefix = None
     if prefixes is not None:
         prefix_ids = tokenizer.tokenize(check_sentence_batch(prefixes))
@@ -403,11 +548,22 @@ def _decode_function(
     length `settings.max_output_length`.
     """
     decoder = Decoder(model)
+    single = (
+        _single_sentence_search(decoder, settings) if settings.jit_compile else None
+    )
 
     def decode(sentences: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        token_ids, scores, lengths = _search_graph(
-            decoder, tokenizer, settings, sentences
-        )
+        if single is None:
+            token_ids, scores, lengths = _search_graph(
+                decoder, tokenizer, settings, sentences
+            )
+        else:
+            token_ids, scores, lengths = _either_search(
+                decoder,
+                single,
+                settings,
+                *_sources_and_limits(tokenizer, settings, sentences),
+            )
         width = tf.maximum(tf.reduce_max(tf.concat([lengths, [0]], 0)), 1)
         return token_ids[:, :width], scores, lengths
 
@@ -779,6 +935,7 @@ def export_translator(
     settings: DecodeSettings | None = None,
     *,
     overwrite: bool = False,
+    jit_compile: bool = False,
     max_output_extra: int | None = None,
     **decode_settings: Any,
 ) -> Path:
@@ -799,6 +956,13 @@ def export_translator(
             128, or the model's learned source positions if fewer.
         overwrite: replace an earlier export in `export_dir`; it stays
             whole until the new one is complete, then the two are swapped.
+        jit_compile: run the search of a call with one sentence compiled
+            with XLA (`SINGLE_SENTENCE_WIDTHS`): the same translations, at a
+            fraction of the latency (docs/export.md). Each of its two
+            programs is compiled at its first call (seconds). TensorFlow
+            Serving runs XLA-compiled functions only with its flag
+            ``--xla_cpu_compilation_enabled=true``; without `jit_compile`
+            the SavedModel needs no flag.
         max_output_extra: the old name of `extra_length` (deprecated,
             removed in 0.4).
         **decode_settings: `DecodeSettings` fields replacing those of
@@ -825,7 +989,9 @@ def export_translator(
     if max_output_extra is not None:
         warn_deprecated("export_translator(max_output_extra=...)", "extra_length=")
         decode_settings["extra_length"] = max_output_extra
-    export_settings = _settings(model, tokenizer, settings, decode_settings)
+    export_settings = _settings(
+        model, tokenizer, settings, decode_settings, jit_compile
+    )
     export_dir = _target(export_dir, model, overwrite)
     archive = _translate_archive(model, tokenizer, export_settings)
     info = export_settings.to_dict()
@@ -1116,7 +1282,7 @@ def _export_image(
 
 #: kind -> (the export of a run of that kind, the settings it takes).
 RUN_EXPORTS: dict[str, tuple[Callable[..., Path], tuple[str, ...]]] = {
-    "translation": (_export_translation, SEARCH_SETTINGS),
+    "translation": (_export_translation, (*SEARCH_SETTINGS, "jit_compile")),
     "classification": (_export_classification, ()),
     "image": (_export_image, ("given_rows", "temperature")),
 }

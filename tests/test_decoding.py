@@ -21,6 +21,7 @@ from keras_transformer.decoding import (
     get_decoder,
     run_search,
 )
+from keras_transformer.decoding import search as search_loop
 from keras_transformer.models import build_transformer, presets
 from tests.former_decoding import former_beam_search_graph, former_run_beam_search
 
@@ -796,3 +797,26 @@ def test_only_sampling_draws_from_numpys_generator(model):
     assert np.random.get_state()[2] != before[2] or not np.array_equal(
         np.random.get_state()[1], before[1]
     )
+
+
+@pytest.mark.parametrize("length", [8000, 1024, 1200, 1031, 500])
+def test_chunked_top_k_equals_tf_top_k_ties_included(length: int) -> None:
+    """`search_loop.top_k` (by chunks) returns `tf.math.top_k`'s values and
+    indices: random rows, peaked log-probabilities, rows of many equal
+    values and of -inf (a masked vocabulary), for lengths with and without
+    a divisor near 64."""
+    rng = np.random.default_rng(length)
+    rows = [
+        rng.normal(size=(6, length)),
+        np.log(rng.dirichlet(np.full(length, 0.05), size=6) + 1e-30),
+        rng.integers(0, 3, size=(6, length)).astype("float64"),  # many ties
+        np.where(rng.random((6, length)) < 0.99, -np.inf, rng.normal(size=(6, length))),
+        np.zeros((2, length)),  # all tied
+    ]
+    for values in rows:
+        values = tf.constant(values, tf.float32)
+        for k in (1, 8, 9):
+            got = search_loop.top_k(values, k)
+            want = tf.math.top_k(values, k=k)
+            np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+            np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())

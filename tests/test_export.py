@@ -187,6 +187,48 @@ def test_a_fresh_process_with_only_tensorflow_translates_like_beam_search(
         assert out["token_ids"][i][length - 1] == END
 
 
+def test_a_jit_compiled_export_translates_one_sentence_like_the_graph(
+    exported: Path, tmp_path: Path
+) -> None:
+    """`jit_compile=True`: one sentence per call runs the search compiled
+    with XLA (a short and a long source width), a batch runs the graph; the
+    translations, lengths and scores are the plain export's."""
+    model, tokenizer = tiny_translator()
+    path = export.export_translator(
+        model, tokenizer, tmp_path / "jit", jit_compile=True
+    )
+    assert json.loads((path / export.INFO_FILE).read_text())["jit_compile"] is True
+    plain = tf.saved_model.load(str(exported)).signatures["translate_ids"]
+    jitted = tf.saved_model.load(str(path)).signatures["translate_ids"]
+    widths = [len(ids) + 1 for ids in tokenizer.encode(INPUTS)]
+    # Both compiled programs are used: sources up to 32 ids and longer ones.
+    assert min(widths) <= export.SINGLE_SENTENCE_WIDTHS[0] < max(widths)
+    for sentences in [[text] for text in INPUTS] + [INPUTS]:
+        want = plain(sentences=tf.constant(sentences))
+        got = jitted(sentences=tf.constant(sentences))
+        np.testing.assert_array_equal(got["token_ids"], want["token_ids"])
+        np.testing.assert_array_equal(got["lengths"], want["lengths"])
+        np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-5, atol=1e-5)
+
+
+def test_jit_compile_is_refused_for_litert_and_ctranslate2(tmp_path: Path) -> None:
+    for fmt in ("litert", "ctranslate2"):
+        args = cli.build_parser().parse_args(
+            [
+                "export",
+                "--workdir",
+                str(tmp_path),
+                "--output",
+                str(tmp_path / "x"),
+                "--format",
+                fmt,
+                "--jit-compile",
+            ]
+        )
+        with pytest.raises(ValueError, match="--jit-compile applies to the SavedModel"):
+            export_command.run(args)
+
+
 def test_saved_model_cli_lists_both_signatures(exported: Path) -> None:
     cli = Path(sys.executable).with_name("saved_model_cli")
     if not cli.exists():

@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "int16, float16, ...; see ctranslate2.get_supported_compute_types('cpu')).",
     )
     parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="Translation runs: a call with one sentence runs its search "
+        "compiled with XLA (same translations, lower latency; TensorFlow Serving "
+        "then needs --xla_cpu_compilation_enabled=true).",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="Replace an earlier export in --output (it stays whole until the new "
@@ -86,6 +93,8 @@ def _kind_settings(args: argparse.Namespace, kind: str) -> dict:
         settings = {k: v for k, v in settings.items() if v != default_setting(k)}
     if args.given_rows is not None:
         settings["given_rows"] = args.given_rows
+    if args.jit_compile:
+        settings["jit_compile"] = True
     return settings
 
 
@@ -126,6 +135,11 @@ def _run_litert(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Loads the model, writes the SavedModel of its kind, says how to inspect it."""
     check_translator_arguments(args, output="new folder")
+    if args.jit_compile and args.format != "savedmodel":
+        raise ValueError(
+            f"--jit-compile applies to the SavedModel; --format {args.format} "
+            "has its own runtime. Leave --jit-compile out."
+        )
     if args.format == "litert":
         return _run_litert(args)
     if args.format == "ctranslate2":

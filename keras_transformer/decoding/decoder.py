@@ -22,7 +22,7 @@ from keras_transformer.decoding.former import DeprecatedDecoderMethods
 from keras_transformer.decoding.result import DecodeResult, NBestResult, ScoreResult
 from keras_transformer.decoding.search import Outputs, Prefix, run_search
 from keras_transformer.decoding.settings import DecodeSettings
-from keras_transformer.decoding.steps import ModelStep, cached_step, uncached_step
+from keras_transformer.decoding.steps import ModelStep, model_step
 from keras_transformer.decoding.strategies import (
     NBestBeamSearch,
     SearchOptions,
@@ -84,6 +84,8 @@ class Decoder(DeprecatedDecoderMethods):
         self.use_cache = use_cache
         self.jit_compile = jit_compile and use_cache
         self.stack = TransformerStack.of(model)
+        #: The stacks whose steps `_model_step` combines (an ensemble's several).
+        self.stacks = [self.stack]
         self.vocabulary_size: int = self.stack.target_embedding.vocabulary_size
         self.max_supported_length: int | None = self.stack.max_target_length
         self._search_fn = tf.function(
@@ -307,9 +309,11 @@ class Decoder(DeprecatedDecoderMethods):
         start_id: int = START_ID,
         end_id: int | None = END_ID,
         static_shapes: bool = False,
+        constraints: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, ...]:
-        """`search` with a forced target prefix per example and/or n-best
-        lists (the SavedModel's ``translate_with_prefix`` and ``n_best``).
+        """`search` with a forced target prefix per example, n-best lists or
+        terminology constraints (the SavedModel's ``translate_with_prefix``,
+        ``n_best`` and ``translate_constrained``).
 
         Args:
             source_ids, limits, settings, max_length, seed, start_id, end_id,
@@ -318,6 +322,9 @@ class Decoder(DeprecatedDecoderMethods):
                 the target ids each output starts with (`search.force_prefix`).
             n_best: return `NBestBeamSearch`'s lists of this many hypotheses
                 (beam search only) instead of the best one.
+            constraints: int32 `(batch, phrases, phrase_length)`: run
+                `ConstrainedBeamSearch` of the settings' beam (Post and Vilar
+                2018) instead (`constrained_search`).
 
         Returns:
             `search`'s outputs, or with `n_best` (beam search)
@@ -341,6 +348,7 @@ class Decoder(DeprecatedDecoderMethods):
             start_id=start_id,
             end_id=end_id,
             static_shapes=static_shapes,
+            constraints=None if constraints is None else tf.cast(constraints, tf.int32),
         )
 
     def constrained_search(
@@ -366,21 +374,14 @@ class Decoder(DeprecatedDecoderMethods):
         Returns:
             `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
         """
-        settings = settings or DecodeSettings()
-        return self._search(
+        return self.search_with(
             source_ids,
             limits,
-            tf.constant(settings.alpha, tf.float32),
-            tf.constant(settings.temperature, tf.float32),
-            tf.constant(0, tf.int32),
-            strategy=settings.strategy,
-            beam_size=settings.beam_size,
-            top_k=None,
+            settings,
             max_length=max_length,
             start_id=start_id,
             end_id=end_id,
-            static_shapes=False,
-            constraints=tf.cast(phrases, tf.int32),
+            constraints=phrases,
         )
 
     # ------------------------------------------------------------ internals
@@ -441,10 +442,25 @@ class Decoder(DeprecatedDecoderMethods):
         static_shapes: bool,
     ) -> ModelStep:
         """The model's step function (cached or not) of `beam` rows per
-        example; `EnsembleDecoder` averages several."""
-        if self.use_cache:
-            return cached_step(self.stack, source_ids, max_length, beam, static_shapes)
-        return uncached_step(self.stack, source_ids, max_length, beam, start_id)
+        example: one per stack of `stacks`, put together by `_combine`."""
+        steps = [
+            model_step(
+                stack,
+                source_ids,
+                max_length,
+                beam,
+                start_id,
+                static_shapes,
+                cached=self.use_cache,
+            )
+            for stack in self.stacks
+        ]
+        return self._combine(steps, beam)
+
+    def _combine(self, steps: list[ModelStep], beam: int) -> ModelStep:
+        """The one model's step (`EnsembleDecoder` averages several)."""
+        (step,) = steps
+        return step
 
     def forced_log_probs(
         self, source_ids: tf.Tensor, inputs: tf.Tensor, labels: tf.Tensor

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.decoder import Decoder
 from keras_transformer.decoding.search import gather_rows
-from keras_transformer.decoding.steps import ModelStep, cached_step, uncached_step
+from keras_transformer.decoding.steps import ModelStep
 from keras_transformer.models.transformer import TransformerStack
 
 
@@ -44,8 +44,8 @@ def ensemble_step(steps: Sequence[ModelStep], beam_size: int) -> ModelStep:
 
     def step(token_ids: tf.Tensor, states: Any, index: tf.Tensor) -> Any:
         log_probs, new_states = [], []
-        for model_step, state in zip(steps, states, strict=True):
-            scores, state = model_step.step(token_ids, state, index)
+        for member, state in zip(steps, states, strict=True):
+            scores, state = member.step(token_ids, state, index)
             log_probs.append(scores)
             new_states.append(state)
         return tf.add_n(log_probs) / len(steps), tuple(new_states)
@@ -119,24 +119,8 @@ class EnsembleDecoder(Decoder):
         known = [length for length in supported if length is not None]
         self.max_supported_length = min(known) if known else None
 
-    def _model_step(
-        self,
-        source_ids: tf.Tensor,
-        max_length: int | tf.Tensor,
-        beam: int,
-        start_id: int,
-        static_shapes: bool,
-    ) -> ModelStep:
-        if self.use_cache:
-            steps = [
-                cached_step(stack, source_ids, max_length, beam, static_shapes)
-                for stack in self.stacks
-            ]
-        else:
-            steps = [
-                uncached_step(stack, source_ids, max_length, beam, start_id)
-                for stack in self.stacks
-            ]
+    def _combine(self, steps: list[ModelStep], beam: int) -> ModelStep:
+        """One step of every model, averaged (`ensemble_step`)."""
         return ensemble_step(steps, beam)
 
 

@@ -129,9 +129,10 @@ def cached_step(
             _history_mask(history, index, size, beam, length),
             append=grow,
         )
-        # (size * beam, vocabulary)
+        # (size * beam, vocabulary), the vocabulary static where it is known.
+        vocabulary = logits.shape[-1] or -1
         log_probs = tf.nn.log_softmax(
-            tf.reshape(tf.cast(logits, tf.float32), [size * beam, -1])
+            tf.reshape(tf.cast(logits, tf.float32), [size * beam, vocabulary])
         )
         new_state = {**state, "caches": _split_caches(blocks)[1]}
         if history is not None:
@@ -184,4 +185,20 @@ def uncached_step(
     return ModelStep(step, prefix, None, None)
 
 
-__all__ = ["ModelStep", "cached_step", "uncached_step"]
+def model_step(
+    stack: TransformerStack,
+    source_ids: tf.Tensor,
+    max_length: int | tf.Tensor,
+    beam_size: int,
+    start_id: int,
+    static_shapes: bool,
+    *,
+    cached: bool = True,
+) -> ModelStep:
+    """`cached_step` (the default) or the reference `uncached_step`."""
+    if cached:
+        return cached_step(stack, source_ids, max_length, beam_size, static_shapes)
+    return uncached_step(stack, source_ids, max_length, beam_size, start_id)
+
+
+__all__ = ["ModelStep", "cached_step", "model_step", "uncached_step"]

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding.search import Outputs, write_at
+from keras_transformer.decoding.search import Outputs, top_k, write_at
 
 
 def length_penalty(length: Any, alpha: Any) -> Any:
@@ -100,17 +100,8 @@ class BeamSearch:
     def update(
         self, beams: Beams, log_probs: tf.Tensor, index: tf.Tensor, end: int
     ) -> tuple[Beams, tf.Tensor]:
-        size, beam = tf.shape(beams.limits)[0], self.beam_size
-        vocabulary = tf.shape(log_probs)[-1]
-        # (size, beam * vocabulary): log P of every one-token extension.
-        candidates = tf.reshape(
-            beams.alive_log_probs[:, :, None]
-            + tf.reshape(log_probs, [size, beam, vocabulary]),
-            [size, beam * vocabulary],
-        )
-        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam)
-        parents = top_indices // vocabulary
-        tokens = top_indices % vocabulary
+        beam = self.beam_size
+        top_log_probs, parents, tokens = self._best_extensions(beams, log_probs)
         # (size, 2 * beam, max_length)
         candidate_ids = write_at(
             tf.gather(beams.alive_ids, parents, batch_dims=1), index, tokens
@@ -141,6 +132,46 @@ class BeamSearch:
         cannot_improve = beams.finished_scores[:, self.n_best - 1] > best_possible
         done = beams.done | cannot_improve | (index + 1 >= beams.limits)
         return beams._replace(done=done), new_parents
+
+    def _best_extensions(
+        self, beams: Beams, log_probs: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The `2 * beam` most likely one-token extensions of each example's
+        live hypotheses: `(log P, parent, token)`, each `(size, 2 * beam)`,
+        best first.
+
+        Each of them is among the `2 * beam` best extensions of its own
+        hypothesis, so the top-k runs over each hypothesis' vocabulary first,
+        then over the `beam * 2 * beam` survivors: the same candidates, the
+        same order among equal ones (lower hypothesis, then lower token) and
+        the same sums as one top-k over every extension, without adding the
+        hypothesis' log P to the whole vocabulary.
+        """
+        size, beam = tf.shape(beams.limits)[0], self.beam_size
+        vocabulary = log_probs.shape[-1]
+        if vocabulary is None:  # unknown: one top-k over every extension
+            vocabulary = tf.shape(log_probs)[-1]
+            candidates = tf.reshape(
+                beams.alive_log_probs[:, :, None]
+                + tf.reshape(log_probs, [size, beam, vocabulary]),
+                [size, beam * vocabulary],
+            )
+            top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam)
+            return top_log_probs, top_indices // vocabulary, top_indices % vocabulary
+        per_row = min(2 * beam, vocabulary)
+        # (size * beam, per_row): each hypothesis' best tokens.
+        row_log_probs, row_tokens = top_k(log_probs, per_row)
+        # (size, beam * per_row), hypothesis-major like the vocabulary was.
+        candidates = tf.reshape(
+            beams.alive_log_probs[:, :, None]
+            + tf.reshape(row_log_probs, [size, beam, per_row]),
+            [size, beam * per_row],
+        )
+        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam)
+        tokens = tf.gather(
+            tf.reshape(row_tokens, [size, beam * per_row]), top_indices, batch_dims=1
+        )
+        return top_log_probs, top_indices // per_row, tokens
 
     def _finished(
         self,

@@ -1,0 +1,130 @@
+"""Where the exported translator's time goes: the time of every op, summed.
+
+The `serving_default` graph of a run's export (tokenizer, beam search with
+beam 4 and alpha 0.6 over key/value caches, Vaswani et al. 2017 §6.1) is
+frozen (weights as constants) and run in a TensorFlow 1 session with a full
+trace, which times each op, those inside the search's loop included (summed
+over its steps). The table lists the time per op type and the slowest ops
+by name, and the share of the matrix products (the model's arithmetic)
+against the rest (the search's bookkeeping, copies, softmaxes).
+
+Op times overlap when two ops run at once (2 cores), so their sum may
+exceed the call's wall time; the shares are what the ops cost, not a
+timeline.
+
+Usage:
+    python benchmarks/serve_profile.py --workdir runs/m30k_fast --batch-size 64
+    python benchmarks/serve_profile.py --workdir runs/m30k_fast --batch-size 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import os
+import time
+from typing import Any
+
+#: Op types of the model's matrix products (oneDNN's names included).
+MATRIX_PRODUCTS = (
+    "MatMul",
+    "BatchMatMulV2",
+    "_MklMatMul",
+    "_MklNativeFusedMatMul",
+    "_MklBatchMatMulV2",
+    "_MklFusedMatMul",
+    "_FusedMatMul",
+)
+
+
+def _session(workdir: str, weights: str) -> tuple[Any, Any, Any]:
+    """`(session, input placeholder, outputs)` of the frozen search graph."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    from keras_transformer import export
+    from keras_transformer.decoding import Decoder
+    from keras_transformer.translation import load_translator
+
+    model, tokenizer = load_translator(workdir, weights)
+    settings = export._settings(model, tokenizer, None, {})
+    decoder = Decoder(model)
+    search = tf.function(
+        lambda sentences: export._search_graph(decoder, tokenizer, settings, sentences),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+        autograph=False,
+    )
+    frozen = convert_variables_to_constants_v2(search.get_concrete_function())
+    graph = tf.Graph()
+    with graph.as_default():
+        sentences = tf.compat.v1.placeholder(tf.string, [None])
+        outputs = tf.import_graph_def(
+            frozen.graph.as_graph_def(),
+            input_map={frozen.inputs[0].name: sentences},
+            return_elements=[o.name for o in frozen.outputs],
+        )
+    return tf.compat.v1.Session(graph=graph), sentences, outputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, help="a translation run")
+    parser.add_argument("--weights", default="last")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--input", help="source sentences, one per line (.gz too)")
+    parser.add_argument("--top", type=int, default=20, help="slowest ops to list")
+    args = parser.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    path = args.input or os.path.join(
+        os.environ.get("KT_DATA_DIR", "../shared/data"),
+        "multi30k",
+        "test_2016_flickr.de.gz",
+    )
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        batch = [line.rstrip("\n") for line in lines][: args.batch_size]
+    session, sentences, outputs = _session(args.workdir, args.weights)
+    feed = {sentences: batch}
+    session.run(outputs, feed)  # the first run builds the kernels
+    start = time.perf_counter()
+    session.run(outputs, feed)
+    plain = time.perf_counter() - start
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    metadata = tf.compat.v1.RunMetadata()
+    session.run(outputs, feed, options=options, run_metadata=metadata)
+
+    by_type: collections.Counter = collections.Counter()
+    by_name: collections.Counter = collections.Counter()
+    calls: collections.Counter = collections.Counter()
+    for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            micros = node.op_end_rel_micros - node.op_start_rel_micros
+            label = node.timeline_label.split("(")[0].split("=")[-1].strip()
+            by_type[label or "?"] += micros
+            by_name[node.node_name] += micros
+            calls[node.node_name] += 1
+    total = sum(by_type.values())
+    products = sum(v for k, v in by_type.items() if k in MATRIX_PRODUCTS)
+    print(
+        f"{len(batch)} sentences in one call: {plain * 1000:.0f} ms (untraced); "
+        f"op times sum to {total / 1000:.0f} ms; matrix products "
+        f"{100 * products / total:.0f}%, everything else "
+        f"{100 * (total - products) / total:.0f}%; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print("\nby op type:")
+    for label, micros in by_type.most_common(args.top):
+        print(f"  {micros / 1000:8.1f} ms {100 * micros / total:5.1f}%  {label}")
+    print("\nslowest ops (summed over the loop's steps):")
+    for name, micros in by_name.most_common(args.top):
+        short = name.replace("import/", "").replace("while/body/", "")
+        print(f"  {micros / 1000:8.1f} ms  x{calls[name]:<4d} {short}")
+
+
+if __name__ == "__main__":
+    main()
