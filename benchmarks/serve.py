@@ -32,8 +32,8 @@ default):
 Every call of every model is interleaved with the same call of the others
 (batch by batch), so that a busy machine slows all of them alike; each call
 runs `--repeats` times and its best time counts ("best of N"). The first
-calls of every model (loading, tracing, and XLA's compilation of the
-shortest and the longest source) are timed apart and printed after the
+calls of every model (loading, tracing, and XLA's compilations: a batch,
+then the shortest and the longest sentence alone) are timed apart and printed after the
 table. The script prints the load
 average, the model size, the settings and the ratios, and checks that the
 exports of beam search give the same translations.
@@ -97,8 +97,8 @@ def _child(config_path: str) -> None:
         texts = models[label](batch)
         return time.perf_counter() - start, texts
 
-    # First calls (loading, tracing, XLA's compilations: one sentence of
-    # each source width, the shortest and the longest): timed apart.
+    # First calls (loading, tracing, XLA's compilations): a batch, then the
+    # shortest and the longest sentence (by characters) alone; timed apart.
     by_width = sorted(sentences, key=len)
     first_calls = {}
     for label in models:

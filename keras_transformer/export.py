@@ -290,7 +290,7 @@ def _settings(
         max_output_length=max_output_length,
         vocabulary_size=tokenizer.vocabulary_size,
         tokenizer_fingerprint=tokenizer.fingerprint,
-        jit_compile=bool(jit_compile),
+        jit_compile=jit_compile,
     )
 
 

@@ -553,6 +553,38 @@ def test_wide_beam_finds_the_exhaustive_optimum(alpha):
         assert scores.numpy()[row] == pytest.approx(best_score, abs=1e-4)
 
 
+def test_beam_search_without_a_static_vocabulary_gives_the_same_outputs():
+    """A step whose log-probabilities have no static vocabulary size takes
+    the per-hypothesis top-k with a dynamic `k`: the same tokens, scores and
+    lengths as with the size known."""
+    rng = np.random.default_rng(1)
+    table = tf.constant(
+        tf.nn.log_softmax(rng.normal(size=(101, 40)) * 2.0).numpy(), tf.float32
+    )
+    known = _hash_step(table)
+
+    def hidden(token_ids, codes, index):
+        log_probs, codes = known(token_ids, codes, index)
+        return tf.raw_ops.PlaceholderWithDefault(
+            input=log_probs, shape=[None, None]
+        ), codes
+
+    codes = tf.constant(np.repeat([11, 12, 13], 4), tf.int64)
+    outputs = []
+    for step in (known, hidden):
+
+        @tf.function(autograph=False)
+        def search(codes, step=step):
+            return run_beam_search(step, codes, [5, 6, 7], max_length=7, beam_size=4)
+
+        outputs.append([x.numpy() for x in search(codes)])
+    (tokens, scores, lengths), (tokens_hidden, scores_hidden, lengths_hidden) = outputs
+    np.testing.assert_array_equal(tokens_hidden, tokens)
+    np.testing.assert_array_equal(lengths_hidden, lengths)
+    np.testing.assert_array_equal(scores_hidden, scores)
+    assert lengths.min() > 0
+
+
 def test_beam_without_finished_hypothesis_returns_the_best_live_one():
     table = {(): _probs(a=0.6, b=0.3)}
     default = _probs(a=0.6, b=0.3)  # END has probability 0

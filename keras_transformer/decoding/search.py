@@ -82,10 +82,11 @@ def _chunk_size(length: int, k: int) -> int | None:
     return None
 
 
-def top_k(values: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+def top_k(values: tf.Tensor, k: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """`tf.math.top_k(values, k)` over the last axis of a `(rows, n)`
     tensor: the same values and indices, ties included (the lower index
-    first), about 3x faster over a vocabulary of thousands.
+    first), faster over a vocabulary of thousands (the TopK time of
+    ``benchmarks/serve_profile.py``).
 
     The row is cut into chunks of about 64 values. An entry of the top `k`
     lies in one of the `k` chunks with the largest maxima (ties: the lower

@@ -149,16 +149,10 @@ class BeamSearch:
         """
         size, beam = tf.shape(beams.limits)[0], self.beam_size
         vocabulary = log_probs.shape[-1]
-        if vocabulary is None:  # unknown: one top-k over every extension
-            vocabulary = tf.shape(log_probs)[-1]
-            candidates = tf.reshape(
-                beams.alive_log_probs[:, :, None]
-                + tf.reshape(log_probs, [size, beam, vocabulary]),
-                [size, beam * vocabulary],
-            )
-            top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * beam)
-            return top_log_probs, top_indices // vocabulary, top_indices % vocabulary
-        per_row = min(2 * beam, vocabulary)
+        if vocabulary is None:  # known only when the step runs
+            per_row = tf.minimum(2 * beam, tf.shape(log_probs)[-1])
+        else:
+            per_row = min(2 * beam, vocabulary)
         # (size * beam, per_row): each hypothesis' best tokens.
         row_log_probs, row_tokens = top_k(log_probs, per_row)
         # (size, beam * per_row), hypothesis-major like the vocabulary was.
