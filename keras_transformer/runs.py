@@ -1211,14 +1211,16 @@ def logged_scalars(
     """`(steps, values)` of the scalar summary `tag` in a TensorBoard folder.
 
     Reads every event file of `log_dir` (e.g. ``<workdir>/logs/train``;
-    a resumed run has one per process), steps in order; `([], [])` when the
-    folder holds no such summary.
+    a resumed run has one per process) and every point of the tag, steps in
+    order; `([], [])` when the folder holds no such summary.
     """
     from tensorboard.backend.event_processing.event_accumulator import (
         EventAccumulator,
     )
 
-    events = EventAccumulator(str(log_dir))
+    # size_guidance 0 keeps every point: by default the accumulator keeps a
+    # random sample of 10 per tag, which would thin out any longer curve.
+    events = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
     events.Reload()
     if tag not in events.Tags()["tensors"]:
         return [], []

@@ -238,9 +238,13 @@ print(f"the chief's result.json: {chief_result['steps']} updates")
 # be read back in Python:
 
 # %%
-train_events = EventAccumulator(str(result.log_dir / "train"))
+# size_guidance {"tensors": 0} keeps every point; by default the accumulator
+# keeps a random sample of 10 per tag. (`keras_transformer.runs.
+# logged_scalars(folder, tag)` does the same in one call.)
+every_point = {"tensors": 0}
+train_events = EventAccumulator(str(result.log_dir / "train"), every_point)
 train_events.Reload()
-validation_events = EventAccumulator(str(result.log_dir / "validation"))
+validation_events = EventAccumulator(str(result.log_dir / "validation"), every_point)
 validation_events.Reload()
 print("training tags:", train_events.Tags()["tensors"])
 print("validation tags:", validation_events.Tags()["tensors"])

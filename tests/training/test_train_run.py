@@ -83,6 +83,21 @@ def test_the_logged_scalars_and_training_time_of_a_run(run, tmp_path):
     assert logged_training_seconds(tmp_path) == 0
 
 
+def test_logged_scalars_reads_every_point_of_a_long_curve(tmp_path):
+    # TensorBoard's accumulator keeps a random sample of 10 points per tag
+    # unless told otherwise; a curve of 240 summaries must come back whole.
+    from keras_transformer.runs import logged_scalars
+
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step in range(50, 12_001, 50):
+            tf.summary.scalar("bits_per_dim", 10_000.0 / step, step=step)
+    writer.close()
+    steps, values = logged_scalars(tmp_path, "bits_per_dim")
+    assert steps == list(range(50, 12_001, 50))
+    np.testing.assert_allclose(values, [10_000.0 / step for step in steps], rtol=1e-6)
+
+
 def _tags(directory: Path) -> dict[str, set[str]]:
     """Tags by plugin (scalars, images, text, hparams) in one log folder."""
     accumulator = EventAccumulator(str(directory), size_guidance={"tensors": 0})
