@@ -196,7 +196,13 @@ def test_the_image_config_round_trips_in_the_papers_order():
     assert config.model == kt.models.image_presets["small"]
     assert config.model.generation_order == "blocks"
     assert (config.image.batch_size, config.image.flip) == (8, True)
-    assert (config.train.train_steps, config.train.steps_per_epoch) == (6000, 400)
+    assert (config.train.train_steps, config.train.steps_per_epoch) == (12000, 400)
+    # Evaluated as the paper evaluates (§6.1): the average of the last five
+    # checkpoints (the last 2,000 updates).
+    assert (config.train.evaluate_with, config.train.keep_checkpoints) == (
+        "average",
+        5,
+    )
     values = json.loads(config.to_json())
     assert "data" not in values and TrainConfig.from_dict(values) == config
     changed = apply_overrides(config, ["image.batch_size=4", "model.d_model=32"])
