@@ -213,20 +213,30 @@ def check_attention(notebook, fast: bool = True) -> None:
 def check_image_transformer(notebook, fast: bool = True) -> None:
     text = text_of(notebook)
     assert "PNG   lossless, one file per test patch:" in text
-    assert re.search(
-        r"test bits/dim: \d+\.\d+ \(Image Transformer, 216 patches\)", text
+    trained = re.search(
+        r"test bits/dim: (\d+\.\d+) \(Image Transformer, (\w+) weights, 216 "
+        r"patches\)",
+        text,
     )
-    assert "given rows unchanged in every completion: True" in text
-    # The command line's evaluation of the run folder agrees with `train`'s.
-    trained = re.search(r"test bits/dim: (\d+\.\d+)", text).group(1)
-    evaluated = re.search(r"keras-transformer evaluate: (\d+\.\d+) bits/dim", text)
-    assert evaluated and abs(float(evaluated.group(1)) - float(trained)) < 1e-3
+    assert trained and trained.group(2) == "average"  # the config's evaluate_with
+    # Completions at two temperatures, each keeping the given rows.
+    assert text.count("given rows unchanged in every completion: True") == 2
+    assert "given rows unchanged in every completion: False" not in text
+    # The command line's evaluation of the run folder, for each choice of
+    # weights; with the run's own choice it agrees with `train`'s.
+    evaluated = dict(
+        re.findall(
+            r"keras-transformer evaluate --weights (\w+): (\d+\.\d+) bits/dim", text
+        )
+    )
+    assert sorted(evaluated) == ["average", "best", "last"]
+    assert abs(float(evaluated["average"]) - float(trained.group(1))) < 1e-3
     # The training time is read from the run's TensorBoard records.
     minutes = re.search(r"training time recorded by the run: (\S+) min", text)
     assert minutes and float(minutes.group(1)) > 0
     # Figure 2's blocks in both orders, the patches, the training curve from
-    # TensorBoard, the completions.
-    assert count_figures(notebook) >= 4
+    # TensorBoard, the completions at two temperatures.
+    assert count_figures(notebook) >= 5
 
 
 NOTEBOOK_CHECKS = {
