@@ -235,7 +235,7 @@ class ImageTransformerConfig:
 #: after, §3.1 of Vaswani et al.), which lets it train at 1.2 x Eq. 7 with
 #: 400 warm-up steps (a peak of 0.0075 for d_model = 64): with the layer
 #: normalization after each sublayer it needed 0.2 x Eq. 7 and learned more
-#: slowly (docs/results.md, "The Image Transformer").
+#: slowly (docs/results.md, "Choosing the settings").
 image_presets: dict[str, ImageTransformerConfig] = {
     "paper_cifar10": ImageTransformerConfig(),
     "small": ImageTransformerConfig(
