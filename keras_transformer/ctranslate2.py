@@ -67,8 +67,18 @@ from keras_transformer.conventions import (
 INFO_FILE = "keras_transformer.json"
 #: The SentencePiece model, beside CTranslate2's files.
 TOKENIZER_FILE = "sentencepiece.model"
-#: CTranslate2's weights file: what makes a folder an export to replace.
+#: CTranslate2's weights file: with `INFO_FILE`, what makes a folder an
+#: export that ``overwrite`` may replace.
 MODEL_BIN = "model.bin"
+#: Everything `export_ctranslate2` writes into its folder (CTranslate2's
+#: ``model.bin``, ``config.json`` and vocabulary, then this module's files).
+_EXPORT_ENTRIES = (
+    MODEL_BIN,
+    "config.json",
+    "shared_vocabulary.json",
+    TOKENIZER_FILE,
+    INFO_FILE,
+)
 #: The weight types `export_ctranslate2` writes (CTranslate2's names).
 QUANTIZATIONS = (
     "float32",
@@ -341,22 +351,13 @@ def _decode_info(model: Any, tokenizer: Any, settings: Any, changes: dict) -> di
     }
 
 
-def _check_output(output_dir: Path, overwrite: bool) -> None:
-    """Refuses a file, or a non-empty folder that is not an export to replace."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise FileExistsError(f"{output_dir} is a file; pass a (new) folder.")
-    if not output_dir.is_dir() or not any(output_dir.iterdir()):
-        return
-    if not overwrite:
-        raise FileExistsError(
-            f"{output_dir} is not empty. Pass overwrite=True (--overwrite) to "
-            "replace an earlier CTranslate2 export there, or choose a new folder."
-        )
-    if not (output_dir / MODEL_BIN).is_file():
-        raise FileExistsError(
-            f"{output_dir} is not empty and holds no CTranslate2 export "
-            f"({MODEL_BIN}): refusing to delete it. Choose a new or empty folder."
-        )
+def _export_format() -> Any:
+    """The `keras_transformer.export.ExportFormat` of this module's folders:
+    ``overwrite`` replaces only a folder with `MODEL_BIN` and `INFO_FILE`.
+    (Made when needed: `keras_transformer.export` imports TensorFlow.)"""
+    from keras_transformer.export import ExportFormat
+
+    return ExportFormat("CTranslate2", (MODEL_BIN, INFO_FILE), _EXPORT_ENTRIES)
 
 
 def check_quantization(quantization: str) -> str:
@@ -391,7 +392,10 @@ def export_ctranslate2(
             weights are about 4x smaller; see
             ``ctranslate2.get_supported_compute_types("cpu")`` for what this
             machine computes in).
-        overwrite: replace an earlier CTranslate2 export in `output_dir`.
+        overwrite: replace an earlier CTranslate2 export in `output_dir`
+            (a folder with ``model.bin`` and ``keras_transformer.json``); it
+            stays whole until the new one is complete. Any other non-empty
+            folder is refused, never deleted.
         **decode_settings: `DecodeSettings` fields replacing those of
             `settings` (``beam_size``, ``alpha``, ``max_input_length``,
             ``extra_length``, ``method``).
@@ -402,7 +406,11 @@ def export_ctranslate2(
     Raises:
         ValueError: (one line) for a model CTranslate2 cannot express
             (`check_convertible`), a bad setting or quantization.
-        FileExistsError: when `output_dir` holds something else.
+        FileExistsError: when `output_dir` is a file, or is not empty and
+            `overwrite` is false, or holds something other than an earlier
+            CTranslate2 export (never deleted).
+        keras_transformer.files.FolderLockedError: when another export
+            into `output_dir` is running.
 
     Example:
     >>> path = export_ctranslate2(  # doctest: +SKIP
@@ -410,10 +418,14 @@ def export_ctranslate2(
     """
     import ctranslate2
 
-    from keras_transformer.files import FolderLock, atomic_directory
+    from keras_transformer.export import check_export_target, writing_export
 
     check_quantization(quantization)
     check_convertible(model)
+    target = _export_format()
+    output_dir = check_export_target(  # before the conversion: fail fast
+        os.path.abspath(output_dir), overwrite, target
+    )
     decode_settings.pop("temperature", None)  # sampling is not served
     info = _decode_info(model, tokenizer, settings, decode_settings)
     info.update(quantization=quantization, ctranslate2_version=ctranslate2.__version__)
@@ -428,17 +440,12 @@ def export_ctranslate2(
     spec.register_target_vocabulary(pieces)
     spec.validate()
     spec.optimize(quantization=quantization)
-    output_dir = Path(os.path.abspath(output_dir))
-    _check_output(output_dir, overwrite)
-    lock = output_dir.parent / f".{output_dir.name}.lock"
-    with FolderLock(output_dir, "keras-transformer export", lock):
-        _check_output(output_dir, overwrite)
-        with atomic_directory(output_dir) as temporary:
-            spec.save(str(temporary))
-            (temporary / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
-            (temporary / INFO_FILE).write_text(
-                json.dumps(info, indent=2) + "\n", encoding="utf-8"
-            )
+    with writing_export(output_dir, overwrite, target) as temporary:
+        spec.save(str(temporary))
+        (temporary / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+        (temporary / INFO_FILE).write_text(
+            json.dumps(info, indent=2) + "\n", encoding="utf-8"
+        )
     return output_dir
 
 
@@ -465,7 +472,7 @@ def export_run_ctranslate2(
     Returns:
         The folder.
     """
-    from keras_transformer.export import run_kind
+    from keras_transformer.export import check_export_target, run_kind
     from keras_transformer.translation import load_translator
 
     kind = run_kind(workdir)
@@ -475,6 +482,7 @@ def export_run_ctranslate2(
             "export. Leave out --format ctranslate2."
         )
     check_quantization(quantization)
+    check_export_target(output_dir, overwrite, _export_format())  # before loading
     model, tokenizer = load_translator(workdir, weights)
     return export_ctranslate2(
         model,
@@ -577,7 +585,16 @@ class CTranslate2Translator:
 
     def encode(self, sentences: Sequence[str]) -> list[list[str]]:
         """The source pieces of each sentence: its first ``max_input_length
-        - 1``, then END (as `encode_sources` gives)."""
+        - 1``, then END (as `encode_sources` gives).
+
+        Raises:
+            TypeError: for one string instead of a list of sentences (each
+                of its characters would be translated as a sentence).
+        """
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError(
+                "`sentences` must be a list of strings; wrap one in a list."
+            )
         ids = self.processor.encode(list(sentences), out_type=int)
         keep = self.max_input_length - 1
         end = [self._end_piece]
@@ -689,8 +706,6 @@ class CTranslate2Translator:
         rerank: bool = True,
     ) -> list[str]:
         """Translations of raw sentences (`translate_hypotheses`' texts)."""
-        if isinstance(sentences, str):
-            raise TypeError("translate takes a list of strings; wrap one in a list.")
         hypotheses = self.translate_hypotheses(
             sentences, beam_size, alpha, batch_size, rerank
         )

@@ -82,6 +82,11 @@ crash, a kill or a full disk leaves the previous export (or none) intact,
 never half of one; TensorFlow Serving, which watches the numbered folders,
 sees the old version or the new one. One export into a folder at a time:
 the writer lock is the hidden file ``.<name>.lock`` beside the folder.
+``overwrite`` replaces only an earlier export of the same format; any other
+non-empty folder (a run folder, another format's export, someone's files)
+is refused and never deleted. The LiteRT and CTranslate2 exports write their
+folders through the same check, lock and swap (`ExportFormat`,
+`check_export_target`, `writing_export`).
 
 The folder layout and `is_export_dir` / `load_export` (reading it back)
 live in `keras_transformer.runs`, below the translator that also reads it;
@@ -150,7 +155,10 @@ __all__ = [
     "IDS_SIGNATURE",
     "RUN_EXPORTS",
     "TRANSLATE_SIGNATURE",
+    "SAVED_MODEL",
+    "ExportFormat",
     "ExportSettings",
+    "check_export_target",
     "check_sentence_batch",
     "checked_shape",
     "default_given_rows",
@@ -164,6 +172,7 @@ __all__ = [
     "run_kind",
     "save_model_and_tokenizer",
     "source_ids_from_strings",
+    "writing_export",
 ]
 
 #: Name of the input of every signature.
@@ -574,6 +583,46 @@ def _decode_function(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportFormat:
+    """What marks a folder as an export of one format, and what it writes.
+
+    Every export format (the SavedModel, `keras_transformer.litert`,
+    `keras_transformer.ctranslate2`) writes its folder through
+    `check_export_target` and `writing_export`: one check of the target, one
+    lock, one swap. ``overwrite`` replaces only a folder that holds an
+    export of the same format (all of `marks`); any other non-empty folder
+    (a run folder, another format's export, someone's files) is refused,
+    never deleted.
+
+    Attributes:
+        name: the format's name in messages (``"SavedModel"``).
+        marks: the files that every export of this format holds.
+        entries: everything the export writes into its folder; what else
+            an earlier export's folder holds is carried over into the new one.
+        new_folder: what to choose instead of an occupied folder.
+    """
+
+    name: str
+    marks: tuple[str, ...]
+    entries: tuple[str, ...]
+    new_folder: str = "a new or empty folder"
+
+    def holds_export(self, folder: Path) -> bool:
+        """Whether `folder` holds an export of this format (all its marks)."""
+        return all((folder / mark).is_file() for mark in self.marks)
+
+
+#: The SavedModel of `export_translator`, `export_classifier` and
+#: `export_image_completer`.
+SAVED_MODEL = ExportFormat(
+    "SavedModel",
+    ("saved_model.pb",),
+    _EXPORT_ENTRIES,
+    "a new or empty folder (e.g. the next version number for TensorFlow Serving)",
+)
+
+
 def lock_path(export_dir: str | os.PathLike[str]) -> Path:
     """The writer lock of an export folder: ``.<name>.lock`` beside it.
 
@@ -585,7 +634,9 @@ def lock_path(export_dir: str | os.PathLike[str]) -> Path:
     return export_dir.parent / f".{export_dir.name}.lock"
 
 
-def _check_target(export_dir: Path, overwrite: bool) -> None:
+def _check_target(
+    export_dir: Path, overwrite: bool, export_format: ExportFormat
+) -> None:
     """Refuses a file, or a non-empty folder that is not to be replaced.
 
     Deletes nothing: the earlier export is replaced by the swap at the end.
@@ -608,20 +659,44 @@ def _check_target(export_dir: Path, overwrite: bool) -> None:
         )
     if not any(export_dir.iterdir()):
         return
+    name = export_format.name
     if not overwrite:
         raise FileExistsError(
             f"{export_dir} is not empty. Pass overwrite=True (--overwrite) to "
-            "replace an earlier export there, or choose a new folder (e.g. the "
-            "next version number for TensorFlow Serving)."
+            f"replace an earlier {name} export there, or choose "
+            f"{export_format.new_folder}."
         )
-    if not (export_dir / "saved_model.pb").is_file():
+    if not export_format.holds_export(export_dir):
         raise FileExistsError(
-            f"{export_dir} is not empty and holds no earlier export "
-            "(saved_model.pb): refusing to delete it. Choose a new or empty folder."
+            f"{export_dir} is not empty and holds no {name} export to replace "
+            f"({' and '.join(export_format.marks)}): refusing to delete it. "
+            f"Choose {export_format.new_folder}."
         )
 
 
-def _carry_over(old: Path, new: Path) -> None:
+def check_export_target(
+    export_dir: str | os.PathLike[str],
+    overwrite: bool,
+    export_format: ExportFormat = SAVED_MODEL,
+) -> Path:
+    """`export_dir` as a named `Path`, checked as a target of `export_format`.
+
+    For the check before the (slow) conversion; `writing_export` checks
+    again under the lock. Deletes nothing.
+
+    Raises:
+        FileExistsError: (one line) when `export_dir` is a file, the
+            current folder, or not empty and either `overwrite` is false or
+            it holds no export of `export_format`.
+    """
+    export_dir = Path(export_dir)
+    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
+        export_dir = Path(os.path.abspath(export_dir))
+    _check_target(export_dir, overwrite, export_format)
+    return export_dir
+
+
+def _carry_over(old: Path, new: Path, entries: tuple[str, ...]) -> None:
     """Copies what else an earlier export folder holds into the new one.
 
     Files someone put beside an earlier export (notes, a README) were kept
@@ -630,12 +705,42 @@ def _carry_over(old: Path, new: Path) -> None:
     if not old.is_dir():
         return
     for entry in old.iterdir():
-        if entry.name in _EXPORT_ENTRIES or (new / entry.name).exists():
+        if entry.name in entries or (new / entry.name).exists():
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.copytree(entry, new / entry.name, symlinks=True)
         else:
             shutil.copy2(entry, new / entry.name, follow_symlinks=False)
+
+
+@contextlib.contextmanager
+def writing_export(
+    export_dir: Path, overwrite: bool, export_format: ExportFormat = SAVED_MODEL
+) -> Iterator[Path]:
+    """The one writer of every export format: yields the folder to write.
+
+    Takes the writer lock (`lock_path`), checks `export_dir` again now that
+    no one else writes, and yields a temporary folder beside it; when the
+    block ends, what else an earlier export's folder held is carried over,
+    its permissions copied, and the new folder swapped in whole
+    (`keras_transformer.files.atomic_directory`). A failure leaves the
+    earlier export (or nothing) as it was.
+
+    Raises:
+        FileExistsError: as `check_export_target`.
+        keras_transformer.files.FolderLockedError: when another export into
+            `export_dir` is running.
+        keras_transformer.files.FileWriteError: when a write fails.
+    """
+    with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
+        _check_target(export_dir, overwrite, export_format)
+        # Written beside export_dir and swapped in when complete: the earlier
+        # export (or nothing) until then, whatever happens.
+        with atomic_directory(export_dir) as temporary:
+            yield temporary
+            _carry_over(export_dir, temporary, export_format.entries)
+            if export_dir.is_dir():  # the earlier folder's permissions
+                shutil.copymode(export_dir, temporary)
 
 
 def _needed_bytes(model: keras.Model) -> int:
@@ -892,10 +997,7 @@ def _target(
     export_dir: str | os.PathLike[str], model: keras.Model, overwrite: bool
 ) -> Path:
     """`export_dir` as a named `Path`, checked before the (slow) tracing."""
-    export_dir = Path(export_dir)
-    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
-        export_dir = Path(os.path.abspath(export_dir))
-    _check_target(export_dir, overwrite)  # before tracing: fail fast
+    export_dir = check_export_target(export_dir, overwrite)  # fail fast
     check_free_space(export_dir, _needed_bytes(model))
     return export_dir
 
@@ -913,19 +1015,12 @@ def _write_export(
     The one writer of every kind's export: the SavedModel of `archive`,
     ``model.keras`` (and ``tokenizer/``), and ``export.json`` (`info`).
     """
-    with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
-        _check_target(export_dir, overwrite)  # again, now that no one else writes
-        # Written beside export_dir and swapped in when complete: the earlier
-        # export (or nothing) until then, whatever happens.
-        with atomic_directory(export_dir) as temporary, _file_errors():
-            archive.write_out(str(temporary), verbose=False)
-            save_model_and_tokenizer(model, tokenizer, temporary)
-            (temporary / INFO_FILE).write_text(
-                json.dumps(info, indent=2) + "\n", encoding="utf-8"
-            )
-            _carry_over(export_dir, temporary)
-            if export_dir.is_dir():  # the earlier folder's permissions
-                shutil.copymode(export_dir, temporary)
+    with writing_export(export_dir, overwrite) as temporary, _file_errors():
+        archive.write_out(str(temporary), verbose=False)
+        save_model_and_tokenizer(model, tokenizer, temporary)
+        (temporary / INFO_FILE).write_text(
+            json.dumps(info, indent=2) + "\n", encoding="utf-8"
+        )
 
 
 def export_translator(
@@ -1308,7 +1403,7 @@ def export_run(
             export folder of a translation or classification run.
         export_dir: the folder to write.
         weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
-        overwrite: replace an earlier export in `export_dir`.
+        overwrite: replace an earlier SavedModel export in `export_dir`.
         **settings: the kind's settings: the `DecodeSettings` fields for
             translation; ``given_rows`` and ``temperature`` for images;
             none for classification.
@@ -1316,6 +1411,9 @@ def export_run(
     Raises:
         ValueError: for a kind without an export, or a setting the kind
             does not take (one line naming both).
+        FileExistsError: (before the model is loaded) when `export_dir` is
+            a file or a non-empty folder it may not replace
+            (`check_export_target`).
     """
     kind = run_kind(workdir)
     if kind not in RUN_EXPORTS:
@@ -1332,4 +1430,5 @@ def export_run(
             f"A {kind} export takes no {flags}; it takes {offered}. Leave "
             f"{'it' if len(refused) == 1 else 'them'} out."
         )
-    return write(Path(workdir), weights, Path(export_dir), overwrite, **settings)
+    export_dir = check_export_target(export_dir, overwrite)  # before loading
+    return write(Path(workdir), weights, export_dir, overwrite, **settings)

@@ -53,11 +53,17 @@ from keras_transformer import validation
 from keras_transformer.conventions import PAD_ID
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import Decoder, DecodeSettings
-from keras_transformer.export import ExportSettings, _settings
-from keras_transformer.files import atomic_directory
+from keras_transformer.export import (
+    ExportFormat,
+    ExportSettings,
+    _settings,
+    check_export_target,
+    writing_export,
+)
 
 __all__ = [
     "INFO_FILE",
+    "LITERT",
     "MODEL_FILE",
     "QUANTIZATIONS",
     "TOKENIZER_FILE",
@@ -74,6 +80,10 @@ INFO_FILE = "litert.json"
 #: The weight formats of `export_litert`: int8 dynamic range, or float32.
 QUANTIZATIONS = ("int8", "float32")
 _FORMAT_VERSION = 1
+#: What marks a LiteRT export (``--overwrite`` replaces only such a folder).
+LITERT = ExportFormat(
+    "LiteRT", (INFO_FILE, MODEL_FILE), (MODEL_FILE, TOKENIZER_FILE, INFO_FILE)
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +194,10 @@ def export_litert(
         tokenizer: the tokenizer it was trained with.
         output_dir: the folder to write (whole or not at all).
         quantization: ``"int8"`` (dynamic-range weights) or ``"float32"``.
-        overwrite: replace an existing folder.
+        overwrite: replace an earlier LiteRT export in `output_dir` (a
+            folder with ``litert.json`` and ``model.tflite``); it stays whole
+            until the new one is complete. Any other non-empty folder is
+            refused, never deleted.
         **settings: ``max_input_length`` and ``extra_length`` (the other
             `DecodeSettings` fields are refused: the search is greedy).
 
@@ -192,8 +205,13 @@ def export_litert(
         The folder.
 
     Raises:
-        ValueError: for a setting other than the two lengths, another
-            quantization, or an existing folder without `overwrite`.
+        ValueError: for a setting other than the two lengths or another
+            quantization.
+        FileExistsError: when `output_dir` is a file, or is not empty and
+            `overwrite` is false, or holds something other than an earlier
+            LiteRT export (never deleted).
+        keras_transformer.files.FolderLockedError: when another export
+            into `output_dir` is running.
 
     Example:
     >>> path = export_litert(model, tokenizer, "de_en_litert")  # doctest: +SKIP
@@ -207,15 +225,11 @@ def export_litert(
             f"The LiteRT export decodes greedily and takes only max_input_length "
             f"and extra_length; leave out {', '.join(refused)}."
         )
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not overwrite:
-        raise ValueError(
-            f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it."
-        )
+    output_dir = check_export_target(output_dir, overwrite, LITERT)  # fail fast
     checked = _settings(model, tokenizer, None, {**settings, "beam_size": 1})
     info = LiteRTSettings.of(checked, quantization)
     flatbuffer = convert_greedy(model, info)
-    with atomic_directory(output_dir) as folder:
+    with writing_export(output_dir, overwrite, LITERT) as folder:
         (folder / MODEL_FILE).write_bytes(flatbuffer)
         (folder / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
         values = {"format_version": _FORMAT_VERSION, **dataclasses.asdict(info)}
@@ -242,6 +256,7 @@ def export_litert_run(
     """
     from keras_transformer.translation import load_translator
 
+    check_export_target(output_dir, overwrite, LITERT)  # before loading
     model, tokenizer = load_translator(workdir, weights)
     return export_litert(
         model,
@@ -316,7 +331,14 @@ class LiteRTTranslator:
         self._shape: tuple[int, int] | None = None
 
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
-        """Each line's source ids: its first ``max_input_length - 1`` ids, END."""
+        """Each line's source ids: its first ``max_input_length - 1`` ids, END.
+
+        Raises:
+            TypeError: for one string instead of a list of lines (each of
+                its characters would be translated as a line).
+        """
+        if isinstance(lines, (str, bytes)):
+            raise TypeError("`lines` must be a list of strings; wrap one in a list.")
         keep = self.settings.max_input_length - 1
         rows = self.sentencepiece.encode(list(lines), out_type=int)
         return [row[:keep] + [self.settings.end_id] for row in rows]

@@ -137,6 +137,46 @@ def test_blank_lines_give_empty_translations(folder: Path) -> None:
     assert served[2].text and served[2].token_ids[-1] == 3
 
 
+def test_one_string_is_refused_not_translated_character_by_character(
+    folder: Path,
+) -> None:
+    """Reported (issue 35): a bare string was read as a list of sentences,
+    one per character."""
+    translator = CTranslate2Translator(folder)
+    for entry in (translator.translate, translator.translate_hypotheses):
+        with pytest.raises(TypeError, match="list of strings; wrap one in a list"):
+            entry("1. Mai 2020")
+
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("score", ["--source", "{s}", "--target", "{s}"]),
+        ("evaluate", ["--source", "{s}", "--reference", "{s}"]),
+        ("export", ["--output", "{out}"]),
+    ],
+)
+def test_commands_that_need_the_keras_model_name_a_ctranslate2_export(
+    folder: Path,
+    tmp_path: Path,
+    command: str,
+    flags: list[str],
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Reported (issue 35): ``score``/``evaluate``/``export --workdir`` of a
+    CTranslate2 export said ``tokenizer/tokenizer.model not found``. One
+    line (exit 2) saying what the folder is and what the command needs."""
+    source = tmp_path / "source.txt"
+    source.write_text("1. Mai 2020\n")
+    given = [f.format(s=source, out=tmp_path / "out") for f in flags]
+    assert cli.main([command, "--workdir", str(folder), *given]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"--workdir {folder} is a CTranslate2 export" in err
+    assert "a training run folder" in err and "SavedModel export folder" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_int8_within_half_a_bleu_point(folder: Path, tmp_path: Path) -> None:
     model, tokenizer = tiny_translator()
     pairs = synthetic_dates(96, seed=5)

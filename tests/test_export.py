@@ -720,6 +720,70 @@ def test_two_exports_into_one_folder_cannot_interleave(
     _assert_whole_earlier(target, tree)
 
 
+def _run_like_folder(path: Path) -> Path:
+    """A folder laid out as a training run: config, checkpoints, tokenizer, logs."""
+    files_in_run = {
+        "config.json": '{"kind": "translation"}\n',
+        "checkpoints/checkpoint": 'model_checkpoint_path: "ckpt-2"\n',
+        "checkpoints/ckpt-2.index": "index",
+        "checkpoints/ckpt-2.data-00000-of-00001": "weights",
+        "tokenizer/tokenizer.model": "sentencepiece",
+        "tokenizer/tokenizer.json": "{}\n",
+        "logs/train/events.out.tfevents.1.host": "events",
+    }
+    for name, text in files_in_run.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    return path
+
+
+def _other_format_export(export_format: str, exported: Path, path: Path) -> Path:
+    """An export of another format than `export_format`: a copy of the
+    SavedModel, or (for the SavedModel) the files of a LiteRT export."""
+    if export_format != "savedmodel":
+        return Path(shutil.copytree(exported, path))
+    path.mkdir()
+    for name in ("litert.json", "model.tflite", "tokenizer.model"):
+        (path / name).write_text(name)
+    return path
+
+
+@pytest.mark.parametrize("export_format", ["savedmodel", "litert", "ctranslate2"])
+def test_overwrite_deletes_no_folder_without_an_export_of_its_format(
+    exported: Path,
+    tmp_path: Path,
+    export_format: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Reported (issue 35): ``export --format litert --overwrite --output RUN``
+    exited 0 and left RUN with only the LiteRT files: its checkpoints,
+    config, tokenizer and logs deleted; a folder of someone's files went the
+    same way. Every format now refuses, with one line, a folder that holds
+    no export of its own format (a run folder, someone's files, another
+    format's export), before the model is loaded, and deletes nothing."""
+    if export_format == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("mine")
+    targets = [
+        _run_like_folder(tmp_path / "run"),
+        notes,
+        _other_format_export(export_format, exported, tmp_path / "other"),
+    ]
+    for target in targets:
+        tree = _tree(target)
+        argv = ["export", "--workdir", str(exported), "--output", str(target)]
+        status = cli.main([*argv, "--format", export_format, "--overwrite"])
+        err = capsys.readouterr().err
+        assert status == 1, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert f"{target} is not empty and holds no" in err, err
+        assert "refusing to delete it" in err, err
+        assert _tree(target) == tree  # byte for byte
+    assert _leftovers(tmp_path) == []
+
+
 # ------------------------------------------------------ killed while writing
 def _start_export(workdir: Path, output: Path) -> subprocess.Popen:
     """``keras-transformer export --overwrite`` (greedy) in a child process."""

@@ -79,8 +79,15 @@ def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
         litert.export_litert(None, None, tmp_path / "x", quantization="int4")
     with pytest.raises(ValueError, match="leave out beam_size"):
         litert.export_litert(None, None, tmp_path / "x", beam_size=4)
-    with pytest.raises(ValueError, match="exists; pass overwrite=True"):
+    # A folder of someone's files: refused before the model is looked at,
+    # with --overwrite too (it holds no LiteRT export), and left as it was.
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="is not empty. Pass overwrite=True"):
         litert.export_litert(None, None, tmp_path)
+    with pytest.raises(FileExistsError, match="holds no LiteRT export to replace"):
+        litert.export_litert(None, None, tmp_path, overwrite=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_litert_translator_names_a_wrong_folder(tmp_path: Path) -> None:
@@ -105,4 +112,45 @@ def test_cli_export_format_litert(
     want = Translator(model, tokenizer, beam_size=1).translate(lines)
     assert litert.LiteRTTranslator(output).translate(lines) == want
     assert cli.main([*args, "--format", "litert"]) != 0  # exists: no overwrite
-    assert "exists; pass overwrite=True" in capsys.readouterr().err
+    assert "is not empty. Pass overwrite=True" in capsys.readouterr().err
+
+
+def test_one_litert_writer_at_a_time_and_overwrite_of_a_litert_export(
+    tmp_path: Path,
+) -> None:
+    """Reported (issue 35): the LiteRT export took no lock (two exports into
+    one folder both went ahead), and its translator translated each
+    character of a bare string. Now one writer at a time (the lock of every
+    export format, `export.lock_path`); --overwrite still replaces an earlier
+    LiteRT export, keeping what else its folder held."""
+    from keras_transformer import export, files
+    from tests.training.helpers import holding_lock
+
+    model, tokenizer = tiny_translator()
+    target = tmp_path / "litert"
+    litert.export_litert(model, tokenizer, target, quantization="float32")
+    (target / "NOTES.md").write_text("mine\n")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    lock = export.lock_path(target)
+    with (
+        holding_lock(target, "another export", lock) as holder,
+        pytest.raises(files.FolderLockedError, match=f"PID {holder.pid}"),
+    ):
+        litert.export_litert(model, tokenizer, target, overwrite=True)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    litert.export_litert(model, tokenizer, target, overwrite=True)  # int8
+    assert json.loads((target / litert.INFO_FILE).read_text())["quantization"] == (
+        "int8"
+    )
+    assert sorted(p.name for p in target.iterdir()) == [
+        "NOTES.md",
+        litert.INFO_FILE,
+        litert.MODEL_FILE,
+        litert.TOKENIZER_FILE,
+    ]
+    assert (target / "NOTES.md").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".litert.lock", "litert"]
+    translator = litert.LiteRTTranslator(target)
+    with pytest.raises(TypeError, match="list of strings; wrap one in a list"):
+        translator.translate(VALIDATION.sources[0])
+    assert len(translator.translate(VALIDATION.sources[:2])) == 2

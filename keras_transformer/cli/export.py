@@ -76,8 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="Replace an earlier export in --output (it stays whole until the new "
-        "one is complete; a folder that holds no export is never deleted).",
+        help="Replace an earlier export of the same --format in --output (it stays "
+        "whole until the new one is complete; a run folder, another format's "
+        "export or any other folder is refused, never deleted).",
     )
 
 
