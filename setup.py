@@ -32,6 +32,9 @@ TRAIN_REQUIRES = [
     "tensorflow-text>=2.18,<2.22",
     "tensorboard>=2.18,<2.22",
     "sacrebleu>=2.4,<3",
+    # The run's fingerprint inside `.weights.h5` files (Keras writes them
+    # with h5py; the package adds attributes).
+    "h5py>=3.10,<4",
     "sentencepiece>=0.2,<0.3",
     "babel>=2.12,<3",
     "matplotlib>=3.8,<4",

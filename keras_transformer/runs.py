@@ -36,6 +36,7 @@ Reference: Vaswani et al. (2017), §6.1 (checkpoint averaging).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import errno
 import glob
@@ -46,7 +47,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,11 @@ __all__ = [
     "CheckpointWriteError",
     "ForeignCheckpointError",
     "RunFingerprint",
+    "WEIGHTS_FINGERPRINT_ATTRIBUTE",
+    "accepting_weights_without_fingerprint",
+    "checkpoint_prefix",
+    "weights_file_fingerprint",
+    "weights_file_problem",
     "RunFolder",
     "check_fingerprint",
     "check_tokenizer",
@@ -102,12 +108,16 @@ __all__ = [
     "load_export",
     "quarantine_checkpoint",
     "restore_checkpoint",
+    "record_checkpoint",
+    "record_checkpoints_on_disk",
+    "recorded_checkpoints",
     "restore_newest_checkpoint",
     "run_fingerprint",
     "save_checkpoint",
     "save_weights",
     "weights_nbytes",
     "write_checkpoint_metadata",
+    "write_checkpoint_state",
 ]
 
 logger = logging.getLogger(__name__)
@@ -153,16 +163,49 @@ class CheckpointWriteError(OSError):
 
 
 def checkpoint_paths(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
-    """The checkpoints in a folder, oldest first (``.../ckpt-<step>``)."""
-    state = tf.train.get_checkpoint_state(str(checkpoint_dir))
-    if state is None:
+    """The checkpoints in a folder, oldest first (``.../ckpt-<step>``).
+
+    The one list of a run's checkpoints that every reader and writer uses:
+    each ``ckpt-<step>.index`` on disk, and each checkpoint recorded in
+    ``checkpoints.json`` (`recorded_checkpoints`) of which a file is left.
+    TensorFlow's ``checkpoint`` state file is never asked, so a state file
+    that is deleted, garbled or stale changes nothing, and the files of a
+    checkpoint whose write was interrupted before it was recorded are
+    found. Whether a listed checkpoint is intact is for its reader to check
+    (`checkpoint_problem`): readers fall back past damaged ones.
+    """
+    directory = Path(checkpoint_dir)
+    if not directory.is_dir():
         return []
-    return list(state.all_model_checkpoint_paths)
+    prefixes = set(_checkpoint_prefixes_on_disk(directory))
+    for name in recorded_checkpoints(directory):
+        prefix = str(directory / name)
+        if checkpoint_files(prefix):
+            prefixes.add(prefix)
+    return sorted(prefixes, key=checkpoint_step)
 
 
 def checkpoint_step(path: str) -> int:
     """The step a checkpoint was saved at, from its name ``ckpt-<step>``."""
     return int(path.rsplit("-", 1)[-1])
+
+
+#: The suffixes of a checkpoint's files, after its prefix.
+_CHECKPOINT_FILE_SUFFIX = re.compile(r"\.(index|data-\d{5}-of-\d{5})$")
+
+
+def checkpoint_prefix(path: str | os.PathLike[str]) -> str:
+    """The prefix of the checkpoint that `path` names.
+
+    ``ckpt-200``, ``ckpt-200.index`` and ``ckpt-200.data-00000-of-00001``
+    are one checkpoint, ``ckpt-200``: whichever of its files a user passes,
+    it is read (and its fingerprint checked) as that checkpoint.
+
+    Example:
+    >>> checkpoint_prefix("run/checkpoints/ckpt-200.index")
+    'run/checkpoints/ckpt-200'
+    """
+    return _CHECKPOINT_FILE_SUFFIX.sub("", str(path))
 
 
 def checkpoint_files(prefix: str | os.PathLike[str]) -> list[Path]:
@@ -267,7 +310,7 @@ def forget_checkpoint(
     from google.protobuf import text_format
 
     directory = Path(checkpoint_dir)
-    state = tf.train.get_checkpoint_state(str(directory))
+    state = _checkpoint_state(directory)
     if state is None:
         return
     paths = list(state.all_model_checkpoint_paths)
@@ -297,12 +340,104 @@ def forget_checkpoint(
     write_atomically(directory / CHECKPOINT_STATE, text_format.MessageToString(state))
 
 
+def _checkpoint_state(directory: Path) -> Any:
+    """TensorFlow's ``checkpoint`` state of a folder; None when missing or garbled."""
+    try:
+        return tf.train.get_checkpoint_state(str(directory))
+    except (ValueError, tf.errors.OpError):
+        return None
+
+
+#: The key of ``checkpoints.json`` that lists the checkpoints read back whole
+#: when they were written (or found intact on disk by a resuming `train`).
+RECORDED_CHECKPOINTS = "checkpoints"
+
+
+def recorded_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
+    """The names of the recorded checkpoints of a folder (``ckpt-<step>``), by step.
+
+    A checkpoint is recorded in ``checkpoints.json`` once its files were read
+    back whole (`save_checkpoint`), and before anything may delete it. A run
+    written before the record existed has its TensorFlow ``checkpoint`` state
+    file's list instead (empty when that file is missing or garbled).
+    """
+    directory = Path(checkpoint_dir)
+    names = _read_metadata(directory).get(RECORDED_CHECKPOINTS)
+    if not isinstance(names, list):
+        state = _checkpoint_state(directory)
+        names = [] if state is None else list(state.all_model_checkpoint_paths)
+    found = {Path(str(n)).name for n in names}
+    return sorted(
+        (n for n in found if re.fullmatch(r"ckpt-\d+", n)), key=checkpoint_step
+    )
+
+
+def _write_records(directory: Path, names: list[str]) -> None:
+    """Writes the list of recorded checkpoints into ``checkpoints.json`` (atomically).
+
+    The rest of the file is kept as it is.
+    """
+    metadata = _read_metadata(directory)
+    metadata[RECORDED_CHECKPOINTS] = sorted(set(names), key=checkpoint_step)
+    write_atomically(
+        directory / CHECKPOINT_METADATA, json.dumps(metadata, indent=2) + "\n"
+    )
+
+
+def record_checkpoint(prefix: str | os.PathLike[str]) -> None:
+    """Records the checkpoint `prefix` (read back whole) in ``checkpoints.json``."""
+    prefix = Path(prefix)
+    names = recorded_checkpoints(prefix.parent)
+    if prefix.name not in names:
+        _write_records(prefix.parent, [*names, prefix.name])
+
+
+def _unrecord(directory: Path, names: list[str]) -> None:
+    """Removes `names` from the recorded checkpoints (their files are not touched)."""
+    recorded = recorded_checkpoints(directory)
+    if set(names) & set(recorded):
+        _write_records(directory, [n for n in recorded if n not in names])
+
+
+def write_checkpoint_state(
+    checkpoint_dir: str | os.PathLike[str], prefixes: list[str]
+) -> None:
+    """Writes TensorFlow's ``checkpoint`` state file to list `prefixes` (atomically).
+
+    `prefixes` are checkpoints of the folder, oldest first; the newest is the
+    latest. The state only tells a `CheckpointManager` which checkpoints it
+    keeps (and removes beyond ``max_to_keep``); the package lists them with
+    `checkpoint_paths`. The file is removed when `prefixes` is empty.
+    """
+    directory = Path(checkpoint_dir)
+    state = directory / CHECKPOINT_STATE
+    if not prefixes:
+        if state.exists():
+            state.unlink()
+            fsync_directory(directory)
+        return
+    names = [Path(p).name for p in prefixes]
+    stamps = []
+    for prefix in prefixes:
+        files = checkpoint_files(prefix)
+        stamps.append(files[0].stat().st_mtime if files else 0.0)
+    lines = [f"model_checkpoint_path: {json.dumps(names[-1])}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(n)}" for n in names]
+    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in stamps]
+    # Every listed checkpoint is newer than the last preserved one, so the
+    # manager keeps track of (and eventually removes) each of them.
+    lines.append(f"last_preserved_timestamp: {min(stamps) - 1.0!r}")
+    write_atomically(state, "\n".join(lines) + "\n")
+
+
 def quarantine_checkpoint(prefix: str | os.PathLike[str]) -> list[Path]:
     """Moves a damaged checkpoint's files aside and forgets it; deletes nothing.
 
     ``ckpt-6.index`` becomes ``ckpt-6.index.corrupt`` (``.corrupt.1``, ...
     when that exists), and so does every data shard; the checkpoint leaves
-    the ``checkpoint`` state file, so the newest intact one is the latest.
+    the ``checkpoint`` state file and the record of ``checkpoints.json``, so
+    the newest intact one is the latest. Only a writer that holds the run's
+    lock (`train`) calls this; readers leave damaged files in place.
 
     Returns:
         The new paths of the moved files.
@@ -320,6 +455,7 @@ def quarantine_checkpoint(prefix: str | os.PathLike[str]) -> list[Path]:
             ) from e
         moved.append(target)
     forget_checkpoint(prefix.parent, prefix)
+    _unrecord(prefix.parent, [prefix.name])
     return moved
 
 
@@ -337,18 +473,23 @@ def restore_newest_checkpoint(
     checkpoint_dir: str | os.PathLike[str],
     restore: Callable[[str], Any],
     expected: RunFingerprint | None = None,
+    move_damaged: bool = False,
 ) -> str | None:
     """Restores the newest intact checkpoint of a folder with ``restore(prefix)``.
 
     The one place where every reader of a run's checkpoints (training's
     resume, `RunFolder.restore`, hence translate, evaluate and export) goes.
-    A checkpoint whose files are damaged (truncated, empty, missing shard,
-    unreadable) is moved aside with `quarantine_checkpoint`, never deleted,
-    a warning names the file and what is wrong, and the next older one is
-    tried. Every tensor is read back first, so an error of `restore` on an
-    intact checkpoint (a model of another configuration) is raised as it is
-    and never taken for damage. An intact checkpoint whose fingerprint is
-    not `expected` (another run's) is refused, never restored.
+    The checkpoints are those of `checkpoint_paths` (the files on disk and
+    ``checkpoints.json``, never TensorFlow's state file). A checkpoint whose
+    files are damaged (truncated, empty, missing shard, unreadable) is
+    skipped with a warning naming the file and what is wrong, and the next
+    older one is tried. With `move_damaged` (a writer holding the run's
+    lock: `train`) its files are moved aside with `quarantine_checkpoint`,
+    never deleted; a reader leaves them in place. Every tensor is read back
+    first, so an error of `restore` on an intact checkpoint (a model of
+    another configuration) is raised as it is and never taken for damage.
+    An intact checkpoint whose fingerprint is not `expected` (another
+    run's) is refused, never restored.
 
     Returns:
         The prefix restored, or None when the folder lists no checkpoint.
@@ -374,23 +515,96 @@ def restore_newest_checkpoint(
                     directory,
                 )
             return prefix
-        moved = quarantine_checkpoint(prefix)
         problems.append(problem)
-        logger.warning(
-            "Checkpoint %s is damaged: %s. Its files were moved aside (%s), not "
-            "deleted; falling back to the previous checkpoint.",
-            Path(prefix).name,
-            problem,
-            ", ".join(p.name for p in moved) or "no file left",
-        )
-    if problems:
+        if move_damaged:
+            moved = quarantine_checkpoint(prefix)
+            logger.warning(
+                "Checkpoint %s is damaged: %s. Its files were moved aside (%s), "
+                "not deleted; falling back to the previous checkpoint.",
+                Path(prefix).name,
+                problem,
+                ", ".join(p.name for p in moved) or "no file left",
+            )
+        else:
+            logger.warning(
+                "Checkpoint %s is damaged: %s. Its files were left in place (the "
+                "next `keras-transformer train` of the run moves them aside); "
+                "falling back to the previous checkpoint.",
+                Path(prefix).name,
+                problem,
+            )
+    if problems and move_damaged:
         raise CheckpointDamagedError(
             f"Every checkpoint in {directory} is damaged ({'; '.join(problems)}); "
             f"their files were moved aside as *{DAMAGED_SUFFIX}, nothing was "
             "deleted. Restore the checkpoints from a backup, or move the "
-            f"*{DAMAGED_SUFFIX} files out of {directory} to start again from step 0."
+            f"*{DAMAGED_SUFFIX} files out of {directory} (or pass --force) to "
+            "start again from step 0."
+        )
+    if problems:
+        raise CheckpointDamagedError(
+            f"Every checkpoint in {directory} is damaged ({'; '.join(problems)}); "
+            "nothing was moved or deleted. Restore the checkpoints from a "
+            "backup, or pass --weights best/average/<file>."
         )
     return None
+
+
+def record_checkpoints_on_disk(
+    checkpoint_dir: str | os.PathLike[str],
+    expected: RunFingerprint | None = None,
+    verified: tuple[str, ...] = (),
+) -> list[str]:
+    """Makes ``checkpoints.json`` and the state file list the checkpoints on disk.
+
+    For a writer that holds the run's lock (a resuming `train`), after it
+    restored the newest intact checkpoint. Each listed checkpoint that is
+    not recorded yet (its writer was killed while reading it back, or a
+    release before the record wrote it) is read back whole: an intact one
+    of this run is recorded, a damaged one moved aside with a warning (never
+    deleted). Recorded checkpoints whose files are gone leave the record.
+    Then TensorFlow's ``checkpoint`` state file is written anew from the
+    list (`write_checkpoint_state`), so a deleted, garbled or stale one
+    changes nothing and the manager removes the oldest beyond its
+    ``max_to_keep`` as usual.
+
+    Args:
+        checkpoint_dir: the run's checkpoint folder.
+        expected: the run's fingerprint; a checkpoint of another run is
+            refused (`check_fingerprint`).
+        verified: prefixes already read back whole (the one restored).
+
+    Returns:
+        The checkpoints, oldest first.
+
+    Raises:
+        ForeignCheckpointError: when an unrecorded checkpoint is another run's.
+    """
+    directory = Path(checkpoint_dir)
+    recorded = recorded_checkpoints(directory)
+    done = {Path(p).name for p in verified}
+    kept = []
+    for prefix in checkpoint_paths(directory):
+        name = Path(prefix).name
+        if name not in recorded and name not in done:
+            problem = checkpoint_problem(prefix)
+            if problem is not None:
+                moved = quarantine_checkpoint(prefix)
+                logger.warning(
+                    "Checkpoint %s (never recorded: its write was interrupted) is "
+                    "damaged: %s. Its files were moved aside (%s), not deleted.",
+                    name,
+                    problem,
+                    ", ".join(p.name for p in moved) or "no file left",
+                )
+                continue
+            check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
+        kept.append(prefix)
+    names = [Path(p).name for p in kept]
+    if names != recorded or RECORDED_CHECKPOINTS not in _read_metadata(directory):
+        _write_records(directory, names)
+    write_checkpoint_state(directory, kept)
+    return kept
 
 
 class CheckpointManager(tf.train.CheckpointManager):
@@ -448,6 +662,18 @@ class CheckpointManager(tf.train.CheckpointManager):
             doomed.append(filename)
         if doomed:
             self._record_state()
+            directory = Path(self.directory)
+            try:
+                # A checkpoint leaves checkpoints.json before its files go.
+                _unrecord(directory, [Path(f).name for f in doomed])
+            except OSError as e:
+                logger.warning(
+                    "Kept the old checkpoints %s: %s could not be updated (%s).",
+                    ", ".join(Path(f).name for f in doomed),
+                    directory / CHECKPOINT_METADATA,
+                    _short(e),
+                )
+                return None
             for filename in doomed:
                 for path in checkpoint_files(filename):
                     path.unlink(missing_ok=True)
@@ -457,11 +683,12 @@ class CheckpointManager(tf.train.CheckpointManager):
 def _remove_unrecorded(prefix: str) -> None:
     """Removes the files of an interrupted or failed write of `prefix`.
 
-    Only when `prefix` is not a recorded checkpoint: these files were never
-    a checkpoint (the state file is written after them).
+    Only when `prefix` is not a recorded checkpoint (`recorded_checkpoints`):
+    these files were never read back whole. (A resuming `train` has
+    recorded every intact checkpoint it found on disk, so none of those is
+    removed here.)
     """
-    directory = os.path.dirname(prefix)
-    if any(_same_path(p, prefix) for p in checkpoint_paths(directory)):
+    if Path(prefix).name in recorded_checkpoints(os.path.dirname(prefix)):
         return
     for path in checkpoint_files(prefix):
         path.unlink(missing_ok=True)
@@ -512,9 +739,13 @@ def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
     """Writes checkpoint ``ckpt-<number>`` so that it is complete or not seen.
 
     The files are written, flushed to disk and read back (every tensor and
-    its checksum) before the manager records the checkpoint in its state
-    file (which TensorFlow replaces atomically); the manager's `max_to_keep`
-    then removes the oldest. A write that fails (a full disk, an I/O error,
+    its checksum), then the checkpoint is recorded in ``checkpoints.json``
+    (`record_checkpoint`), then the manager records it in its state file
+    (which TensorFlow replaces atomically); the manager's `max_to_keep` then
+    removes the oldest, each taken out of ``checkpoints.json`` before its
+    files are deleted. A process killed at any point leaves every complete
+    checkpoint on disk, where `checkpoint_paths` finds it, recorded or not.
+    A write that fails (a full disk, an I/O error,
     a file that does not read back) records nothing: its partial files are
     removed, and the previous checkpoint stays intact and the latest.
 
@@ -536,6 +767,8 @@ def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
             raise CheckpointWriteError(
                 f"the new checkpoint does not read back: {problem}"
             )
+        # Recorded before TensorFlow's state and its removal of old ones.
+        record_checkpoint(path)
 
     options = tf.train.CheckpointOptions(experimental_write_callbacks=[verify])
     try:
@@ -631,9 +864,12 @@ def restore_checkpoint(
 
     Args:
         model: the model to load into.
-        path: the checkpoint prefix (``.../ckpt-<step>``).
-        expected: the run's fingerprint; a checkpoint of another run is
-            refused (None: not checked).
+        path: the checkpoint: its prefix (``.../ckpt-<step>``) or one of its
+            files (``.../ckpt-<step>.index``, ``.data-*``), see
+            `checkpoint_prefix`.
+        expected: the run's fingerprint; a checkpoint of another run, or
+            one without a fingerprint, is refused (`check_fingerprint`;
+            None: not checked).
         config: what the model was built from, for the mismatch message.
 
     Raises:
@@ -641,7 +877,15 @@ def restore_checkpoint(
         ForeignCheckpointError: when it belongs to another run.
         CheckpointMismatchError: when it does not fit the model.
     """
-    if checkpoint_problem(path, read_tensors=False) is None:
+    path = checkpoint_prefix(path)
+    if expected is not None:
+        # Nothing is restored before its fingerprint was read and checked.
+        problem = checkpoint_problem(path, read_tensors=False)
+        if problem is not None:
+            raise CheckpointDamagedError(
+                f"Cannot restore {path}: {problem}. Pick another checkpoint "
+                "(--weights), or restore the file from a backup."
+            )
         check_fingerprint(path, checkpoint_fingerprint(path), expected)
     try:
         _restore_weights(model, path, config)
@@ -677,10 +921,11 @@ FINGERPRINT_KEY = "fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
 class RunFingerprint:
     """What a checkpoint belongs to: its run, tokenizer and model config.
 
-    Written into every checkpoint (`FINGERPRINT_KEY`) and beside every
-    weights file (``best.json``, ``averaged.json``), and checked by every
-    reader: a checkpoint of another run with the same sizes would otherwise
-    load without a word and translate nonsense.
+    Written into every checkpoint (`FINGERPRINT_KEY`) and into every
+    weights file (`WEIGHTS_FINGERPRINT_ATTRIBUTE`; also beside it, in
+    ``best.json`` and ``averaged.json``, for people), and checked by every
+    reader (`check_fingerprint`): a checkpoint of another run with the same
+    sizes would otherwise load without a word and translate nonsense.
 
     Attributes:
         run_id: random, made when the run's first checkpoint metadata is
@@ -727,13 +972,45 @@ def config_hash(model_config: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+#: The ``checkpoints.json`` files already warned of as unreadable (once each).
+_UNREADABLE_METADATA: set[str] = set()
+
+
 def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
+    """The content of ``checkpoints.json``; ``{}`` when missing or unreadable.
+
+    An unreadable (garbled, truncated) file is one warning naming it, once
+    per process: every command goes on with the checkpoint files on disk
+    (`checkpoint_paths`, and the fingerprint they carry), and the next
+    `train` of the run writes the file again.
+    """
     path = checkpoint_dir / CHECKPOINT_METADATA
     try:
-        metadata = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return {}
-    return metadata if isinstance(metadata, dict) else {}
+    except (OSError, ValueError) as e:
+        problem = f"cannot be read ({getattr(e, 'strerror', None) or _short(e)})"
+    else:
+        try:
+            metadata = json.loads(text)
+        except ValueError as e:
+            metadata, problem = None, f"is not valid JSON ({_short(e)})"
+        else:
+            problem = None if isinstance(metadata, dict) else "is not a JSON object"
+        if problem is None:
+            return metadata
+    if str(path) not in _UNREADABLE_METADATA:
+        _UNREADABLE_METADATA.add(str(path))
+        logger.warning(
+            "%s %s: going on with the checkpoint files in %s (and the fingerprint "
+            "they carry); the next `keras-transformer train` of this run writes "
+            "it again.",
+            path,
+            problem,
+            checkpoint_dir,
+        )
+    return {}
 
 
 def write_checkpoint_metadata(
@@ -745,16 +1022,31 @@ def write_checkpoint_metadata(
     """Records the run's fingerprint for its checkpoints (``checkpoints.json``).
 
     The run id is `run_id` when given, else kept from an earlier
-    ``checkpoints.json`` with the same tokenizer, else made anew. Written
-    atomically. A run without a tokenizer (an image run) records an empty
-    tokenizer fingerprint and no vocabulary size.
+    ``checkpoints.json`` with the same tokenizer (or, when that file was
+    deleted or garbled, from the fingerprint the run's checkpoints carry,
+    `run_fingerprint`), else made anew. Written atomically. A run without a
+    tokenizer (an image run) records an empty tokenizer fingerprint and no
+    vocabulary size.
 
     Returns:
         The run's `RunFingerprint`, which every new checkpoint carries.
+
+    Raises:
+        ForeignCheckpointError: when ``checkpoints.json`` is lost and the
+            folder's checkpoints belong to more than one run.
     """
     directory = Path(checkpoint_dir)
     directory.mkdir(parents=True, exist_ok=True)
     stored = _read_metadata(directory)
+    records = stored.get(RECORDED_CHECKPOINTS)  # kept: see `record_checkpoint`
+    if not stored.get("run_id"):
+        recovered = _fingerprint_of_checkpoints(directory)
+        if recovered is not None:
+            stored = {
+                "run_id": recovered.run_id,
+                "tokenizer_fingerprint": recovered.tokenizer,
+                "config_hash": recovered.config,
+            }
     tokens = "" if tokenizer is None else tokenizer.fingerprint
     same_tokenizer = stored.get("tokenizer_fingerprint") == tokens
     run_id = run_id or (stored.get("run_id") if same_tokenizer else None)
@@ -775,6 +1067,8 @@ def write_checkpoint_metadata(
         "config_hash": fingerprint.config,
         "workdir": fingerprint.workdir,
     }
+    if isinstance(records, list):
+        metadata[RECORDED_CHECKPOINTS] = records
     write_atomically(
         directory / CHECKPOINT_METADATA, json.dumps(metadata, indent=2) + "\n"
     )
@@ -782,9 +1076,20 @@ def write_checkpoint_metadata(
 
 
 def run_fingerprint(checkpoint_dir: str | os.PathLike[str]) -> RunFingerprint | None:
-    """The fingerprint in a run's ``checkpoints.json`` (None for older runs)."""
+    """The run's fingerprint: the one in its ``checkpoints.json``.
+
+    When that file is deleted or garbled, the fingerprint that the run's
+    own checkpoints carry (every checkpoint holds it), so that losing the
+    file never turns the checks off. None for a run written before
+    fingerprints (nothing records one).
+
+    Raises:
+        ForeignCheckpointError: when ``checkpoints.json`` is lost and the
+            folder's checkpoints belong to more than one run (which is the
+            run's own cannot be told).
+    """
     metadata = _read_metadata(Path(checkpoint_dir))
-    return RunFingerprint.from_mapping(
+    recorded = RunFingerprint.from_mapping(
         {
             "run_id": metadata.get("run_id", ""),
             "tokenizer": metadata.get("tokenizer_fingerprint", ""),
@@ -792,6 +1097,47 @@ def run_fingerprint(checkpoint_dir: str | os.PathLike[str]) -> RunFingerprint | 
             "workdir": metadata.get("workdir", ""),
         }
     )
+    if recorded is not None:
+        return recorded
+    return _fingerprint_of_checkpoints(Path(checkpoint_dir))
+
+
+def _checkpoint_prefixes_on_disk(directory: Path) -> list[str]:
+    """Every ``ckpt-<step>`` with an ``.index`` file in `directory`, by step."""
+    found = []
+    for index in directory.glob("ckpt-*.index"):
+        step = index.name[len("ckpt-") : -len(".index")]
+        if step.isdigit():
+            found.append((int(step), str(index)[: -len(".index")]))
+    return [prefix for _, prefix in sorted(found)]
+
+
+def _fingerprint_of_checkpoints(directory: Path) -> RunFingerprint | None:
+    """The one fingerprint the checkpoints in `directory` carry (None: none).
+
+    Raises:
+        ForeignCheckpointError: when they carry those of several runs.
+    """
+    runs: dict[tuple[str, str], list[str]] = {}
+    fingerprints: dict[tuple[str, str], RunFingerprint] = {}
+    for prefix in _checkpoint_prefixes_on_disk(directory):
+        found = checkpoint_fingerprint(prefix)
+        if found is not None:
+            key = (found.run_id, found.tokenizer)
+            fingerprints.setdefault(key, found)
+            runs.setdefault(key, []).append(Path(prefix).name)
+    if len(fingerprints) > 1:
+        owners = "; ".join(
+            f"{', '.join(names)} to {fingerprints[key].describe()}"
+            for key, names in runs.items()
+        )
+        raise ForeignCheckpointError(
+            f"{directory / CHECKPOINT_METADATA} is missing or unreadable, and the "
+            f"checkpoints in {directory} belong to {len(fingerprints)} runs "
+            f"({owners}), so which are this run's cannot be told. Move the other "
+            f"runs' checkpoints out of {directory}, then run the command again."
+        )
+    return next(iter(fingerprints.values()), None)
 
 
 def checkpoint_fingerprint(prefix: str | os.PathLike[str]) -> RunFingerprint | None:
@@ -810,27 +1156,105 @@ def checkpoint_fingerprint(prefix: str | os.PathLike[str]) -> RunFingerprint | N
         return None
 
 
+#: Set by `accepting_weights_without_fingerprint` (the command line's
+#: ``--weights-without-fingerprint``).
+_ACCEPT_WITHOUT_FINGERPRINT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "accept_weights_without_fingerprint", default=False
+)
+
+
+@contextlib.contextmanager
+def accepting_weights_without_fingerprint() -> Iterator[None]:
+    """Within it, weights that carry no run fingerprint load into a run.
+
+    The command line's ``--weights-without-fingerprint``. Every checkpoint
+    and weights file this package writes carries its run's fingerprint, so
+    weights without one come from elsewhere (another program, a release
+    before fingerprints): nothing shows they belong to the run, and they are
+    refused unless the user says so. Weights of another run (a different
+    fingerprint) are refused even here.
+
+    Example:
+    >>> with accepting_weights_without_fingerprint():  # doctest: +SKIP
+    ...     model, _ = RunFolder("runs/dates").load("elsewhere/x.weights.h5")
+    """
+    token = _ACCEPT_WITHOUT_FINGERPRINT.set(True)
+    try:
+        yield
+    finally:
+        _ACCEPT_WITHOUT_FINGERPRINT.reset(token)
+
+
+def _predates_fingerprints(prefix: Path, expected: RunFingerprint) -> bool:
+    """Whether `prefix` is a checkpoint of the run that `expected` is, written
+    before the run had a fingerprint (a run of an earlier release, resumed).
+
+    It must lie in the run's own checkpoint folder (its ``checkpoints.json``
+    names the run) and be older than every checkpoint there that carries a
+    fingerprint: one copied in later would be newer than them.
+    """
+    folder = prefix.parent
+    if not prefix.name.startswith("ckpt-") or not prefix.name[5:].isdigit():
+        return False
+    recorded = _read_metadata(folder).get("run_id")
+    if recorded != expected.run_id:
+        return False
+    step = checkpoint_step(str(prefix))
+    return all(
+        checkpoint_step(other) > step
+        for other in _checkpoint_prefixes_on_disk(folder)
+        if checkpoint_fingerprint(other) is not None
+    )
+
+
+def _inside(path: Path, folder: str) -> bool:
+    return bool(folder) and os.path.abspath(path).startswith(
+        os.path.join(os.path.abspath(folder), "")
+    )
+
+
 def check_fingerprint(
     what: str | os.PathLike[str],
     found: RunFingerprint | None,
     expected: RunFingerprint | None,
 ) -> None:
-    """Refuses weights whose fingerprint is not the run's.
+    """Refuses weights that are not the run's own.
 
-    Weights without a fingerprint (written before fingerprints existed) and
-    runs without one are accepted: there is nothing to compare.
+    Weights of another run (another fingerprint) are refused. So are
+    weights without a fingerprint, since every checkpoint and weights file
+    of a run carries it, unless the user accepts them
+    (`accepting_weights_without_fingerprint`, the command line's
+    ``--weights-without-fingerprint``) or they are checkpoints the run wrote
+    before it had a fingerprint (an earlier release's run, resumed). A run
+    without a fingerprint (written before them) has nothing to compare.
 
     Raises:
-        ForeignCheckpointError: saying whose the weights are.
+        ForeignCheckpointError: saying whose the weights are, and what to do.
     """
-    if found is None or expected is None or found.same_run(expected):
+    if expected is None or (found is not None and found.same_run(expected)):
         return
     what = Path(what)
+    if found is None:
+        if _ACCEPT_WITHOUT_FINGERPRINT.get() or _predates_fingerprints(what, expected):
+            return
+        raise ForeignCheckpointError(
+            f"{what} carries no run fingerprint, so nothing shows that it belongs "
+            f"to this run ({expected.describe()}): every checkpoint and weights "
+            "file a run writes carries one. If you know these weights fit this "
+            "run, pass --weights-without-fingerprint (in Python: with "
+            "keras_transformer.runs.accepting_weights_without_fingerprint())."
+        )
+    if _inside(what, expected.workdir):
+        advice = (
+            f"It was copied in from another work directory; move it out of "
+            f"{what.parent} (or pass it to the run it came from)."
+        )
+    else:
+        origin = f" ({found.workdir})" if found.workdir else ""
+        advice = f"Pass it with the --workdir of the run it came from{origin}."
     raise ForeignCheckpointError(
         f"{what} belongs to another run: it was written by {found.describe()}, "
-        f"but this folder is {expected.describe()}. It was copied in from "
-        f"another work directory; move it out of {what.parent} (or pass it to "
-        "the run it came from)."
+        f"but this folder is {expected.describe()}. {advice}"
     )
 
 
@@ -853,6 +1277,8 @@ def check_tokenizer(
     if not path.is_file() or not checkpoint_paths(checkpoint_dir):
         return
     metadata = _read_metadata(Path(checkpoint_dir))
+    if "vocabulary_size" not in metadata:
+        return  # an unreadable file (warned of): nothing records the tokenizer
     try:
         tokenizer.check_compatible(
             expected_vocabulary_size=int(metadata["vocabulary_size"]),
@@ -869,6 +1295,121 @@ def weights_info_file(weights_file: str | os.PathLike[str]) -> Path:
     """``best.json`` beside ``best.weights.h5`` (the settings of a weights file)."""
     path = Path(weights_file)
     return path.with_name(path.name.replace(".weights.h5", ".json"))
+
+
+#: The HDF5 attributes (of the root group) of a ``.weights.h5`` file that
+#: `save_weights` writes: the run's fingerprint (`RunFingerprint.to_json`),
+#: the SHA-256 of the file's datasets (`_file_digest`), that of the model's
+#: weights (`_weights_digest`) and that of their dtypes and shapes alone
+#: (`_layout_digest`, the model the file fits).
+WEIGHTS_FINGERPRINT_ATTRIBUTE = "keras_transformer.fingerprint"
+FILE_CHECKSUM_ATTRIBUTE = "keras_transformer.file_sha256"
+WEIGHTS_CHECKSUM_ATTRIBUTE = "keras_transformer.weights_sha256"
+WEIGHTS_LAYOUT_ATTRIBUTE = "keras_transformer.weights_layout_sha256"
+
+
+def _digest_of(arrays: Any) -> str:
+    """The SHA-256 of `(name, array)` pairs: names, dtypes, shapes and bytes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, array in arrays:
+        value = np.ascontiguousarray(array)
+        digest.update(f"{name}|{value.dtype.str}|{value.shape}|".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
+def _weights_digest(model: keras.Model) -> str:
+    """The SHA-256 of a model's weights, in order: what loading the file gives."""
+    return _digest_of(
+        (i, keras.ops.convert_to_numpy(w)) for i, w in enumerate(model.weights)
+    )
+
+
+def _layout_digest(model: keras.Model) -> str:
+    """The SHA-256 of the dtypes and shapes of a model's weights, in order."""
+    import hashlib
+
+    text = ";".join(
+        f"{keras.backend.standardize_dtype(w.dtype)}{tuple(w.shape)}"
+        for w in model.weights
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_digest(file: Any) -> str:
+    """The SHA-256 of an open HDF5 file's contents: every dataset, by name, and
+    the attributes of its root (but `FILE_CHECKSUM_ATTRIBUTE` itself)."""
+    import h5py
+
+    names: list[str] = []
+    file.visititems(
+        lambda name, item: (
+            names.append(name) if isinstance(item, h5py.Dataset) else None
+        )
+    )
+    attributes = sorted(k for k in file.attrs if k != FILE_CHECKSUM_ATTRIBUTE)
+    return _digest_of(
+        [(name, file[name][()]) for name in sorted(names)]
+        + [(f"@{key}", np.asarray(file.attrs[key])) for key in attributes]
+    )
+
+
+def _weights_attribute(path: Path, name: str) -> str | None:
+    import h5py
+
+    with h5py.File(path, "r") as file:
+        value = file.attrs.get(name)
+    if value is None:
+        return None
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def weights_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """What is wrong with a ``.weights.h5`` file, or None when it reads whole.
+
+    Checks that it exists, is readable and not empty, that HDF5 opens it,
+    that every dataset in it reads back and, for a file `save_weights`
+    wrote, that the datasets (names, shapes and numbers) are the ones it
+    wrote (`FILE_CHECKSUM_ATTRIBUTE`): a flipped bit, a truncated or empty
+    file is found here.
+
+    Returns:
+        ``"<file> is <what>"`` naming the file, or None.
+    """
+    import h5py
+
+    path = Path(path)
+    problem = _file_problem(path)
+    if problem:
+        return problem
+    try:
+        with h5py.File(path, "r") as file:
+            expected = file.attrs.get(FILE_CHECKSUM_ATTRIBUTE)
+            found = _file_digest(file)
+    except Exception as e:  # noqa: BLE001 - h5py raises OSError, RuntimeError, ...
+        return f"{path} is damaged or not an HDF5 weights file ({_short(e)})"
+    if isinstance(expected, bytes):
+        expected = expected.decode("utf-8", "replace")
+    if expected is not None and str(expected) != found:
+        return (
+            f"{path} is damaged (what it holds does not match the checksum written "
+            "with it)"
+        )
+    return None
+
+
+def weights_file_fingerprint(path: str | os.PathLike[str]) -> RunFingerprint | None:
+    """The fingerprint a ``.weights.h5`` file carries (None: none).
+
+    Only the file's own attribute counts, never the ``.json`` beside it.
+    """
+    try:
+        text = _weights_attribute(Path(path), WEIGHTS_FINGERPRINT_ATTRIBUTE)
+        return None if text is None else RunFingerprint.from_mapping(json.loads(text))
+    except (OSError, ValueError, RuntimeError):
+        return None
 
 
 def weights_nbytes(model: keras.Model) -> int:
@@ -890,16 +1431,30 @@ def save_weights(
     The free space is checked first (HDF5 can crash the process on a full
     disk), then the weights go to a temporary file renamed over `path`, then
     the info file (with the run's fingerprint) is written the same way. A
-    failure leaves the previous pair intact and raises one line.
+    failure leaves the previous pair intact and raises one line. The weights
+    file itself carries the run's fingerprint and checksums of its contents
+    and of the weights (HDF5 attributes of its root:
+    `WEIGHTS_FINGERPRINT_ATTRIBUTE`, `FILE_CHECKSUM_ATTRIBUTE`,
+    `WEIGHTS_CHECKSUM_ATTRIBUTE`), written before it is renamed into place;
+    the readers (`RunFolder.restore`) check them, whatever lies beside it.
 
     Raises:
         FileWriteError: naming the file, on a full disk or a failed write.
     """
+    import h5py
+
     path = Path(path)
     check_free_space(path, int(weights_nbytes(model) * 1.05) + (256 << 10))
     with atomic_file(path) as temporary:
         try:
             model.save_weights(temporary)
+            with h5py.File(temporary, "r+") as file:
+                file.attrs[WEIGHTS_CHECKSUM_ATTRIBUTE] = _weights_digest(model)
+                file.attrs[WEIGHTS_LAYOUT_ATTRIBUTE] = _layout_digest(model)
+                if fingerprint is not None:
+                    file.attrs[WEIGHTS_FINGERPRINT_ATTRIBUTE] = fingerprint.to_json()
+                # Last: it covers the other attributes too.
+                file.attrs[FILE_CHECKSUM_ATTRIBUTE] = _file_digest(file)
         except OSError:
             raise
         except Exception as e:  # noqa: BLE001 - h5py wraps the OSError
@@ -1068,19 +1623,23 @@ class RunFolder:
         Args:
             model: a model of the run's configuration (`build_model`).
             weights: ``"last"`` (the newest intact checkpoint: a damaged
-                one is moved aside with a warning, see
+                one is skipped with a warning and left in place, see
                 `restore_newest_checkpoint`), ``"best"`` (best validation
                 BLEU), ``"average"`` (``average-checkpoints``, §6.1), or the
-                path of a checkpoint prefix or a ``.weights.h5`` file.
+                path of a checkpoint (its prefix, ``.index`` or ``.data-*``
+                file: `checkpoint_prefix`) or a ``.weights.h5`` file.
 
         Raises:
             CheckpointDamagedError: when every checkpoint (or the one named)
                 is damaged.
+            ForeignCheckpointError: when the weights are another run's, or
+                carry no fingerprint (see `check_fingerprint`).
         """
         expected = self.fingerprint()
         config = str(self.config_file)
         if weights == "last":
-            # The newest intact checkpoint; damaged ones are moved aside.
+            # The newest intact checkpoint; damaged ones are skipped with a
+            # warning and left in place (a reader holds no lock to move them).
             restored = restore_newest_checkpoint(
                 self.checkpoint_dir,
                 lambda path: _restore_weights(model, path, config),
@@ -1111,7 +1670,7 @@ class RunFolder:
         elif str(weights).endswith(".weights.h5"):
             self._load_weights_file(model, Path(weights), expected)
         else:
-            restore_checkpoint(model, str(weights), expected, config)
+            restore_checkpoint(model, checkpoint_prefix(weights), expected, config)
 
     def fingerprint(self) -> RunFingerprint | None:
         """The run's fingerprint (None for runs written before fingerprints)."""
@@ -1120,17 +1679,49 @@ class RunFolder:
     def _load_weights_file(
         self, model: keras.Model, path: Path, expected: RunFingerprint | None
     ) -> None:
+        """Loads a ``.weights.h5`` file: whole, the run's own (the fingerprint
+        the file itself carries, `check_fingerprint`), and with the weights
+        its checksum names.
+
+        Raises:
+            CheckpointDamagedError: naming the damaged file.
+            ForeignCheckpointError: when it is another run's, or carries no
+                fingerprint (`accepting_weights_without_fingerprint`).
+            CheckpointMismatchError: when it does not fit the model.
+        """
+        advice = "Pick other weights (--weights), or restore the file from a backup."
+        problem = weights_file_problem(path)
+        if problem is not None:
+            raise CheckpointDamagedError(f"Cannot load {path}: {problem}. {advice}")
+        check_fingerprint(path, weights_file_fingerprint(path), expected)
+        config = self.config_file
+        # The dtypes and shapes written with the file tell a model of other
+        # settings (a mismatch) from a file that does not read back (damage).
+        layout = _weights_attribute(path, WEIGHTS_LAYOUT_ATTRIBUTE)
+        if layout is not None and layout != _layout_digest(model):
+            raise CheckpointMismatchError(
+                f"{path} does not match the model built from {config}: its weights "
+                f"have other shapes. Either {config} was changed after the file was "
+                "written (restore the run's own settings), or the file comes from "
+                "a run with other model sizes."
+            )
         try:
-            info = json.loads(weights_info_file(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            info = {}
-        found = RunFingerprint.from_mapping(
-            info.get("fingerprint", {}) if isinstance(info, dict) else {}
-        )
-        check_fingerprint(path, found, expected)
-        restore_or_explain(
-            lambda: model.load_weights(path), str(path), str(self.config_file)
-        )
+            restore_or_explain(lambda: model.load_weights(path), str(path), str(config))
+        except CheckpointMismatchError as e:
+            if layout is None:
+                raise
+            raise CheckpointDamagedError(
+                f"Cannot load {path}: {path} is damaged (Keras cannot read it whole "
+                f"although it fits the model). {advice}"
+            ) from e
+        # Keras may also skip part of a damaged file without an error (the
+        # weights it did not find keep their values): the checksum tells.
+        checksum = _weights_attribute(path, WEIGHTS_CHECKSUM_ATTRIBUTE)
+        if checksum is not None and checksum != _weights_digest(model):
+            raise CheckpointDamagedError(
+                f"Cannot load {path}: {path} is damaged (the weights read from it "
+                f"are not the ones written into it). {advice}"
+            )
 
     def load(
         self, weights: str = "last"
@@ -1146,8 +1737,11 @@ class RunFolder:
         """The training step of the named weights (0 when unknown)."""
         try:
             if weights == "last":
-                paths = self.checkpoints()
-                return checkpoint_step(paths[-1]) if paths else 0
+                # The checkpoint that `restore` loads: the newest intact one.
+                for path in reversed(self.checkpoints()):
+                    if checkpoint_problem(path) is None:
+                        return checkpoint_step(path)
+                return 0
             if weights == "best":
                 info = json.loads((self.path / BEST_INFO).read_text())
                 return int(info["step"])

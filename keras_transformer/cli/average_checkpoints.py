@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from keras_transformer.cli._common import CommandError, check_paths
+from keras_transformer.cli._common import (
+    CommandError,
+    add_weights_without_fingerprint_argument,
+    check_paths,
+)
 
 NAME = "average-checkpoints"
 HELP = "Average the weights of the last N checkpoints into one model (§6.1)."
@@ -22,8 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--output",
-        help="The .weights.h5 file to write (default <workdir>/averaged.weights.h5).",
+        help="The .weights.h5 file to write (default <workdir>/averaged.weights.h5); "
+        "never one of the run's own files (best.weights.h5, config.json, ...).",
     )
+    add_weights_without_fingerprint_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

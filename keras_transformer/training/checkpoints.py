@@ -39,6 +39,7 @@ from keras_transformer.runs import (
     CHECKPOINT_DIR,
     CHECKPOINT_METADATA,
     CONFIG_FILE,
+    RESULT_FILE,
     TOKENIZER_DIR,
     CheckpointDamagedError,
     CheckpointManager,
@@ -52,13 +53,15 @@ from keras_transformer.runs import (
     checkpoint_problem,
     checkpoint_step,
     damaged_files,
-    quarantine_checkpoint,
+    is_run_dir,
+    record_checkpoints_on_disk,
     restore_checkpoint,
     restore_newest_checkpoint,
     restore_or_explain,
     run_fingerprint,
     save_checkpoint,
     save_weights,
+    weights_info_file,
     write_checkpoint_metadata,
 )
 from keras_transformer.runs import (
@@ -225,22 +228,33 @@ def resume_checkpoints(
     keep: int,
     fingerprint: RunFingerprint | None = None,
     on_new_folder: Callable[[], Any] | None = None,
+    force: bool = False,
 ) -> tf.train.CheckpointManager:
     """The run's checkpoint manager, with the newest intact checkpoint restored.
 
     A checkpoint holds the weights and the optimizer (its moments and step
     counter, hence the learning rate of Eq. 7), so a restart goes on where
     the checkpoint left off; with no checkpoint yet, the run starts from its
-    initialisation. The last `keep` checkpoints are kept. A damaged
-    checkpoint (truncated, empty or missing file) is moved aside as
+    initialisation. The checkpoints are the files on disk and the records
+    of ``checkpoints.json`` (`keras_transformer.runs.checkpoint_paths`), not
+    TensorFlow's ``checkpoint`` state file, which is written anew here
+    (`keras_transformer.runs.record_checkpoints_on_disk`): a deleted or
+    garbled one changes nothing. The last `keep` checkpoints are kept. A
+    damaged checkpoint (truncated, empty or missing file) is moved aside as
     ``*.corrupt`` with a warning and the previous one restored
     (`keras_transformer.runs.restore_newest_checkpoint`). Every new
     checkpoint carries `fingerprint`, and one of another run is refused.
+    Call it holding the run's lock (it moves damaged files).
+
+    Args:
+        force: start from step 0 when every checkpoint is damaged (their
+            files stay moved aside) instead of refusing.
 
     Raises:
         CheckpointDamagedError: when every checkpoint is damaged, or only
             damaged files moved aside earlier remain (the run would start
-            from step 0: that is left to the user, who moves them away).
+            from step 0: that is left to the user, who moves them away or
+            passes `force`).
         ForeignCheckpointError: when the newest intact checkpoint is another
             run's (copied in from another work directory).
         CheckpointMismatchError: when it does not fit the model.
@@ -256,15 +270,34 @@ def resume_checkpoints(
 
         restore_or_explain(restore_all, prefix, str(config_file))
 
-    restored = restore_newest_checkpoint(checkpoint_dir, restore, fingerprint)
+    try:
+        restored = restore_newest_checkpoint(
+            checkpoint_dir, restore, fingerprint, move_damaged=True
+        )
+    except CheckpointDamagedError:
+        if not force:
+            raise
+        restored = None
     if restored is None and damaged_files(checkpoint_dir):
         names = ", ".join(p.name for p in damaged_files(checkpoint_dir)[:4])
-        raise CheckpointDamagedError(
-            f"{checkpoint_dir} holds no intact checkpoint, only damaged files moved "
-            f"aside earlier ({names}): training would start again from step 0. "
-            "Restore the checkpoints from a backup, or move the *.corrupt files "
-            f"out of {checkpoint_dir} to start from step 0."
+        if not force:
+            raise CheckpointDamagedError(
+                f"{checkpoint_dir} holds no intact checkpoint, only damaged files "
+                f"moved aside earlier ({names}): training would start again from "
+                "step 0. Restore the checkpoints from a backup, or move the "
+                f"*.corrupt files out of {checkpoint_dir} (or pass --force) to "
+                "start from step 0."
+            )
+        logger.warning(
+            "%s holds no intact checkpoint, only damaged files (%s, kept aside): "
+            "starting again from step 0 (--force).",
+            checkpoint_dir,
+            names,
         )
+    # The records and TensorFlow's state file list what is on disk.
+    record_checkpoints_on_disk(
+        checkpoint_dir, fingerprint, verified=(restored,) if restored else ()
+    )
     if fingerprint is not None:
         # The saved checkpoint carries the fingerprint; restoring reads only
         # the model and the optimizer, so older checkpoints still load.
@@ -319,9 +352,10 @@ def weights_to_evaluate(
 def _newest_intact(checkpoint_dir: Path, count: int) -> list[str]:
     """Up to `count` newest intact checkpoints, oldest first.
 
-    Damaged ones are moved aside (never deleted) with a warning naming the
-    file, as `keras_transformer.runs.restore_newest_checkpoint` does. One of
-    another run is refused (`ForeignCheckpointError`).
+    Damaged ones are skipped with a warning naming the file and left in
+    place (averaging only reads the checkpoints; the next `train` of the
+    run, which holds its lock, moves them aside). One of another run is
+    refused (`ForeignCheckpointError`).
     """
     expected = run_fingerprint(checkpoint_dir)
     for prefix in checkpoint_paths(checkpoint_dir):
@@ -338,13 +372,12 @@ def _newest_intact(checkpoint_dir: Path, count: int) -> list[str]:
         if problem is None:
             found.append(prefix)
             continue
-        moved = quarantine_checkpoint(prefix)
         logger.warning(
-            "Checkpoint %s is damaged: %s. Its files were moved aside (%s), not "
-            "deleted; averaging the intact checkpoints before it.",
+            "Checkpoint %s is damaged: %s. Its files were left in place (the next "
+            "`keras-transformer train` of the run moves them aside); averaging "
+            "the intact checkpoints before it.",
             Path(prefix).name,
             problem,
-            ", ".join(p.name for p in moved) or "no file left",
         )
     return found[::-1]
 
@@ -388,6 +421,65 @@ def mean_of_weights(snapshots: Iterable[list[np.ndarray]]) -> list[np.ndarray]:
     return [t / count for t in total]
 
 
+#: Files of a run that an average must never replace (nor its info file).
+_RUN_FILES = (CONFIG_FILE, RESULT_FILE, BEST_WEIGHTS, BEST_INFO)
+
+
+def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Path:
+    """The file `average_checkpoints` writes, checked to replace no run's file.
+
+    In the run folder, only a ``<name>.weights.h5`` directly in it whose
+    ``<name>.json`` is none of the run's own files (``best.weights.h5``,
+    ``best.json``, ``config.json``, ``result.json``), never anything in
+    ``checkpoints/``, ``tokenizer/`` or ``logs/``; never a file in another
+    run's folder.
+
+    Raises:
+        ValueError: naming the file and what it would replace.
+    """
+    if output is None:
+        return workdir / AVERAGED_WEIGHTS
+    output = Path(output)
+    if not output.name.endswith(".weights.h5"):
+        raise ValueError(
+            f"The output file must end in .weights.h5. Received: {str(output)!r}"
+        )
+    target = output.resolve()
+    home = workdir.resolve()
+    advice = (
+        f"Leave out --output (the average goes to {workdir / AVERAGED_WEIGHTS}), "
+        "or pass another name or a file outside the run folder."
+    )
+    if not target.is_relative_to(home):
+        owner = next(
+            (
+                p
+                for p in target.parents
+                if is_run_dir(p) and (p / CHECKPOINT_DIR).is_dir()
+            ),
+            None,
+        )
+        if owner is not None:
+            raise ValueError(
+                f"--output {output} lies in another run's folder ({owner}); an "
+                f"average of {workdir} must not replace that run's files. {advice}"
+            )
+        return output
+    if target.parent != home:
+        raise ValueError(
+            f"--output {output} lies in {target.parent.relative_to(home)}/ of the "
+            f"run {workdir}, which holds the run's own files. {advice}"
+        )
+    info = weights_info_file(target).name
+    replaced = [name for name in (target.name, info) if name in _RUN_FILES]
+    if replaced:
+        raise ValueError(
+            f"--output {output} would replace {' and '.join(replaced)} of the run "
+            f"{workdir} (its own weights and records). {advice}"
+        )
+    return output
+
+
 def average_checkpoints(
     workdir: str | os.PathLike[str],
     last: int = 5,
@@ -413,8 +505,12 @@ def average_checkpoints(
         The path of the averaged weights.
 
     Raises:
-        ValueError: when the run has fewer than `last` checkpoints.
-        ForeignCheckpointError: when one of them belongs to another run.
+        ValueError: when the run has fewer than `last` checkpoints, or
+            `output` would replace a file of the run (``best.weights.h5``,
+            ``best.json``, ``config.json``, anything in ``checkpoints/``...)
+            or lies in another run's folder.
+        ForeignCheckpointError: when one of them belongs to another run (or
+            carries no fingerprint, see `keras_transformer.runs.check_fingerprint`).
         FolderLockedError: when another command writes the run folder.
     """
     workdir = Path(workdir)
@@ -423,6 +519,7 @@ def average_checkpoints(
     # Every kind: the run's own model (a translation model, a classifier or
     # an Image Transformer), its tokenizer checked when the kind has one.
     tokenizer = None if run.kind() == "image" else run.tokenizer()
+    output = _average_output(workdir, output)
     checkpoint_dir = workdir / CHECKPOINT_DIR
     paths = _newest_intact(checkpoint_dir, last)
     if len(paths) < last:
@@ -430,11 +527,6 @@ def average_checkpoints(
             f"Cannot average the last {last} checkpoints: {checkpoint_dir} has "
             f"{len(paths)} intact ({[Path(p).name for p in paths]}). Average fewer "
             "(--last), or keep more with train.keep_checkpoints."
-        )
-    output = Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
-    if not output.name.endswith(".weights.h5"):
-        raise ValueError(
-            f"The output file must end in .weights.h5. Received: {str(output)!r}"
         )
     model = run.build_model(tokenizer)
 

@@ -42,7 +42,7 @@ from keras_transformer.training.callbacks import (
     write_skipped_pairs,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
-from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.config import TrainConfig, check_before_training
 from keras_transformer.training.distribute import is_chief, make_strategy, worker_index
 from keras_transformer.training.recipes import RunContext, recipe_for
 
@@ -323,10 +323,12 @@ def _checkpoints(
     model: keras.Model,
     optimizer: Any,
     say: Callable[[str], None],
+    force: bool = False,
 ) -> tuple[runs.RunFingerprint, Any, int]:
     """(the run's fingerprint, its checkpoint manager, the step it resumes
     from), with the newest intact checkpoint restored; one of another run is
-    refused."""
+    refused. With `force`, a run whose checkpoints are all damaged starts
+    from step 0 instead of being refused."""
     fingerprint = ckpt.write_checkpoint_metadata(
         checkpoint_dir, tokenizer, config.model
     )
@@ -340,6 +342,7 @@ def _checkpoints(
         on_new_folder=lambda: ckpt.write_checkpoint_metadata(
             checkpoint_dir, tokenizer, config.model, run_id=fingerprint.run_id
         ),
+        force=force,
     )
     initial_step = int(optimizer.iterations.numpy())
     if initial_step:
@@ -377,7 +380,8 @@ def train(
         strategy: a `tf.distribute.Strategy`, or ``"default"``,
             ``"mirrored"``, ``"multiworker"`` (see `make_strategy`);
             ``None`` means ``"default"``.
-        force: continue a run whose stored config differs from `config`.
+        force: continue a run whose stored config differs from `config`;
+            start again from step 0 when every checkpoint is damaged.
         callbacks: extra Keras callbacks.
         printer: where progress messages go (``None`` for silence).
         data: the run's data instead of what the config names (the image
@@ -387,12 +391,16 @@ def train(
         A `TrainResult`.
 
     Raises:
+        ValueError: before `workdir` is touched, when the config alone
+            shows that the run cannot go well (`check_before_training`: a
+            warm-up longer than the run, a model too large for memory).
         ConfigMismatchError: when `workdir` holds a run with another config
             (unless `force`).
         ValueError: when the tokenizer does not match the checkpoints.
         TrainingDivergedError: when the loss becomes NaN or infinite.
         CheckpointDamagedError: when every checkpoint of the run is damaged
-            (damaged ones are moved aside and the newest intact one resumed).
+            (damaged ones are moved aside and the newest intact one resumed;
+            with `force` it starts from step 0).
         CheckpointWriteError: when a checkpoint cannot be written (full
             disk); the previous one stays intact and the latest.
         NotADirectoryError: when `workdir` is a file.
@@ -407,6 +415,9 @@ def train(
         raise TypeError(
             f"`config` must be a TrainConfig. Received: {type(config).__name__}"
         )
+    # What the config alone tells (a warm-up longer than the run, a model
+    # that cannot fit in memory) is refused before the run folder is made.
+    check_before_training(config)
     strategy = make_strategy(strategy or "default") if _named(strategy) else strategy
     # RunFolder refuses a workdir that is a file (NotADirectoryError).
     root = runs.RunFolder(workdir).path
@@ -451,7 +462,7 @@ def _train(
     model, trainer, optimizer = _build(config, strategy, schedule[0])
     checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
     fingerprint, manager, initial_step = _checkpoints(
-        config, checkpoint_dir, tokenizer, model, optimizer, say
+        config, checkpoint_dir, tokenizer, model, optimizer, say, force
     )
     say(recipe.plan(config, strategy, data, tokenizer, schedule))
     run = RunContext(

@@ -185,9 +185,9 @@ def test_config_differences_and_flat_keys():
 def _fake_checkpoint(directory):
     checkpoints = directory / "checkpoints"
     checkpoints.mkdir(parents=True)
-    (checkpoints / "checkpoint").write_text(
-        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n'
-    )
+    # A checkpoint is its files on disk (TensorFlow's state file is not asked).
+    (checkpoints / "ckpt-3.index").write_bytes(b"index")
+    (checkpoints / "ckpt-3.data-00000-of-00001").write_bytes(b"data")
 
 
 def test_restart_with_a_changed_config_is_refused(tmp_path):

@@ -1,11 +1,14 @@
 """Faults that lose nothing: damaged checkpoints, a full disk, wrong paths.
 
-A damaged checkpoint (truncated, empty or missing file) is moved aside as
-``*.corrupt``, never deleted, with a message naming the file, and every
-reader (training's resume, translate, evaluate, average-checkpoints) falls
-back to the newest intact one. A checkpoint write that fails (a full disk)
-stops training with one line and leaves the previous checkpoint the
-latest. Every path argument of the wrong kind is refused with one line.
+A damaged checkpoint (truncated, empty or missing file) is skipped with a
+message naming the file, and every reader (training's resume, translate,
+evaluate, average-checkpoints) falls back to the newest intact one; only
+`train`, which holds the run's lock, moves it aside as ``*.corrupt`` (never
+deleted). The checkpoints are their files on disk and the records of
+``checkpoints.json``: a deleted or garbled TensorFlow state file, or an
+unreadable ``checkpoints.json``, loses nothing. A checkpoint write that
+fails (a full disk) stops training with one line and leaves the previous
+checkpoint the latest. Every path argument of the wrong kind is refused with one line.
 """
 
 from __future__ import annotations
@@ -175,19 +178,11 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept(
     message = " ".join(r.getMessage() for r in caplog.records)
     named = checkpoints / name if how != "delete" else checkpoints / "ckpt-9.data-"
     assert str(named) in message and expected in message, message
-    assert "moved aside" in message
-    # Nothing was deleted: the damaged files were renamed, ckpt-9 forgotten.
-    assert _names(run) == ["ckpt-3", "ckpt-6"]
-    assert not list(checkpoints.glob("ckpt-9.index")) and not list(
-        checkpoints.glob("ckpt-9.data-*-of-?????")
-    )
-    corrupt = sorted(p.name for p in checkpoints.glob("ckpt-9.*.corrupt"))
-    kept = {"ckpt-9.index.corrupt", f"{DATA}.corrupt"}
-    if how == "delete":
-        kept.discard(f"{DATA}.corrupt")
-    assert set(corrupt) == kept
+    assert "left in place" in message
+    # A reader holds no lock: it renames and deletes nothing.
+    assert not list(checkpoints.glob("*.corrupt"))
     if how == "truncate":
-        assert (checkpoints / f"{name}.corrupt").stat().st_size == size // 2
+        assert (checkpoints / name).stat().st_size == size // 2
     assert RunFolder(run).weights_step() == 6
 
 
@@ -223,13 +218,10 @@ def test_only_damaged_checkpoints_never_restart_silently_from_zero(kind_run, rev
         train(config, run, printer=None)
     with pytest.raises(CheckpointDamagedError, match="only damaged files"):
         RunFolder(run).load()
-    # Once the user moves them away, the run starts again from step 0.
-    aside = run / "damaged"
-    aside.mkdir()
-    for path in (run / "checkpoints").glob("*.corrupt"):
-        path.rename(aside / path.name)
-    result = train(_kind_config(kind, reviews, "train.train_steps=3"), run)
+    # With --force the run starts again from step 0; the damaged files stay.
+    result = train(_kind_config(kind, reviews, "train.train_steps=3"), run, force=True)
     assert result.initial_step == 0 and result.steps == 3
+    assert len(list((run / "checkpoints").glob("*.corrupt"))) == 6
 
 
 def test_a_model_of_another_config_is_a_mismatch_not_damage(run):
@@ -247,10 +239,11 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     damage_file(run / "checkpoints" / DATA, "truncate")
     with caplog.at_level(logging.WARNING, logger="keras_transformer"):
         path = average_checkpoints(run, last=2)
-    assert DATA in caplog.text
+    assert DATA in caplog.text and "left in place" in caplog.text
     info = json.loads(path.with_name("averaged.json").read_text())
     assert info["steps"] == [3, 6]
-    assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
+    assert (run / "checkpoints" / DATA).is_file()
+    assert not list((run / "checkpoints").glob("*.corrupt"))
 
 
 def test_average_checkpoints_averages_every_kind(kind_run, capsys):
@@ -302,8 +295,10 @@ def test_cli_commands_fall_back_and_say_so(run, tmp_path, command, capsys, caplo
         status = cli.main([command, "--workdir", str(run), *argv])
     captured = capsys.readouterr()
     assert status == 0, captured.err
-    assert DATA in caplog.text and "moved aside" in caplog.text
-    assert (run / "checkpoints" / f"{DATA}.corrupt").is_file()
+    assert DATA in caplog.text and "left in place" in caplog.text
+    # Commands that only read the run rename nothing (they hold no lock).
+    assert (run / "checkpoints" / DATA).is_file()
+    assert not list((run / "checkpoints").glob("*.corrupt"))
     if command == "translate":
         assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
     if command == "export":
@@ -323,6 +318,88 @@ def test_a_named_damaged_checkpoint_is_one_clear_error(run, tmp_path, capsys):
     _one_line_error(capsys, "ckpt-6.index")
     # A checkpoint the user named is reported, not moved.
     assert (run / "checkpoints" / "ckpt-6.index").is_file()
+
+
+# ---------------------------------------------- the checkpoint state file
+def _state_file(run: Path) -> Path:
+    return run / "checkpoints" / "checkpoint"
+
+
+@pytest.mark.parametrize("how", ["delete", "garbage"])
+def test_a_lost_state_file_resumes_from_the_newest_checkpoint(
+    run, tmp_path, how, capsys
+):
+    # TensorFlow's `checkpoint` file is not what lists a run's checkpoints.
+    if how == "delete":
+        _state_file(run).unlink()
+    else:
+        _state_file(run).write_bytes(b"\x00garbage {{{ not a checkpoint state\n")
+    newest = _weights_of(run, "ckpt-9")
+    assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    model, _ = RunFolder(run).load()
+    _assert_same(model.get_weights(), newest)
+    assert RunFolder(run).weights_step() == 9
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    argv = ["--workdir", str(run), "--input", str(source), "--beam-size", "1"]
+    assert cli.main(["translate", *argv, "--output", str(tmp_path / "out.txt")]) == 0
+    assert "no checkpoint" not in capsys.readouterr().err
+
+    # train resumes at ckpt-9, never from 0, and writes the state file anew:
+    # its manager keeps train.keep_checkpoints=3 of the checkpoints on disk.
+    steps = ("train.train_steps=12", "train.keep_checkpoints=3")
+    result = train(small_config(*RUN_OVERRIDES, *steps), run, printer=None)
+    assert (result.initial_step, result.steps) == (9, 12)
+    assert _names(run) == ["ckpt-6", "ckpt-9", "ckpt-12"]
+    state = tf.train.get_checkpoint_state(str(run / "checkpoints"))
+    assert [Path(p).name for p in state.all_model_checkpoint_paths] == _names(run)
+    recorded = json.loads((run / "checkpoints" / "checkpoints.json").read_text())
+    assert recorded["checkpoints"] == ["ckpt-6", "ckpt-9", "ckpt-12"]
+
+
+def test_a_checkpoint_never_recorded_is_found_and_kept(run):
+    # A process killed while it read ckpt-9 back leaves its complete files,
+    # recorded neither in checkpoints.json nor in TensorFlow's state file.
+    checkpoints = run / "checkpoints"
+    runs.forget_checkpoint(checkpoints, checkpoints / "ckpt-9")
+    metadata_file = checkpoints / "checkpoints.json"
+    metadata = json.loads(metadata_file.read_text())
+    if "checkpoints" in metadata:
+        metadata["checkpoints"].remove("ckpt-9")
+    metadata_file.write_text(json.dumps(metadata))
+    index = (checkpoints / "ckpt-9.index").read_bytes()
+    assert "ckpt-9" in _names(run)
+    result = train(small_config(*RUN_OVERRIDES, "train.train_steps=12"), run)
+    assert result.initial_step == 9
+    # It was recorded, not removed or written again.
+    assert (checkpoints / "ckpt-9.index").read_bytes() == index
+    assert "ckpt-9" in json.loads(metadata_file.read_text())["checkpoints"]
+    assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9", "ckpt-12"]
+
+
+def test_a_garbled_checkpoints_json_is_one_warning_not_a_block(run, tmp_path, caplog):
+    metadata_file = run / "checkpoints" / "checkpoints.json"
+    run_id = json.loads(metadata_file.read_text())["run_id"]
+    metadata_file.write_text('{"vocabulary_size": 2')
+    newest = _weights_of(run, "ckpt-9")
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    argv = ["--workdir", str(run), "--input", str(source), "--beam-size", "1"]
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        model, _ = RunFolder(run).load()
+        status = cli.main(["translate", *argv, "--output", str(tmp_path / "o.txt")])
+    assert status == 0
+    _assert_same(model.get_weights(), newest)
+    warnings = [
+        r.getMessage() for r in caplog.records if "checkpoints.json" in r.getMessage()
+    ]
+    assert len(warnings) == 1, warnings
+    assert str(metadata_file) in warnings[0] and "not valid JSON" in warnings[0]
+    assert "tokenizer" not in warnings[0]
+    # train goes on from ckpt-9 and writes the file again, same run id.
+    result = train(small_config(*RUN_OVERRIDES, "train.train_steps=12"), run)
+    assert result.initial_step == 9
+    assert json.loads(metadata_file.read_text())["run_id"] == run_id
 
 
 # ----------------------------------------------------------------- full disk
@@ -565,3 +642,72 @@ def test_sigkill_during_checkpoint_writes_never_loses_the_run(tmp_path):
         f"all listed checkpoints intact), {interrupted_writes} kills left files of "
         f"an interrupted write, 0 checkpoints lost; {time.monotonic() - started:.0f} s"
     )
+
+
+# ------------------------------- user errors: one line, no traceback (issue 35)
+def test_a_run_of_another_kind_is_one_line_naming_it(
+    trained, trained_image, tmp_path, capsys
+):
+    """translate/score on an image run, complete on a translation run, an
+    image run in --ensemble: exit 2, one line naming the folder and its kind
+    (was an AttributeError traceback)."""
+    from keras_transformer.translation import Translator
+
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("Montag, 3. Juli 2023\t2023-07-03\n")
+    image, text = str(trained_image), str(trained)
+    cases = [
+        (["translate", "--workdir", image, "--input", str(source)], "--workdir"),
+        (["score", "--workdir", image, "--input", str(pairs)], "--workdir"),
+        (
+            [
+                "translate",
+                "--workdir",
+                text,
+                "--ensemble",
+                image,
+                "--input",
+                str(source),
+            ],
+            "--ensemble",
+        ),
+    ]
+    for argv, argument in cases:
+        assert cli.main(argv) == 2, argv
+        _one_line_error(
+            capsys, f"{argument} {image} is an image run", "needs a translation run"
+        )
+    output = tmp_path / "grid.png"
+    assert cli.main(["complete", "--workdir", text, "--output", str(output)]) == 2
+    _one_line_error(capsys, f"--workdir {text} is a translation run", "image run")
+    assert not output.exists()
+    with pytest.raises(ValueError, match="kind 'image'.*not a translation run"):
+        Translator.load(trained_image)
+
+
+def test_a_damaged_tokenizer_record_names_its_file(run, tmp_path, capsys):
+    """A tokenizer.json that is not JSON: one line naming it (was a bare
+    JSONDecodeError naming no file)."""
+    record = run / "tokenizer" / "tokenizer.json"
+    record.write_text('{"fingerprint": ')
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    assert cli.main(["translate", "--workdir", str(run), "--input", str(source)]) == 1
+    _one_line_error(capsys, f"{record} is not valid JSON", "Restore")
+    record.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds a JSON list, not an object"):
+        load_translator(run)
+
+
+def test_a_folder_in_place_of_the_writer_lock_says_what_to_do(run, capsys):
+    """writer.lock made a folder: evaluate (which locks for its outputs) says
+    what the path is and what to do (was "[Errno 21] Is a directory")."""
+    lock = run / "writer.lock"
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+    argv = ["evaluate", "--workdir", str(run), "--beam-size", "1"]
+    assert cli.main([*argv, "--max-sentences", "2", "--no-progress"]) == 1
+    line = _one_line_error(capsys, f"{lock} is a folder", "Remove or rename")
+    assert "Errno" not in line

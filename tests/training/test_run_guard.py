@@ -137,6 +137,199 @@ def test_best_weights_of_another_run_are_refused(run, capsys):
         folder.restore(folder.build_model(), "best")
 
 
+def _translate(workdir: Path, *options: str) -> int:
+    sentences = workdir.parent / "sentences.txt"
+    sentences.write_text("5 May 1990\n")
+    command = ["translate", "--workdir", str(workdir), "--input", str(sentences)]
+    return cli.main([*command, "--output", str(workdir.parent / "out.txt"), *options])
+
+
+@pytest.mark.parametrize("suffix", [".index", ".data-00000-of-00001"])
+def test_a_checkpoint_of_another_run_is_refused_whichever_file_names_it(
+    run, capsys, suffix
+):
+    """``--weights <other>/checkpoints/ckpt-6.index`` was restored unchecked
+    (the check looked for ``ckpt-6.index.index``) and its translations were
+    written into the run."""
+    workdir, other = run
+    other_id = RunFolder(other).fingerprint().run_id
+    foreign = f"{checkpoint_paths(other / 'checkpoints')[-1]}{suffix}"
+    command = ["evaluate", "--workdir", str(workdir), "--weights", foreign]
+    status = cli.main([*command, "--beam-size", "1", "--max-sentences", "2"])
+    assert status == 1
+    _one_line_error(capsys, "ckpt-6 belongs to another run", other_id)
+    assert not (workdir / "translations").exists()
+    # The run's own checkpoint, named by any of its files, loads.
+    own = f"{checkpoint_paths(workdir / 'checkpoints')[-1]}{suffix}"
+    folder = RunFolder(workdir)
+    folder.restore(folder.build_model(), own)
+
+
+@pytest.mark.parametrize("damage", ["best.json of the run left", "best.json garbled"])
+def test_best_weights_of_another_run_are_refused_whatever_lies_beside_them(
+    run, capsys, damage
+):
+    """The fingerprint lived only in best.json: copying best.weights.h5 alone
+    (or garbling best.json) loaded the other run's weights."""
+    workdir, other = run
+    other_id = RunFolder(other).fingerprint().run_id
+    shutil.copy(other / "best.weights.h5", workdir / "best.weights.h5")
+    if damage == "best.json garbled":
+        (workdir / "best.json").write_text("{garbled")
+    assert _translate(workdir, "--weights", "best") == 1
+    _one_line_error(capsys, "best.weights.h5 belongs to another run", other_id)
+    # Every reader of --weights best: export, evaluate, an ensemble.
+    export = ["export", "--workdir", str(workdir), "--weights", "best"]
+    assert cli.main([*export, "--output", str(workdir.parent / "export")]) == 1
+    _one_line_error(capsys, "best.weights.h5 belongs to another run", other_id)
+    assert not (workdir.parent / "export").exists()
+    evaluate = ["evaluate", "--workdir", str(workdir), "--weights", "best"]
+    assert cli.main([*evaluate, "--beam-size", "1", "--max-sentences", "2"]) == 1
+    _one_line_error(capsys, "best.weights.h5 belongs to another run", other_id)
+    ensemble = ["--ensemble", str(other), "--weights", "best"]
+    assert _translate(workdir, *ensemble) == 1
+    _one_line_error(capsys, "best.weights.h5 belongs to another run", other_id)
+
+
+def test_deleting_checkpoints_json_keeps_the_checks_on(run, capsys):
+    workdir, other = run
+    other_id = RunFolder(other).fingerprint().run_id
+    own = RunFolder(workdir).fingerprint()
+    (workdir / "checkpoints" / "checkpoints.json").unlink()
+    # The run's fingerprint is read from its own checkpoints.
+    folder = RunFolder(workdir)
+    assert folder.fingerprint() == own
+    folder.restore(folder.build_model(), "best")
+    foreign = checkpoint_paths(other / "checkpoints")[-1]
+    assert _translate(workdir, "--weights", foreign) == 1
+    _one_line_error(capsys, "ckpt-6 belongs to another run", other_id)
+    shutil.copy(other / "best.weights.h5", workdir / "best.weights.h5")
+    assert _translate(workdir, "--weights", "best") == 1
+    _one_line_error(capsys, "best.weights.h5 belongs to another run", other_id)
+    # With another run's checkpoint among its own, which run it is cannot be
+    # told: every reader stops, naming both runs.
+    _copy_in(Path(foreign), workdir, 100)
+    assert _translate(workdir) == 1
+    _one_line_error(capsys, "belong to 2 runs", other_id, own.run_id)
+    with pytest.raises(ForeignCheckpointError, match="belong to 2 runs"):
+        train(small_config(*RUN_OVERRIDES, "train.train_steps=9"), workdir)
+
+
+def test_weights_without_a_fingerprint_need_the_option(run, capsys):
+    """A bare ``x.weights.h5`` (or checkpoint) written by other code loaded
+    without a word; now it takes --weights-without-fingerprint."""
+    workdir, _ = run
+    folder = RunFolder(workdir)
+    model = folder.build_model()
+    folder.restore(model, "last")
+    bare = workdir.parent / "x.weights.h5"
+    model.save_weights(bare)
+    checkpoint = tf.train.Checkpoint(model=model).write(str(workdir.parent / "ckpt"))
+    for weights in (str(bare), checkpoint):
+        assert _translate(workdir, "--weights", weights) == 1
+        line = _one_line_error(capsys, "carries no run fingerprint")
+        assert "--weights-without-fingerprint" in line
+        assert (
+            _translate(
+                workdir, "--weights", weights, *["--weights-without-fingerprint"]
+            )
+            == 0
+        )
+        assert "Traceback" not in capsys.readouterr().err
+        with runs.accepting_weights_without_fingerprint():
+            folder.restore(folder.build_model(), weights)
+        with pytest.raises(ForeignCheckpointError, match="no run fingerprint"):
+            folder.restore(folder.build_model(), weights)
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["best.weights.h5", "config.weights.h5", "checkpoints/avg.weights.h5", "OTHER"],
+)
+def test_average_checkpoints_never_replaces_a_runs_own_files(run, capsys, output):
+    """``--output <run>/best.weights.h5`` replaced the best weights and
+    best.json: ``--weights best`` then silently meant the average."""
+    workdir, other = run
+    target = other / "averaged.weights.h5" if output == "OTHER" else workdir / output
+
+    def contents(folder: Path) -> dict:
+        return {
+            p.relative_to(folder): p.read_bytes()
+            for p in folder.rglob("*")
+            if p.is_file()
+        }
+
+    before, before_other = contents(workdir), contents(other)
+    command = ["average-checkpoints", "--workdir", str(workdir), "--last", "2"]
+    assert cli.main([*command, "--output", str(target)]) == 2
+    _one_line_error(capsys, f"--output {target}")
+    assert contents(workdir) == before
+    assert contents(other) == before_other
+    with pytest.raises(ValueError, match="would replace best.weights.h5 and best"):
+        average_checkpoints(workdir, last=2, output=workdir / "best.weights.h5")
+
+
+def _flip_bit(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_a_bit_flip_in_best_weights_is_one_line_and_never_loads_wrong_weights(
+    run, capsys
+):
+    """A flipped bit gave an h5py RuntimeError traceback, or (in the numbers)
+    other weights without a word."""
+    import h5py
+
+    workdir, _ = run
+    best = workdir / "best.weights.h5"
+    original = best.read_bytes()
+    folder = RunFolder(workdir)
+    model = folder.build_model()
+    folder.restore(model, "best")
+    expected = model.get_weights()
+    with h5py.File(best, "r") as file:
+        kernel = max((file[name] for name in _datasets(file)), key=lambda d: d.size)
+        in_numbers = kernel.id.get_offset() + 5
+    # 8 bytes spread over the file (the first is HDF5's signature), and one
+    # in the numbers of the largest weight: refused as damaged, or (a bit
+    # nothing reads) the same weights.
+    damaged: dict[int, str] = {}
+    spread = range(0, len(original), len(original) // 8)
+    for offset in [*spread, in_numbers]:
+        best.write_bytes(original)
+        _flip_bit(best, offset)
+        try:
+            folder.restore(model, "best")
+        except runs.CheckpointDamagedError as error:
+            assert "\n" not in str(error) and str(best) in str(error)
+            damaged[offset] = str(error)
+            continue
+        for a, b in zip(model.get_weights(), expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert "does not match the checksum" in damaged[in_numbers]
+    # One that HDF5 itself cannot read (the RuntimeError of the issue).
+    structure = next(o for o, e in damaged.items() if "not an HDF5 weights" in e)
+    for offset in (structure, in_numbers):
+        best.write_bytes(original)
+        _flip_bit(best, offset)
+        assert _translate(workdir, "--weights", "best") == 1
+        _one_line_error(capsys, str(best))
+
+
+def _datasets(file) -> list[str]:
+    import h5py
+
+    names: list[str] = []
+    file.visititems(
+        lambda name, item: (
+            names.append(name) if isinstance(item, h5py.Dataset) else None
+        )
+    )
+    return names
+
+
 def test_the_runs_own_checkpoints_still_load(run):
     workdir, _ = run
     folder = RunFolder(workdir)
@@ -157,7 +350,9 @@ def test_checkpoints_written_before_fingerprints_still_load(run):
         metadata.pop(key)
     metadata_file.write_text(json.dumps(metadata))
     folder = RunFolder(workdir)
-    assert folder.fingerprint() is None
+    # The run's checkpoints still carry its fingerprint: it is read from them.
+    carried = checkpoint_fingerprint(checkpoint_paths(workdir / "checkpoints")[-1])
+    assert folder.fingerprint() == carried is not None
     model = folder.build_model()
     # Write a checkpoint without a fingerprint, as the previous release did.
     folder.restore(model, "last")
