@@ -409,6 +409,14 @@ class FolderLock:
                 raise write_error(
                     self.path, e, kept=f"nothing in {self.folder} was changed"
                 ) from e
+            if self.path.is_dir():
+                raise IsADirectoryError(
+                    f"{self.path} is a folder, but it must be the writer lock "
+                    f"of {self.folder}: a file that the commands writing the "
+                    "folder create (it tells who writes it). Remove or rename "
+                    "that folder (nothing of the run is in it unless you put "
+                    "it there), then run the command again."
+                ) from None
             raise
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -280,7 +280,13 @@ class Translator:
             `max_input_length` and were cut to it.
         unmet_constraints: after `translate(..., constraints=...)`, per line
             the phrases its translation does not contain (empty unless a
-            phrase cannot be met, e.g. longer than the output may be).
+            phrase cannot be met, e.g. longer than the output may be, or
+            holding text the vocabulary lacks).
+        unknown_constraint_pieces: after `translate(..., constraints=...)`,
+            per line ``{phrase: its unknown pieces}`` for each phrase holding
+            text that no piece of the vocabulary holds (it would encode to
+            the unknown piece ``⁇``): such a phrase cannot be met, is left
+            out of the search, and is in `unmet_constraints`.
 
     Example:
     >>> translator = Translator(model, tokenizer, beam_size=1)  # doctest: +SKIP
@@ -302,6 +308,9 @@ class Translator:
     cut_lines: tuple[int, ...] = dataclasses.field(repr=False, compare=False)
     ensemble: tuple[keras.Model, ...] = dataclasses.field(repr=False, compare=False)
     unmet_constraints: list[list[str]] = dataclasses.field(repr=False, compare=False)
+    unknown_constraint_pieces: list[dict[str, list[str]]] = dataclasses.field(
+        repr=False, compare=False
+    )
 
     def __init__(
         self,
@@ -332,6 +341,8 @@ class Translator:
         self.cut_lines = ()
         self.ensemble = tuple(ensemble)
         self.unmet_constraints = []
+        self.unknown_constraint_pieces = []
+        self._searched_phrases: list[list[int]] = []
         self._ensemble_decoder: Any = None
 
     # -- the settings, by their names (setting one replaces `settings`) ------
@@ -503,7 +514,13 @@ class Translator:
         self, constraints: Sequence[Sequence[str]] | None, count: int
     ) -> list[list[list[int]]] | None:
         """The constraint phrases of each line as token ids; every phrase
-        starts unmet (`_record_unmet` clears those a translation holds)."""
+        starts unmet (`_record_unmet` clears those a translation holds).
+
+        A phrase holding text that the vocabulary lacks would be "met" by
+        outputs holding the unknown piece ``⁇``: it is left out of the search
+        and recorded, with those parts, in `unknown_constraint_pieces`.
+        """
+        self.unknown_constraint_pieces, self._searched_phrases = [], []
         if constraints is None:
             self.unmet_constraints = []
             return None
@@ -513,10 +530,20 @@ class Translator:
                 f"{len(constraints)} for {count} lines."
             )
         self.unmet_constraints = [list(phrases) for phrases in constraints]
-        return [
-            self.tokenizer.encode(list(phrases)) if phrases else []
-            for phrases in constraints
-        ]
+        unknown_id = self.tokenizer.UNK_ID
+        phrase_ids = []
+        for phrases in constraints:
+            encoded = self.tokenizer.encode(list(phrases)) if phrases else []
+            unknown = {
+                phrase: self.tokenizer.unknown_pieces(phrase)
+                for phrase, ids in zip(phrases, encoded, strict=True)
+                if unknown_id in ids
+            }
+            searched = [j for j, ids in enumerate(encoded) if unknown_id not in ids]
+            self.unknown_constraint_pieces.append(unknown)
+            self._searched_phrases.append(searched)
+            phrase_ids.append([encoded[j] for j in searched])
+        return phrase_ids
 
     def _record_unmet(
         self,
@@ -524,10 +551,15 @@ class Translator:
         batch: Sequence[int],
         result: DecodeResult,
     ) -> None:
+        """Per line of `batch`, the phrases it misses: those its output lacks
+        and those left out of the search (`_phrase_ids`), in their order."""
         if constraints is None or result.unmet_constraints is None:
             return
         for i, unmet in zip(batch, result.unmet_constraints, strict=True):
-            self.unmet_constraints[i] = [constraints[i][j] for j in unmet]
+            searched = self._searched_phrases[i]
+            missed = {searched[j] for j in unmet}
+            missed |= set(range(len(constraints[i]))) - set(searched)
+            self.unmet_constraints[i] = [constraints[i][j] for j in sorted(missed)]
 
     # -- text ----------------------------------------------------------------
     def translate(
@@ -868,7 +900,13 @@ def load_translator(
             "`keras-transformer train` run or a folder written by "
             "`keras-transformer export`."
         )
-    return RunFolder(path).load(weights)
+    folder = RunFolder(path)
+    if folder.config_file.is_file() and folder.kind() != "translation":
+        raise ValueError(
+            f"{path} is a run of kind {folder.kind()!r} (its config.json), not a "
+            "translation run: a Translator loads translation runs and exports."
+        )
+    return folder.load(weights)
 
 
 def evaluate(

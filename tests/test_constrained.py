@@ -227,7 +227,12 @@ def test_translate_command_reads_constraints_and_warns_of_unmet_ones(tmp_path, c
     sources, _, years = _years(3)
     impossible = " ".join(str(year) for year in range(2000, 2030))
     (tmp_path / "in.txt").write_text("\n".join(sources) + "\n")
-    (tmp_path / "c.txt").write_text(f"{years[0][0]}\n\n{years[2][0]}\t{impossible}\n")
+    # Line 1 also asks for a phrase outside the vocabulary (issue 35: it was
+    # "met" by the unknown piece ⁇, without a warning).
+    unknown = "zzzqqq 🦄"
+    (tmp_path / "c.txt").write_text(
+        f"{years[0][0]}\t{unknown}\n\n{years[2][0]}\t{impossible}\n"
+    )
     parser = argparse.ArgumentParser()
     translate_command.add_arguments(parser)
     args = parser.parse_args(
@@ -247,10 +252,16 @@ def test_translate_command_reads_constraints_and_warns_of_unmet_ones(tmp_path, c
     )
     assert translate_command.run(args) == 0
     outputs = (tmp_path / "out.txt").read_text().splitlines()
-    assert years[0][0] in outputs[0]
+    assert years[0][0] in outputs[0] and "⁇" not in outputs[0]
     errors = capsys.readouterr().err
     assert "line 3: constraint(s) not met" in errors and impossible in errors
-    assert "line 1" not in errors and "line 2" not in errors
+    assert "line 2" not in errors and "line 1: constraint(s) not met" not in errors
+    (line,) = [line for line in errors.splitlines() if "line 1" in line]
+    assert line.startswith(
+        f"keras-transformer translate: warning: line 1: constraint {unknown!r} "
+        "cannot be met: "
+    )
+    assert "'🦄'" in line and f"not in the vocabulary of {model_dir}" in line
 
 
 def test_phrases_met_as_ops_equals_unmet_phrases():

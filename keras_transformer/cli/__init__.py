@@ -49,7 +49,7 @@ from keras_transformer.cli import (
     train,
     translate,
 )
-from keras_transformer.cli._common import CommandError
+from keras_transformer.cli._common import CommandError, weights_policy
 from keras_transformer.cli._startup import drop_tensorflow_startup_lines
 from keras_transformer.conventions import DISTRIBUTION
 
@@ -264,7 +264,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        return int(args.handler(args) or 0)
+        with weights_policy(args):
+            return int(args.handler(args) or 0)
     except ModuleNotFoundError as e:
         if e.name is None or e.name.split(".")[0] not in TRAIN_EXTRA_MODULES:
             raise
@@ -291,3 +292,27 @@ def _run(args: argparse.Namespace) -> int:
             raise
         print(f"keras-transformer {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        # TensorFlow's out-of-memory error, where the estimate of
+        # `check_before_training` did not foresee it (another device's memory,
+        # the batches): one line; anything else keeps its traceback.
+        if not _out_of_memory(e) or os.environ.get("KT_TRACEBACK"):
+            raise
+        what = str(getattr(e, "message", e)).strip().splitlines()[0][:200]
+        print(
+            f"keras-transformer {args.command}: error: out of memory ({what}). "
+            "Lower the model's sizes (model.d_model, model.d_ff, the layer "
+            "counts) or the batches (data.max_tokens_per_batch, --batch-size), "
+            "or use a device with more memory.",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is TensorFlow's ``ResourceExhaustedError`` (looked up
+    only where TensorFlow is loaded: this module does not import it)."""
+    tensorflow = sys.modules.get("tensorflow")
+    errors = getattr(tensorflow, "errors", None)
+    exhausted = getattr(errors, "ResourceExhaustedError", None)
+    return exhausted is not None and isinstance(error, exhausted)

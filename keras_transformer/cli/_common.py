@@ -26,7 +26,10 @@ __all__ = [
     "translating",
     "check_path",
     "check_paths",
+    "check_run_kind",
     "check_weights",
+    "add_weights_without_fingerprint_argument",
+    "weights_policy",
     "report_cut_sources",
     "warn",
 ]
@@ -121,6 +124,52 @@ def check_paths(args: argparse.Namespace, **kinds: str) -> None:
         check_path(value, kind, name)
 
 
+#: What each kind of run is for, in the words of `check_run_kind`'s refusal.
+_RUN_KIND_COMMANDS = {
+    "translation": "translate, score and evaluate it",
+    "image": "complete and evaluate it",
+    "classification": "evaluate it",
+}
+
+
+def check_run_kind(
+    value: str | os.PathLike[str], kind: str, argument: str, command: str
+) -> None:
+    """Refuses a run folder of another kind than the command decodes.
+
+    `value` is a folder already checked by `check_path`; one without a
+    ``config.json`` (an export folder, or no run at all) is left to the
+    loader, which says what it is.
+
+    Args:
+        value: the run folder given.
+        kind: the kind of run the command needs (``translation``, ``image``).
+        argument: how the user wrote it (``--workdir``, ``--ensemble``).
+        command: the command's name, for the message.
+
+    Raises:
+        CommandError: naming the folder, its kind, and the commands for it.
+    """
+    from keras_transformer.runs import RunFolder
+
+    folder = RunFolder(value)
+    if not folder.config_file.is_file():
+        return
+    found = folder.kind()
+    if found == kind:
+        return
+
+    def a(noun: str) -> str:
+        return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+    use = _RUN_KIND_COMMANDS.get(found, "evaluate it")
+    raise CommandError(
+        f"{argument} {value} is {a(found)} run (kind {found!r} in its "
+        f"config.json), but {command} needs {a(kind)} run: pass {a(kind)} "
+        f"run's folder ({a(found)} run: {use})."
+    )
+
+
 def check_weights(args: argparse.Namespace) -> None:
     """``--weights``: a named choice, a ``.weights.h5`` file or a checkpoint prefix."""
     weights = getattr(args, "weights", None)
@@ -150,8 +199,35 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights",
         default="last",
         help="Which weights of a training run: last, best, average, or the path "
-        "of a checkpoint or .weights.h5 file (default: last).",
+        "of a checkpoint (ckpt-N, or its .index or .data-* file) or .weights.h5 "
+        "file (default: last). They must carry the run's fingerprint.",
     )
+    add_weights_without_fingerprint_argument(group)
+
+
+def add_weights_without_fingerprint_argument(parser: Any) -> None:
+    """``--weights-without-fingerprint``: accept weights that carry no run
+    fingerprint (`weights_policy` applies it while the command runs)."""
+    parser.add_argument(
+        "--weights-without-fingerprint",
+        action="store_true",
+        help="Load weights that carry no run fingerprint (written by other code "
+        "or an earlier release), which are refused otherwise; weights of another "
+        "run are refused even so.",
+    )
+
+
+@contextlib.contextmanager
+def weights_policy(args: argparse.Namespace) -> Iterator[None]:
+    """While a command runs: with ``--weights-without-fingerprint``, weights
+    without a fingerprint load (`runs.accepting_weights_without_fingerprint`)."""
+    if not getattr(args, "weights_without_fingerprint", False):
+        yield
+        return
+    from keras_transformer.runs import accepting_weights_without_fingerprint
+
+    with accepting_weights_without_fingerprint():
+        yield
 
 
 class _DeprecatedAlpha(argparse.Action):
@@ -294,11 +370,31 @@ def add_translator_arguments(
     )
 
 
-def check_translator_arguments(args: argparse.Namespace, **kinds: str) -> None:
-    """Checks ``--workdir`` (a folder), ``--weights`` (`check_weights`) and
-    the command's own path arguments, `kinds` as for `check_paths`."""
+def check_translator_arguments(
+    args: argparse.Namespace, *, serves_ctranslate2: bool = False, **kinds: str
+) -> None:
+    """Checks ``--workdir`` (a folder; a CTranslate2 export only where the
+    command `serves_ctranslate2`), ``--weights`` (`check_weights`) and the
+    command's own path arguments, `kinds` as for `check_paths`."""
     check_paths(args, workdir="folder", **kinds)
+    if not serves_ctranslate2:
+        _refuse_ctranslate2_export(args)
     check_weights(args)
+
+
+def _refuse_ctranslate2_export(args: argparse.Namespace) -> None:
+    """A CTranslate2 export as ``--workdir`` of a command that needs the
+    Keras model: one line saying what it needs instead."""
+    from keras_transformer.ctranslate2 import is_ctranslate2_dir
+
+    workdir = getattr(args, "workdir", None)
+    if workdir is not None and is_ctranslate2_dir(workdir):
+        raise CommandError(
+            f"--workdir {workdir} is a CTranslate2 export, which only "
+            f"`keras-transformer translate` serves; {args.command} needs the Keras "
+            "model: pass a training run folder (train --workdir) or a SavedModel "
+            "export folder (keras-transformer export without --format)."
+        )
 
 
 def search_settings(args: argparse.Namespace) -> dict[str, Any]:

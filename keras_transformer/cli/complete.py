@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from keras_transformer.cli._common import CommandError, check_paths
+from keras_transformer.cli._common import (
+    CommandError,
+    add_weights_without_fingerprint_argument,
+    check_paths,
+    check_run_kind,
+)
 
 NAME = "complete"
 HELP = "Complete the test images of an image run from their top rows (PNG grid)."
@@ -32,11 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="The PNG file to write.")
     for flag, kind, default, text in _OPTIONS:
         parser.add_argument(flag, type=kind, default=default, help=text)
+    add_weights_without_fingerprint_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Writes the grid and says where."""
     check_paths(args, workdir="folder", output="new file")
+    check_run_kind(args.workdir, "image", "--workdir", NAME)
     from keras_transformer.training.image_recipe import complete_run_images
 
     names = ("weights", "samples", "given_rows", "temperature", "seed")

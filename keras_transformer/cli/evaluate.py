@@ -156,6 +156,10 @@ def _unwritable(path: Path) -> str | None:
     parent = path
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
+    if parent == path and not path.is_dir():
+        # An existing file is replaced by a new one written beside it
+        # (`write_atomically`): what counts is its folder, not the file.
+        parent = path.parent
     if os.access(parent, os.W_OK | os.X_OK):
         return None
     try:

@@ -12,6 +12,7 @@ import argparse
 from keras_transformer.cli._common import (
     CommandError,
     add_model_arguments,
+    check_run_kind,
     check_translator_arguments,
     translating,
 )
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     check_translator_arguments(
         args, source="file", target="file", input="file", output="new file"
     )
+    check_run_kind(args.workdir, "translation", "--workdir", NAME)
     from keras_transformer.translation import Translator, write_lines
 
     sources, targets = read_pairs(args)

@@ -65,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="Continue a run in --workdir even though its stored config differs.",
+        help="Continue a run in --workdir even though its stored config differs; "
+        "start it again from step 0 when all its checkpoints are damaged (their "
+        "files stay moved aside as *.corrupt).",
     )
     parser.add_argument(
         "--print-config",
@@ -104,12 +106,15 @@ def run(args: argparse.Namespace) -> int:
         from keras_transformer.training.distribute import configure_cpu_devices
 
         configure_cpu_devices(args.cpu_devices)
+    from keras_transformer.training.config import check_before_training
     from keras_transformer.training.overrides import apply_overrides
 
     # Every setting is checked here, before anything is written to --workdir
-    # (and --print-config runs the same checks).
+    # (and --print-config runs the same checks): each one alone, then what
+    # the config tells of the run (its warm-up, its model's memory).
     try:
         config = apply_overrides(_load_raw_config(args), args.overrides)
+        check_before_training(config)
     except ValueError as e:
         raise CommandError(str(e)) from e
     if args.print_config:

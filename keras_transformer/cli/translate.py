@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from keras_transformer.cli._common import (
     CommandError,
     add_translator_arguments,
     check_path,
+    check_run_kind,
     check_translator_arguments,
     load_search_translator,
     search_settings,
@@ -114,8 +116,17 @@ def n_best_lines(lists: list[list[tuple[str, float]]]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Reads the lines, translates them with `Translator`, writes them."""
     check_translator_arguments(
-        args, input="file", output="new file", prefix_file="file"
+        args,
+        serves_ctranslate2=True,
+        input="file",
+        output="new file",
+        prefix_file="file",
     )
+    # A run of another kind (an image run) is refused before anything loads.
+    check_run_kind(args.workdir, "translation", "--workdir", NAME)
+    for path in args.ensemble:
+        check_path(path, "folder", "--ensemble")
+        check_run_kind(path, "translation", "--ensemble", NAME)
     from keras_transformer.translation import read_lines, write_lines
 
     lines, prefixes = read_prefixes(args, read_lines(args.input))
@@ -133,23 +144,39 @@ def run(args: argparse.Namespace) -> int:
             prefixes=prefixes,
             constraints=constraints,
         )
+    _warn_unmet_constraints(translator, args.workdir)
+    write_lines(args.output, outputs if n_best is None else n_best_lines(outputs))
+    return 0
+
+
+def _warn_unmet_constraints(translator: Any, workdir: str) -> None:
+    """One warning per line whose translation misses constraint phrases, and
+    one per phrase that cannot be met because its text is not in the
+    vocabulary (naming the parts that would be the unknown piece ⁇)."""
+    unknown_pieces = translator.unknown_constraint_pieces
     for number, unmet in enumerate(translator.unmet_constraints, start=1):
-        if unmet:
+        unknown = unknown_pieces[number - 1] if unknown_pieces else {}
+        for phrase, pieces in unknown.items():
+            named = ", ".join(repr(piece) for piece in pieces)
+            warn(
+                NAME,
+                f"line {number}: constraint {phrase!r} cannot be met: {named} "
+                f"{'is' if len(pieces) == 1 else 'are'} not in the vocabulary of "
+                f"{workdir} (the unknown piece ⁇); translated without it.",
+            )
+        missed = [phrase for phrase in unmet if phrase not in unknown]
+        if missed:
             warn(
                 NAME,
                 f"line {number}: constraint(s) not met: "
-                + ", ".join(repr(phrase) for phrase in unmet),
+                + ", ".join(repr(phrase) for phrase in missed),
             )
-    write_lines(args.output, outputs if n_best is None else n_best_lines(outputs))
-    return 0
 
 
 def _load_translator(args: argparse.Namespace) -> object:
     """The translator of --workdir, or of --workdir and every --ensemble run."""
     if not args.ensemble:
         return load_search_translator(args)
-    for path in args.ensemble:
-        check_path(path, "folder", "--ensemble")
     from keras_transformer.translation import Translator
 
     return Translator.from_runs(

@@ -406,8 +406,9 @@ class SubwordTokenizer(tf.Module):
             FileNotFoundError: If a file is missing, e.g. ``tokenizer.json``
                 after a save that stopped half way (written by a version
                 before saves were atomic); the message says what to do.
-            ValueError: If ``tokenizer.model`` does not match the fingerprint
-                or vocabulary size recorded in ``tokenizer.json``.
+            ValueError: If ``tokenizer.json`` is damaged (not a JSON object),
+                or ``tokenizer.model`` does not match the fingerprint or
+                vocabulary size recorded in it; the message names the file.
         """
         directory = Path(directory)
         model_path, config_path = directory / _MODEL_FILE, directory / _CONFIG_FILE
@@ -426,7 +427,7 @@ class SubwordTokenizer(tf.Module):
                     "SubwordTokenizer.save(directory) wrote (it holds "
                     f"{_MODEL_FILE} and {_CONFIG_FILE})."
                 )
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = _read_tokenizer_config(config_path)
         tokenizer = cls(model_path.read_bytes())
         if config.get("fingerprint") != tokenizer.fingerprint:
             raise ValueError(
@@ -614,6 +615,22 @@ class SubwordTokenizer(tf.Module):
             )
         return self._processor.encode(list(texts), out_type=int)
 
+    def unknown_pieces(self, text: str) -> list[str]:
+        """The parts of `text` that no piece of the vocabulary holds, in order:
+        they encode to ``UNK_ID`` and decode as ``" ⁇ "``.
+
+        Example:
+        >>> tokenizer.unknown_pieces("zzz 🦄")  # doctest: +SKIP
+        ['🦄']
+        """
+        ids = self._processor.encode(text, out_type=int)
+        pieces = self._processor.encode(text, out_type=str)
+        return [
+            piece.replace("\u2581", " ").strip() or piece
+            for token_id, piece in zip(ids, pieces, strict=True)
+            if token_id == self.UNK_ID
+        ]
+
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Turns lists of ids back into strings, like :meth:`detokenize`.
 
@@ -642,6 +659,25 @@ class SubwordTokenizer(tf.Module):
             f"SubwordTokenizer(vocabulary_size={self.vocabulary_size}, "
             f"model_type={self.model_type!r}, fingerprint={self.fingerprint[:12]})"
         )
+
+
+def _read_tokenizer_config(path: Path) -> dict[str, Any]:
+    """The content of a ``tokenizer.json``; a damaged one (not UTF-8 JSON
+    text holding an object) is a one-line `ValueError` naming the file."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problem = f"is not valid JSON ({e})"
+    else:
+        if isinstance(config, dict):
+            return config
+        problem = f"holds a JSON {type(config).__name__}, not an object"
+    raise ValueError(
+        f"{path} {problem}: the tokenizer's record is damaged. Restore the "
+        "run's tokenizer folder from a copy; while the run has no checkpoint, "
+        "deleting the folder is safe too (training learns the same tokenizer "
+        "again)."
+    )
 
 
 def _check_training_arguments(

@@ -89,7 +89,10 @@ __all__ = [
     "TASKS",
     "TrainConfig",
     "TrainingConfig",
+    "check_before_training",
+    "check_warmup",
     "config_differences",
+    "estimated_parameters",
     "implied_label_smoothing",
     "read_config_file",
     "reconcile_vocabulary_size",
@@ -110,6 +113,17 @@ MAX_BUCKET_BOUNDARIES = 1_000
 MAX_CONFIG_BYTES = 1_000_000
 #: `train.seed` seeds NumPy too, whose seeds are below 2**32.
 MAX_SEED = 2**32 - 1
+#: The fewest pieces `data.vocabulary_size` may ask for: SentencePiece's four
+#: special ids and one piece (`SubwordTokenizer.train`'s minimum; unigram and
+#: BPE alike, neither with byte fallback).
+MIN_VOCABULARY_SIZE = 5
+#: The most: a million pieces, far above the vocabularies of subword models
+#: (the paper's 37,000 and 32,000), beyond which SentencePiece runs for hours
+#: on any text that could fill them.
+MAX_VOCABULARY_SIZE = 1_000_000
+#: Bytes that training holds per parameter, at least: the float32 weight, its
+#: gradient and Adam's two moments (mixed precision keeps float32 weights).
+TRAINING_BYTES_PER_PARAMETER = 16
 
 #: Keys that may differ between a run and its restart without `--force`:
 #: they change how long the run goes on, or what is evaluated and reported,
@@ -627,6 +641,14 @@ class TrainConfig:
         if not isinstance(train, TrainingConfig):
             train = _from_mapping(TrainingConfig, "train", train)
         model, data = reconcile_vocabulary_size(model, data)
+        # Before a tokenizer is learned: SentencePiece refuses fewer pieces,
+        # and runs for hours towards a vocabulary that no text fills.
+        check_int(
+            "data.vocabulary_size",
+            data.vocabulary_size,
+            MIN_VOCABULARY_SIZE,
+            MAX_VOCABULARY_SIZE,
+        )
         longest = data.max_sentence_length
         if longest is None:
             longest = min(model.max_length, data.bucket_boundaries[-1])
@@ -967,6 +989,142 @@ def config_differences(old: TrainConfig, new: TrainConfig) -> dict[str, tuple]:
         for key in sorted(set(before) | set(after))
         if before.get(key) != after.get(key)
     }
+
+
+# ------------------------------------------ checks of the run before training
+def planned_updates(train: TrainingConfig) -> int | None:
+    """The run's optimizer updates as far as the config tells them (as
+    training counts them): `train_steps`, else `epochs` (1 if unset) times
+    `steps_per_epoch`; None when the update count of an epoch is learned
+    from the data."""
+    if train.train_steps is not None:
+        return train.train_steps
+    if train.steps_per_epoch is None:
+        return None
+    return (train.epochs or 1) * train.steps_per_epoch
+
+
+def check_warmup(config: TrainConfig, total_steps: int) -> None:
+    """Raises `ValueError` when the warm-up of Eq. 7 is longer than a
+    translation run of `total_steps` updates: the learning rate would only
+    rise, and the run end at its peak. Other kinds are not checked (their
+    schedules are their own)."""
+    if config.kind != "translation":
+        return
+    warmup = config.model.optimizer.warmup_steps
+    if warmup > total_steps:
+        raise ValueError(
+            f"The warm-up of Eq. 7 (model.optimizer.warmup_steps={warmup}) is "
+            f"longer than the run ({total_steps} updates): the learning rate "
+            "would only rise and never decay. Set model.optimizer.warmup_steps "
+            f"to at most {total_steps}, or train longer (train.train_steps or "
+            "train.epochs)."
+        )
+
+
+def _attention_parameters(
+    d_model: int, heads: int, key_dim: int, value_dim: int
+) -> int:
+    """Weights of one multi-head attention: queries, keys, values, output."""
+    return d_model * heads * (2 * key_dim + value_dim) + heads * value_dim * d_model
+
+
+def _model_parts(config: TrainConfig) -> list[tuple[str, int, str]]:
+    """(part, parameters, the settings that size it) of the config's model,
+    counting the weight matrices (a lower bound: biases and norms left out)."""
+    model = config.model
+    d_model, d_ff = model.d_model, model.d_ff
+    ffn = 2 * d_model * d_ff
+    if config.kind == "image":
+        key_dim = model.head_key_dim
+        attention = _attention_parameters(d_model, model.num_heads, key_dim, key_dim)
+        sizes = f"model.d_model={d_model}, model.d_ff={d_ff}"
+        return [
+            (
+                f"{model.num_layers} layer(s)",
+                model.num_layers * (attention + ffn),
+                f"model.num_layers={model.num_layers}, {sizes}",
+            )
+        ]
+    attention = _attention_parameters(
+        d_model, model.num_heads, model.head_key_dim, model.head_value_dim
+    )
+    sizes = f"model.d_model={d_model}, model.d_ff={d_ff}"
+    vocabulary = model.vocabulary_size
+    if not model.share_embeddings:
+        vocabulary += model.target_vocabulary
+    layers = model.num_encoder_layers
+    parts = [
+        (
+            "embeddings",
+            vocabulary * d_model,
+            f"data.vocabulary_size={config.data.vocabulary_size}, "
+            f"model.d_model={d_model}",
+        ),
+        (
+            f"{layers} encoder layer(s)",
+            layers * (attention + ffn),
+            f"model.num_encoder_layers={layers}, {sizes}",
+        ),
+    ]
+    if config.kind == "translation":
+        layers = model.num_decoder_layers
+        parts.append(
+            (
+                f"{layers} decoder layer(s)",
+                layers * (2 * attention + ffn),
+                f"model.num_decoder_layers={layers}, {sizes}",
+            )
+        )
+    return parts
+
+
+def estimated_parameters(config: TrainConfig) -> int:
+    """The parameters of the config's model, from its sizes alone (its weight
+    matrices: a slight underestimate), without building it."""
+    return sum(count for _, count, _ in _model_parts(config))
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_before_training(config: TrainConfig) -> None:
+    """The checks of a run that need only its config, made before anything
+    is written to the run folder (``train --print-config`` makes them too):
+
+    * a warm-up of Eq. 7 longer than the run, where the config gives the
+      number of updates (`planned_updates`; otherwise training checks it
+      once the data tells the updates of an epoch);
+    * a model that cannot fit in this machine's memory: its parameters
+      (`estimated_parameters`) times `TRAINING_BYTES_PER_PARAMETER`.
+
+    Raises:
+        ValueError: one line naming the settings and what to change.
+    """
+    total = planned_updates(config.train)
+    if total is not None:
+        check_warmup(config, total)
+    memory = physical_memory()
+    parts = _model_parts(config)
+    parameters = sum(count for _, count, _ in parts)
+    needed = parameters * TRAINING_BYTES_PER_PARAMETER
+    if memory is None or needed <= memory:
+        return
+    largest = max(parts, key=lambda part: part[1])
+    listed = "; ".join(f"{name}: {count:.3g} ({sizes})" for name, count, sizes in parts)
+    raise ValueError(
+        f"The model of this config cannot fit in memory: about {parameters:.3g} "
+        f"parameters ({listed}) need at least {needed / 2**30:,.0f} GiB to train "
+        f"({TRAINING_BYTES_PER_PARAMETER} bytes each: the float32 weight, its "
+        "gradient and Adam's two moments), and this machine has "
+        f"{memory / 2**30:,.1f} GiB. Lower the sizes of the largest part, the "
+        f"{largest[0]} ({largest[2]})."
+    )
 
 
 def __getattr__(name: str) -> Any:

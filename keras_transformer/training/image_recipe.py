@@ -302,6 +302,11 @@ def complete_run_images(
     from keras_transformer.image_sampling import ImageSampler
 
     folder, config = stored_run(workdir, num_images)
+    if config.kind != "image":
+        raise ValueError(
+            f"{workdir} is a run of kind {config.kind!r} (its config.json), not an "
+            "image run: only an image run's images can be completed."
+        )
     model, _ = folder.load(weights)
     test = ImageRecipe().load_data(config).test
     if given_rows is None:

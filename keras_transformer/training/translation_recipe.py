@@ -24,7 +24,7 @@ from keras_transformer.training.callbacks import (
     TranslationEvaluator,
     ValidationTranslations,
 )
-from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.config import TrainConfig, check_warmup
 from keras_transformer.training.evaluation import EvaluationResult
 from keras_transformer.training.pipeline import (
     count_updates,
@@ -66,16 +66,9 @@ class TranslationRecipe(Recipe):
 
     def check_schedule(self, config: TrainConfig, total_steps: int) -> None:
         """Raises `ValueError` when the warm-up of Eq. 7 is longer than the
-        run: the learning rate would only rise, and the run end at its peak."""
-        warmup = config.model.optimizer.warmup_steps
-        if warmup > total_steps:
-            raise ValueError(
-                f"The warm-up of Eq. 7 (model.optimizer.warmup_steps={warmup}) is "
-                f"longer than the run ({total_steps} updates): the learning rate "
-                "would only rise and never decay. Set model.optimizer.warmup_steps "
-                f"to at most {total_steps}, or train longer (train.train_steps or "
-                "train.epochs)."
-            )
+        run (`check_warmup`): the learning rate would only rise, and the run
+        end at its peak."""
+        check_warmup(config, total_steps)
 
     def build_model(self, config: TrainConfig, dtype: str | None) -> keras.Model:
         return build_transformer(config.model, dtype=dtype)

@@ -47,7 +47,8 @@ def test_the_translating_commands_share_the_model_and_decoding_groups():
             group.title: [action.option_strings[0] for action in group._group_actions]
             for group in command._action_groups
         }
-        assert groups["model"] == ["--workdir", "--weights"], name
+        model = ["--workdir", "--weights", "--weights-without-fingerprint"]
+        assert groups["model"] == model, name
         batch = [] if name == "export" else ["--batch-size"]
         assert groups["decoding"] == decoding + batch, name
         assert "--workdir" not in groups[command._optionals.title], name
@@ -155,6 +156,29 @@ BAD_OVERRIDES = [
     ("train.verbose=true", "`train.verbose` must be one of 0, 1, 2", "True"),
     ("train.seed=-1", "`train.seed` must be an integer from 0", "-1"),
     ("model.optimizer=null", "`model.optimizer` must be a mapping", "None"),
+    # What the config alone shows of the run (issue 35: these were refused
+    # only after config.json and the tokenizer were written, or built for
+    # minutes, or ran out of memory).
+    (
+        "model.optimizer.warmup_steps=7",
+        "(model.optimizer.warmup_steps=7) is longer than the run",
+        "(6 updates)",
+    ),
+    (
+        "data.vocabulary_size=3",
+        "`data.vocabulary_size` must be an integer from 5",
+        "=3",
+    ),
+    (
+        "data.vocabulary_size=1000000000",
+        "`data.vocabulary_size` must be an integer from 5 to 1000000",
+        "=1000000000",
+    ),
+    (
+        "model.d_ff=1000000000000",
+        "The model of this config cannot fit in memory",
+        "model.d_ff=1000000000000",
+    ),
 ]
 
 
@@ -181,6 +205,50 @@ def test_bad_settings_are_refused_before_the_workdir_is_touched(
     status = cli.main(argv + (["--print-config"] if print_config else []))
     _assert_refused(status, capsys.readouterr(), field, value)
     assert not workdir.exists()
+
+
+def test_a_model_too_large_for_memory_is_refused_from_its_config(
+    tmp_path, capsys, monkeypatch
+):
+    """model.num_encoder_layers=1000000 (8.2e9 parameters, 131 GB to train)
+    is refused from the config, naming the setting, on a 16 GiB machine,
+    before anything is built or written; the same config with a few layers
+    fits."""
+    from keras_transformer.training import config as config_module
+
+    monkeypatch.setattr(config_module, "physical_memory", lambda: 16 * 2**30)
+    path = write_config(tmp_path, SMALL_CONFIG)
+    workdir = tmp_path / "run"
+    argv = ["train", str(path), "--workdir", str(workdir)]
+    for extra in (["--print-config"], []):
+        layers = "model.num_encoder_layers=1000000"
+        status = cli.main([*argv, "--set", layers, *extra])
+        _assert_refused(status, capsys.readouterr(), layers, "16.0 GiB")
+        assert not workdir.exists()
+    assert (
+        cli.main([*argv, "--set", "model.num_encoder_layers=6", "--print-config"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["model"]["num_encoder_layers"] == 6
+
+
+def test_running_out_of_device_memory_is_one_line(monkeypatch, capsys):
+    """TensorFlow's ResourceExhaustedError (memory the config check could not
+    foresee) is one line, exit 1, not a traceback."""
+    import tensorflow as tf
+
+    monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
+
+    @cli.command("exhaust", "Runs out of memory.", lambda parser: None)
+    def exhaust(args):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[64,1000000000000]"
+        )
+
+    assert cli.main(["exhaust"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("keras-transformer exhaust: error: out of memory (OOM ")
+    assert "model.d_ff" in err
 
 
 @pytest.mark.parametrize(
@@ -405,6 +473,21 @@ def test_evaluate_scores_a_read_only_run_folder_without_writing(
     assert cli.main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["hypotheses_path"] is None and printed["log_dir"] is None
+
+
+def test_evaluate_run_again_replaces_its_saved_translations(
+    trained_run: Path, capsys
+) -> None:
+    """The saved file matches the scores printed by the latest run (an
+    existing file, not executable, was taken for unwritable and kept)."""
+    saved = trained_run / "translations" / "test.beam1.last.txt"
+    argv = ["evaluate", "--workdir", str(trained_run), "--beam-size", "1"]
+    for count in (1, 2):
+        assert cli.main([*argv, "--max-sentences", str(count), "--no-progress"]) == 0
+        captured = capsys.readouterr()
+        assert _warnings(captured.err) == []
+        assert f"Hypotheses: {saved}" in captured.out
+        assert len(saved.read_text(encoding="utf-8").splitlines()) == count
 
 
 def test_evaluate_with_only_hypotheses_on_a_read_only_run_folder(

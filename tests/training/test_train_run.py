@@ -333,22 +333,33 @@ def test_cli_average_checkpoints(run, tmp_path, capsys):
 
 
 def test_a_warmup_longer_than_the_run_is_refused_before_training(tmp_path, capsys):
-    """Eq. 7 would only rise: refused with the reason, nothing trained."""
+    """Eq. 7 would only rise: refused with the reason from the config alone,
+    before the run folder is made (no config.json, no tokenizer)."""
     from keras_transformer.cli import main
 
     config = small_config("train.train_steps=2")  # its warm-up is 3 updates
     with pytest.raises(ValueError, match=r"warmup_steps=3\) is longer than the run"):
         train(config, tmp_path / "library", printer=None)
-    assert not (tmp_path / "library" / "checkpoints").exists()
+    assert not (tmp_path / "library").exists()
 
     config_file = tmp_path / "config.json"
     config_file.write_text(config.to_json(), encoding="utf-8")
     workdir = tmp_path / "cli"
-    assert main(["train", str(config_file), "--workdir", str(workdir)]) == 1
+    assert main(["train", str(config_file), "--workdir", str(workdir)]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1, error
     assert "model.optimizer.warmup_steps to at most 2" in error
-    assert not (workdir / "checkpoints").exists()
+    assert not workdir.exists()
+    # With epochs, the updates of an epoch are learned from the data: the
+    # same check then comes once the data is read.
+    by_epochs = small_config(
+        "train.train_steps=null",
+        "train.steps_per_epoch=null",
+        "model.optimizer.warmup_steps=300",
+    )
+    with pytest.raises(ValueError, match=r"warmup_steps=300\) is longer"):
+        train(by_epochs, tmp_path / "epochs", printer=None)
+    assert not (tmp_path / "epochs" / "checkpoints").exists()
     # Lengthening the run (or shortening the warm-up) makes the same config train.
     result = train(
         small_config("train.train_steps=2", "model.optimizer.warmup_steps=2"),
