@@ -8,6 +8,7 @@ marker and are skipped on other backends.
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -46,3 +47,58 @@ def _seed_and_restore_policy():
     policy = keras.config.dtype_policy()
     yield
     keras.config.set_dtype_policy(policy)
+
+
+# ------------------------------------------------ trained runs the session shares
+# One tiny finished run of each kind, trained once per test process (once per
+# pytest-xdist worker) for every test file that uses it. Tests only READ these
+# folders; a test that writes into a run (damage, resume, average into the run)
+# works on its own copy: ``shutil.copytree(shared_run, tmp_path / "run")``.
+# Their settings: tests/training/helpers.py `SHARED_RUN_OVERRIDES`.
+
+
+@pytest.fixture(scope="session")
+def shared_reviews(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Synthetic reviews (``data.data_dir``) of the shared classification run."""
+    from tests.training.helpers import write_reviews
+
+    return write_reviews(tmp_path_factory.mktemp("shared_reviews"))
+
+
+@pytest.fixture(scope="session")
+def shared_translation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny translation run (`SMALL_CONFIG`), checkpoints 3, 6, 9."""
+    from keras_transformer.training import train
+    from tests.training.helpers import SHARED_RUN_OVERRIDES, small_config
+
+    workdir = tmp_path_factory.mktemp("shared_translation") / "run"
+    train(small_config(*SHARED_RUN_OVERRIDES), workdir, printer=None)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def shared_classification_run(
+    tmp_path_factory: pytest.TempPathFactory, shared_reviews: Path
+) -> Path:
+    """The classification twin of `shared_translation_run` (on `shared_reviews`)."""
+    from keras_transformer.training import train
+    from tests.training.helpers import (
+        SHARED_RUN_OVERRIDES,
+        small_classification_config,
+    )
+
+    workdir = tmp_path_factory.mktemp("shared_classification") / "run"
+    config = small_classification_config(shared_reviews, *SHARED_RUN_OVERRIDES)
+    train(config, workdir, printer=None)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def shared_image_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image twin of `shared_translation_run`: checkpoints 3, 6 and 9."""
+    from keras_transformer.training import train
+    from tests.training.helpers import SHARED_RUN_OVERRIDES, small_image_config
+
+    workdir = tmp_path_factory.mktemp("shared_image") / "run"
+    train(small_image_config(*SHARED_RUN_OVERRIDES), workdir, printer=None)
+    return workdir

@@ -18,7 +18,6 @@ import tensorflow as tf
 from keras_transformer import cli, export
 from keras_transformer.image_sampling import ImageSampler
 from keras_transformer.runs import RunFolder
-from keras_transformer.training import train
 from keras_transformer.training.classification import (
     Reviews,
     cut_review_ids,
@@ -26,11 +25,6 @@ from keras_transformer.training.classification import (
 )
 from keras_transformer.training.config import TrainConfig
 from tests.test_export import _child_env
-from tests.training.helpers import (
-    small_classification_config,
-    small_image_config,
-    write_reviews,
-)
 
 #: Reviews of the synthetic set's words, then an empty one, upper case,
 #: non-ASCII, and one longer than ``data.max_sentence_length`` (24).
@@ -73,20 +67,15 @@ def test_the_review_cut_rule_in_tensorflow_is_the_python_rule(
 
 # ------------------------------------------------------------ the two runs
 @pytest.fixture(scope="module")
-def classification_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("classification")
-    config = small_classification_config(
-        write_reviews(root / "data"), "train.train_steps=3"
-    )
-    train(config, root / "run", printer=None)
-    return root / "run"
+def classification_run(shared_classification_run: Path) -> Path:
+    """The session's tiny classification run (tests/conftest.py), read only."""
+    return shared_classification_run
 
 
 @pytest.fixture(scope="module")
-def image_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("image")
-    train(small_image_config("train.train_steps=3"), root / "run", printer=None)
-    return root / "run"
+def image_run(shared_image_run: Path) -> Path:
+    """The session's tiny image run (tests/conftest.py), read only."""
+    return shared_image_run
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@
   kernel that runs *this* interpreter, `KT_DATA_DIR` pointing at the shared
   data and a temporary working directory; it must finish without error and
   produce the outputs it exists for (figures, printed scores). Notebooks
-  that take over a minute in FAST mode are marked `slow`
-  (`pytest -m slow tests/test_notebooks.py`).
+  that take over a minute in FAST mode, or over half a minute to repeat what
+  faster tests cover, are marked `slow` (`pytest -m slow tests/test_notebooks.py`).
 """
 
 from __future__ import annotations
@@ -258,6 +258,9 @@ def test_02_translation(run) -> None:
     check_translation(run("02_translation.ipynb"))
 
 
+# Slow (38 s in the default run): what it runs is covered there by faster tests
+# (test_kinds.py's classification train/evaluate, test_classifier.py's order).
+@pytest.mark.slow
 def test_03_text_classification(run) -> None:
     check_text_classification(run("03_text_classification.ipynb"))
 

@@ -42,6 +42,7 @@ from keras_transformer.training import average_checkpoints, train
 from keras_transformer.translation import load_translator
 from tests.training.helpers import (
     REPO_ROOT,
+    SHARED_RUN_OVERRIDES,
     SMALL_CONFIG,
     damage_file,
     small_classification_config,
@@ -49,26 +50,19 @@ from tests.training.helpers import (
     small_image_config,
     subprocess_env,
     write_config,
-    write_reviews,
 )
 
-#: Three checkpoints (ckpt-3, ckpt-6, ckpt-9), no validation pass.
-RUN_OVERRIDES = (
-    "train.train_steps=9",
-    "train.validation_every=1000",
-    "train.keep_best=false",
-    "train.test_samples=2",
-)
+#: Three checkpoints (ckpt-3, ckpt-6, ckpt-9), no validation pass: the
+#: settings of the session's shared runs (tests/conftest.py).
+RUN_OVERRIDES = SHARED_RUN_OVERRIDES
 DATA = "ckpt-9.data-00000-of-00001"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished tiny run with checkpoints at steps 3, 6 and 9."""
-    workdir = tmp_path_factory.mktemp("faults") / "run"
-    train(small_config(*RUN_OVERRIDES), workdir, printer=None)
-    assert _names(workdir) == ["ckpt-3", "ckpt-6", "ckpt-9"]
-    return workdir
+def trained(shared_translation_run):
+    """A finished tiny run with checkpoints at steps 3, 6 and 9 (read only)."""
+    assert _names(shared_translation_run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    return shared_translation_run
 
 
 @pytest.fixture
@@ -80,9 +74,9 @@ def run(trained, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reviews(tmp_path_factory):
-    """Synthetic reviews for the classification runs."""
-    return write_reviews(tmp_path_factory.mktemp("reviews"))
+def reviews(shared_reviews):
+    """Synthetic reviews for the classification runs (those of the shared one)."""
+    return shared_reviews
 
 
 def _kind_config(kind: str, reviews: Path, *overrides: str):
@@ -94,21 +88,17 @@ def _kind_config(kind: str, reviews: Path, *overrides: str):
 
 
 @pytest.fixture(scope="module")
-def trained_classification(tmp_path_factory, reviews):
+def trained_classification(shared_classification_run):
     """The classification twin of `trained`: checkpoints at 3, 6 and 9."""
-    workdir = tmp_path_factory.mktemp("faults_classification") / "run"
-    train(_kind_config("classification", reviews), workdir, printer=None)
-    assert _names(workdir) == ["ckpt-3", "ckpt-6", "ckpt-9"]
-    return workdir
+    assert _names(shared_classification_run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    return shared_classification_run
 
 
 @pytest.fixture(scope="module")
-def trained_image(tmp_path_factory):
+def trained_image(shared_image_run):
     """The image twin of `trained`: checkpoints at 3, 6 and 9."""
-    workdir = tmp_path_factory.mktemp("faults_image") / "run"
-    train(_kind_config("image", Path()), workdir, printer=None)
-    assert _names(workdir) == ["ckpt-3", "ckpt-6", "ckpt-9"]
-    return workdir
+    assert _names(shared_image_run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    return shared_image_run
 
 
 @pytest.fixture(params=["translation", "classification", "image"])

@@ -165,6 +165,7 @@ def test_evaluate_reports_the_accuracy_of_a_classification_run(tmp_path, capsys)
     from keras_transformer import cli
     from keras_transformer.training import train
 
+    # Trains its own: the final evaluation of 16 test reviews (shared: 2).
     reviews = write_reviews(tmp_path / "reviews")
     config = small_classification_config(reviews, "train.train_steps=9")
     result = train(config, tmp_path / "run", printer=None)
@@ -219,6 +220,7 @@ def test_evaluate_reports_the_bits_per_dim_of_an_image_run(tmp_path, capsys):
     from keras_transformer import cli
     from tests.training.helpers import SMALL_IMAGE_CONFIG, write_config
 
+    # Trains its own: the `train` command on an image config is under test.
     path = write_config(tmp_path, SMALL_IMAGE_CONFIG)
     run = tmp_path / "run"
     assert cli.main(["train", str(path), "--workdir", str(run)]) == 0
