@@ -1,7 +1,13 @@
 # The README's commands. Each target creates the virtual environment on first use.
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
-INSTALLED := $(VENV)/.installed-$(shell cksum setup.py | cut -d' ' -f1)
+SETUP_SUM := $(shell cksum setup.py | cut -d' ' -f1)
+## The `dev` extra (tests, docs, notebooks, every export format): most targets.
+INSTALLED := $(VENV)/.installed-$(SETUP_SUM)
+## The `train` extra only (training, evaluation, translation): `make demo`.
+## The dev install includes it, so demo uses the dev stamp when it exists.
+INSTALLED_TRAIN := $(VENV)/.installed-train-$(SETUP_SUM)
+DEMO_INSTALLED := $(if $(wildcard $(INSTALLED)),$(INSTALLED),$(INSTALLED_TRAIN))
 WORKDIR ?= runs/dates_tiny
 
 .PHONY: setup demo test test-slow test-core test-jax lint format docs dist notebooks bench clean
@@ -13,17 +19,31 @@ $(INSTALLED): setup.py
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+$(INSTALLED_TRAIN): setup.py
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -e ".[train]"
+	rm -f $(VENV)/.installed-train-*
+	touch $@
+
 setup: $(INSTALLED)
 
 ## The main job: train the default model on the built-in task, evaluate it,
-## print translations and where the TensorBoard logs are.
-demo: $(INSTALLED)
+## print translations and where the TensorBoard logs are. It installs only
+## the `train` extra (or uses `make setup`'s dev install when there is one).
+demo: $(DEMO_INSTALLED)
 	$(VENV)/bin/keras-transformer train configs/dates_tiny.json --workdir $(WORKDIR)
 
 ## The default test run (slow tests excluded); the 25 slowest tests are
-## listed at the end (what to speed up or mark slow when CI grows).
+## listed at the end (what to speed up or mark slow when CI grows). It runs on
+## TEST_WORKERS pytest-xdist workers; `--dist loadfile` keeps each file on one
+## worker, so a file's module fixtures (its trained runs) are built once and
+## the session's shared runs (tests/conftest.py) at most once per worker.
+## TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 test: $(INSTALLED)
-	$(PYTHON) -m pytest --durations=25
+	$(PYTHON) -m pytest $(XDIST) --durations=25
 
 ## The longer tests (multi-process training, notebooks, the wheel in a fresh venv).
 test-slow: $(INSTALLED)

@@ -66,6 +66,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
             "validation",
             "backend",
             "results_records",
+            "progress",
         ),
         "keras + numpy only, every Keras backend",
         "the paper's layers, the model stack, the loss of §5.4, Eq. 7",

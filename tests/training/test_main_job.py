@@ -29,7 +29,8 @@ def test_dates_tiny_reaches_over_90_percent_exact_dates(tmp_path):
     )
     assert process.returncode == 0, process.stderr[-3000:]
     result = json.loads((workdir / "result.json").read_text())
-    assert result["steps"] == 2000
+    config = json.loads((REPO_ROOT / "configs" / "dates_tiny.json").read_text())
+    assert result["steps"] == config["train"]["train_steps"] == 1500
     assert result["evaluation"]["exact_match"] > 0.9
     assert result["evaluation"]["bleu"] > 90
     assert "output:" in process.stdout and "TensorBoard logs:" in process.stdout

@@ -11,6 +11,7 @@ bar's carriage returns.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
@@ -47,6 +48,7 @@ from tests.training.helpers import (
 #: One progress line: step, running loss, tokens/s, learning rate, elapsed.
 STEP_LINE = re.compile(
     r"step (\d+)/(\d+)  loss \d+\.\d{4}  tokens/s \d+  lr \S+  elapsed \d+:\d\d:\d\d"
+    r"  eta \d+:\d\d:\d\d"
 )
 STOPPED = re.compile(r"Training stopped by (SIG\w+) after update (\d+); saved (\S+)\.")
 
@@ -193,7 +195,7 @@ def test_plain_progress_lines(capsys):
         callbacks=[PlainProgressLogger(2, total_steps=6)],
     )
     out = capsys.readouterr().out
-    assert "\r" not in out and "\b" not in out
+    assert "\r" not in out and "\b" not in out and "\x1b" not in out
     lines = out.splitlines()
     steps = [line for line in lines if line.startswith("step ")]
     assert all(STEP_LINE.fullmatch(line) for line in steps), steps
@@ -214,11 +216,43 @@ class _Stream:
         return self.tty
 
 
+def test_progress_line_redrawn_on_a_terminal_with_its_eta(capsys):
+    """On a terminal the step line is redrawn in place (a bar, updates/s and
+    the time left of the whole run); the epoch lines are printed as lines."""
+    ids = np.random.default_rng(0).integers(4, 50, size=(3, 4, 6)).astype("int32")
+    data = tf.data.Dataset.from_tensors(((ids[0], ids[1]), ids[2])).repeat()
+    terminal = io.StringIO()
+    _tiny_trainer().fit(
+        data,
+        epochs=2,
+        steps_per_epoch=3,
+        verbose=0,
+        shuffle=False,
+        callbacks=[
+            PlainProgressLogger(2, 6, terminal=True, stream=terminal, redraw_seconds=0)
+        ],
+    )
+    drawn = terminal.getvalue()
+    redraws = [line.rstrip() for line in drawn.replace("\n", "").split("\r")[1:]]
+    assert [line.split()[:2] for line in redraws] == [
+        ["step", f"{n}/6"] for n in range(1, 7)
+    ]
+    assert re.search(r"\[#+-*\]  \d+\.\d updates/s  loss ", redraws[0])
+    assert all(re.search(r"  eta \d+:\d\d:\d\d$", line) for line in redraws[:-1])
+    assert redraws[-1].endswith("eta 0:00:00")
+    epochs = [line.split("  ")[:2] for line in capsys.readouterr().out.splitlines()]
+    assert epochs == [["epoch 1/2", "step 3"], ["epoch 2/2", "step 6"]]
+
+
 def test_progress_bar_on_a_terminal_plain_lines_elsewhere():
     config = small_config("train.verbose=1", "train.log_every=7")
-    assert _progress(config, print, 10, stream=_Stream(True)) == (1, [])
+    verbose, callbacks = _progress(config, print, 10, stream=_Stream(True))
+    assert verbose == 0 and callbacks[0].terminal and callbacks[0].total_steps == 10
+    assert _progress(config, None, 10, stream=_Stream(True)) == (1, [])
+    per_epoch = small_config("train.verbose=2")
+    assert _progress(per_epoch, print, 10, stream=_Stream(True)) == (2, [])
     verbose, callbacks = _progress(config, print, 10, stream=_Stream(False))
-    assert verbose == 0 and len(callbacks) == 1
+    assert verbose == 0 and len(callbacks) == 1 and not callbacks[0].terminal
     assert isinstance(callbacks[0], PlainProgressLogger) and callbacks[0].every == 7
     assert _progress(config, None, 10, stream=_Stream(False)) == (0, [])
     quiet = small_config("train.verbose=0")
