@@ -63,6 +63,7 @@ CTRANSLATE2_REQUIRES = ["ctranslate2>=4.5,<5"]
 #: Tests, linters, the documentation site and the release tools.
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
+    "pytest-xdist>=3.5,<4",  # `make test` runs the suite on 2 workers
     "ruff>=0.6,<1",
     "mkdocs>=1.6,<2",
     "mkdocstrings[python]>=0.26,<2",

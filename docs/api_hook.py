@@ -57,8 +57,7 @@ GROUPS = (
         "Models",
         ("keras_transformer.models", "keras_transformer.models.classifier"),
         "The hyperparameters, the presets of Table 3, the model builders and "
-        "the stacks that encode, decode and take the cached decoding step "
-        "(`TransformerLayers` is the former name of `TransformerStack`).",
+        "the stacks that encode, decode and take the cached decoding step.",
     ),
     Group(
         "losses",

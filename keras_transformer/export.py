@@ -118,7 +118,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from keras_transformer import validation
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
+from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, PAD_ID
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import Decoder, DecodeSettings
@@ -135,7 +135,7 @@ from keras_transformer.files import (
 )
 from keras_transformer.image_sampling import ImageSampler
 from keras_transformer.layers.pixel_outputs import check_temperature
-from keras_transformer.models.transformer import PADDING_ID, TransformerLayers
+from keras_transformer.models.transformer import TransformerStack
 from keras_transformer.runs import (
     EXPORT_INFO_FILE,
     EXPORT_MODEL_FILE,
@@ -146,7 +146,6 @@ from keras_transformer.runs import (
     load_export,
     weights_nbytes,
 )
-from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "CLASSIFY_SIGNATURE",
@@ -189,13 +188,8 @@ CLASSIFY_SIGNATURE = "classify"
 TEXTS_NAME = "texts"
 #: The signature of an image export.
 COMPLETE_SIGNATURE = "complete"
-#: The settings a translation export takes: the `DecodeSettings` fields,
-#: and the deprecated names of two of them.
-SEARCH_SETTINGS = (
-    *(field.name for field in dataclasses.fields(DecodeSettings)),
-    "max_output_extra",
-    "length_penalty",
-)
+#: The settings a translation export takes: the `DecodeSettings` fields.
+SEARCH_SETTINGS = tuple(field.name for field in dataclasses.fields(DecodeSettings))
 MODEL_FILE = EXPORT_MODEL_FILE
 INFO_FILE = EXPORT_INFO_FILE
 _SAVED_MODEL_FILES = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
@@ -270,7 +264,7 @@ def _settings(
             f"with. Received: {type(tokenizer).__name__}. Load it with "
             "SubwordTokenizer.load('<workdir>/tokenizer')."
         )
-    parts = TransformerLayers.of(model)  # ValueError for other models
+    parts = TransformerStack.of(model)  # ValueError for other models
     vocabulary = parts.target_embedding.vocabulary_size
     tokenizer.check_compatible(expected_vocabulary_size=vocabulary)
     source_positions = _learned_positions(parts.source_position)
@@ -371,7 +365,7 @@ def source_ids_from_strings(
     validation.check_int("max_input_length", max_input_length, 2)
     ids = encode_sources(tokenizer, sentences, max_input_length)
     is_empty = tf.equal(ids.row_lengths(), 1)  # END only: no subword token
-    return ids.to_tensor(default_value=PADDING_ID), is_empty
+    return ids.to_tensor(default_value=PAD_ID), is_empty
 
 
 def _sources_and_limits(
@@ -384,7 +378,7 @@ def _sources_and_limits(
     source, is_empty = source_ids_from_strings(
         tokenizer, sentences, settings.decode.max_input_length
     )
-    source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
+    source_lengths = tf.reduce_sum(tf.cast(source != PAD_ID, tf.int32), 1)
     limits = tf.minimum(
         source_lengths + settings.decode.extra_length, settings.max_output_length
     )
@@ -527,7 +521,7 @@ def _search_graph(
     prefix = None
     if prefixes is not None:
         prefix_ids = tokenizer.tokenize(check_sentence_batch(prefixes))
-        dense = prefix_ids.to_tensor(default_value=PADDING_ID)
+        dense = prefix_ids.to_tensor(default_value=PAD_ID)
         # At least one column, even when every prefix is empty.
         padding = tf.zeros([tf.shape(dense)[0], 1], dense.dtype)
         prefix = (
@@ -860,7 +854,7 @@ def _score_endpoint(
         )
         # Targets keep at most `max_output_length - 1` tokens, then END.
         ids = tokenizer.tokenize(targets)[:, : settings.max_output_length - 1]
-        dense = ids.to_tensor(default_value=PADDING_ID)
+        dense = ids.to_tensor(default_value=PAD_ID)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         batch = tf.shape(dense)[0]
         inputs = tf.concat([tf.fill([batch, 1], settings.start_id), dense], 1)
@@ -923,7 +917,7 @@ def phrase_ids_from_strings(tokenizer: SubwordTokenizer, phrases: Any) -> tf.Ten
     """``tf.string`` ``[batch, count]`` target phrases (``""``: none) as
     int32 ids ``[batch, count, length]``, 0 after each phrase."""
     batch, count = tf.shape(phrases)[0], tf.shape(phrases)[1]
-    ids = tokenizer.tokenize(tf.reshape(phrases, [-1])).to_tensor(PADDING_ID)
+    ids = tokenizer.tokenize(tf.reshape(phrases, [-1])).to_tensor(PAD_ID)
     ids = tf.pad(ids, [[0, 0], [0, tf.maximum(1 - tf.shape(ids)[1], 0)]])
     return tf.reshape(tf.cast(ids, tf.int32), [batch, count, -1])
 
@@ -941,7 +935,7 @@ def phrases_met(
     windows = tf.gather(token_ids, tf.minimum(position, width - 1), axis=1)
     inside = position[None] < lengths[:, None, None]  # (batch, width, length)
     equal = tf.equal(windows[:, None], phrases[:, :, None])  # (b, c, s, j)
-    real = tf.not_equal(phrases, PADDING_ID)[:, :, None]
+    real = tf.not_equal(phrases, PAD_ID)[:, :, None]
     matches = tf.reduce_all(~real | (equal & inside[:, None]), axis=-1)
     return tf.reduce_any(matches, axis=-1)
 
@@ -964,7 +958,7 @@ def _add_constrained_endpoint(
             tokenizer, sentences, settings.decode.max_input_length
         )
         phrase_ids = phrase_ids_from_strings(tokenizer, phrases)
-        source_lengths = tf.reduce_sum(tf.cast(source != PADDING_ID, tf.int32), 1)
+        source_lengths = tf.reduce_sum(tf.cast(source != PAD_ID, tf.int32), 1)
         limits = tf.minimum(source_lengths + settings.decode.extra_length, length)
         token_ids, scores, lengths = decoder.constrained_search(
             source,
@@ -976,7 +970,7 @@ def _add_constrained_endpoint(
             end_id=settings.end_id,
         )
         width = tf.maximum(tf.reduce_max(tf.concat([lengths, [0]], 0)), 1)
-        given = tf.reduce_any(tf.not_equal(phrase_ids, PADDING_ID), axis=-1)
+        given = tf.reduce_any(tf.not_equal(phrase_ids, PAD_ID), axis=-1)
         return {
             "translations": tokenizer.detokenize(token_ids[:, :width]),
             "scores": tf.identity(scores),
@@ -1031,7 +1025,6 @@ def export_translator(
     *,
     overwrite: bool = False,
     jit_compile: bool = False,
-    max_output_extra: int | None = None,
     **decode_settings: Any,
 ) -> Path:
     """Writes a SavedModel translating raw strings, plus the Keras model.
@@ -1058,12 +1051,9 @@ def export_translator(
             Serving runs XLA-compiled functions only with its flag
             ``--xla_cpu_compilation_enabled=true``; without `jit_compile`
             the SavedModel needs no flag.
-        max_output_extra: the old name of `extra_length` (deprecated,
-            removed in 0.4).
         **decode_settings: `DecodeSettings` fields replacing those of
             `settings` (``beam_size``, ``alpha``, ``max_input_length``,
-            ``extra_length``; ``length_penalty`` is the deprecated name of
-            ``alpha``, removed in 0.4).
+            ``extra_length``).
 
     Returns:
         The export folder.
@@ -1081,9 +1071,6 @@ def export_translator(
 
     Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
     """
-    if max_output_extra is not None:
-        warn_deprecated("export_translator(max_output_extra=...)", "extra_length=")
-        decode_settings["extra_length"] = max_output_extra
     export_settings = _settings(
         model, tokenizer, settings, decode_settings, jit_compile
     )
@@ -1117,7 +1104,7 @@ def _classify_archive(
             tokenizer.tokenize(texts), info["max_length"], info["tail_tokens"]
         )
         # (batch, 1): P(positive), as the classifier computes it in training.
-        positive = model(ids.to_tensor(PADDING_ID), training=False)[:, 0]
+        positive = model(ids.to_tensor(PAD_ID), training=False)[:, 0]
         positive = tf.cast(positive, tf.float32)
         return {
             "probabilities": tf.stack([1.0 - positive, positive], axis=1),
@@ -1350,11 +1337,11 @@ def _export_classification(
     workdir: Path, weights: str, export_dir: Path, overwrite: bool
 ) -> Path:
     if is_run_dir(workdir):
-        from keras_transformer.training.config import TrainConfig
+        from keras_transformer.training.checkpoints import load_stored_config
 
         folder = RunFolder(workdir)
         model, tokenizer = folder.load(weights)
-        config = TrainConfig.load(folder.config_file)
+        config = load_stored_config(folder.config_file)
         settings = {
             "max_length": config.data.max_sentence_length,
             "tail_tokens": config.classification.tail_tokens,

@@ -54,15 +54,14 @@ from keras_transformer.files import (
     write_atomically,
     write_error,
 )
+from keras_transformer.progress import LineProgress
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
-from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
     "EvaluationResult",
     "SourceCutWarning",
     "TargetScore",
-    "TestSetEvaluation",
     "Translation",
     "Translator",
     "evaluate",
@@ -105,8 +104,6 @@ class EvaluationResult:
         log_dir: the TensorBoard folder the scores were logged to, if any.
     """
 
-    __test__ = False  # not a pytest test class (its alias TestSetEvaluation)
-
     split: str
     bleu: float
     chrf: float
@@ -133,12 +130,6 @@ class EvaluationResult:
     def alpha(self) -> float:
         """The length-penalty alpha of the settings."""
         return self.settings.alpha
-
-    @property
-    def length_penalty(self) -> float:
-        """Deprecated name of `alpha` (removed in 0.4)."""
-        warn_deprecated("EvaluationResult.length_penalty", "EvaluationResult.alpha")
-        return self.alpha
 
     @property
     def decoding(self) -> str:
@@ -177,10 +168,6 @@ class TargetScore:
 
     log_prob: float
     token_log_probs: tuple[float, ...]
-
-
-#: The former name of `EvaluationResult` for test sets (same class).
-TestSetEvaluation = EvaluationResult
 
 
 # ------------------------------------------------------------- translating
@@ -271,8 +258,7 @@ class Translator:
             (`EnsembleDecoder`; `from_runs` loads them).
         **decode_settings: fields of `DecodeSettings` that replace those of
             `settings` (``beam_size=1``, ``alpha=...``, ``max_input_length``,
-            ``extra_length``, ...); ``length_penalty`` is the deprecated
-            name of ``alpha`` (removed in 0.4).
+            ``extra_length``, ...).
 
     Attributes:
         cut_lines: the indices (from 0) of the sources of the last `encode`
@@ -350,12 +336,6 @@ class Translator:
     alpha = _setting("alpha")
     max_input_length = _setting("max_input_length")
     extra_length = _setting("extra_length")
-
-    @property
-    def length_penalty(self) -> float:
-        """Deprecated name of `alpha` (removed in 0.4)."""
-        warn_deprecated("Translator.length_penalty", "Translator.alpha")
-        return self.alpha
 
     @classmethod
     def load(
@@ -475,16 +455,13 @@ class Translator:
         """`(line indices, padded source ids)` of batches of similar length
         (sorted by number of ids), without the lines that hold no subword
         token (just END) unless not `skip_empty`; advances a
-        `keras.utils.Progbar` if asked."""
+        `LineProgress` on standard output if asked (a redrawn line on a
+        terminal, plain lines without escapes elsewhere)."""
         order = sorted(
             (i for i, ids in enumerate(sources) if len(ids) > 1 or not skip_empty),
             key=lambda i: len(sources[i]),
         )
-        bar = (
-            keras.utils.Progbar(len(sources), unit_name="sentence")
-            if progress
-            else None
-        )
+        bar = LineProgress(len(sources), "sentences") if progress else None
         done = len(sources) - len(order)  # the empty lines
         if bar is not None and sources and not order:
             bar.update(len(sources))
@@ -580,7 +557,8 @@ class Translator:
 
         Args:
             lines: the sentences.
-            progress: show a `keras.utils.Progbar` (on standard output).
+            progress: show the progress on standard output (`LineProgress`:
+                a redrawn line on a terminal, plain lines elsewhere).
             n_best: return, per line, the list of its `n_best` best
                 translations as ``(text, score)`` pairs, best first (beam
                 search, ``n_best <= beam_size``; the score is

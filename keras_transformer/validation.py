@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
-import warnings
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 __all__ = [
@@ -39,13 +37,7 @@ __all__ = [
     "check_positive_int",
     "check_rate",
     "check_string",
-    "REMOVED_IN",
-    "take_renamed_argument",
-    "warn_deprecated",
 ]
-
-#: The release that removes the names deprecated in this one.
-REMOVED_IN = "0.4"
 
 
 #: The one wording of the positive-integer check (`check_positive_int`).
@@ -288,64 +280,3 @@ def check_grid(rows: Any, cols: Any, query_block: tuple[int, int]) -> None:
             f"query_block={query_block}. Pad the image to {padded[0]} rows x "
             f"{padded[1]} columns or choose query_block={suggestion}."
         )
-
-
-# --------------------------------------------------- renamed arguments
-def warn_deprecated(old: str, new: str, *, stacklevel: int | None = 3) -> None:
-    """The one `DeprecationWarning` of a renamed or moved name.
-
-    The warning names the line that used the old name (the tests make one
-    attributed to a module of this package an error: the package never
-    calls its own deprecated names).
-
-    Args:
-        old: the old name as the user wrote it, e.g. ``"DataConfig(max_length=...)"``.
-        new: what to write instead, e.g. ``"max_sentence_length="``.
-        stacklevel: as for `warnings.warn`, counted from the caller of the
-            function that calls this one; ``None``: the first caller outside
-            this package, for an old name that reaches the package as data
-            (a config file's key) or through the parts of a deprecated
-            class that build one another.
-    """
-    if stacklevel is None:
-        frame, stacklevel = sys._getframe(1), 2
-        while frame.f_back is not None and _in_package(frame):
-            frame, stacklevel = frame.f_back, stacklevel + 1
-    warnings.warn(
-        f"{old} is deprecated: use {new} instead (the old name is removed in "
-        f"{REMOVED_IN}).",
-        DeprecationWarning,
-        stacklevel=stacklevel,
-    )
-
-
-def _in_package(frame: Any) -> bool:
-    """Whether `frame` runs code of this package (its module's name)."""
-    name = frame.f_globals.get("__name__", "")
-    return name == _PACKAGE or name.startswith(_PACKAGE + ".")
-
-
-_PACKAGE = __name__.split(".")[0]
-
-
-def take_renamed_argument(
-    kwargs: MutableMapping[str, Any], owner: str, old: str, new: str
-) -> None:
-    """Moves the keyword argument `old` of `owner(...)` to its new name `new`.
-
-    For the explicit ``__init__`` of a config that still accepts an old
-    keyword for one release: warns (`warn_deprecated`) when `old` is given.
-
-    Raises:
-        ValueError: when both names are given with different values.
-    """
-    if old not in kwargs:
-        return
-    value = kwargs.pop(old)
-    warn_deprecated(f"{owner}({old}=...)", f"{new}=", stacklevel=4)
-    if new in kwargs and kwargs[new] != value:
-        raise ValueError(
-            f"{owner} got both {old}={value!r} (the old name) and "
-            f"{new}={kwargs[new]!r}. Pass only {new}."
-        )
-    kwargs[new] = value

@@ -42,7 +42,12 @@ def former_beam_search_graph(
     mask = tf.repeat(tf.not_equal(source_ids, PAD_ID), beam_size, axis=0)
 
     def step(token_ids: tf.Tensor, caches: Any, index: tf.Tensor) -> Any:
-        logits, caches = stack.decode_step(token_ids[:, None], caches, index, mask)
+        # One hypothesis per row, attending to the positions up to `index`.
+        history = tf.range(max_length) <= index
+        history = tf.broadcast_to(history, [tf.shape(token_ids)[0], 1, max_length])
+        logits, caches = stack.decode_beam_step(
+            token_ids[:, None], caches, index, mask, history
+        )
         return tf.nn.log_softmax(tf.cast(logits[:, 0], tf.float32)), caches
 
     return former_run_beam_search(

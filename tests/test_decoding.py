@@ -58,8 +58,8 @@ def uncached_greedy_decode(model, sources, **options):
     return _decode_with(model, sources, "greedy", use_cache=False, **options)
 
 
-def beam_search(model, sources, *, length_penalty=0.6, **options):
-    return _decode_with(model, sources, "beam", alpha=length_penalty, **options)
+def beam_search(model, sources, **options):
+    return _decode_with(model, sources, "beam", **options)
 
 
 def sample_decode(model, sources, **options):
@@ -231,18 +231,11 @@ def test_decoder_is_cached_per_model(model):
 def test_beam_size_one_equals_greedy(request, fixture, end_id):
     model = request.getfixturevalue(fixture)
     greedy = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
-    # `DecodeSettings(beam_size=1)` decodes greedily (its `strategy`); the
-    # former `beam_search` runs the beam strategy itself with one hypothesis.
-    assert DecodeSettings(beam_size=1).strategy == "greedy"
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        beam = decoding.beam_search(
-            model,
-            SOURCES,
-            beam_size=1,
-            length_penalty=0.0,
-            extra_length=EXTRA,
-            end_id=end_id,
-        )
+    # `DecodeSettings(beam_size=1)` decodes greedily (its `strategy`); here
+    # the beam strategy itself runs with one hypothesis.
+    settings = DecodeSettings(beam_size=1, alpha=0.0, extra_length=EXTRA)
+    assert settings.strategy == "greedy"
+    beam = Decoder(model)._decode(SOURCES, settings, "beam", None, None, START, end_id)
     np.testing.assert_array_equal(beam.token_ids, greedy.token_ids)
     np.testing.assert_array_equal(beam.lengths, greedy.lengths)
     np.testing.assert_allclose(beam.scores, greedy.scores, atol=1e-4)
@@ -640,7 +633,7 @@ def test_max_length_beyond_learned_positions_raises():
         (greedy_decode, {"extra_length": -1}, "extra_length"),
         (greedy_decode, {"end_id": 1000}, "end_id"),
         (beam_search, {"beam_size": 0}, "beam_size"),
-        (beam_search, {"length_penalty": -0.5}, "alpha"),
+        (beam_search, {"alpha": -0.5}, "alpha"),
         (sample_decode, {"temperature": 0.0}, "temperature"),
         (sample_decode, {"top_k": 0}, "top_k"),
     ],
@@ -746,44 +739,6 @@ def test_uncached_beam_search_equals_cached(model):
     uncached = Decoder(model, use_cache=False).decode(SOURCES, settings, end_id=None)
     assert cached.to_list() == uncached.to_list()
     np.testing.assert_allclose(cached.scores, uncached.scores, atol=1e-4)
-
-
-# ------------------------------------------------------------ former names
-def test_former_names_warn_and_decode_the_same(model):
-    new = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=None)
-    beam = beam_search(model, SOURCES, beam_size=2, extra_length=EXTRA, end_id=None)
-    decoder = Decoder(model)
-    calls = {
-        "greedy_decode": lambda: decoding.greedy_decode(
-            model, SOURCES, extra_length=EXTRA, end_id=None
-        ),
-        "uncached_greedy_decode": lambda: decoding.uncached_greedy_decode(
-            model, SOURCES, extra_length=EXTRA, end_id=None
-        ),
-        "Decoder.greedy": lambda: decoder.greedy(
-            SOURCES, extra_length=EXTRA, end_id=None
-        ),
-        "sample_decode": lambda: decoding.sample_decode(
-            model, SOURCES, top_k=1, seed=1, extra_length=EXTRA, end_id=None
-        ),
-    }
-    for name, call in calls.items():
-        with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-            result = call()
-        np.testing.assert_array_equal(result.token_ids, new.token_ids, err_msg=name)
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        former = decoder.beam_search(
-            SOURCES, beam_size=2, extra_length=EXTRA, end_id=None
-        )
-    np.testing.assert_array_equal(former.token_ids, beam.token_ids)
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        outputs = decoding.run_greedy(
-            _hash_step(tf.constant(np.log(np.full((7, 5), 0.2)), tf.float32)),
-            tf.constant([1, 2], tf.int64),
-            [3, 2],
-            max_length=3,
-        )
-    np.testing.assert_array_equal(outputs[2], [3, 2])
 
 
 # The defaults of `DecodeSettings`, each as a line that would declare it again.

@@ -113,7 +113,6 @@ MODULES = {
             [
                 "TransformerConfig",
                 "build_transformer",
-                "IncrementalDecoder",
                 "encoder_model",
                 "decoder_model",
                 "ImageTransformerConfig",
@@ -152,16 +151,12 @@ MODULES = {
                 "train",
                 "make_strategy",
                 "TranslationTrainer",
-                "train_image_model",
-                "ImageRunConfig",
                 "ImageTrainer",
             ],
         ),
         (
             "api/decoding",
             [
-                "beam_search",
-                "greedy_decode",
                 "Decoder",
                 "DecodeResult",
                 "ImageSampler",
@@ -221,7 +216,7 @@ def test_site_pages(site: Path) -> None:
     index = (site / "index.html").read_text(encoding="utf-8")
     assert "Attention Is All You Need" in index
     paper_map = (site / "paper-to-code" / "index.html").read_text(encoding="utf-8")
-    for name in ("scaled_dot_product_attention", "NoamSchedule", "beam_search"):
+    for name in ("scaled_dot_product_attention", "NoamSchedule", "BeamSearch"):
         assert name in paper_map
 
 
@@ -301,8 +296,8 @@ def _public_callables(module: object) -> set[str]:
             if not name.startswith("_")
             and getattr(value, "__module__", None) == module.__name__
         ]
-    # A former name bound to the same class (`TransformerLayers`) is no page
-    # of its own: the class's page documents it.
+    # A second name bound to a class or function is no page of its own: the
+    # page of its own name documents it.
     return {
         name
         for name in names

@@ -346,8 +346,8 @@ def test_export_explains_bad_settings(tmp_path: Path) -> None:
     model, tokenizer = tiny_translator()
     with pytest.raises(ValueError, match="beam_size"):
         export.export_translator(model, tokenizer, tmp_path / "a", beam_size=0)
-    with pytest.raises(ValueError, match="length_penalty"):
-        export.export_translator(model, tokenizer, tmp_path / "a", length_penalty=-1)
+    with pytest.raises(ValueError, match="alpha"):
+        export.export_translator(model, tokenizer, tmp_path / "a", alpha=-1)
     with pytest.raises(ValueError, match="max_input_length"):
         export.export_translator(model, tokenizer, tmp_path / "a", max_input_length=1)
     other = build_transformer(presets["tiny"].replace(vocabulary_size=50))
@@ -398,12 +398,13 @@ def test_export_command_reexports_greedy_and_overwrites(
     assert json.loads((output / "export.json").read_text())["beam_size"] == 1
 
 
-def test_the_old_name_of_the_output_allowance_still_exports(tmp_path: Path) -> None:
+def test_an_export_json_with_the_old_allowance_name_still_loads(
+    tmp_path: Path,
+) -> None:
     model, tokenizer = tiny_translator()
-    with pytest.warns(DeprecationWarning, match="extra_length"):
-        path = export.export_translator(
-            model, tokenizer, tmp_path / "old", beam_size=1, max_output_extra=7
-        )
+    path = export.export_translator(
+        model, tokenizer, tmp_path / "old", beam_size=1, extra_length=7
+    )
     info_path = path / "export.json"
     info = json.loads(info_path.read_text(encoding="utf-8"))
     assert info["extra_length"] == 7 and "max_output_extra" not in info

@@ -1,7 +1,11 @@
 """The package's import graph: imports point downwards only, and never loop.
 
 Every module of `keras_transformer` is parsed (not imported) and every
-``import`` it holds is collected, those inside functions included. Each
+``import`` it holds is collected, those inside functions included, and so
+is every ``importlib.import_module("<constant name>")``. A call with a name
+computed at run time (the lazy loading of the package root, of
+`keras_transformer.decoding` and of the recipes) cannot be followed: the
+modules that make one are listed in `COMPUTED_IMPORTS`. Each
 module belongs to a level (the table `LEVELS`, the one of
 docs/architecture.md); a module may import its own level and those below,
 never a higher one, and no chain of imports may come back to where it
@@ -33,6 +37,7 @@ LEVELS: dict[str, int] = {
             "optimizers",
             "validation",
             "results_records",
+            "progress",
         ),
         0,
     ),
@@ -43,6 +48,17 @@ LEVELS: dict[str, int] = {
     "translation": 3,
     **dict.fromkeys(("training", "export", "litert", "visualize", "ctranslate2"), 4),
     **dict.fromkeys(("cli", "__main__"), 5),
+}
+
+
+#: The modules whose ``importlib.import_module`` calls compute the name at
+#: run time (not followed by the graph): the lazy loading of the package's
+#: names, the recipes of the kinds, and `evaluate`'s choice by kind.
+COMPUTED_IMPORTS = {
+    "keras_transformer",
+    "keras_transformer.cli.evaluate",
+    "keras_transformer.decoding",
+    "keras_transformer.training.recipes",
 }
 
 
@@ -64,12 +80,38 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name if name.startswith(PACKAGE) else None
 
 
+def _import_module_call(node: ast.AST) -> ast.Call | None:
+    """`node` if it is a call of ``importlib.import_module`` (or of an
+    ``import_module`` imported by name)."""
+    if not isinstance(node, ast.Call):
+        return None
+    function = node.func
+    if isinstance(function, ast.Attribute) and function.attr == "import_module":
+        return node
+    if isinstance(function, ast.Name) and function.id == "import_module":
+        return node
+    return None
+
+
+def _computed_import(node: ast.AST) -> bool:
+    """Whether `node` calls ``import_module`` with a name computed at run time."""
+    call = _import_module_call(node)
+    if call is None or not call.args:
+        return call is not None
+    first = call.args[0]
+    return not (isinstance(first, ast.Constant) and isinstance(first.value, str))
+
+
 def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that `module` imports, anywhere in its code."""
+    """The package's modules that `module` imports, anywhere in its code
+    (``import`` statements and ``import_module("<constant>")`` calls)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
+        call = _import_module_call(node)
+        if call is not None and not _computed_import(call):
+            names = [call.args[0].value]
+        elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -154,3 +196,30 @@ def test_the_graph_sees_imports_inside_functions() -> None:
     # its `run` function.
     assert "keras_transformer.training" in graph["keras_transformer.cli.train"]
     assert "keras_transformer.runs" in graph["keras_transformer.translation"]
+
+
+def test_the_graph_follows_import_module_with_a_constant_name(tmp_path) -> None:
+    """``importlib.import_module("<constant>")``, inside a function too, is
+    an import like any other (a lazy import cannot hide a cycle)."""
+    source = tmp_path / "lazy.py"
+    source.write_text(
+        "import importlib\n\n\ndef load():\n"
+        '    return importlib.import_module("keras_transformer.training.overrides")\n',
+        encoding="utf-8",
+    )
+    found = _imports(f"{PACKAGE}.lazy", source, _modules())
+    assert found == {"keras_transformer.training.overrides"}
+
+
+def test_the_computed_lazy_imports_are_the_known_ones() -> None:
+    """Every ``import_module`` call whose name is computed at run time (the
+    graph cannot follow it) is in a module of `COMPUTED_IMPORTS`."""
+    computed = {
+        name
+        for name, path in _modules().items()
+        if any(
+            _computed_import(node)
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    }
+    assert computed == COMPUTED_IMPORTS

@@ -1,11 +1,9 @@
-"""What a project page has: a changelog that lists every deprecated name and
-the release removing it, a citation record, a contributing guide whose
+"""What a project page has: a citation record, a contributing guide whose
 commands exist, and a README and docs index that present every capability
 and every notebook."""
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
@@ -16,36 +14,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _read(name: str) -> str:
     return (REPO / name).read_text(encoding="utf-8")
-
-
-def _deprecated_names() -> dict[str, str]:
-    """The old name each ``warn_deprecated("<old>", ...)`` call warns about
-    (the keyword of ``f(name=...)``, else the last identifier), by call site."""
-    names = {}
-    for path in sorted((REPO / "keras_transformer").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and node.args):
-                continue
-            func = getattr(node.func, "id", getattr(node.func, "attr", None))
-            first = node.args[0]
-            if func != "warn_deprecated" or not isinstance(first, ast.Constant):
-                continue
-            keyword = re.search(r"\((\w+)=", first.value)
-            name = keyword.group(1) if keyword else re.findall(r"\w+", first.value)[-1]
-            names[f"{path.relative_to(REPO)}:{node.lineno} {first.value}"] = name
-    return names
-
-
-def test_changelog_lists_every_deprecated_name_and_its_removal() -> None:
-    from keras_transformer.validation import REMOVED_IN
-
-    unreleased = _read("CHANGELOG.md").split("## Unreleased", 1)[1]
-    deprecated = unreleased.split("### Deprecated", 1)[1].split("\n### ", 1)[0]
-    names = _deprecated_names()
-    assert len(names) > 30  # the calls were found
-    missing = [where for where, name in names.items() if f"{name}" not in deprecated]
-    assert not missing, f"add to CHANGELOG.md's Deprecated section: {missing}"
-    assert deprecated.count(f"removed in {REMOVED_IN}") >= 5
 
 
 def test_citation_names_the_software_and_the_paper() -> None:

@@ -12,18 +12,14 @@ LABEL_SMOOTHING``).
 from __future__ import annotations
 
 import ast
-import dataclasses
-import warnings
 from pathlib import Path
 
 import pytest
 
 from keras_transformer.conventions import LABEL_SMOOTHING
-from keras_transformer.models import TransformerConfig, presets
+from keras_transformer.models import presets
 from keras_transformer.training.config import (
-    DataConfig,
     TrainConfig,
-    TrainingConfig,
     implied_label_smoothing,
 )
 
@@ -115,61 +111,10 @@ def test_label_smoothing_reaches_the_run_through_one_function():
     assert implied_label_smoothing("base") == LABEL_SMOOTHING
     assert implied_label_smoothing("table3_D_ls0.2") == 0.2
     assert implied_label_smoothing({"preset": "table3_D_ls0.0", "d_model": 64}) == 0
-    assert implied_label_smoothing({"label_smoothing": 0.3}) == 0.3
     assert implied_label_smoothing(presets["tiny"]) == LABEL_SMOOTHING
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        legacy = presets["tiny"].replace(label_smoothing=0.25)
-    assert implied_label_smoothing(legacy) == 0.25
-    # The setting wins over every old home.
-    config = TrainConfig(model=legacy, train={"label_smoothing": 0.05})
+    # The setting wins over the preset's.
+    config = TrainConfig(model="table3_D_ls0.2", train={"label_smoothing": 0.05})
     assert config.train.label_smoothing == 0.05
-
-
-# ------------------------------------------ old keywords: explicit __init__
-@pytest.mark.parametrize(
-    ("cls", "old", "new", "value"),
-    [
-        (DataConfig, "max_length", "max_sentence_length", 32),
-        (TrainingConfig, "decode_extra_length", "extra_length", 7),
-    ],
-)
-def test_renamed_keywords_warn_name_the_release_and_refuse_two_values(
-    cls, old, new, value
-):
-    # The class defines its own `__init__`; the dataclass's is untouched.
-    assert "__init__" in vars(cls)
-    base_init = vars(cls.__mro__[1])["__init__"]
-    assert base_init.__qualname__.endswith("__init__")
-    assert "__wrapped__" not in vars(base_init)
-    with pytest.warns(DeprecationWarning, match=f"{old}.*{new}.*removed in 0.4"):
-        config = cls(**{old: value})
-    assert getattr(config, new) == value
-    assert config == cls(**{new: value})
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        assert getattr(config, old) == value
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=new):
-        cls(**{old: value, new: value + 1})
-    # `dataclasses.replace` goes through the same `__init__` without a warning.
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        assert getattr(dataclasses.replace(config, **{new: 9}), new) == 9
-
-
-def test_the_old_model_label_smoothing_is_an_explicit_argument():
-    assert "__init__" in vars(TransformerConfig)
-    assert "label_smoothing" not in {
-        f.name for f in dataclasses.fields(TransformerConfig)
-    }
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        config = TransformerConfig(d_model=64, num_heads=4, label_smoothing=0.2)
-    assert config.legacy_label_smoothing == 0.2
-    assert config == TransformerConfig(d_model=64, num_heads=4)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="rate"):
-        TransformerConfig(label_smoothing=1.5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        # Carried over by `replace` without a second warning.
-        assert config.replace(d_model=32).legacy_label_smoothing == 0.2
 
 
 def test_the_data_pipeline_takes_the_settings_name():
@@ -178,14 +123,8 @@ def test_the_data_pipeline_takes_the_settings_name():
 
     from keras_transformer.data.batching import make_translation_dataset
 
-    assert (
-        "max_sentence_length" in inspect.signature(make_translation_dataset).parameters
-    )
-    with (
-        pytest.warns(DeprecationWarning, match="max_sentence_length=.*removed in 0.4"),
-        pytest.raises(ValueError, match="too_long='cut'"),
-    ):
-        make_translation_dataset([], None, max_length=16, too_long="cut")
+    parameters = inspect.signature(make_translation_dataset).parameters
+    assert "max_sentence_length" in parameters and "max_length" not in parameters
 
 
 def test_the_source_cut_takes_the_decode_settings_name():
@@ -194,16 +133,7 @@ def test_the_source_cut_takes_the_decode_settings_name():
 
     from keras_transformer.data.batching import encode_sources
 
-    assert "max_input_length" in inspect.signature(encode_sources).parameters
-    with (
-        pytest.warns(DeprecationWarning, match="max_input_length=.*removed in 0.4"),
-        pytest.raises(ValueError, match="max_input_length must be at least 2"),
-    ):
-        encode_sources(None, [], max_length=1)
-
-
-def test_the_old_label_smoothing_constant_warns():
-    from keras_transformer.training import config
-
-    with pytest.warns(DeprecationWarning, match="conventions.LABEL_SMOOTHING"):
-        assert config.PAPER_LABEL_SMOOTHING == LABEL_SMOOTHING
+    parameters = inspect.signature(encode_sources).parameters
+    assert "max_input_length" in parameters and "max_length" not in parameters
+    with pytest.raises(ValueError, match="max_input_length must be at least 2"):
+        encode_sources(None, [], 1)

@@ -106,14 +106,13 @@ def test_translator_cuts_sources_like_the_export_and_batch_for_eval() -> None:
         assert batched[row].tolist() == padded
     with pytest.raises(ValueError, match="max_input_length"):
         translation.Translator(model, tokenizer, max_input_length=1)
-    with pytest.raises(ValueError, match="length_penalty"):
-        translation.Translator(model, tokenizer, length_penalty=-1.0)
+    with pytest.raises(ValueError, match="alpha"):
+        translation.Translator(model, tokenizer, alpha=-1.0)
 
 
 def test_one_result_class_for_training_and_test_sets() -> None:
     from keras_transformer.training import evaluation
 
-    assert translation.TestSetEvaluation is translation.EvaluationResult
     assert evaluation.EvaluationResult is translation.EvaluationResult
     assert evaluation.Translation is translation.Translation
     model, tokenizer = tiny_translator()

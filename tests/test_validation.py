@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from keras_transformer import validation
 from keras_transformer.validation import (
     check_grid,
     check_int,
@@ -74,14 +71,6 @@ def test_check_grid():
         check_grid(1, 4, (2, 2))
     with pytest.raises(ValueError, match=r"Pad the image to 6 rows x 4 columns"):
         check_grid(5, 4, (2, 2))
-
-
-def test_the_old_module_reexports_with_a_warning():
-    sys.modules.pop("keras_transformer.layers.validation", None)
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        old = importlib.import_module("keras_transformer.layers.validation")
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(validation, name)
 
 
 def test_check_known_names_names_the_unknown_and_lists_the_known():

@@ -99,7 +99,8 @@ def plot_attention(run: Path, output: Path, sentence: str) -> None:
     model, tokenizer, config = load_trained_model(run)
     source_ids = encode_sources(tokenizer, [sentence], config.model.max_length)
     source_ids = source_ids.to_tensor().numpy()
-    found = decoding.beam_search(model, source_ids, max_length=40)
+    settings = decoding.DecodeSettings()  # beam 4, alpha 0.6 (§6.1)
+    found = decoding.Decoder(model).decode(source_ids, settings, max_length=40)
     output_ids = found.to_list()[0]
     target_ids = [tokenizer.START_ID, *output_ids[:-1]]
     maps = visualize.attention_maps(model, source_ids, np.array([target_ids]))

@@ -315,7 +315,7 @@ print("padding changes nothing:", np.allclose(padded[:, :3], unpadded, atol=1e-5
 
 # %% [markdown]
 # `DecoderBlock` adds the masked self-attention and the encoder-decoder
-# attention of Figure 1 (right); its `init_cache` / `call_cached` methods
+# attention of Figure 1 (right); `init_cache` and `call(..., cache=...)`
 # decode one token at a time with key/value caches (see the
 # concepts page *Caching for incremental decoding*, `docs/concepts/caching.md`).
 #

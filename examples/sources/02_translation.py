@@ -247,7 +247,7 @@ model = result.model
 def translate(pairs: kt.data.TextPairs, beam_size: int) -> list[str]:
     """Greedy (beam_size=1) or beam-search translations (alpha = 0.6)."""
     return translation.translate_lines(
-        model, tokenizer, list(pairs.sources), beam_size=beam_size, length_penalty=0.6
+        model, tokenizer, list(pairs.sources), beam_size=beam_size, alpha=0.6
     )
 
 
@@ -283,9 +283,11 @@ for i in range(3):
 # %%
 source_text = sample.sources[0]
 source_ids = [*tokenizer.encode([source_text])[0], tokenizer.END_ID]
-output_ids = decoding.beam_search(
-    model, np.array([source_ids]), beam_size=4, max_length=64
-).to_list()[0]
+output_ids = (
+    decoding.Decoder(model)
+    .decode(np.array([source_ids]), decoding.DecodeSettings(beam_size=4), max_length=64)
+    .to_list()[0]
+)
 target_ids = [tokenizer.START_ID, *output_ids[:-1]]  # the decoder's inputs
 maps = visualize.attention_maps(model, np.array([source_ids]), np.array([target_ids]))
 print({kind: weights.shape for kind, weights in maps.items()})

@@ -96,7 +96,9 @@ def maps_of_translation(model, tokenizer, sentence: str, max_length: int = 32):
     `i` of a decoder map is the step that produced output token `i`.
     """
     source_ids = [*tokenizer.encode([sentence])[0], tokenizer.END_ID]
-    found = decoding.beam_search(model, np.array([source_ids]), max_length=max_length)
+    found = decoding.Decoder(model).decode(
+        np.array([source_ids]), max_length=max_length
+    )
     output_ids = found.to_list()[0]
     target_ids = [tokenizer.START_ID, *output_ids[:-1]]
     maps = visualize.attention_maps(

@@ -230,18 +230,6 @@ def weights_policy(args: argparse.Namespace) -> Iterator[None]:
         yield
 
 
-class _DeprecatedAlpha(argparse.Action):
-    """``--length-penalty``: the former name of ``--alpha`` (removed in 0.4)."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None):
-        print(
-            "keras-transformer: warning: --length-penalty is deprecated and will "
-            "be removed in 0.4; use --alpha.",
-            file=sys.stderr,
-        )
-        namespace.alpha = values
-
-
 def add_search_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -277,12 +265,6 @@ def add_search_arguments(
         type=float,
         default=default_setting("alpha"),
         help="Length penalty alpha (§6.1: %(default)s).",
-    )
-    group.add_argument(
-        "--length-penalty",
-        type=float,
-        action=_DeprecatedAlpha,
-        help="Deprecated name of --alpha (removed in 0.4).",
     )
     group.add_argument(
         "--max-input-length",

@@ -87,10 +87,10 @@ def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
     """The test pairs named by --task/--split (or the run's), and their name."""
     from keras_transformer.data.tasks import get_task
     from keras_transformer.runs import is_run_dir
-    from keras_transformer.training import DataConfig, TrainConfig
-    from keras_transformer.training.checkpoints import CONFIG_FILE
+    from keras_transformer.training import DataConfig
+    from keras_transformer.training.checkpoints import CONFIG_FILE, load_stored_config
 
-    config = TrainConfig.load(workdir / CONFIG_FILE) if is_run_dir(workdir) else None
+    config = load_stored_config(workdir / CONFIG_FILE) if is_run_dir(workdir) else None
     data_config = config.data if config is not None else None
     name = args.task or (data_config.task if data_config is not None else None)
     if name is None:

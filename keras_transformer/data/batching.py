@@ -34,7 +34,6 @@ import tensorflow as tf
 
 from keras_transformer.data.text import TextPairs
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.validation import warn_deprecated
 
 __all__ = [
     "DEFAULT_BUCKET_BOUNDARIES",
@@ -316,7 +315,6 @@ def make_translation_dataset(
     repeat: bool = False,
     drop_remainder: bool = False,
     target_tokenizer: SubwordTokenizer | None = None,
-    max_length: int | None = None,
 ) -> tf.data.Dataset:
     """Builds the training pipeline: tokenize, bucket by length, batch, pad.
 
@@ -352,7 +350,6 @@ def make_translation_dataset(
         repeat: Repeat forever (buckets then fill across epoch boundaries).
         drop_remainder: Drop the last, smaller batch of each bucket.
         target_tokenizer: Tokenizer of the targets for separate vocabularies.
-        max_length: deprecated name of ``max_sentence_length`` (removed in 0.4).
 
     Returns:
         A dataset of ``((source_ids, target_input_ids), target_label_ids)``,
@@ -361,9 +358,6 @@ def make_translation_dataset(
     Raises:
         ValueError: On invalid arguments, or if every pair is too long.
     """
-    if max_length is not None:
-        warn_deprecated("make_translation_dataset(max_length=)", "max_sentence_length=")
-        max_sentence_length = max_length
     _check_batching_options(too_long, shuffle_buffer)
     sizes = bucket_batch_sizes(
         max_tokens_per_batch, bucket_boundaries, max_sentence_length
@@ -481,9 +475,7 @@ def _bucketed(
 def encode_sources(
     tokenizer: SubwordTokenizer,
     sentences: tf.Tensor | Sequence[str],
-    max_input_length: int | None = None,
-    *,
-    max_length: int | None = None,
+    max_input_length: int,
 ) -> tf.RaggedTensor:
     """The encoder input of raw sentences: the one source-cut rule.
 
@@ -502,14 +494,10 @@ def encode_sources(
         sentences: a ``tf.string`` tensor ``[batch]`` or a list of strings.
         max_input_length: the longest source in ids, END included (>= 2):
             the decode setting of the same name.
-        max_length: deprecated name of ``max_input_length`` (removed in 0.4).
 
     Returns:
         int32 ids, a ``tf.RaggedTensor`` ``[batch, (length)]``.
     """
-    if max_length is not None:
-        warn_deprecated("encode_sources(max_length=...)", "max_input_length=")
-        max_input_length = max_length
     limit = max_input_length
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"max_input_length must be an integer. Received: {limit!r}")

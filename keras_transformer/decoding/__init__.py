@@ -18,8 +18,7 @@ default declared there once. The package:
   `strategies.STRATEGIES` (a new strategy: one module and one entry);
 - `steps`: the model's cached step (`TransformerStack.decode_beam_step`,
   beam 1 for greedy decoding and sampling) and the uncached reference;
-- `decoder`: `Decoder`, which puts them together and compiles them;
-- `deprecated`, `former`: the former names, removed in 0.4.
+- `decoder`: `Decoder`, which puts them together and compiles them.
 
 Token ids: 0 is padding and is never generated; by default 2 starts and 3 ends
 a sequence. Outputs hold the generated tokens (END included, the start token
@@ -36,11 +35,6 @@ Example:
 
 import importlib
 from typing import TYPE_CHECKING, Any
-
-from keras_transformer.conventions import PAD_ID
-
-#: Former name of `keras_transformer.conventions.PAD_ID`, kept importable.
-PADDING_ID = PAD_ID
 
 # Each public name and its module, imported on first use: the command line
 # reads `DecodeSettings`' defaults without loading TensorFlow.
@@ -60,15 +54,7 @@ _NAMES = {
     "Sampling": "strategies",
     "get_strategy": "strategies",
     "length_penalty": "strategies",
-    "beam_search": "deprecated",
-    "check_integer": "deprecated",
-    "check_length_penalty": "deprecated",
     "get_decoder": "decoder",
-    "greedy_decode": "deprecated",
-    "run_beam_search": "deprecated",
-    "run_greedy": "deprecated",
-    "sample_decode": "deprecated",
-    "uncached_greedy_decode": "deprecated",
     # Constraints and ensembles (Post and Vilar 2018; log-linear averaging).
     "ConstrainedBeamSearch": "strategies.constrained",
     "unmet_phrases": "strategies.constrained",
@@ -78,16 +64,6 @@ _NAMES = {
 
 if TYPE_CHECKING:  # the same names, for readers and documentation tools
     from keras_transformer.decoding.decoder import Decoder, get_decoder
-    from keras_transformer.decoding.deprecated import (
-        beam_search,
-        check_integer,
-        check_length_penalty,
-        greedy_decode,
-        run_beam_search,
-        run_greedy,
-        sample_decode,
-        uncached_greedy_decode,
-    )
     from keras_transformer.decoding.ensemble import EnsembleDecoder
     from keras_transformer.decoding.result import (
         DecodeResult,
@@ -134,23 +110,14 @@ __all__ = [
     "GreedySearch",
     "NBestBeamSearch",
     "NBestResult",
-    "PADDING_ID",
     "STRATEGIES",
     "Sampling",
     "ScoreResult",
     "StepFunction",
-    "beam_search",
-    "check_integer",
-    "check_length_penalty",
     "default_setting",
     "get_decoder",
     "get_strategy",
-    "greedy_decode",
     "length_penalty",
-    "run_beam_search",
-    "run_greedy",
     "run_search",
-    "sample_decode",
-    "uncached_greedy_decode",
     "unmet_phrases",
 ]

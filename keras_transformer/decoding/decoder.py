@@ -18,7 +18,6 @@ import tensorflow as tf
 
 from keras_transformer import validation
 from keras_transformer.conventions import END_ID, PAD_ID, START_ID
-from keras_transformer.decoding.former import DeprecatedDecoderMethods
 from keras_transformer.decoding.result import DecodeResult, NBestResult, ScoreResult
 from keras_transformer.decoding.search import Outputs, Prefix, run_search
 from keras_transformer.decoding.settings import DecodeSettings
@@ -41,7 +40,7 @@ from keras_transformer.models.transformer import TransformerStack
 _LENGTH_BUCKET = 16
 
 
-class Decoder(DeprecatedDecoderMethods):
+class Decoder:
     """Compiled decoding (greedy, beam search, sampling) for one model.
 
     Runs the model through its `TransformerStack`: the encoder once, then one

@@ -19,7 +19,6 @@ from typing import Any
 
 from keras_transformer import validation
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
-from keras_transformer.validation import warn_deprecated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +32,7 @@ class DecodeSettings:
             decodes greedily (`strategy`).
         beam_size: hypotheses kept per example (§6.1: 4).
         alpha: the length-penalty alpha (§6.1: 0.6); 0 ranks hypotheses by
-            their raw log-probability. (Former names: ``length_penalty``,
-            ``length_penalty_alpha``.)
+            their raw log-probability.
         extra_length: an output may have its source's number of tokens plus
             this many (§6.1: "input length + 50"; `conventions.EXTRA_LENGTH`).
         max_input_length: longest source in subword ids, END included, where
@@ -143,17 +141,7 @@ def default_setting(name: str) -> Any:
 def settings_with(
     settings: DecodeSettings | None, changes: dict[str, Any]
 ) -> DecodeSettings:
-    """`settings` (the defaults when None) with the named `changes`.
-
-    ``length_penalty`` is taken as the deprecated name of ``alpha``.
-    """
-    changes = dict(changes)
-    if "length_penalty" in changes:
-        warn_deprecated("length_penalty=", "alpha=", stacklevel=None)
-        validation.check_number(
-            "length_penalty", changes["length_penalty"], at_least=0.0
-        )
-        changes["alpha"] = changes.pop("length_penalty")
+    """`settings` (the defaults when None) with the named `changes`."""
     fields = {field.name for field in dataclasses.fields(DecodeSettings)}
     unknown = sorted(set(changes) - fields)
     if unknown:
@@ -168,5 +156,4 @@ __all__ = [
     "default_setting",
     "DecodeSettings",
     "settings_with",
-    "warn_deprecated",
 ]

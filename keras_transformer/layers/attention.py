@@ -21,7 +21,6 @@ from keras_transformer.validation import (
     check_bool,
     check_positive_int,
     check_rate,
-    warn_deprecated,
 )
 
 
@@ -698,30 +697,6 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = ops.expand_dims(mask, axis=-3)
         return mask
 
-    def cached_self_attention(
-        self,
-        query_step: Any,
-        cache: tuple[Any, Any],
-        cache_index: Any,
-        window: int | None = None,
-    ) -> tuple[Any, Any, tuple[Any, Any]]:
-        """Deprecated (removed in 0.4): `call(query_step, cache=cache,
-        cache_update_index=cache_index, use_causal_mask=True,
-        return_attention_scores=True)`; returns `(output, scores, cache)`."""
-        warn_deprecated("MultiHeadAttention.cached_self_attention", "call(cache=...)")
-        if window is not None and window != self.cache_window:
-            raise ValueError(
-                f"cached_self_attention(window={window}) is no longer supported: "
-                "use RestrictedMultiHeadAttention(window=...) with call(cache=...)."
-            )
-        return self.call(
-            query_step,
-            cache=cache,
-            cache_update_index=cache_index,
-            use_causal_mask=True,
-            return_attention_scores=True,
-        )
-
     # ------------------------------------------------------------------- call
     def call(
         self,
@@ -798,37 +773,6 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return self.attend(
             queries, keys, values, mask, training=training, positions=positions
-        )
-
-    def cached_beam_self_attention(
-        self,
-        hypotheses: Any,
-        cache: tuple[Any, Any],
-        cache_index: Any,
-        beam_mask: Any,
-        window: int | None = None,
-        append: bool = False,
-    ) -> tuple[Any, Any, tuple[Any, Any]]:
-        """Deprecated (removed in 0.4): `call(hypotheses, cache=cache,
-        cache_update_index=cache_index, attention_mask=beam_mask,
-        beam_size=beam, append_to_cache=append, return_attention_scores=True)`."""
-        warn_deprecated(
-            "MultiHeadAttention.cached_beam_self_attention", "call(cache=...)"
-        )
-        if window is not None and window != self.cache_window:
-            raise ValueError(
-                f"cached_beam_self_attention(window={window}) is no longer "
-                "supported: use RestrictedMultiHeadAttention(window=...) with "
-                "call(cache=...)."
-            )
-        return self.call(
-            hypotheses,
-            cache=cache,
-            cache_update_index=cache_index,
-            attention_mask=beam_mask,
-            beam_size=hypotheses.shape[1],
-            append_to_cache=append,
-            return_attention_scores=True,
         )
 
     def compute_output_shape(
@@ -961,24 +905,6 @@ def check_one_position_cache(layer: str, query: Any, call: CachedCall) -> None:
             f"query.shape={tuple(query.shape)}, "
             f"cache_update_index={call.cache_update_index!r}"
         )
-
-
-def call_with_cache_dict(
-    layer: MultiHeadAttention, inputs: Any, cache: dict[str, Any], index: Any
-) -> tuple[Any, dict[str, Any]]:
-    """What the local layers' deprecated `call_cached(inputs, cache, index)`
-    does: `layer.call(inputs, cache=(keys, values), cache_update_index=index,
-    use_causal_mask=True)` on a `{"keys", "values"}` cache (their former
-    `init_cache` layout); returns `(output, cache)` in that layout."""
-    old = f"{type(layer).__name__}.call_cached"
-    warn_deprecated(old, "call(cache=...)", stacklevel=4)
-    output, (keys, values) = layer.call(
-        inputs,
-        cache=(cache["keys"], cache["values"]),
-        cache_update_index=index,
-        use_causal_mask=True,
-    )
-    return output, {"keys": keys, "values": values}
 
 
 #: The masks a one-position cached step of a local layer refuses.

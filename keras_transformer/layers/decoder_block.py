@@ -9,7 +9,6 @@ import keras
 from keras import ops
 
 from keras_transformer.layers._block import TransformerBlockBase
-from keras_transformer.validation import warn_deprecated
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -225,65 +224,6 @@ class DecoderBlock(TransformerBlockBase):
             "cross_keys": cross_keys,
             "cross_values": cross_values,
         }
-
-    def call_cached(
-        self,
-        decoder_step: Any,
-        cache: dict[str, Any],
-        cache_index: Any,
-        encoder_padding_mask: Any | None = None,
-    ) -> tuple[Any, dict[str, Any]]:
-        """Deprecated (removed in 0.4): `call(decoder_step,
-        encoder_padding_mask=..., cache=cache, cache_update_index=cache_index)`."""
-        return self._deprecated_cached_call(
-            "call_cached", decoder_step, cache, cache_index, encoder_padding_mask
-        )
-
-    def call_beam_step(
-        self,
-        hypotheses: Any,
-        cache: dict[str, Any],
-        cache_index: Any,
-        beam_mask: Any,
-        encoder_padding_mask: Any | None = None,
-        append: bool = False,
-    ) -> tuple[Any, dict[str, Any]]:
-        """Deprecated (removed in 0.4): `call(hypotheses, encoder_padding_mask=...,
-        self_attention_mask=beam_mask, use_causal_mask=False, cache=cache,
-        cache_update_index=cache_index, append_to_cache=append, beam_size=beam)`."""
-        return self._deprecated_cached_call(
-            "call_beam_step",
-            hypotheses,
-            cache,
-            cache_index,
-            encoder_padding_mask,
-            self_attention_mask=beam_mask,
-            use_causal_mask=False,
-            append_to_cache=append,
-            beam_size=hypotheses.shape[1],
-        )
-
-    def _deprecated_cached_call(
-        self,
-        method: str,
-        inputs: Any,
-        cache: dict[str, Any],
-        cache_index: Any,
-        encoder_padding_mask: Any | None,
-        **call_arguments: Any,
-    ) -> tuple[Any, dict[str, Any]]:
-        """What the deprecated `call_cached` and `call_beam_step` do: warn
-        that `method` goes in 0.4, then `call(inputs, cache=cache,
-        cache_update_index=cache_index, ...)`."""
-        # stacklevel 4: the line that called the deprecated method.
-        warn_deprecated(f"DecoderBlock.{method}", "call(cache=...)", stacklevel=4)
-        return self.call(
-            inputs,
-            encoder_padding_mask=encoder_padding_mask,
-            cache=cache,
-            cache_update_index=cache_index,
-            **call_arguments,
-        )
 
     # ----------------------------------------------------------- Keras glue
     def compute_output_spec(

@@ -42,7 +42,6 @@ from keras_transformer.validation import (
     check_int,
     check_pair,
     check_positive_int,
-    warn_deprecated,
 )
 
 __all__ = ["ATTENTION_TYPES", "ImageTransformerBlock", "check_local_1d"]
@@ -316,14 +315,6 @@ class ImageTransformerBlock(TransformerBlockBase):
         rows, cols = self.grid_shape
         keys, values = self.self_attention.empty_cache(batch_size, rows * cols)
         return {"keys": keys, "values": values}
-
-    def call_cached(
-        self, position_inputs: Any, cache: dict[str, Any], index: Any
-    ) -> tuple[Any, dict[str, Any]]:
-        """Deprecated (removed in 0.4): `call(position_inputs, cache=cache,
-        cache_update_index=index)`."""
-        warn_deprecated("ImageTransformerBlock.call_cached", "call(cache=...)")
-        return self.call(position_inputs, cache=cache, cache_update_index=index)
 
     def _position_step(
         self, position_inputs: Any, cache: dict[str, Any], index: Any

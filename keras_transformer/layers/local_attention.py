@@ -32,11 +32,10 @@ from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
     CachedCall,
     MultiHeadAttention,
-    call_with_cache_dict,
     check_one_position_cache,
     scaled_dot_product_attention,
 )
-from keras_transformer.validation import check_positive_int, warn_deprecated
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "LocalBlockAttention",
@@ -496,98 +495,6 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
         """With a cache, a query attends to the last `window + 1` positions."""
         return self.window
 
-    def init_cache(self, batch_size: int) -> dict[str, Any]:
-        """Deprecated (removed in 0.4): an empty sliding-window cache for
-        `call_cached`. Use `empty_cache` and `call(..., cache=...)`, the one
-        cache layout of every attention layer.
-
-        Args:
-            batch_size: the batch size of the decoding.
-
-        Returns:
-            `{"keys": (batch, heads, window, key_dim), "values": (batch,
-            heads, window, value_dim), "mask": (batch, window)}`: the keys
-            and values of the last `window` positions (zeros at first) and
-            whether each slot holds a real position (all `False` at first).
-        """
-        warn_deprecated("RestrictedMultiHeadAttention.init_cache", "empty_cache")
-        if not self.built:
-            raise ValueError(
-                "RestrictedMultiHeadAttention.init_cache needs a built layer: "
-                "call the layer once (or call `build`) first."
-            )
-        shape = (batch_size, self.num_heads, self.window)
-        return {
-            "keys": ops.zeros((*shape, self.key_dim), self.compute_dtype),
-            "values": ops.zeros((*shape, self.value_dim), self.compute_dtype),
-            "mask": ops.zeros((batch_size, self.window), "bool"),
-        }
-
-    def call_cached(
-        self,
-        query_step: Any,
-        cache: dict[str, Any],
-        padding_mask: Any | None = None,
-    ) -> tuple[Any, dict[str, Any]]:
-        """Deprecated (removed in 0.4; use `call(..., cache=...)`): causal
-        restricted attention for the next `s` positions (inference).
-
-        The cache holds the projected keys and values of the last `window`
-        positions, oldest first (a shift register with static shapes, so the
-        decoding loop compiles). The step's keys are appended, the queries
-        attend to the `window + s` cached-plus-new keys under the causal band,
-        and the last `window` are kept. Feeding a sequence in chunks of any
-        size reproduces `layer(x, use_causal_mask=True)` exactly. Positions
-        need not be passed: the band is the same at every step.
-
-        Args:
-            query_step: `(batch, s, features)`, the inputs of the next `s`
-                positions (usually `s = 1`).
-            cache: from `init_cache` or the previous step.
-            padding_mask: optional boolean `(batch, s)`, `True` on real
-                tokens.
-
-        Returns:
-            `(output, cache)`: `(batch, s, output_dim)` and the updated cache.
-        """
-        warn_deprecated("RestrictedMultiHeadAttention.call_cached", "call(cache=...)")
-        step_length = query_step.shape[1]
-        if step_length is None:
-            raise ValueError(
-                "call_cached needs a static step length. Received: "
-                f"query_step.shape={tuple(query_step.shape)}"
-            )
-        batch = ops.shape(query_step)[0]
-        query_heads = self.project_query(query_step)
-        step_keys, step_values = self.project_key_value(query_step)
-        # (batch, heads, window + s, dim): cached positions, then the step.
-        keys = ops.concatenate([cache["keys"], step_keys], axis=2)
-        values = ops.concatenate([cache["values"], step_values], axis=2)
-        if padding_mask is None:
-            step_valid = ops.ones((batch, step_length), "bool")
-        else:
-            masking.check_padding_mask("padding_mask", padding_mask)
-            step_valid = ops.cast(padding_mask, "bool")
-        # (batch, window + s)
-        key_valid = ops.concatenate([ops.cast(cache["mask"], "bool"), step_valid], 1)
-        # Query i sits `window` slots after the cache start; it sees slots
-        # i .. i + window, i.e. positions [p - r, p]. (s, window + s)
-        query_slots = np.arange(step_length)[:, None]
-        key_slots = np.arange(self.window + step_length)[None, :]
-        band = ops.convert_to_tensor(
-            (key_slots >= query_slots) & (key_slots <= query_slots + self.window)
-        )
-        # (batch, s, window + s)
-        mask = ops.logical_and(band[None], key_valid[:, None, :])
-        mask = ops.logical_and(mask, step_valid[:, :, None])
-        output, _ = self.attend(query_heads, keys, values, mask[:, None], False)
-        new_cache = {
-            "keys": keys[:, :, step_length:],
-            "values": values[:, :, step_length:],
-            "mask": key_valid[:, step_length:],
-        }
-        return output, new_cache
-
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update({"window": self.window, "block_size": self.block_size})
@@ -665,32 +572,6 @@ class LocalBlockAttention(_BlockedSelfAttention):
         return np.ones_like(distance, dtype=bool)
 
     # ---------------------------------------------------- cached sampling
-    def init_cache(self, batch_size: Any, length: int) -> dict[str, Any]:
-        """Deprecated (removed in 0.4; use `empty_cache(batch_size, length)`
-        and `call(..., cache=...)`): an empty cache for `call_cached`, the
-        keys and values of `length` positions.
-
-        Args:
-            batch_size: the batch size of the sampling.
-            length: the sequence length `n` (static).
-
-        Returns:
-            `{"keys": (batch, heads, n, key_dim), "values": (batch, heads,
-            n, value_dim)}`, zeros (`empty_cache`'s layout).
-        """
-        warn_deprecated("LocalBlockAttention.init_cache", "empty_cache")
-        check_positive_int("length", length)
-        keys, values = self.empty_cache(batch_size, length)
-        return {"keys": keys, "values": values}
-
-    def call_cached(
-        self, position_inputs: Any, cache: dict[str, Any], index: Any
-    ) -> tuple[Any, dict[str, Any]]:
-        """Deprecated (removed in 0.4): `call(position_inputs, cache=(keys,
-        values), cache_update_index=index)` on a `{"keys", "values"}` cache
-        from `init_cache`: `(output, cache)`."""
-        return call_with_cache_dict(self, position_inputs, cache, index)
-
     def _attend_cache(
         self, query: Any, call: CachedCall
     ) -> tuple[Any, Any, tuple[Any, Any]]:

@@ -53,14 +53,12 @@ from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
     CachedCall,
     MultiHeadAttention,
-    call_with_cache_dict,
     check_one_position_cache,
 )
 from keras_transformer.validation import (
     check_choice,
     check_grid,
     check_pair,
-    warn_deprecated,
 )
 
 __all__ = [
@@ -260,7 +258,7 @@ class LocalAttention2D(MultiHeadAttention):
 
     Sampling one position at a time: `call(x_p, cache=layer.empty_cache(batch,
     rows * cols), cache_update_index=p, use_causal_mask=True)`, the one
-    cached call of every attention layer (`call_cached` is deprecated).
+    cached call of every attention layer.
 
     Reference: Parmar et al. (2018), "Image Transformer", §3.2 (local 2D
     attention) and Figure 2.
@@ -609,30 +607,6 @@ class LocalAttention2D(MultiHeadAttention):
             ),
         )
         return self._attend_cached_slots(query, call.cache, index, slots, allowed)
-
-    def init_cache(self, batch_size: Any) -> dict[str, Any]:
-        """Deprecated (removed in 0.4; use `empty_cache(batch_size, rows *
-        cols)` and `call(..., cache=...)`): an empty cache for
-        `call_cached`, `{"keys": (batch, heads, n, key_dim), "values":
-        (batch, heads, n, value_dim)}`, zeros."""
-        warn_deprecated("LocalAttention2D.init_cache", "empty_cache")
-        if self.grid_shape is None:
-            raise ValueError(
-                "LocalAttention2D.init_cache needs a built layer: call the "
-                "layer once (or `build` it with the image's shape) first."
-            )
-        keys, values = self.empty_cache(
-            batch_size, self.grid_shape[0] * self.grid_shape[1]
-        )
-        return {"keys": keys, "values": values}
-
-    def call_cached(
-        self, position_inputs: Any, cache: dict[str, Any], index: Any
-    ) -> tuple[Any, dict[str, Any]]:
-        """Deprecated (removed in 0.4): `call(position_inputs, cache=(keys,
-        values), cache_update_index=index, use_causal_mask=True)` on a
-        `{"keys", "values"}` cache from `init_cache`: `(output, cache)`."""
-        return call_with_cache_dict(self, position_inputs, cache, index)
 
     # ------------------------------------------------------------ Keras glue
     def build(self, inputs_shape: Sequence[int | None]) -> None:

@@ -1,7 +1,5 @@
 """The paper's model: configuration, presets (Table 3), the builder and its stack;
 and the Image Transformer (Parmar et al., 2018): its configuration and builder.
-
-`TransformerLayers` is the former name of `TransformerStack` (still importable).
 """
 
 from keras_transformer.models.config import TransformerConfig
@@ -20,8 +18,6 @@ from keras_transformer.models.presets import (
     presets,
 )
 from keras_transformer.models.transformer import (
-    IncrementalDecoder,
-    TransformerLayers,
     TransformerStack,
     build_transformer,
     decoder_model,
@@ -32,9 +28,7 @@ __all__ = [
     "PAPER_PARAMETER_COUNTS_M",
     "ImageTransformerConfig",
     "ImageTransformerStack",
-    "IncrementalDecoder",
     "TransformerConfig",
-    "TransformerLayers",
     "TransformerStack",
     "build_image_transformer",
     "build_transformer",

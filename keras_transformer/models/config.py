@@ -9,7 +9,6 @@ from typing import Any
 
 import keras
 
-from keras_transformer.conventions import LABEL_SMOOTHING
 from keras_transformer.layers.attention import check_relative_positions
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
@@ -21,7 +20,6 @@ from keras_transformer.validation import (
     check_positive_int,
     check_rate,
     check_string,
-    warn_deprecated,
 )
 
 POSITION_ENCODINGS = ("sinusoidal", "learned", "none")
@@ -30,7 +28,7 @@ classifier (`build_classifier`); a translation model refuses it."""
 
 
 @dataclasses.dataclass(frozen=True)
-class _TransformerFields:
+class TransformerConfig:
     """Hyperparameters of the encoder-decoder Transformer (paper Table 3).
 
     Only `build_transformer` reads this class; the layers take explicit
@@ -50,11 +48,6 @@ class _TransformerFields:
         dropout: `P_drop`, the residual and embedding dropout (0.1).
         attention_dropout: dropout on attention weights (0 in the paper).
         ffn_dropout: dropout inside the feed-forward networks (0).
-        label_smoothing: deprecated (removed in 0.4), an argument, not a
-            field: label smoothing (§5.4) shapes the loss, not the model,
-            and is the training setting ``train.label_smoothing``. Still
-            accepted with a `DeprecationWarning` (`TransformerConfig.__init__`);
-            a `TrainConfig` moves it to ``train.label_smoothing``.
         position_encoding: `"sinusoidal"` (Eqs. 5-6) or `"learned"` (row E).
         max_length: the number of positions the model supports: the longest
             source or output sequence, in tokens (the size of the learned
@@ -176,27 +169,16 @@ class _TransformerFields:
         """The target vocabulary size, resolved."""
         return self.target_vocabulary_size or self.vocabulary_size
 
-    @property
-    def legacy_label_smoothing(self) -> float | None:
-        """The deprecated `label_smoothing` argument, if one was given."""
-        return getattr(self, "_legacy_label_smoothing", None)
-
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with some fields changed (validated again)."""
-        new = dataclasses.replace(self, **changes)
-        legacy = self.legacy_label_smoothing
-        if "label_smoothing" not in changes and legacy is not None:
-            # Carried over without warning again.
-            object.__setattr__(new, "_legacy_label_smoothing", legacy)
-        return new
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
-        # `label_smoothing` (deprecated) is still accepted for one release.
-        known = {field.name for field in dataclasses.fields(cls)} | {"label_smoothing"}
+        known = {field.name for field in dataclasses.fields(cls)}
         check_known_names(values, known, "TransformerConfig fields")
         return cls(**values)
 
@@ -206,36 +188,6 @@ class _TransformerFields:
     @classmethod
     def from_json(cls, text: str) -> TransformerConfig:
         return cls.from_dict(json.loads(text))
-
-
-class TransformerConfig(_TransformerFields):
-    __doc__ = _TransformerFields.__doc__
-
-    def __init__(
-        self, *args: Any, label_smoothing: float | None = None, **kwargs: Any
-    ) -> None:
-        """The fields as arguments (see the class); `label_smoothing` is
-        deprecated (removed in 0.4): it moved to ``train.label_smoothing``."""
-        super().__init__(*args, **kwargs)
-        if label_smoothing is not None:
-            warn_deprecated(
-                "TransformerConfig(label_smoothing=...)",
-                "train.label_smoothing (TrainingConfig.label_smoothing: label "
-                "smoothing, §5.4, is a training setting)",
-            )
-            check_rate("model.label_smoothing", label_smoothing)
-            object.__setattr__(self, "_legacy_label_smoothing", float(label_smoothing))
-
-    @property
-    def label_smoothing(self) -> float:
-        """Deprecated (removed in 0.4): the `label_smoothing` argument, or
-        the paper's `conventions.LABEL_SMOOTHING`; read
-        ``TrainConfig.train.label_smoothing``."""
-        warn_deprecated(
-            "TransformerConfig.label_smoothing", "TrainConfig.train.label_smoothing"
-        )
-        legacy = self.legacy_label_smoothing
-        return LABEL_SMOOTHING if legacy is None else legacy
 
 
 def _optimizer_config(value: Any) -> OptimizerConfig:

@@ -37,7 +37,7 @@ from keras_transformer.layers.pixel_outputs import (
     check_pixels,
 )
 from keras_transformer.models.image_config import ImageTransformerConfig
-from keras_transformer.validation import check_positive_int, warn_deprecated
+from keras_transformer.validation import check_positive_int
 
 __all__ = ["ImageTransformerStack", "build_image_transformer", "image_bits_per_dim"]
 
@@ -285,21 +285,6 @@ class ImageTransformerStack:
         if self.final_norm is not None:
             x = self.final_norm(x)
         return ops.cast(self.head(x), "float32"), new_caches
-
-    def step(
-        self,
-        previous: Any,
-        caches: BlockCaches,
-        index: Any,
-        labels: Any | None = None,
-    ) -> tuple[Any, BlockCaches]:
-        """Deprecated (removed in 0.4): `decode_beam_step` with one
-        hypothesis; `previous` is `(batch,)` or `(batch, channels)` and the
-        outputs `(batch, 256)` or `(batch, P)`."""
-        warn_deprecated("ImageTransformerStack.step", "decode_beam_step")
-        previous = ops.expand_dims(ops.convert_to_tensor(previous, "int32"), 1)
-        outputs, caches = self.decode_beam_step(previous, caches, index, labels)
-        return outputs[:, 0], caches
 
     # ----------------------------------------------------------- the head
     def bits_per_dim(self, outputs: Any, images: Any) -> Any:

@@ -33,10 +33,6 @@ from keras_transformer.layers import (
     SinusoidalPositionEncoding,
 )
 from keras_transformer.models.config import TransformerConfig
-from keras_transformer.validation import warn_deprecated
-
-#: Former name of `keras_transformer.conventions.PAD_ID`, kept importable.
-PADDING_ID = PAD_ID
 
 #: The three kinds of attention (§3.2.3), the keys of the attention weights
 #: returned with `return_attention_scores=True`: `encode` returns
@@ -350,29 +346,6 @@ class TransformerStack:
             for block in self.decoder_blocks
         ]
 
-    def decode_step(
-        self,
-        target_ids: Any,
-        caches: DecoderCaches,
-        index: Any,
-        source_padding_mask: Any,
-    ) -> tuple[Any, DecoderCaches]:
-        """Deprecated (removed in 0.4): use `decode_beam_step` (with one
-        hypothesis, `beam_size=1` caches and its history mask).
-
-        `decode` for the positions `index .. index + step_length - 1` of
-        `target_ids` `(batch, step_length)`, over `caches` from `init_cache`
-        (their keys and values written at `index`): `(logits, caches)`.
-        """
-        warn_deprecated("TransformerStack.decode_step", "decode_beam_step")
-        return self._decode_positions(target_ids, caches, index, source_padding_mask)
-
-    def _decode_positions(self, ids: Any, caches: Any, index: Any, mask: Any) -> Any:
-        """What the deprecated `decode_step` (and `IncrementalDecoder`) run."""
-        hidden = self.target_embedding(ops.convert_to_tensor(ids, "int32"))
-        hidden = self.target_position(hidden, start_index=index)
-        return self._decode_cached(hidden, caches, index, mask, use_causal_mask=True)
-
     def decode_beam_step(
         self,
         token_ids: Any,
@@ -470,10 +443,6 @@ class TransformerStack:
         return self.target_embedding(hidden, reverse=True)
 
 
-#: Former name of `TransformerStack`, kept importable.
-TransformerLayers = TransformerStack
-
-
 def build_transformer(
     config: TransformerConfig, name: str = "transformer", dtype: Any = None
 ) -> keras.Model:
@@ -532,83 +501,3 @@ def decoder_model(model: keras.Model) -> keras.Model:
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
     logits = stack.decode(target_ids, encoder_output, ops.not_equal(source_ids, PAD_ID))
     return keras.Model([target_ids, encoder_output, source_ids], logits, name="decoder")
-
-
-class IncrementalDecoder:
-    """Deprecated (removed in 0.4): use `TransformerStack.init_cache` and
-    `decode_beam_step` (one hypothesis per example for greedy decoding).
-
-    Step-by-step decoding of a `build_transformer` model with KV caches.
-
-    The encoder runs once (`start`); each `step` feeds the newest target
-    token(s), reusing the keys and values of earlier positions from
-    fixed-size caches, so one step costs O(length) instead of the O(length^2)
-    of re-running the decoder on the whole prefix. All shapes are static for
-    a given `max_length`, so a decoding loop around `step` compiles with XLA.
-    A thin wrapper that keeps the source padding mask and the caches of
-    `TransformerStack.init_cache` and its cached step in one state dict.
-
-    Args:
-        model: a model from `build_transformer` (or loaded from its file).
-
-    Example:
-    >>> import numpy as np, keras_transformer as kt
-    >>> model = kt.models.build_transformer(kt.models.presets["tiny"])
-    >>> import warnings
-    >>> with warnings.catch_warnings():  # deprecated: removed in 0.4
-    ...     warnings.simplefilter("ignore", DeprecationWarning)
-    ...     decoder = IncrementalDecoder(model)
-    >>> state = decoder.start(np.array([[5, 6, 7, 3]]), max_length=8)
-    >>> logits, state = decoder.step(np.array([[2]]), state, 0)
-    >>> tuple(logits.shape)
-    (1, 1, 1000)
-
-    Reference: Vaswani et al. (2017), §3 ("auto-regressive").
-    """
-
-    def __init__(self, model: keras.Model) -> None:
-        warn_deprecated(
-            "IncrementalDecoder", "TransformerStack.init_cache and decode_beam_step"
-        )
-        self.model = model
-        self.stack = TransformerStack.of(model)
-        self.max_supported_length = self.stack.max_target_length
-
-    def start(self, source_ids: Any, max_length: int) -> dict[str, Any]:
-        """Encodes the source and returns the empty decoding state.
-
-        Args:
-            source_ids: int `(batch, source_length)`, 0 for padding.
-            max_length: how many target positions will be decoded.
-
-        Returns:
-            The state: `{"source_padding_mask": (batch, source_length) bool,
-            "layers": one cache per decoder block}` (see
-            `TransformerStack.init_cache`).
-        """
-        source_ids = ops.convert_to_tensor(source_ids, "int32")
-        encoder_output = self.stack.encode(source_ids, training=False)
-        return {
-            "source_padding_mask": ops.not_equal(source_ids, PAD_ID),
-            "layers": self.stack.init_cache(encoder_output, max_length),
-        }
-
-    def step(
-        self, target_ids: Any, state: dict[str, Any], index: Any
-    ) -> tuple[Any, dict[str, Any]]:
-        """Logits for the target positions `index .. index + step_length - 1`.
-
-        Args:
-            target_ids: int `(batch, step_length)`, the decoder inputs at those
-                positions (usually one token: the previous output).
-            state: from `start` or the previous `step`.
-            index: position of the first of `target_ids` (int or scalar tensor).
-
-        Returns:
-            `(logits, state)`: float32 `(batch, step_length, vocabulary)` and
-            the updated state.
-        """
-        logits, caches = self.stack._decode_positions(
-            target_ids, state["layers"], index, state["source_padding_mask"]
-        )
-        return logits, {**state, "layers": caches}

@@ -43,14 +43,9 @@ from keras_transformer.training.fit_callbacks import (
     CheckpointAveraging,
 )
 from keras_transformer.training.image import (
-    ImageDataConfig,
-    ImageRunConfig,
     ImageTrainer,
-    ImageTrainingConfig,
-    ImageTrainResult,
     image_batches,
     load_image_data,
-    train_image_model,
 )
 from keras_transformer.training.loop import (
     ConfigMismatchError,
@@ -71,11 +66,7 @@ __all__ = [
     "ConfigMismatchError",
     "DataConfig",
     "EvaluationResult",
-    "ImageDataConfig",
-    "ImageRunConfig",
-    "ImageTrainResult",
     "ImageTrainer",
-    "ImageTrainingConfig",
     "TokenStatistics",
     "TrainConfig",
     "TrainResult",
@@ -97,7 +88,6 @@ __all__ = [
     "make_strategy",
     "parse_override",
     "train",
-    "train_image_model",
     "translate",
     "weights_checksum",
 ]

@@ -61,6 +61,7 @@ from keras_transformer.runs import (
     run_fingerprint,
     save_checkpoint,
     save_weights,
+    upgrade_stored_config,
     weights_info_file,
     write_checkpoint_metadata,
 )
@@ -108,20 +109,14 @@ _METADATA = CHECKPOINT_METADATA
 def load_stored_config(path: str | os.PathLike[str]) -> TrainConfig:
     """The config that a run folder stores (its ``config.json``).
 
-    As `TrainConfig.load`, except for an image model stored without
-    ``generation_order``: written before the setting existed, by code that
-    generated in one raster order over the image, it keeps that order
-    (``"image"``). A hand-written config without the key gets the paper's
-    block order (Parmar et al. 2018, §3.2), `ImageTransformerConfig`'s
-    default; the `ImageRunConfig` layout of old image runs is read as
-    ``"image"`` too (`kinds.upgrade_image_run_dict`).
+    As `TrainConfig.load`, except that a ``config.json`` written by an
+    earlier version is read in today's layout (`upgrade_stored_config`: old
+    key names, the image layout before kinds, an image model without
+    ``generation_order``), so that its run resumes and loads unchanged.
     """
     values = read_config_file(Path(path))
-    model = values.get("model")
-    if values.get("kind") == "image" and isinstance(model, dict):
-        values = {**values, "model": {"generation_order": "image", **model}}
     try:
-        return TrainConfig.from_dict(values)
+        return TrainConfig.from_dict(upgrade_stored_config(values))
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
 
@@ -565,6 +560,6 @@ def load_trained_model(
         ``(model, tokenizer, config)``.
     """
     run = RunFolder(workdir).check()
-    config = TrainConfig.load(run.config_file)
+    config = load_stored_config(run.config_file)
     model, tokenizer = run.load(weights)
     return model, tokenizer, config

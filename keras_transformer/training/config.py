@@ -17,24 +17,23 @@ and take overrides as dotted keys (`apply_overrides`, in
 One owner and one name per setting:
 
 ==============================  ==========================================
-setting                         owner (old names, accepted for one release)
+setting                         owner
 ==============================  ==========================================
 vocabulary size (§5.1)          ``data.vocabulary_size``: the size the
                                 tokenizer learns; the learned tokenizer
                                 decides, ``model.vocabulary_size`` records
                                 it (`reconcile_vocabulary_size`)
 label smoothing (§5.4)          ``train.label_smoothing``
-                                (``model.label_smoothing``)
 output allowance (§6.1, +50)    ``train.extra_length``
-                                (``train.decode_extra_length``)
 longest training sentence       ``data.max_sentence_length``
-                                (``data.max_length``)
 positions the model supports    ``model.max_length``
 ==============================  ==========================================
 
-A config file or `config.json` of an older run that uses an old name loads
-(with a `DeprecationWarning`) into the same config as the new name, so a
-run resumed with the same settings is not seen as changed.
+A config file or ``--set`` override that uses a key of an earlier version
+(`RENAMED_KEYS`) is refused with a one-line error naming the new key. The
+``config.json`` that an earlier version stored in a run folder is read
+with its old keys renamed (`upgrade_stored_config`), so that run resumes
+and loads unchanged.
 """
 
 from __future__ import annotations
@@ -60,13 +59,12 @@ from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
-from keras_transformer.training.kinds import (
-    DEFAULT_KIND,
-    KIND_SECTIONS,
-    KINDS,
+from keras_transformer.runs import (
+    RENAMED_KEYS,
     is_image_run_layout,
-    upgrade_image_run_dict,
+    upgrade_stored_config,
 )
+from keras_transformer.training.kinds import DEFAULT_KIND, KIND_SECTIONS, KINDS
 from keras_transformer.validation import (
     check_bool,
     check_choice,
@@ -76,8 +74,6 @@ from keras_transformer.validation import (
     check_positive_int,
     check_rate,
     check_string,
-    take_renamed_argument,
-    warn_deprecated,
 )
 
 __all__ = [
@@ -96,7 +92,9 @@ __all__ = [
     "implied_label_smoothing",
     "read_config_file",
     "reconcile_vocabulary_size",
-    "upgrade_config_dict",
+    "refuse_renamed_keys",
+    "renamed_key_error",
+    "upgrade_stored_config",
 ]
 
 #: The `data.task` values (defined, without TensorFlow, in `conventions`).
@@ -151,52 +149,22 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-#: Old config keys and their new names. Configs (and `--set` overrides) with
-#: an old key still load, with a `DeprecationWarning`, for one release.
-RENAMED_KEYS = {
-    "model.label_smoothing": "train.label_smoothing",
-    "train.decode_extra_length": "train.extra_length",
-    "data.max_length": "data.max_sentence_length",
-}
+def renamed_key_error(old: str) -> ValueError:
+    """The one-line error for the old config key `old` (`RENAMED_KEYS`)."""
+    return ValueError(
+        f"The config key {old!r} was renamed: use {RENAMED_KEYS[old]!r} instead."
+    )
 
 
-def _renamed_warning(old: str, new: str) -> None:
-    # An old key is data: the warning names the caller outside the package.
-    warn_deprecated(f"The config key {old!r}", repr(new), stacklevel=None)
-
-
-def upgrade_config_dict(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A raw config mapping with every old key (`RENAMED_KEYS`) renamed.
-
-    Warns once per old key. Sections that are not mappings (e.g. a preset
-    name as ``"model"``) are left as they are.
-
-    Raises:
-        ValueError: when a config sets both an old key and its new name to
-            different values.
-    """
-    upgraded = {
-        key: dict(value) if isinstance(value, Mapping) else value
-        for key, value in values.items()
-    }
-    for old, new in RENAMED_KEYS.items():
-        old_section, old_name = old.split(".")
-        new_section, new_name = new.split(".")
-        section = upgraded.get(old_section)
-        if not isinstance(section, Mapping) or old_name not in section:
-            continue
-        value = section.pop(old_name)
-        _renamed_warning(old, new)
-        target = upgraded.setdefault(new_section, {})
-        if not isinstance(target, dict):
-            raise ValueError(f"The `{new_section}` section must be a JSON object.")
-        if new_name in target and target[new_name] != value:
-            raise ValueError(
-                f"The config sets both {old}={value!r} (the old name) and "
-                f"{new}={target[new_name]!r}. Keep only {new}."
-            )
-        target[new_name] = value
-    return upgraded
+def refuse_renamed_keys(values: Mapping[str, Any]) -> None:
+    """Raises `renamed_key_error` when a raw config mapping (sections of
+    settings) uses an old key of `RENAMED_KEYS`. Sections that are not
+    mappings (e.g. a preset name as ``"model"``) are left alone."""
+    for old in RENAMED_KEYS:
+        section, name = old.split(".")
+        settings = values.get(section)
+        if isinstance(settings, Mapping) and name in settings:
+            raise renamed_key_error(old)
 
 
 def _shorten(value: Any, limit: int = 80) -> str:
@@ -216,7 +184,7 @@ def _from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
             f"The `{section}` section must be a JSON object of settings. "
             f"Received: {_shorten(values)}"
         )
-    values = upgrade_config_dict({section: values}).get(section, {})
+    refuse_renamed_keys({section: values})
     known = {field.name for field in dataclasses.fields(cls)}
     check_known_names(values, known, f"`{section}` settings", listing="Known settings")
     return cls(**values)
@@ -247,7 +215,7 @@ def _bucket_boundaries(value: Any) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _DataFields:
+class DataConfig:
     """Where the sentence pairs come from and how they are batched.
 
     Attributes:
@@ -291,7 +259,7 @@ class _DataFields:
             validation and test sources truncated. At most the model's
             ``max_length`` (the positions it supports). ``None``: the
             model's ``max_length`` or the largest bucket boundary, whichever
-            is smaller. (Old name: ``max_length``.)
+            is smaller.
         max_tokens_per_batch: the token budget of one (global) batch and
             side, padding included, split over all replicas. One optimizer
             update sees ``max_tokens_per_batch * train.gradient_accumulation``
@@ -458,24 +426,8 @@ class _DataFields:
         return f"{self.source_language}-{self.target_language}"
 
 
-class DataConfig(_DataFields):
-    __doc__ = _DataFields.__doc__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The fields as arguments; ``max_length=`` is the deprecated name of
-        ``max_sentence_length=`` (removed in 0.4)."""
-        take_renamed_argument(kwargs, "DataConfig", "max_length", "max_sentence_length")
-        super().__init__(*args, **kwargs)
-
-    @property
-    def max_length(self) -> int | None:
-        """Deprecated name of `max_sentence_length` (removed in 0.4)."""
-        warn_deprecated("DataConfig.max_length", "max_sentence_length")
-        return self.max_sentence_length
-
-
 @dataclasses.dataclass(frozen=True)
-class _TrainingFields:
+class TrainingConfig:
     """How long and how to train, checkpoint and evaluate.
 
     Attributes:
@@ -494,7 +446,6 @@ class _TrainingFields:
             step on the concatenated batch.
         label_smoothing: `epsilon_ls` of the loss (§5.4: 0.1). ``None``:
             the preset's (the label-smoothing rows of Table 3 (D)) or 0.1.
-            (Old place: ``model.label_smoothing``.)
         jit_compile: compile the train step with XLA.
         precision: ``"float32"``, ``"mixed_float16"`` (with dynamic loss
             scaling) or ``"mixed_bfloat16"``.
@@ -507,7 +458,6 @@ class _TrainingFields:
             reported during training.
         extra_length: the decoder may emit the source length plus this many
             tokens (§6.1: "input length + 50"; `conventions.EXTRA_LENGTH`).
-            (Old name: ``decode_extra_length``.)
         log_every: updates between two training summaries in TensorBoard,
             and between two printed progress lines when standard output is
             not a terminal (see `verbose`).
@@ -518,10 +468,12 @@ class _TrainingFields:
             ``"best"`` (best validation BLEU) or ``"average"`` (the average
             of the kept checkpoints, §6.1).
         num_translations: translations printed at the end.
-        verbose: progress output: 0 silent; 1 Keras' progress bar, 2 one
-            line per epoch, when standard output is a terminal. Otherwise (a
-            cluster job, CI, a file) 1 and 2 print one plain line every
-            `log_every` updates and one per epoch, never carriage returns.
+        verbose: progress output: 0 silent; on a terminal, 1 a line
+            redrawn in place (updates done of the run, updates per second,
+            the time left) and one line per epoch, 2 Keras' line per epoch.
+            Otherwise (a cluster job, CI, a file) 1 and 2 print one plain
+            line every `log_every` updates, with the time left, and one per
+            epoch, never carriage returns or ANSI escapes.
     """
 
     train_steps: int | None = None
@@ -574,24 +526,6 @@ class _TrainingFields:
         check_choice("train.evaluate_with", self.evaluate_with, EVALUATE_WITH)
 
 
-class TrainingConfig(_TrainingFields):
-    __doc__ = _TrainingFields.__doc__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The fields as arguments; ``decode_extra_length=`` is the deprecated
-        name of ``extra_length=`` (removed in 0.4)."""
-        take_renamed_argument(
-            kwargs, "TrainingConfig", "decode_extra_length", "extra_length"
-        )
-        super().__init__(*args, **kwargs)
-
-    @property
-    def decode_extra_length(self) -> int:
-        """Deprecated name of `extra_length` (removed in 0.4)."""
-        warn_deprecated("TrainingConfig.decode_extra_length", "extra_length")
-        return self.extra_length
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A complete training run: model, data and training settings.
@@ -607,7 +541,7 @@ class TrainConfig:
     Resolving fills in what follows from other settings: the vocabulary size
     (`reconcile_vocabulary_size`), `data.max_sentence_length` (from
     `model.max_length` and the buckets) and `train.label_smoothing` (from
-    the preset, or 0.1). Old key names are accepted (`RENAMED_KEYS`).
+    the preset, or 0.1). Old key names (`RENAMED_KEYS`) are refused.
 
     Example:
     >>> from keras_transformer.training.overrides import apply_overrides
@@ -706,8 +640,12 @@ class TrainConfig:
         known = {"model", "data", "train", "kind"}
         known |= {section for section, _ in KIND_SECTIONS.values()}
         if is_image_run_layout(values):
-            # The config.json of an image run before kinds (`ImageRunConfig`).
-            values = upgrade_image_run_dict(values)
+            raise ValueError(
+                "This is the layout of an image run of an earlier version "
+                "(model, data, train; no kind). Set kind='image' and give the "
+                "images and batches as the `image` section (image.source, "
+                "image.batch_size, ...) instead of `data`."
+            )
         check_known_names(
             values, known, "config sections", listing="A config has the sections"
         )
@@ -716,7 +654,7 @@ class TrainConfig:
                 "An image run (kind='image') reads its images from the `image` "
                 "section (image.source, image.batch_size, ...); remove `data`."
             )
-        values = upgrade_config_dict(values)
+        refuse_renamed_keys(values)
         model_values = values.get(
             "model", {} if values.get("kind") == "image" else "tiny"
         )
@@ -907,32 +845,23 @@ def reconcile_vocabulary_size(
 
 def implied_label_smoothing(model: Any) -> float:
     """The label smoothing (§5.4) that a ``model`` section implies, for a
-    config that leaves ``train.label_smoothing`` unset (null).
-
-    The one place that reads label smoothing's old homes, in this order: the
-    deprecated model setting (a ``label_smoothing`` key of a model mapping,
-    or a `TransformerConfig`'s deprecated ``label_smoothing`` argument); the
-    preset's (`PRESET_LABEL_SMOOTHING`: the rows of Table 3 (D)); the
-    paper's `conventions.LABEL_SMOOTHING` (0.1).
+    config that leaves ``train.label_smoothing`` unset (null): the preset's
+    (`PRESET_LABEL_SMOOTHING`: the rows of Table 3 (D)), else the paper's
+    `conventions.LABEL_SMOOTHING` (0.1).
 
     Args:
         model: the ``model`` section as given: a `TransformerConfig`, a
             preset name or a mapping (checked by `_resolve_model` first).
     """
-    if isinstance(model, TransformerConfig):
-        legacy = model.legacy_label_smoothing
-        return LABEL_SMOOTHING if legacy is None else legacy
     if isinstance(model, Mapping):
-        if "label_smoothing" in model:
-            return model["label_smoothing"]
         model = model.get("preset")
+    if not isinstance(model, str):
+        return LABEL_SMOOTHING
     return PRESET_LABEL_SMOOTHING.get(model, LABEL_SMOOTHING)
 
 
 def _resolve_model(model: Any) -> TransformerConfig:
-    """The model settings as a `TransformerConfig` (a deprecated
-    ``label_smoothing`` key is dropped with a warning: see
-    `implied_label_smoothing`)."""
+    """The model settings as a `TransformerConfig`."""
     if isinstance(model, TransformerConfig):
         return model
     if isinstance(model, str):
@@ -948,8 +877,7 @@ def _resolve_model(model: Any) -> TransformerConfig:
                 f"model.preset={_shorten(preset)}"
             )
         if "label_smoothing" in values:
-            del values["label_smoothing"]
-            _renamed_warning("model.label_smoothing", "train.label_smoothing")
+            raise renamed_key_error("model.label_smoothing")
         if preset is None:
             return TransformerConfig.from_dict(values)
         base = get_preset(preset)
@@ -1125,26 +1053,3 @@ def check_before_training(config: TrainConfig) -> None:
         f"{memory / 2**30:,.1f} GiB. Lower the sizes of the largest part, the "
         f"{largest[0]} ({largest[2]})."
     )
-
-
-def __getattr__(name: str) -> Any:
-    if name == "PAPER_LABEL_SMOOTHING":
-        warn_deprecated(f"{__name__}.{name}", "conventions.LABEL_SMOOTHING")
-        return LABEL_SMOOTHING
-    # `--set` overrides moved to `keras_transformer.training.overrides`; their
-    # old names here keep working for one release (looked up on first use,
-    # so that this module does not import the one that builds on it).
-    if name in ("apply_overrides", "parse_override"):
-        import importlib
-        import warnings
-
-        warnings.warn(
-            f"keras_transformer.training.config.{name} moved to "
-            f"keras_transformer.training.overrides.{name} (also "
-            f"kt.training.{name}); the old name goes in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        overrides = importlib.import_module("keras_transformer.training.overrides")
-        return getattr(overrides, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,8 +12,6 @@ the sections of the kinds' own settings (`ClassificationConfig`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from keras_transformer.validation import (
     check_bool,
@@ -34,8 +32,6 @@ __all__ = [
     "ClassificationConfig",
     "ImageConfig",
     "ImageSourceConfig",
-    "is_image_run_layout",
-    "upgrade_image_run_dict",
 ]
 
 #: The kinds of run `train()` knows.
@@ -116,8 +112,7 @@ IMAGE_SOURCES = ("sample_patches", "cifar10")
 @dataclasses.dataclass(frozen=True)
 class ImageSourceConfig:
     """Which images an image run trains on: the first fields of the ``image``
-    section (`ImageConfig`), and the whole of the deprecated
-    `training.image.ImageDataConfig`; their one home and their checks.
+    section (`ImageConfig`); their one home and their checks.
 
     Attributes:
         source: ``"sample_patches"`` (`data.images.load_sample_patches`: the
@@ -185,48 +180,3 @@ KIND_SECTIONS: dict[str, tuple[str, type]] = {
     "classification": ("classification", ClassificationConfig),
     "image": ("image", ImageConfig),
 }
-
-#: The ``train`` settings of an image run's ``config.json`` of 0.2
-#: (`ImageTrainingConfig`'s defaults) that moved to the ``image`` section.
-_IMAGE_TRAIN_KEYS = ("batch_size", "evaluation_batch_size", "flip")
-#: `ImageTrainingConfig`'s defaults, for an old layout that leaves one out.
-_OLD_IMAGE_TRAIN_DEFAULTS = {
-    "train_steps": 2000,
-    "steps_per_epoch": 200,
-    "seed": 0,
-    "keep_checkpoints": 3,
-    "log_every": 50,
-    "jit_compile": False,
-    "verbose": 1,
-}
-
-
-def is_image_run_layout(values: Mapping[str, Any]) -> bool:
-    """Whether a raw config is in the layout of `ImageRunConfig` (the
-    ``config.json`` of image runs before kinds existed): no ``kind``, a
-    ``model`` with an ``image_shape``."""
-    model = values.get("model")
-    return (
-        "kind" not in values and isinstance(model, Mapping) and "image_shape" in model
-    )
-
-
-def upgrade_image_run_dict(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A raw config in `ImageRunConfig`'s layout as a ``kind="image"`` one.
-
-    ``data.*`` and ``train.batch_size``, ``train.evaluation_batch_size``,
-    ``train.flip`` move to the ``image`` section; the other ``train``
-    settings stay, with `ImageTrainingConfig`'s old defaults where missing.
-    """
-    unknown = sorted(set(values) - {"model", "data", "train"})
-    if unknown:
-        raise ValueError(
-            f"Unknown image run config sections: {unknown}. Known: "
-            "['data', 'model', 'train']"
-        )
-    train = {**_OLD_IMAGE_TRAIN_DEFAULTS, **dict(values.get("train", {}))}
-    image = dict(values.get("data", {}))
-    image.update({key: train.pop(key) for key in _IMAGE_TRAIN_KEYS if key in train})
-    # Written before `generation_order` existed: one raster order (0.1.0).
-    model = {"generation_order": "image", **values["model"]}
-    return {"kind": "image", "model": model, "image": image, "train": train}

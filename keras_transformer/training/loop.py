@@ -28,6 +28,7 @@ import tensorflow as tf
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.files import FolderLock, write_atomically
+from keras_transformer.progress import is_terminal
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
     CheckpointCallback,
@@ -37,7 +38,6 @@ from keras_transformer.training.callbacks import (
     StopAtStep,
     TrainingPreempted,
     TrainingSummaries,
-    is_terminal,
     write_hparams,
     write_skipped_pairs,
 )
@@ -74,7 +74,9 @@ class TrainResult:
         learning_rate: the learning rate of the next update (Eq. 7).
         history: Keras' per-epoch logs of this call (loss, token_accuracy,
             perplexity, val_* and val_bleu/val_chrf/val_exact_match).
-        best_validation_bleu: best BLEU on the validation sample, if any.
+        best_validation_score: the best validation score the kind keeps its best
+            weights by (`Recipe.best_validation_score`: BLEU for translation,
+            accuracy for classification, bits/dim for images), if any.
         evaluation: the final evaluation of the test split (chief only):
             for translation the greedy translation of the test pairs, with
             sacreBLEU, chrF and their signatures; for classification the
@@ -99,7 +101,7 @@ class TrainResult:
     steps: int
     learning_rate: float
     history: dict[str, list[float]]
-    best_validation_bleu: float | None
+    best_validation_score: float | None
     evaluation: Any
     weights_checksum: str
     model: keras.Model = dataclasses.field(repr=False)
@@ -122,7 +124,7 @@ class TrainResult:
             "steps": self.steps,
             "learning_rate": self.learning_rate,
             "history": self.history,
-            "best_validation_bleu": self.best_validation_bleu,
+            "best_validation_score": self.best_validation_score,
             "evaluation": (
                 self.evaluation.to_dict(num_translations) if self.evaluation else None
             ),
@@ -500,7 +502,7 @@ def _train(
         steps=steps,
         learning_rate=float(keras.ops.convert_to_numpy(optimizer.learning_rate)),
         history=history,
-        best_validation_bleu=recipe.best_validation_score(validation),
+        best_validation_score=recipe.best_validation_score(validation),
         evaluation=evaluation,
         weights_checksum=ckpt.weights_checksum(model),
         model=model,
@@ -643,20 +645,29 @@ def _progress(
     total_steps: int,
     stream: Any = None,
 ) -> tuple[int, list[keras.callbacks.Callback]]:
-    """(`fit`'s verbose, progress callbacks): Keras' progress bar on a terminal.
+    """(`fit`'s verbose, progress callbacks): the run's progress with its ETA.
 
-    When standard output (`stream`) is not a terminal (a cluster job, CI, a
-    redirect to a file) the carriage returns of the progress bar would make
-    one endless line: `fit` is then silent and a `PlainProgressLogger`
-    prints one line every `train.log_every` updates (and one per epoch)
-    through `printer`. ``train.verbose=0`` stays silent either way.
+    On a terminal (standard output, or `stream`) with ``train.verbose=1``, a
+    `PlainProgressLogger` redraws one line in place: updates done of
+    `total_steps` with a bar, updates per second and the time left, and
+    prints one line per epoch through `printer` (``verbose=2``: Keras' line
+    per epoch). When the output is not a terminal (a cluster job, CI, a
+    redirect to a file) carriage returns would make one endless line: `fit`
+    is then silent and a `PlainProgressLogger` prints one plain line every
+    `train.log_every` updates, with the time left (and one per epoch).
+    ``train.verbose=0`` stays silent either way.
     """
     verbose = config.train.verbose
-    if verbose == 0 or is_terminal(sys.stdout if stream is None else stream):
+    stream = sys.stdout if stream is None else stream
+    terminal = is_terminal(stream)
+    if verbose == 0 or (terminal and (verbose != 1 or printer is None)):
         return verbose, []
     if printer is None:
         return 0, []
-    return 0, [PlainProgressLogger(config.train.log_every, total_steps, printer)]
+    logger = PlainProgressLogger(
+        config.train.log_every, total_steps, printer, terminal=terminal, stream=stream
+    )
+    return 0, [logger]
 
 
 def _diverged(nan_guard: NaNGuard, latest: str | None) -> TrainingDivergedError:

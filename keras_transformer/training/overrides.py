@@ -6,8 +6,8 @@ Example:
     ```
 
 `known_keys` lists the valid keys at each level (the error messages show
-them). Old key names (`config.RENAMED_KEYS`, e.g. ``data.max_length``) are
-read as their new names with a `DeprecationWarning`.
+them). An old key name (`config.RENAMED_KEYS`, e.g. ``data.max_length``)
+is refused with an error naming the new one.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from keras_transformer.training.config import (
     DataConfig,
     TrainConfig,
     TrainingConfig,
-    _renamed_warning,
-    upgrade_config_dict,
+    refuse_renamed_keys,
+    renamed_key_error,
 )
 from keras_transformer.training.kinds import KIND_SECTIONS
 
@@ -91,17 +91,15 @@ def apply_overrides(
         ValueError: on an unknown key (the message lists the known ones) or
             an invalid value.
     """
-    raw = (
-        config.to_dict()
-        if isinstance(config, TrainConfig)
-        else upgrade_config_dict(copy.deepcopy(dict(config)))
-    )
+    if isinstance(config, TrainConfig):
+        raw = config.to_dict()
+    else:
+        refuse_renamed_keys(config)
+        raw = copy.deepcopy(dict(config))
     for text in overrides:
         path, value = parse_override(text)
-        renamed = RENAMED_KEYS.get(".".join(path))
-        if renamed is not None:
-            _renamed_warning(".".join(path), renamed)
-            path = renamed.split(".")
+        if ".".join(path) in RENAMED_KEYS:
+            raise renamed_key_error(".".join(path))
         if path == ["model", "vocabulary_size"]:
             raise ValueError(
                 "Set the vocabulary size with data.vocabulary_size: the learned "

@@ -38,7 +38,7 @@ def batches(multi30k_val: TextPairs, tokenizer: SubwordTokenizer):
         tokenizer,
         max_tokens_per_batch=BUDGET,
         bucket_boundaries=BOUNDARIES,
-        max_length=48,
+        max_sentence_length=48,
         shuffle=False,
     )
     return collect(dataset)
@@ -88,7 +88,7 @@ def test_every_pair_appears_once_and_order_is_deterministic(
             tokenizer,
             max_tokens_per_batch=BUDGET,
             bucket_boundaries=BOUNDARIES,
-            max_length=48,
+            max_sentence_length=48,
             shuffle=False,
         )
     )
@@ -109,7 +109,11 @@ def test_shuffled_with_seed_is_reproducible(
 
     def first_sources(seed: int) -> list[list[int]]:
         dataset = make_translation_dataset(
-            pairs, tokenizer, max_tokens_per_batch=BUDGET, seed=seed, max_length=64
+            pairs,
+            tokenizer,
+            max_tokens_per_batch=BUDGET,
+            seed=seed,
+            max_sentence_length=64,
         )
         return [s.tolist() for (s, _), _ in dataset.take(3).as_numpy_iterator()]
 
@@ -140,14 +144,14 @@ def test_too_long_counted_dropped_or_truncated(
     kwargs = dict(max_tokens_per_batch=256, bucket_boundaries=(8, 16), shuffle=False)
     with caplog.at_level(logging.WARNING, logger="keras_transformer.data.batching"):
         dropped = collect(
-            make_translation_dataset(pairs, tokenizer, max_length=16, **kwargs)
+            make_translation_dataset(pairs, tokenizer, max_sentence_length=16, **kwargs)
         )
     assert f"dropping: {expected} of 200 pairs" in caplog.text
     assert sum(s.shape[0] for s, _, _ in dropped) == 200 - expected
 
     truncated = collect(
         make_translation_dataset(
-            pairs, tokenizer, max_length=16, too_long="truncate", **kwargs
+            pairs, tokenizer, max_sentence_length=16, too_long="truncate", **kwargs
         )
     )
     assert sum(s.shape[0] for s, _, _ in truncated) == 200
@@ -157,7 +161,9 @@ def test_too_long_counted_dropped_or_truncated(
             assert row[real_lengths(row[None])[0] - 1] == tokenizer.END_ID
 
     streamed = collect(
-        make_translation_dataset(pairs.to_dataset(), tokenizer, max_length=16, **kwargs)
+        make_translation_dataset(
+            pairs.to_dataset(), tokenizer, max_sentence_length=16, **kwargs
+        )
     )
     assert sum(s.shape[0] for s, _, _ in streamed) == 200 - expected
 
@@ -203,7 +209,7 @@ def test_bucket_batch_sizes_and_argument_errors(tokenizer: SubwordTokenizer) -> 
         make_translation_dataset(
             TextPairs(("Ein sehr langer Satz über Hunde.",), ("x",)),
             tokenizer,
-            max_length=3,
+            max_sentence_length=3,
         )
 
 

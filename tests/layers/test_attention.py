@@ -217,12 +217,6 @@ def test_cached_self_attention_equals_causal_attention():
         # Unused cache slots get no weight.
         np.testing.assert_array_equal(ops.convert_to_numpy(scores)[..., index + 1 :], 0)
     np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
-    # The deprecated name is the same call.
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        output, _, _ = attention.cached_self_attention(
-            x[:, :1], attention.empty_cache(2, 9), 0
-        )
-    np.testing.assert_allclose(ops.convert_to_numpy(output), full[:, :1], atol=1e-5)
 
 
 def test_appended_cache_equals_the_fixed_size_cache():

@@ -163,12 +163,6 @@ def test_cached_decoding_equals_full_pass(norm_first):
         y[:, 2:4], encoder_padding_mask=source_mask, cache=cache, cache_update_index=2
     )
     np.testing.assert_allclose(ops.convert_to_numpy(two), full[:, 2:4], atol=1e-5)
-    # The deprecated name is the same call.
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        two, _ = block.call_cached(
-            y[:, 2:4], cache, 2, encoder_padding_mask=source_mask
-        )
-    np.testing.assert_allclose(ops.convert_to_numpy(two), full[:, 2:4], atol=1e-5)
 
 
 def test_decoder_block_without_encoder_output_or_cache_is_refused():

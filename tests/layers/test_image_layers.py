@@ -266,7 +266,7 @@ def test_block_cached_positions_equal_the_full_block(
         np.testing.assert_allclose(_numpy(output)[:, 0], full[:, index], atol=2e-5)
 
 
-def test_block_call_cached_is_a_deprecated_wrapper_of_call_with_a_cache() -> None:
+def test_block_cache_holds_keys_and_values_and_needs_a_cache_index() -> None:
     keras.utils.set_random_seed(1)
     block = ImageTransformerBlock(
         num_heads=2, d_ff=32, attention="local_2d", **BLOCK_KWARGS["local_2d"]
@@ -274,10 +274,7 @@ def test_block_call_cached_is_a_deprecated_wrapper_of_call_with_a_cache() -> Non
     x = _grid()
     block(x)
     position = x.reshape(2, -1, 16)[:, :1]
-    expected, _ = block(position, cache=block.init_cache(2), cache_update_index=0)
-    with pytest.warns(DeprecationWarning, match=r"call_cached.*removed in 0\.4"):
-        output, cache = block.call_cached(position, block.init_cache(2), 0)
-    np.testing.assert_array_equal(_numpy(output), _numpy(expected))
+    _, cache = block(position, cache=block.init_cache(2), cache_update_index=0)
     assert set(cache) == {"keys", "values"}
     with pytest.raises(ValueError, match="without a cache"):
         block(x, cache_update_index=0)

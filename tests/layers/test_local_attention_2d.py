@@ -291,39 +291,24 @@ def test_cached_positions_equal_full_causal_layer(
     )
     full = _numpy(layer(x, use_causal_mask=True)).reshape(BATCH, -1, D_MODEL)
     sequence = x.reshape(BATCH, rows * cols, D_MODEL)
-    cache = layer.init_cache(BATCH)
-    assert tuple(cache["keys"].shape) == (BATCH, HEADS, rows * cols, KEY_DIM)
     # The one cache layout of every attention layer, through the one call.
-    one_layout = layer.empty_cache(BATCH, rows * cols)
+    cache = layer.empty_cache(BATCH, rows * cols)
+    assert tuple(cache[0].shape) == (BATCH, HEADS, rows * cols, KEY_DIM)
     for index in generation_positions(rows, cols, query_block, order).tolist():
         position = sequence[:, index : index + 1]
         # A tensor index, as inside a compiled sampling loop, every few steps.
         step_index = keras.ops.convert_to_tensor(index) if index % 5 else index
-        output, cache = layer.call_cached(position, cache, step_index)
+        output, cache = layer(
+            position, cache=cache, cache_update_index=step_index, use_causal_mask=True
+        )
         assert tuple(output.shape) == (BATCH, 1, D_MODEL)
         _close(_numpy(output)[:, 0], full[:, index])
-        same, one_layout = layer(
-            position,
-            cache=one_layout,
-            cache_update_index=step_index,
-            use_causal_mask=True,
-        )
-        np.testing.assert_array_equal(_numpy(same), _numpy(output))
 
 
-def test_call_cached_is_a_deprecated_wrapper_of_call_with_a_cache() -> None:
+def test_a_cached_call_takes_one_position_and_a_cache() -> None:
     layer = LocalAttention2D(HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3))
     x = _image(4, 12)
     layer(x)
-    position = x.reshape(BATCH, -1, D_MODEL)[:, :1]
-    with pytest.warns(DeprecationWarning, match=r"init_cache.*removed in 0\.4"):
-        cache = layer.init_cache(BATCH)
-    with pytest.warns(DeprecationWarning, match=r"call_cached.*call\(cache=\.\.\.\)"):
-        output, _ = layer.call_cached(position, cache, 0)
-    expected, _ = layer(
-        position, cache=layer.empty_cache(BATCH, 48), cache_update_index=0
-    )
-    np.testing.assert_array_equal(_numpy(output), _numpy(expected))
     two_positions = x.reshape(BATCH, -1, D_MODEL)[:, :2]
     with pytest.raises(ValueError, match=r"one position at a time.*shape=\(2, 2, 16\)"):
         layer(two_positions, cache=layer.empty_cache(BATCH, 48), cache_update_index=0)
@@ -333,8 +318,6 @@ def test_call_cached_is_a_deprecated_wrapper_of_call_with_a_cache() -> None:
 
 def test_cache_needs_a_built_layer() -> None:
     layer = LocalAttention2D(HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3))
-    with pytest.raises(ValueError, match="built"):
-        layer.init_cache(1)
     # A first call with a cache cannot build the layer: it sees one position.
     with pytest.raises(ValueError, match=r"rank 4.*inputs.shape=\(1, 1, 16\)"):
         layer(np.zeros((1, 1, D_MODEL), "float32"), cache=layer.empty_cache(1, 4))

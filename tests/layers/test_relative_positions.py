@@ -228,9 +228,11 @@ def test_local_1d_attention_equals_dense_attention_and_its_cache():
     expected = _numpy(dense(x, attention_mask=memory))
     got = _numpy(local(x, use_causal_mask=True))
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    cache = local.init_cache(2, 9)
+    cache = local.empty_cache(2, 9)
     for t in range(9):
-        output, cache = local.call_cached(x[:, t : t + 1], cache, t)
+        output, cache = local(
+            x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
+        )
         np.testing.assert_allclose(_numpy(output)[:, 0], got[:, t], atol=1e-5)
 
 

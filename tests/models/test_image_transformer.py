@@ -227,15 +227,12 @@ def test_cached_step_equals_the_full_forward_pass(
         np.testing.assert_allclose(_numpy(outputs)[:, 0], full[:, index], atol=5e-5)
 
 
-def test_the_deprecated_step_warns_and_equals_decode_beam_step() -> None:
+def test_decode_beam_step_takes_one_hypothesis_per_image() -> None:
     keras.utils.set_random_seed(5)
     model = build_image_transformer(tiny_config("dmol", "local_2d"))
     stack = ImageTransformerStack.of(model)
     values = _raster(_images(), categorical=False)
-    expected, _ = stack.decode_beam_step(values[:, :1], stack.init_cache(2), 1)
-    with pytest.warns(DeprecationWarning, match=r"step is deprecated.*removed in 0\.4"):
-        outputs, caches = stack.step(values[:, 0], stack.init_cache(2), 1)
-    np.testing.assert_allclose(_numpy(outputs), _numpy(expected)[:, 0], atol=1e-6)
+    _, caches = stack.decode_beam_step(values[:, :1], stack.init_cache(2), 1)
     assert len(caches) == len(stack.blocks)
     with pytest.raises(ValueError, match=r"one hypothesis per image.*\(2, 2, 3\)"):
         stack.decode_beam_step(np.zeros((2, 2, 3), "int32"), stack.init_cache(2), 0)

@@ -13,9 +13,7 @@ from keras import ops
 import keras_transformer as kt
 from keras_transformer.models import (
     PAPER_PARAMETER_COUNTS_M,
-    IncrementalDecoder,
     TransformerConfig,
-    TransformerLayers,
     TransformerStack,
     build_transformer,
     decoder_model,
@@ -289,31 +287,6 @@ def test_stack_attention_scores_and_last_position(variant):
     np.testing.assert_allclose(ops.convert_to_numpy(last), logits[:, -1:], atol=1e-6)
 
 
-def test_deprecated_decode_step_and_incremental_decoder_equal_decode():
-    """The former cached entry points warn and run the one cached path."""
-    model = build_transformer(presets["tiny"])
-    stack = TransformerStack.of(model)
-    source_mask = ops.not_equal(SOURCE, 0)
-    encoded = stack.encode(SOURCE, training=False)
-    full = ops.convert_to_numpy(stack.decode(TARGET, encoded, source_mask))
-    caches = stack.init_cache(encoded, max_length=TARGET.shape[1])
-    assert len(caches) == len(stack.decoder_blocks)
-    # Two positions, then the other three, through the same caches.
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        first, caches = stack.decode_step(TARGET[:, :2], caches, 0, source_mask)
-    rest, _ = stack.decode_step(TARGET[:, 2:], caches, 2, source_mask)
-    stepwise = np.concatenate([ops.convert_to_numpy(x) for x in (first, rest)], 1)
-    real = TARGET != 0
-    np.testing.assert_allclose(stepwise[real], full[real], atol=1e-4)
-    with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-        decoder = IncrementalDecoder(model)
-    state = decoder.start(SOURCE, max_length=TARGET.shape[1])
-    logits, _ = decoder.step(TARGET[:, :3], state, 0)
-    np.testing.assert_allclose(
-        ops.convert_to_numpy(logits)[real[:, :3]], full[:, :3][real[:, :3]], atol=1e-4
-    )
-
-
 @pytest.mark.parametrize("append", [False, True])
 @pytest.mark.parametrize("window", [None, 1])
 @pytest.mark.parametrize("relative", [None, 2])
@@ -374,10 +347,6 @@ def test_stack_decode_beam_step_follows_each_hypothesis_history(
             [[*prefixes[b][parent], int(rng.integers(4, 100))] for parent in row]
             for b, row in enumerate(parents)
         ]
-
-
-def test_former_name_of_the_stack_still_works():
-    assert TransformerLayers is TransformerStack
 
 
 def test_models_import_neither_tensorflow_code_nor_decoding():

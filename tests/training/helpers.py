@@ -99,6 +99,16 @@ def run_cli(
     )
 
 
+#: The settings of the trained runs the test session shares (tests/conftest.py
+#: `shared_translation_run`, ...): three checkpoints (ckpt-3, ckpt-6, ckpt-9),
+#: no validation pass, no best weights.
+SHARED_RUN_OVERRIDES = (
+    "train.train_steps=9",
+    "train.validation_every=1000",
+    "train.keep_best=false",
+    "train.test_samples=2",
+)
+
 #: Overrides that make `SMALL_CONFIG` write a checkpoint every update and
 #: skip validation: for tests of checkpoint faults.
 FAST_CHECKPOINTS = (
@@ -306,3 +316,31 @@ def small_image_config(*overrides: str) -> TrainConfig:
     from keras_transformer.training import apply_overrides
 
     return apply_overrides(TrainConfig.from_dict(SMALL_IMAGE_CONFIG), list(overrides))
+
+
+#: The ``train`` settings of an image run's config.json before kinds.
+_OLD_TRAIN_KEYS = (
+    "train_steps",
+    "steps_per_epoch",
+    "seed",
+    "keep_checkpoints",
+    "log_every",
+    "jit_compile",
+    "verbose",
+)
+#: The settings of that layout's ``train`` that are the ``image`` section's now.
+_OLD_BATCH_KEYS = ("batch_size", "evaluation_batch_size", "flip")
+
+
+def old_image_layout(config: TrainConfig) -> dict[str, Any]:
+    """`config` in the layout an image run's config.json had before kinds:
+    no ``kind``, no ``model.generation_order``, the images as ``data`` and
+    the batches in ``train``."""
+    import dataclasses
+
+    model = config.model.to_dict()
+    del model["generation_order"]
+    image = dataclasses.asdict(config.image)
+    train = {key: getattr(config.train, key) for key in _OLD_TRAIN_KEYS}
+    train.update({key: image.pop(key) for key in _OLD_BATCH_KEYS})
+    return {"model": model, "data": image, "train": train}

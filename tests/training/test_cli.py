@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_the_translating_commands_share_the_model_and_decoding_groups():
         for action in parser._actions
         if isinstance(action, argparse._SubParsersAction)
     )
-    decoding = ["--method", "--beam-size", "--alpha", "--length-penalty"]
+    decoding = ["--method", "--beam-size", "--alpha"]
     decoding += ["--max-input-length", "--extra-length", "--temperature"]
     decoding += ["--n-best", "--sample", "--top-k", "--top-p", "--seed"]
     for name in ("evaluate", "translate", "export"):
@@ -488,6 +489,24 @@ def test_evaluate_run_again_replaces_its_saved_translations(
         assert _warnings(captured.err) == []
         assert f"Hypotheses: {saved}" in captured.out
         assert len(saved.read_text(encoding="utf-8").splitlines()) == count
+
+
+def test_evaluate_progress_into_a_pipe_is_plain_lines(
+    trained_run: Path, tmp_path: Path, capsys
+) -> None:
+    """Standard error that is not a terminal gets no carriage returns or
+    ANSI escapes from the progress report (issue 33), only plain lines, each
+    with the time left until the last."""
+    argv = ["evaluate", "--workdir", str(trained_run), "--beam-size", "1"]
+    argv += ["--max-sentences", "4", "--batch-size", "2"]
+    argv += ["--hypotheses", str(tmp_path / "h.txt")]
+    assert cli.main([*argv, "--log-dir", str(tmp_path / "logs")]) == 0
+    err = capsys.readouterr().err
+    assert not any(char in err for char in "\r\b\x1b"), repr(err)
+    lines = [line for line in err.splitlines() if " sentences  " in line]
+    assert [line.split()[0] for line in lines] == ["2/4", "4/4"], err
+    assert re.search(r"  elapsed \d:\d\d:\d\d  eta \d:\d\d:\d\d$", lines[0])
+    assert re.search(r"^4/4 sentences  .*  elapsed \d:\d\d:\d\d$", lines[1])
 
 
 def test_evaluate_with_only_hypotheses_on_a_read_only_run_folder(

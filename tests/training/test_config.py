@@ -94,7 +94,7 @@ def test_override_of_the_whole_model_with_a_preset():
         ("train.gradient_accumulation=0", "positive integer"),
         ("model.dropout=1.5", "`model.dropout` must be a rate in [0, 1)"),
         ("data.max_sentence_length=100", "exceeds the largest bucket boundary"),
-        ("data.max_length=100", "exceeds the largest bucket boundary"),  # old name
+        ("data.max_sentence_length=100", "exceeds the largest bucket boundary"),
         ("train.label_smoothing=1.0", "`train.label_smoothing` must be"),
         ("train.epochs=3", "either `train.train_steps` or `train.epochs`"),
         (
@@ -227,65 +227,58 @@ OLD_CONFIG = {
     },
     "train": {**SMALL_CONFIG["train"], "decode_extra_length": 30},
 }
+#: The old keys and their names now.
+RENAMED = {
+    "model.label_smoothing": "train.label_smoothing",
+    "data.max_length": "data.max_sentence_length",
+    "train.decode_extra_length": "train.extra_length",
+}
 
 
-def test_old_keys_load_warn_and_equal_the_new_ones():
-    new = small_config("train.label_smoothing=0.2", "train.extra_length=30")
-    with pytest.warns(DeprecationWarning) as caught:
-        old = TrainConfig.from_dict(OLD_CONFIG)
-    messages = " ".join(str(w.message) for w in caught)
-    for key in (
-        "model.label_smoothing",
-        "data.max_length",
-        "train.decode_extra_length",
-    ):
-        assert key in messages
-    assert old == new
-    assert old.train.label_smoothing == 0.2 and old.train.extra_length == 30
-    assert old.data.max_sentence_length == 24
-    assert config_differences(old, new) == {}
-    # Overrides with the old names map too.
-    with pytest.warns(DeprecationWarning, match="data.max_length"):
-        changed = apply_overrides(new, ["data.max_length=16"])
-    assert changed.data.max_sentence_length == 16
+@pytest.mark.parametrize("old", sorted(RENAMED))
+def test_an_old_key_in_a_config_file_or_override_names_the_new_one(old, tmp_path):
+    section, name = old.split(".")
+    values = {**SMALL_CONFIG, section: {**SMALL_CONFIG[section], name: 24}}
+    message = f"{old!r} was renamed: use {RENAMED[old]!r}"
+    with pytest.raises(ValueError, match=message) as raised:
+        TrainConfig.load(write_config(tmp_path, values))
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match=message):
+        apply_overrides(small_config(), [f"{old}=24"])
+    with pytest.raises(ValueError, match=message):
+        apply_overrides(values, [])
 
 
-def test_old_and_new_key_with_different_values_are_refused():
-    values = {**OLD_CONFIG, "train": {**OLD_CONFIG["train"], "extra_length": 10}}
-    with (
-        pytest.warns(DeprecationWarning),
-        pytest.raises(ValueError, match="train.extra_length"),
-    ):
-        TrainConfig.from_dict(values)
+def test_old_names_are_gone_from_python():
+    with pytest.raises(TypeError):
+        DataConfig(max_length=32)
+    with pytest.raises(TypeError):
+        TrainingConfig(decode_extra_length=7)
+    assert not hasattr(DataConfig(), "max_length")
+    assert not hasattr(TrainingConfig(), "decode_extra_length")
+    with pytest.raises(ValueError, match="train.label_smoothing"):
+        TrainConfig(model={**SMALL_CONFIG["model"], "label_smoothing": 0.3})
 
 
-def test_old_argument_names_still_work_in_python():
-    with pytest.warns(DeprecationWarning, match="max_sentence_length"):
-        data = DataConfig(max_length=32)
-    assert data.max_sentence_length == 32
-    with pytest.warns(DeprecationWarning):
-        assert data.max_length == 32
-    with pytest.warns(DeprecationWarning, match="extra_length"):
-        train = TrainingConfig(decode_extra_length=7)
-    assert train.extra_length == 7
-    with pytest.warns(DeprecationWarning):
-        model = presets["tiny"].replace(label_smoothing=0.3)
-    assert TrainConfig(model=model).train.label_smoothing == 0.3
-    with pytest.warns(DeprecationWarning):
-        assert presets["base"].label_smoothing == 0.1
+def test_resuming_an_old_run_config_is_not_a_change(tmp_path, recwarn):
+    from keras_transformer.training.config import upgrade_stored_config
 
-
-def test_resuming_an_old_run_config_is_not_a_change(tmp_path):
-    with pytest.warns(DeprecationWarning):
-        config = TrainConfig.from_dict(OLD_CONFIG)
+    config = small_config(
+        "train.label_smoothing=0.2",
+        "train.extra_length=30",
+        "data.max_sentence_length=24",
+    )
     # config.json of an older run: the resolved config under the old names.
     stored = config.to_dict()
     stored["model"]["label_smoothing"] = stored["train"].pop("label_smoothing")
     stored["train"]["decode_extra_length"] = stored["train"].pop("extra_length")
     stored["data"]["max_length"] = stored["data"].pop("max_sentence_length")
+    assert upgrade_stored_config(stored) == config.to_dict()
+    assert upgrade_stored_config(OLD_CONFIG)["train"]["label_smoothing"] == 0.2
     (tmp_path / "config.json").write_text(json.dumps(stored))
     _fake_checkpoint(tmp_path)
     assert prepare_run_config(config, tmp_path, force=False) is True
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
     # ...and the rewritten config.json uses the new names.
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["train"]["label_smoothing"] == 0.2
@@ -320,14 +313,12 @@ def test_vocabulary_size_has_one_owner():
         )
 
 
-def test_overrides_module_and_its_old_home():
+def test_overrides_have_one_home():
     from keras_transformer.training import config as config_module
     from keras_transformer.training import overrides
 
-    with pytest.warns(DeprecationWarning, match="training.overrides"):
-        assert config_module.apply_overrides is overrides.apply_overrides
-    with pytest.warns(DeprecationWarning, match="training.overrides"):
-        assert config_module.parse_override is overrides.parse_override
+    assert not hasattr(config_module, "apply_overrides")
+    assert not hasattr(config_module, "parse_override")
     assert "max_sentence_length" in overrides.known_keys(["data"])
     assert "label_smoothing" in overrides.known_keys(["train"])
 

@@ -6,8 +6,9 @@
   accuracy: one mechanism (`callbacks.BestWeights`), read by
   ``train.evaluate_with=best`` and ``keras-transformer evaluate --weights best``.
 * A hand-written image config without ``model.generation_order`` gets the
-  paper's block order (Parmar et al. 2018, §3.2); only the layout an old
-  release stored (`ImageRunConfig`, no ``kind``) keeps its one raster order.
+  paper's block order (Parmar et al. 2018, §3.2); only a config stored in a
+  run folder without it (e.g. in the layout before kinds: model, data,
+  train, no ``kind``) keeps its one raster order.
 * A run folder written before fingerprints (no ``checkpoints.json``,
   checkpoints without a fingerprint) resumes, as a translation run's does.
 """
@@ -18,7 +19,6 @@ import dataclasses
 import json
 import shutil
 import types
-import warnings
 from pathlib import Path
 
 import keras
@@ -40,6 +40,7 @@ from keras_transformer.training.classification import ClassificationRecipe
 from keras_transformer.training.image_recipe import ImageRecipe
 from tests.training.helpers import (
     SMALL_IMAGE_CONFIG,
+    old_image_layout,
     small_image_config,
     write_config,
 )
@@ -144,6 +145,7 @@ def test_an_image_run_keeps_its_best_weights_in_the_papers_order(tmp_path, capsy
     the paper's block order; the weights of the lowest validation bits/dim
     are kept, evaluated at the end (``train.evaluate_with=best``) and by
     ``keras-transformer evaluate --weights best``."""
+    # Trains its own: validation and best weights, which the shared runs skip.
     values = json.loads(json.dumps(SMALL_IMAGE_CONFIG))
     del values["model"]["generation_order"]
     values["train"]["evaluate_with"] = "best"
@@ -160,7 +162,7 @@ def test_an_image_run_keeps_its_best_weights_in_the_papers_order(tmp_path, capsy
     best = json.loads((workdir / "best.json").read_text())
     assert best["bits_per_dim"] == pytest.approx(min(history))
     assert best["step"] == 3 * (1 + int(np.argmin(history)))
-    assert result.best_validation_bleu == pytest.approx(best["bits_per_dim"])
+    assert result.best_validation_score == pytest.approx(best["bits_per_dim"])
     folder = RunFolder(workdir)
     assert best["fingerprint"]["run_id"] == folder.fingerprint().run_id
     # The best weights are those of the checkpoint of their step.
@@ -178,18 +180,6 @@ def test_an_image_run_keeps_its_best_weights_in_the_papers_order(tmp_path, capsy
 
 
 # ------------------------------------------------------------ generation order
-def _old_layout(config: TrainConfig) -> dict:
-    """`config` in the `ImageRunConfig` layout an old release stored (no
-    ``kind``, no ``model.generation_order``)."""
-    from keras_transformer.training.image import ImageRunConfig
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        values = ImageRunConfig.from_train_config(config).to_dict()
-    del values["model"]["generation_order"]
-    return values
-
-
 def test_only_a_stored_config_keeps_the_one_raster_order(tmp_path):
     handwritten = json.loads(json.dumps(SMALL_IMAGE_CONFIG))
     del handwritten["model"]["generation_order"]
@@ -210,10 +200,15 @@ def test_only_a_stored_config_keeps_the_one_raster_order(tmp_path):
     assert small_image_config("model.query_block=[4,4]").model.query_block == (4, 4)
     with pytest.raises(ValueError, match="Known keys here: .*generation_order"):
         small_image_config("model.preset=tiny")
-    # The layout of an old release: one raster order over the image.
-    old = TrainConfig.from_dict(_old_layout(config))
+    # The layout of an old release, stored in a run folder: one raster order
+    # over the image. Written by hand, the layout is refused with the new one.
+    old_path = write_config(tmp_path, old_image_layout(config), "old.json")
+    old = load_stored_config(old_path)
     assert old.kind == "image" and old.model.generation_order == "image"
     assert old.model == dataclasses.replace(config.model, generation_order="image")
+    assert old.image == config.image
+    with pytest.raises(ValueError, match="Set kind='image'"):
+        TrainConfig.load(old_path)
 
 
 # ------------------------------------------------------------ old run folders
@@ -236,7 +231,7 @@ def _strip_fingerprints(workdir: Path, config: TrainConfig) -> None:
     legacy = manager.save(checkpoint_number=step)
     assert checkpoint_fingerprint(legacy) is None
     assert not (checkpoint_dir / "checkpoints.json").exists()
-    (workdir / "config.json").write_text(json.dumps(_old_layout(config)))
+    (workdir / "config.json").write_text(json.dumps(old_image_layout(config)))
     for name in ("best.weights.h5", "best.json"):
         (workdir / name).unlink(missing_ok=True)
 
@@ -245,6 +240,7 @@ def test_an_image_run_written_before_fingerprints_resumes(tmp_path):
     """As a translation run of that time (tests/test_old_artifacts.py): its
     checkpoints have nothing to compare, so they are restored; the resumed
     run then fingerprints its folder and its new checkpoints."""
+    # Trains its own: the old raster order, which no shared run uses.
     order = "model.generation_order=image"  # what an old release trained
     first = small_image_config(order, "train.train_steps=3")
     workdir = tmp_path / "run"

@@ -1,4 +1,5 @@
-"""Tests of `train_image_model`: bits/dim, checkpoints that resume, TensorBoard."""
+"""Image runs of `train` (``kind="image"``): bits/dim, checkpoints that
+resume, TensorBoard."""
 
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ from keras_transformer.data.images import ImageData, ImageSplit
 from keras_transformer.models import image_bits_per_dim
 from keras_transformer.training import (
     ConfigMismatchError,
-    ImageDataConfig,
-    ImageRunConfig,
-    ImageTrainingConfig,
+    TrainConfig,
+    TrainingConfig,
     image_batches,
     load_image_data,
-    train_image_model,
+    train,
 )
-from tests.training.helpers import small_image_model
+from keras_transformer.training.checkpoints import load_stored_config
+from keras_transformer.training.kinds import ImageConfig
+from tests.training.helpers import old_image_layout, small_image_model
 
 
 def _data(seed: int = 0, classes: bool = False) -> ImageData:
@@ -45,17 +47,15 @@ def _data(seed: int = 0, classes: bool = False) -> ImageData:
     return ImageData(split(64), split(8), split(8))
 
 
-def _config(steps: int = 6, per_epoch: int = 3, **model_changes) -> ImageRunConfig:
-    model = small_image_model(**model_changes)
-    train = ImageTrainingConfig(
-        batch_size=4,
-        train_steps=steps,
-        steps_per_epoch=per_epoch,
-        log_every=1,
-        evaluation_batch_size=4,
-        verbose=0,
+def _config(steps: int = 6, per_epoch: int = 3, **model_changes) -> TrainConfig:
+    return TrainConfig(
+        kind="image",
+        model=small_image_model(**model_changes),
+        image=ImageConfig(batch_size=4, evaluation_batch_size=4),
+        train=TrainingConfig(
+            train_steps=steps, steps_per_epoch=per_epoch, log_every=1, verbose=0
+        ),
     )
-    return ImageRunConfig(model=model, train=train)
 
 
 def _weights(model: keras.Model) -> list[np.ndarray]:
@@ -77,40 +77,35 @@ def _scalars(log_dir: Path, run: str) -> dict[str, list[tuple[int, float]]]:
 def test_a_run_trains_logs_and_evaluates(tmp_path: Path) -> None:
     data = _data()
     config = _config(steps=30, per_epoch=10)
-    result = train_image_model(config, tmp_path / "run", data, printer=None)
+    result = train(config, tmp_path / "run", data=data, printer=None)
     assert result.steps == 30 and result.initial_step == 0 and not result.preempted
     history = result.history["bits_per_dim"]
     assert history[-1] < history[0]
     # The test value is the model's bits/dim on the test images.
-    assert result.test_bits_per_dim == pytest.approx(
+    test_bits_per_dim = result.evaluation.bits_per_dim
+    assert test_bits_per_dim == pytest.approx(
         image_bits_per_dim(result.model, data.test.images.astype("int32")), rel=1e-4
-    )
-    assert result.validation_bits_per_dim == pytest.approx(
-        result.history["val_bits_per_dim"][-1]
     )
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved["steps"] == 30
-    train = _scalars(result.log_dir, "train")
-    assert [step for step, _ in train["bits_per_dim"]] == list(range(1, 31))
-    assert "learning_rate" in train
+    logged = _scalars(result.log_dir, "train")
+    assert [step for step, _ in logged["bits_per_dim"]] == list(range(1, 31))
+    assert "learning_rate" in logged
     validation = _scalars(result.log_dir, "validation")
     assert [step for step, _ in validation["bits_per_dim"]] == [10, 20, 30]
     test = _scalars(result.log_dir, "test")
-    assert test["bits_per_dim"][0][1] == pytest.approx(result.test_bits_per_dim)
-    stored = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert ImageRunConfig.from_dict(stored) == config
+    assert test["bits_per_dim"][0][1] == pytest.approx(test_bits_per_dim)
+    assert load_stored_config(tmp_path / "run" / "config.json") == config
 
 
 @pytest.mark.slow
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     data = _data(1)
-    straight = train_image_model(
-        _config(6, 3), tmp_path / "straight", data, printer=None
-    )
-    first = train_image_model(_config(3, 3), tmp_path / "resumed", data, printer=None)
+    straight = train(_config(6, 3), tmp_path / "straight", data=data, printer=None)
+    first = train(_config(3, 3), tmp_path / "resumed", data=data, printer=None)
     assert first.steps == 3
     # The same folder with more steps resumes: a run may be lengthened.
-    second = train_image_model(_config(6, 3), tmp_path / "resumed", data, printer=None)
+    second = train(_config(6, 3), tmp_path / "resumed", data=data, printer=None)
     assert second.initial_step == 3 and second.steps == 6
     for a, b in zip(_weights(straight.model), _weights(second.model), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -132,16 +127,16 @@ class _Terminate(keras.callbacks.Callback):
 def test_a_killed_run_saves_a_checkpoint_and_resumes(tmp_path: Path) -> None:
     data = _data(2)
     config = _config(8, 4)
-    stopped = train_image_model(
-        config, tmp_path / "run", data, callbacks=[_Terminate(5)], printer=None
+    stopped = train(
+        config, tmp_path / "run", data=data, callbacks=[_Terminate(5)], printer=None
     )
     assert stopped.preempted and stopped.steps == 5
-    assert stopped.test_bits_per_dim is None
+    assert stopped.evaluation is None
     assert not (tmp_path / "run" / "result.json").exists()
     assert (tmp_path / "run" / "checkpoints" / "ckpt-5.index").is_file()
-    resumed = train_image_model(config, tmp_path / "run", data, printer=None)
+    resumed = train(config, tmp_path / "run", data=data, printer=None)
     assert resumed.initial_step == 5 and resumed.steps == 8
-    uninterrupted = train_image_model(config, tmp_path / "other", data, printer=None)
+    uninterrupted = train(config, tmp_path / "other", data=data, printer=None)
     for a, b in zip(
         _weights(uninterrupted.model), _weights(resumed.model), strict=True
     ):
@@ -150,12 +145,10 @@ def test_a_killed_run_saves_a_checkpoint_and_resumes(tmp_path: Path) -> None:
 
 def test_another_config_in_the_same_folder_is_refused(tmp_path: Path) -> None:
     data = _data(3)
-    train_image_model(_config(2, 2), tmp_path / "run", data, printer=None)
-    wider = ImageRunConfig(
-        model=_config(2, 2).model.replace(d_model=32), train=_config(2, 2).train
-    )
+    train(_config(2, 2), tmp_path / "run", data=data, printer=None)
+    wider = _config(2, 2, d_model=32)
     with pytest.raises(ConfigMismatchError, match="model.d_model"):
-        train_image_model(wider, tmp_path / "run", data, printer=None)
+        train(wider, tmp_path / "run", data=data, printer=None)
 
 
 def test_a_run_of_0_1_0_resumes_in_its_generation_order(tmp_path: Path) -> None:
@@ -164,28 +157,34 @@ def test_a_run_of_0_1_0_resumes_in_its_generation_order(tmp_path: Path) -> None:
     refuses the new default, "blocks"."""
     data = _data(3)
     old = _config(2, 2, generation_order="image")
-    train_image_model(old, tmp_path / "run", data, printer=None)
+    train(old, tmp_path / "run", data=data, printer=None)
     path = tmp_path / "run" / "config.json"
     stored = json.loads(path.read_text())
     del stored["model"]["generation_order"]
     path.write_text(json.dumps(stored))
     with pytest.raises(ConfigMismatchError, match="model.generation_order"):
-        train_image_model(_config(4, 2), tmp_path / "run", data, printer=None)
-    resumed = train_image_model(
-        _config(4, 2, generation_order="image"), tmp_path / "run", data, printer=None
+        train(_config(4, 2), tmp_path / "run", data=data, printer=None)
+    resumed = train(
+        _config(4, 2, generation_order="image"),
+        tmp_path / "run",
+        data=data,
+        printer=None,
     )
     assert resumed.initial_step == 2 and resumed.steps == 4
 
 
 def test_class_conditional_training(tmp_path: Path) -> None:
     data = _data(4, classes=True)
-    result = train_image_model(
-        _config(4, 2, num_classes=3), tmp_path / "run", data, printer=None
+    result = train(
+        _config(4, 2, num_classes=3), tmp_path / "run", data=data, printer=None
     )
-    assert result.steps == 4 and np.isfinite(result.test_bits_per_dim)
+    assert result.steps == 4 and np.isfinite(result.evaluation.bits_per_dim)
     with pytest.raises(ValueError, match="no labels"):
-        train_image_model(
-            _config(4, 2, num_classes=3), tmp_path / "other", _data(4), printer=None
+        train(
+            _config(4, 2, num_classes=3),
+            tmp_path / "other",
+            data=_data(4),
+            printer=None,
         )
 
 
@@ -193,11 +192,11 @@ def test_images_of_the_wrong_shape_or_type_are_refused(tmp_path: Path) -> None:
     data = _data(5)
     data.train = ImageSplit(np.zeros((4, 8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match=r"data.train.images.*\(4, 4, 3\)"):
-        train_image_model(_config(2, 2), tmp_path / "a", data, printer=None)
+        train(_config(2, 2), tmp_path / "a", data=data, printer=None)
     data = _data(5)
     data.test = ImageSplit(data.test.images.astype(np.float32) / 255.0)
     with pytest.raises(ValueError, match=r"data.test.images.dtype=float32"):
-        train_image_model(_config(2, 2), tmp_path / "b", data, printer=None)
+        train(_config(2, 2), tmp_path / "b", data=data, printer=None)
 
 
 def test_batches_are_a_function_of_the_seed_and_the_step() -> None:
@@ -217,30 +216,17 @@ def test_batches_are_a_function_of_the_seed_and_the_step() -> None:
     assert (mirrored | same).all() and mirrored.any() and same.any()
 
 
-def test_data_config_validation_and_loading() -> None:
+def test_image_section_validation_and_loading() -> None:
     with pytest.raises(ValueError, match="needs `directory`"):
-        ImageDataConfig(source="cifar10")
+        ImageConfig(source="cifar10")
     with pytest.raises(ValueError, match=r"source='mnist'"):
-        ImageDataConfig(source="mnist")
-    data = load_image_data(ImageDataConfig(validation_images=10))
-    assert len(data.validation) == 10 and data.train.images.shape[1:] == (32, 32, 3)
-
-
-def test_the_old_configs_are_checked_by_the_image_kinds_sections():
-    """The deprecated configs have no checks of their own: `ImageDataConfig`
-    is a `kinds.ImageSourceConfig`, `ImageTrainingConfig` is checked as the
-    ``image`` and ``train`` sections it becomes (the messages name those)."""
-    from keras_transformer.training.kinds import ImageSourceConfig
-
-    assert issubclass(ImageDataConfig, ImageSourceConfig)
+        ImageConfig(source="mnist")
     with pytest.raises(ValueError, match=r"^`image\.patch_size` must be a positive"):
-        ImageDataConfig(patch_size=0)
+        ImageConfig(patch_size=0)
     with pytest.raises(ValueError, match=r"^`image\.batch_size` must be a positive"):
-        ImageTrainingConfig(batch_size=0)
-    with pytest.raises(ValueError, match=r"^`train\.train_steps` must be a positive"):
-        ImageTrainingConfig(train_steps=0)
-    with pytest.raises(ValueError, match=r"^`train\.seed` must be an integer"):
-        ImageTrainingConfig(seed=1.5)
+        ImageConfig(batch_size=0)
+    data = load_image_data(ImageConfig(validation_images=10))
+    assert len(data.validation) == 10 and data.train.images.shape[1:] == (32, 32, 3)
 
 
 def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
@@ -251,47 +237,27 @@ def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
     workdir = tmp_path / "run"
     with holding_lock(workdir) as holder:
         with pytest.raises(FolderLockedError, match=f"PID {holder.pid}"):
-            train_image_model(_config(), workdir, _data(), printer=None)
+            train(_config(), workdir, data=_data(), printer=None)
         assert not (workdir / "config.json").exists()
-    result = train_image_model(_config(), workdir, _data(), printer=None)
+    result = train(_config(), workdir, data=_data(), printer=None)
     assert result.steps == 6
 
 
-def test_a_run_folder_of_the_image_run_config_layout_resumes(tmp_path: Path) -> None:
-    """A run folder written by `train_image_model` before the image kind (its
-    config.json in the ImageRunConfig layout) resumes through the one
-    `train`, and a changed setting is still refused."""
+def test_a_run_folder_of_the_layout_before_kinds_resumes(tmp_path: Path) -> None:
+    """A run folder written before the image kind (its config.json in the
+    layout of model, data and train, no ``kind``) resumes through `train`,
+    and a changed setting is still refused."""
     data = _data(5)
-    train_image_model(_config(2, 2), tmp_path / "run", data, printer=None)
+    train(_config(2, 2), tmp_path / "run", data=data, printer=None)
     path = tmp_path / "run" / "config.json"
-    path.write_text(_config(2, 2).to_json())
-    wider = ImageRunConfig(
-        model=_config(4, 2).model.replace(d_model=32), train=_config(4, 2).train
-    )
+    old = old_image_layout(_config(2, 2, generation_order="image"))
+    path.write_text(json.dumps(old))
+    wider = _config(4, 2, d_model=32, generation_order="image")
     with pytest.raises(ConfigMismatchError, match="model.d_model"):
-        train_image_model(wider, tmp_path / "run", data, printer=None)
-    resumed = train_image_model(_config(4, 2), tmp_path / "run", data, printer=None)
+        train(wider, tmp_path / "run", data=data, printer=None)
+    config = _config(4, 2, generation_order="image")
+    resumed = train(config, tmp_path / "run", data=data, printer=None)
     assert resumed.initial_step == 2 and resumed.steps == 4
     stored = json.loads(path.read_text())
     assert stored["kind"] == "image" and stored["image"]["batch_size"] == 4
-    assert ImageRunConfig.from_dict(stored) == _config(4, 2)
-
-
-def test_the_old_names_warn_and_build_the_image_kind(tmp_path: Path) -> None:
-    """`train_image_model` and its configs are deprecated wrappers (removed in
-    0.4) over `train` with a ``kind="image"`` TrainConfig."""
-    from keras_transformer.training import TrainConfig
-
-    for make in (ImageDataConfig, ImageTrainingConfig, ImageRunConfig):
-        with pytest.warns(DeprecationWarning, match="removed in 0.4"):
-            make()
-    config = _config(2, 2)
-    converted = config.to_train_config()
-    assert isinstance(converted, TrainConfig) and converted.kind == "image"
-    assert converted.model == config.model
-    assert converted.image.batch_size == config.train.batch_size
-    assert converted.train.steps_per_epoch == config.train.steps_per_epoch
-    assert ImageRunConfig.from_train_config(converted) == config
-    with pytest.warns(DeprecationWarning, match="train_image_model.*removed in 0.4"):
-        result = train_image_model(config, tmp_path / "run", _data(), printer=None)
-    assert result.steps == 2
+    assert load_stored_config(path) == config

@@ -139,7 +139,7 @@ def test_epoch_length_defaults_to_one_pass(dates):
         tokenizer,
         max_tokens_per_batch=config.data.max_tokens_per_batch,
         bucket_boundaries=config.data.bucket_boundaries,
-        max_length=config.data.max_sentence_length,
+        max_sentence_length=config.data.max_sentence_length,
         seed=5,
     )
     assert per_pass == sum(1 for _ in one_pass) > 1

@@ -177,7 +177,7 @@ def test_resume_a_finished_run_for_more_steps(run, tmp_path):
     assert result.history["loss"] and len(result.history["loss"]) == 1
     # The final evaluation used the weights with the best validation BLEU.
     best = json.loads((copy / "best.json").read_text())
-    assert best["step"] in (3, 6, 9) and result.best_validation_bleu == best["bleu"]
+    assert best["step"] in (3, 6, 9) and result.best_validation_score == best["bleu"]
     assert [Path(p).name for p in checkpoint_paths(copy / "checkpoints")] == [
         "ckpt-3",
         "ckpt-6",
