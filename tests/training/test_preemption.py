@@ -183,7 +183,8 @@ def _tiny_trainer() -> TranslationTrainer:
     return trainer
 
 
-def test_plain_progress_lines(capsys):
+def _fit_two_epochs_of_three_steps(progress: keras.callbacks.Callback) -> None:
+    """Six updates of the tiny trainer, two epochs, with `progress` watching."""
     ids = np.random.default_rng(0).integers(4, 50, size=(3, 4, 6)).astype("int32")
     data = tf.data.Dataset.from_tensors(((ids[0], ids[1]), ids[2])).repeat()
     _tiny_trainer().fit(
@@ -192,8 +193,12 @@ def test_plain_progress_lines(capsys):
         steps_per_epoch=3,
         verbose=0,
         shuffle=False,
-        callbacks=[PlainProgressLogger(2, total_steps=6)],
+        callbacks=[progress],
     )
+
+
+def test_plain_progress_lines(capsys):
+    _fit_two_epochs_of_three_steps(PlainProgressLogger(2, total_steps=6))
     out = capsys.readouterr().out
     assert "\r" not in out and "\b" not in out and "\x1b" not in out
     lines = out.splitlines()
@@ -219,18 +224,9 @@ class _Stream:
 def test_progress_line_redrawn_on_a_terminal_with_its_eta(capsys):
     """On a terminal the step line is redrawn in place (a bar, updates/s and
     the time left of the whole run); the epoch lines are printed as lines."""
-    ids = np.random.default_rng(0).integers(4, 50, size=(3, 4, 6)).astype("int32")
-    data = tf.data.Dataset.from_tensors(((ids[0], ids[1]), ids[2])).repeat()
     terminal = io.StringIO()
-    _tiny_trainer().fit(
-        data,
-        epochs=2,
-        steps_per_epoch=3,
-        verbose=0,
-        shuffle=False,
-        callbacks=[
-            PlainProgressLogger(2, 6, terminal=True, stream=terminal, redraw_seconds=0)
-        ],
+    _fit_two_epochs_of_three_steps(
+        PlainProgressLogger(2, 6, terminal=True, stream=terminal, redraw_seconds=0)
     )
     drawn = terminal.getvalue()
     redraws = [line.rstrip() for line in drawn.replace("\n", "").split("\r")[1:]]
