@@ -22,7 +22,7 @@ HELP = "Write a SavedModel: translation, classification or image completion."
 _SIGNATURES = {
     "translation": "serving_default and translate (strings -> translations, "
     "scores), translate_ids (strings -> token_ids, lengths, scores), n_best, "
-    "score, translate_with_prefix",
+    "score, translate_with_prefix, translate_constrained",
     "classification": "serving_default and classify (texts -> probabilities, labels)",
     "image": "serving_default and complete (top_rows, seed -> images)",
 }
