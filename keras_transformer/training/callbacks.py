@@ -34,8 +34,8 @@ from keras_transformer.runs import (
     RunFingerprint,
     save_checkpoint,
     save_weights,
-    weights_info_file,
 )
+from keras_transformer.runs.weights import weights_info_file
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.validation import check_positive_int
 

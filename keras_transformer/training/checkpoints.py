@@ -37,7 +37,6 @@ from keras_transformer.runs import (
     AVERAGED_WEIGHTS,
     BEST_WEIGHTS,
     CHECKPOINT_DIR,
-    CHECKPOINT_METADATA,
     CONFIG_FILE,
     RESULT_FILE,
     TOKENIZER_DIR,
@@ -52,23 +51,26 @@ from keras_transformer.runs import (
     checkpoint_paths,
     checkpoint_problem,
     checkpoint_step,
-    damaged_files,
     is_run_dir,
     record_checkpoints_on_disk,
     restore_checkpoint,
     restore_newest_checkpoint,
-    restore_or_explain,
     run_fingerprint,
     save_checkpoint,
     save_weights,
     upgrade_stored_config,
-    weights_info_file,
     write_checkpoint_metadata,
 )
 from keras_transformer.runs import (
     BEST_INFO as BEST_INFO,  # re-exported (see `keras_transformer.runs`)
 )
-from keras_transformer.runs import fingerprint_variable as runs_fingerprint_variable
+from keras_transformer.runs.checkpoint_io import restore_or_explain
+from keras_transformer.runs.checkpoints import damaged_files
+from keras_transformer.runs.fingerprints import (
+    fingerprint_variable as runs_fingerprint_variable,
+)
+from keras_transformer.runs.layout import CHECKPOINT_METADATA
+from keras_transformer.runs.weights import weights_info_file
 from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
     TrainConfig,

@@ -1,0 +1,405 @@
+"""What a run's checkpoints and weights belong to: its fingerprint.
+
+`RunFingerprint` (run id, tokenizer, model config) is written into
+``checkpoints.json`` (`write_checkpoint_metadata`) and into every
+checkpoint (`fingerprint_variable`) and weights file, and checked by every
+reader (`check_fingerprint`): weights of another run, or without a
+fingerprint, are refused unless the user accepts them
+(`accepting_weights_without_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.files import write_atomically
+from keras_transformer.runs.layout import (
+    CHECKPOINT_METADATA,
+    RECORDED_CHECKPOINTS,
+    _checkpoint_prefixes_on_disk,
+    _short,
+    checkpoint_step,
+)
+
+__all__ = [
+    "FINGERPRINT_KEY",
+    "CheckpointMismatchError",
+    "ForeignCheckpointError",
+    "RunFingerprint",
+    "accepting_weights_without_fingerprint",
+    "check_fingerprint",
+    "checkpoint_fingerprint",
+    "config_hash",
+    "fingerprint_variable",
+    "run_fingerprint",
+    "write_checkpoint_metadata",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class ForeignCheckpointError(ValueError):
+    """A checkpoint (or weights file) belongs to another run.
+
+    Copied in from another work directory, or written before the run's
+    tokenizer was replaced: its fingerprint (run id, tokenizer) differs
+    from the run's own. The message says whose it is.
+    """
+
+
+class CheckpointMismatchError(ValueError):
+    """An intact checkpoint does not fit the model built from ``config.json``."""
+
+
+#: Where a checkpoint keeps its fingerprint (a string variable saved with it).
+FINGERPRINT_KEY = "fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFingerprint:
+    """What a checkpoint belongs to: its run, tokenizer and model config.
+
+    Written into every checkpoint (`FINGERPRINT_KEY`) and into every
+    weights file (`WEIGHTS_FINGERPRINT_ATTRIBUTE`; also beside it, in
+    ``best.json`` and ``averaged.json``, for people), and checked by every
+    reader (`check_fingerprint`): a checkpoint of another run with the same
+    sizes would otherwise load without a word and translate nonsense.
+
+    Attributes:
+        run_id: random, made when the run's first checkpoint metadata is
+            written; kept for the life of the run folder.
+        tokenizer: the tokenizer's fingerprint (`SubwordTokenizer.fingerprint`).
+        config: a hash of the model section of the config (informative: a
+            run continued with ``--force`` keeps its run id).
+        workdir: the folder the run was created in (for messages only).
+    """
+
+    run_id: str
+    tokenizer: str
+    config: str = ""
+    workdir: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> RunFingerprint | None:
+        """The fingerprint in `values`, or None when it has none (older files)."""
+        if not isinstance(values, Mapping) or not values.get("run_id"):
+            return None
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: str(v) for k, v in values.items() if k in fields})
+
+    def same_run(self, other: RunFingerprint) -> bool:
+        return self.run_id == other.run_id and self.tokenizer == other.tokenizer
+
+    def describe(self) -> str:
+        where = f" in {self.workdir}" if self.workdir else ""
+        return f"run {self.run_id}{where} (tokenizer {self.tokenizer[:12]})"
+
+
+def config_hash(model_config: Any) -> str:
+    """A short hash of a model config (its JSON, or its repr)."""
+    import hashlib
+
+    text = (
+        model_config.to_json()
+        if hasattr(model_config, "to_json")
+        else json.dumps(model_config, sort_keys=True, default=repr)
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+#: The ``checkpoints.json`` files already warned of as unreadable (once each).
+_UNREADABLE_METADATA: set[str] = set()
+
+
+def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
+    """The content of ``checkpoints.json``; ``{}`` when missing or unreadable.
+
+    An unreadable (garbled, truncated) file is one warning naming it, once
+    per process: every command goes on with the checkpoint files on disk
+    (`checkpoint_paths`, and the fingerprint they carry), and the next
+    `train` of the run writes the file again.
+    """
+    path = checkpoint_dir / CHECKPOINT_METADATA
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        problem = f"cannot be read ({getattr(e, 'strerror', None) or _short(e)})"
+    else:
+        try:
+            metadata = json.loads(text)
+        except ValueError as e:
+            metadata, problem = None, f"is not valid JSON ({_short(e)})"
+        else:
+            problem = None if isinstance(metadata, dict) else "is not a JSON object"
+        if problem is None:
+            return metadata
+    if str(path) not in _UNREADABLE_METADATA:
+        _UNREADABLE_METADATA.add(str(path))
+        logger.warning(
+            "%s %s: going on with the checkpoint files in %s (and the fingerprint "
+            "they carry); the next `keras-transformer train` of this run writes "
+            "it again.",
+            path,
+            problem,
+            checkpoint_dir,
+        )
+    return {}
+
+
+def write_checkpoint_metadata(
+    checkpoint_dir: str | os.PathLike[str],
+    tokenizer: SubwordTokenizer | None,
+    model_config: Any = None,
+    run_id: str | None = None,
+) -> RunFingerprint:
+    """Records the run's fingerprint for its checkpoints (``checkpoints.json``).
+
+    The run id is `run_id` when given, else kept from an earlier
+    ``checkpoints.json`` with the same tokenizer (or, when that file was
+    deleted or garbled, from the fingerprint the run's checkpoints carry,
+    `run_fingerprint`), else made anew. Written atomically. A run without a
+    tokenizer (an image run) records an empty tokenizer fingerprint and no
+    vocabulary size.
+
+    Returns:
+        The run's `RunFingerprint`, which every new checkpoint carries.
+
+    Raises:
+        ForeignCheckpointError: when ``checkpoints.json`` is lost and the
+            folder's checkpoints belong to more than one run.
+    """
+    directory = Path(checkpoint_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    stored = _read_metadata(directory)
+    records = stored.get(RECORDED_CHECKPOINTS)  # kept: see `record_checkpoint`
+    if not stored.get("run_id"):
+        recovered = _fingerprint_of_checkpoints(directory)
+        if recovered is not None:
+            stored = {
+                "run_id": recovered.run_id,
+                "tokenizer_fingerprint": recovered.tokenizer,
+                "config_hash": recovered.config,
+            }
+    tokens = "" if tokenizer is None else tokenizer.fingerprint
+    same_tokenizer = stored.get("tokenizer_fingerprint") == tokens
+    run_id = run_id or (stored.get("run_id") if same_tokenizer else None)
+    fingerprint = RunFingerprint(
+        run_id=str(run_id or uuid.uuid4().hex[:16]),
+        tokenizer=tokens,
+        config=(
+            config_hash(model_config)
+            if model_config is not None
+            else str(stored.get("config_hash", ""))
+        ),
+        workdir=str(directory.parent.resolve()),
+    )
+    metadata = {
+        "vocabulary_size": None if tokenizer is None else tokenizer.vocabulary_size,
+        "tokenizer_fingerprint": tokens,
+        "run_id": fingerprint.run_id,
+        "config_hash": fingerprint.config,
+        "workdir": fingerprint.workdir,
+    }
+    if isinstance(records, list):
+        metadata[RECORDED_CHECKPOINTS] = records
+    write_atomically(
+        directory / CHECKPOINT_METADATA, json.dumps(metadata, indent=2) + "\n"
+    )
+    return fingerprint
+
+
+def run_fingerprint(checkpoint_dir: str | os.PathLike[str]) -> RunFingerprint | None:
+    """The run's fingerprint: the one in its ``checkpoints.json``.
+
+    When that file is deleted or garbled, the fingerprint that the run's
+    own checkpoints carry (every checkpoint holds it), so that losing the
+    file never turns the checks off. None for a run written before
+    fingerprints (nothing records one).
+
+    Raises:
+        ForeignCheckpointError: when ``checkpoints.json`` is lost and the
+            folder's checkpoints belong to more than one run (which is the
+            run's own cannot be told).
+    """
+    metadata = _read_metadata(Path(checkpoint_dir))
+    recorded = RunFingerprint.from_mapping(
+        {
+            "run_id": metadata.get("run_id", ""),
+            "tokenizer": metadata.get("tokenizer_fingerprint", ""),
+            "config": metadata.get("config_hash", ""),
+            "workdir": metadata.get("workdir", ""),
+        }
+    )
+    if recorded is not None:
+        return recorded
+    return _fingerprint_of_checkpoints(Path(checkpoint_dir))
+
+
+def _fingerprint_of_checkpoints(directory: Path) -> RunFingerprint | None:
+    """The one fingerprint the checkpoints in `directory` carry (None: none).
+
+    Raises:
+        ForeignCheckpointError: when they carry those of several runs.
+    """
+    runs: dict[tuple[str, str], list[str]] = {}
+    fingerprints: dict[tuple[str, str], RunFingerprint] = {}
+    for prefix in _checkpoint_prefixes_on_disk(directory):
+        found = checkpoint_fingerprint(prefix)
+        if found is not None:
+            key = (found.run_id, found.tokenizer)
+            fingerprints.setdefault(key, found)
+            runs.setdefault(key, []).append(Path(prefix).name)
+    if len(fingerprints) > 1:
+        owners = "; ".join(
+            f"{', '.join(names)} to {fingerprints[key].describe()}"
+            for key, names in runs.items()
+        )
+        raise ForeignCheckpointError(
+            f"{directory / CHECKPOINT_METADATA} is missing or unreadable, and the "
+            f"checkpoints in {directory} belong to {len(fingerprints)} runs "
+            f"({owners}), so which are this run's cannot be told. Move the other "
+            f"runs' checkpoints out of {directory}, then run the command again."
+        )
+    return next(iter(fingerprints.values()), None)
+
+
+def checkpoint_fingerprint(prefix: str | os.PathLike[str]) -> RunFingerprint | None:
+    """The fingerprint saved in a checkpoint (None for one written before them)."""
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+        if not reader.has_tensor(FINGERPRINT_KEY):
+            return None
+        value = reader.get_tensor(FINGERPRINT_KEY)
+    except (tf.errors.OpError, ValueError):
+        return None
+    text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    try:
+        return RunFingerprint.from_mapping(json.loads(text))
+    except ValueError:
+        return None
+
+
+#: Set by `accepting_weights_without_fingerprint` (the command line's
+#: ``--weights-without-fingerprint``).
+_ACCEPT_WITHOUT_FINGERPRINT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "accept_weights_without_fingerprint", default=False
+)
+
+
+@contextlib.contextmanager
+def accepting_weights_without_fingerprint() -> Iterator[None]:
+    """Within it, weights that carry no run fingerprint load into a run.
+
+    The command line's ``--weights-without-fingerprint``. Every checkpoint
+    and weights file this package writes carries its run's fingerprint, so
+    weights without one come from elsewhere (another program, a release
+    before fingerprints): nothing shows they belong to the run, and they are
+    refused unless the user says so. Weights of another run (a different
+    fingerprint) are refused even here.
+
+    Example:
+    >>> with accepting_weights_without_fingerprint():  # doctest: +SKIP
+    ...     model, _ = RunFolder("runs/dates").load("elsewhere/x.weights.h5")
+    """
+    token = _ACCEPT_WITHOUT_FINGERPRINT.set(True)
+    try:
+        yield
+    finally:
+        _ACCEPT_WITHOUT_FINGERPRINT.reset(token)
+
+
+def _predates_fingerprints(prefix: Path, expected: RunFingerprint) -> bool:
+    """Whether `prefix` is a checkpoint of the run that `expected` is, written
+    before the run had a fingerprint (a run of an earlier release, resumed).
+
+    It must lie in the run's own checkpoint folder (its ``checkpoints.json``
+    names the run) and be older than every checkpoint there that carries a
+    fingerprint: one copied in later would be newer than them.
+    """
+    folder = prefix.parent
+    if not prefix.name.startswith("ckpt-") or not prefix.name[5:].isdigit():
+        return False
+    recorded = _read_metadata(folder).get("run_id")
+    if recorded != expected.run_id:
+        return False
+    step = checkpoint_step(str(prefix))
+    return all(
+        checkpoint_step(other) > step
+        for other in _checkpoint_prefixes_on_disk(folder)
+        if checkpoint_fingerprint(other) is not None
+    )
+
+
+def _inside(path: Path, folder: str) -> bool:
+    return bool(folder) and os.path.abspath(path).startswith(
+        os.path.join(os.path.abspath(folder), "")
+    )
+
+
+def check_fingerprint(
+    what: str | os.PathLike[str],
+    found: RunFingerprint | None,
+    expected: RunFingerprint | None,
+) -> None:
+    """Refuses weights that are not the run's own.
+
+    Weights of another run (another fingerprint) are refused. So are
+    weights without a fingerprint, since every checkpoint and weights file
+    of a run carries it, unless the user accepts them
+    (`accepting_weights_without_fingerprint`, the command line's
+    ``--weights-without-fingerprint``) or they are checkpoints the run wrote
+    before it had a fingerprint (an earlier release's run, resumed). A run
+    without a fingerprint (written before them) has nothing to compare.
+
+    Raises:
+        ForeignCheckpointError: saying whose the weights are, and what to do.
+    """
+    if expected is None or (found is not None and found.same_run(expected)):
+        return
+    what = Path(what)
+    if found is None:
+        if _ACCEPT_WITHOUT_FINGERPRINT.get() or _predates_fingerprints(what, expected):
+            return
+        raise ForeignCheckpointError(
+            f"{what} carries no run fingerprint, so nothing shows that it belongs "
+            f"to this run ({expected.describe()}): every checkpoint and weights "
+            "file a run writes carries one. If you know these weights fit this "
+            "run, pass --weights-without-fingerprint (in Python: with "
+            "keras_transformer.runs.accepting_weights_without_fingerprint())."
+        )
+    if _inside(what, expected.workdir):
+        advice = (
+            f"It was copied in from another work directory; move it out of "
+            f"{what.parent} (or pass it to the run it came from)."
+        )
+    else:
+        origin = f" ({found.workdir})" if found.workdir else ""
+        advice = f"Pass it with the --workdir of the run it came from{origin}."
+    raise ForeignCheckpointError(
+        f"{what} belongs to another run: it was written by {found.describe()}, "
+        f"but this folder is {expected.describe()}. {advice}"
+    )
+
+
+def fingerprint_variable(fingerprint: RunFingerprint) -> tf.Variable:
+    """The string variable that carries `fingerprint` inside each checkpoint."""
+    return tf.Variable(
+        fingerprint.to_json(), trainable=False, dtype=tf.string, name="fingerprint"
+    )

@@ -1,0 +1,356 @@
+"""`RunFolder`: the work directory of one training run.
+
+Its files, its config (the model section of ``config.json``), its
+tokenizer, and its model with the last, best or averaged weights, each
+checked to be the run's own and whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.models import TransformerConfig, build_transformer, get_preset
+from keras_transformer.models.classifier import build_classifier
+from keras_transformer.models.image_config import ImageTransformerConfig
+from keras_transformer.models.image_transformer import build_image_transformer
+from keras_transformer.runs.checkpoint_io import (
+    _restore_weights,
+    restore_checkpoint,
+    restore_newest_checkpoint,
+    restore_or_explain,
+)
+from keras_transformer.runs.checkpoints import (
+    CheckpointDamagedError,
+    check_tokenizer,
+    checkpoint_paths,
+    checkpoint_problem,
+    damaged_files,
+)
+from keras_transformer.runs.fingerprints import (
+    CheckpointMismatchError,
+    RunFingerprint,
+    check_fingerprint,
+    run_fingerprint,
+)
+from keras_transformer.runs.layout import (
+    AVERAGED_INFO,
+    AVERAGED_WEIGHTS,
+    BEST_INFO,
+    BEST_WEIGHTS,
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    LOG_DIR,
+    RESULT_FILE,
+    TOKENIZER_DIR,
+    TRANSLATIONS_DIR,
+    checkpoint_prefix,
+    checkpoint_step,
+)
+from keras_transformer.runs.stored_config import upgrade_stored_config
+from keras_transformer.runs.weights import (
+    WEIGHTS_CHECKSUM_ATTRIBUTE,
+    WEIGHTS_LAYOUT_ATTRIBUTE,
+    _layout_digest,
+    _weights_attribute,
+    _weights_digest,
+    weights_file_fingerprint,
+    weights_file_problem,
+)
+
+__all__ = ["RunFolder", "is_run_dir"]
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a training run (it holds ``config.json``)."""
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def _model_config(model: Any) -> TransformerConfig:
+    """The `TransformerConfig` of a config file's ``model`` section."""
+    if isinstance(model, str):
+        return get_preset(model)
+    if not isinstance(model, Mapping):
+        raise ValueError(
+            f"The model section of {CONFIG_FILE} must be a preset name or a "
+            f"mapping of TransformerConfig fields. Received: {model!r}"
+        )
+    values = dict(model)
+    preset = values.pop("preset", None)
+    if preset is None:
+        return TransformerConfig.from_dict(values)
+    base = get_preset(preset)
+    if isinstance(values.get("optimizer"), Mapping):
+        values["optimizer"] = dataclasses.replace(base.optimizer, **values["optimizer"])
+    return base.replace(**values)
+
+
+class RunFolder:
+    """The work directory of one training run: its files, config and weights.
+
+    Args:
+        path: the folder (``keras-transformer train --workdir``). It need not
+            exist yet: the trainer creates it; readers check with `check`.
+
+    Example:
+    >>> run = RunFolder("runs/dates")  # doctest: +SKIP
+    >>> run.checkpoints()[-1]  # doctest: +SKIP
+    'runs/dates/checkpoints/ckpt-600'
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(
+                f"{self.path} is a file, not a run folder: pass the folder of a "
+                "`keras-transformer train` run (--workdir), or a new folder to "
+                "train in."
+            )
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    # -- layout ---------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / TOKENIZER_DIR
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @property
+    def log_dir(self) -> Path:
+        return self.path / LOG_DIR
+
+    @property
+    def translations_dir(self) -> Path:
+        return self.path / TRANSLATIONS_DIR
+
+    @property
+    def best_weights(self) -> Path:
+        return self.path / BEST_WEIGHTS
+
+    @property
+    def averaged_weights(self) -> Path:
+        return self.path / AVERAGED_WEIGHTS
+
+    @property
+    def result_file(self) -> Path:
+        return self.path / RESULT_FILE
+
+    # -- reading --------------------------------------------------------------
+    def check(self) -> RunFolder:
+        """Returns self if the folder is a run; raises FileNotFoundError if not."""
+        if not self.path.exists():
+            raise FileNotFoundError(
+                f"{self.path} does not exist: pass the --workdir of a "
+                "`keras-transformer train` run."
+            )
+        if not os.access(self.path, os.R_OK | os.X_OK):
+            raise PermissionError(
+                f"{self.path} cannot be read (permission denied): fix its "
+                "permissions or pass another run folder."
+            )
+        if not self.config_file.is_file():
+            raise FileNotFoundError(
+                f"{self.path} is not a training work directory: {CONFIG_FILE} is "
+                "missing. Pass the --workdir of a `keras-transformer train` run."
+            )
+        return self
+
+    def raw_config(self) -> dict[str, Any]:
+        """The content of ``config.json`` in today's layout (one written by
+        earlier code is upgraded: `upgrade_stored_config`);
+        `kt.training.checkpoints.load_stored_config` parses it."""
+        self.check()
+        try:
+            values = json.loads(self.config_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{self.config_file} is not valid JSON: {e}") from e
+        if not isinstance(values, dict):
+            raise ValueError(f"{self.config_file} must hold a JSON object.")
+        return upgrade_stored_config(values)
+
+    def kind(self) -> str:
+        """The run's kind: ``config.json``'s ``kind`` (translation without
+        one), or ``"image"`` for an image run written before kinds."""
+        values = self.raw_config()
+        model = values.get("model")
+        if "kind" not in values and isinstance(model, Mapping):
+            return "image" if "image_shape" in model else "translation"
+        return str(values.get("kind", "translation"))
+
+    def model_config(
+        self, tokenizer: SubwordTokenizer | None = None
+    ) -> TransformerConfig:
+        """The run's `TransformerConfig`, with the tokenizer's vocabulary size."""
+        config = _model_config(self.raw_config().get("model", "tiny"))
+        tokenizer = tokenizer or self.tokenizer()
+        return config.replace(vocabulary_size=tokenizer.vocabulary_size)
+
+    def tokenizer(self) -> SubwordTokenizer:
+        """The run's tokenizer, checked against its checkpoints."""
+        tokenizer = SubwordTokenizer.load(self.check().tokenizer_dir)
+        check_tokenizer(self.checkpoint_dir, tokenizer)
+        return tokenizer
+
+    def checkpoints(self) -> list[str]:
+        """The kept checkpoints, oldest first."""
+        return checkpoint_paths(self.checkpoint_dir)
+
+    def build_model(self, tokenizer: SubwordTokenizer | None = None) -> keras.Model:
+        """A freshly initialized model of the run's configuration (and kind)."""
+        if self.kind() == "image":
+            model = ImageTransformerConfig.from_dict(self.raw_config()["model"])
+            return build_image_transformer(model)
+        config = self.model_config(tokenizer)
+        if self.raw_config().get("kind") == "classification":
+            return build_classifier(config)
+        return build_transformer(config)
+
+    def restore(self, model: keras.Model, weights: str = "last") -> None:
+        """Loads `weights` into `model`.
+
+        Args:
+            model: a model of the run's configuration (`build_model`).
+            weights: ``"last"`` (the newest intact checkpoint: a damaged
+                one is skipped with a warning and left in place, see
+                `restore_newest_checkpoint`), ``"best"`` (best validation
+                BLEU), ``"average"`` (``average-checkpoints``, §6.1), or the
+                path of a checkpoint (its prefix, ``.index`` or ``.data-*``
+                file: `checkpoint_prefix`) or a ``.weights.h5`` file.
+
+        Raises:
+            CheckpointDamagedError: when every checkpoint (or the one named)
+                is damaged.
+            ForeignCheckpointError: when the weights are another run's, or
+                carry no fingerprint (see `check_fingerprint`).
+        """
+        expected = self.fingerprint()
+        config = str(self.config_file)
+        if weights == "last":
+            # The newest intact checkpoint; damaged ones are skipped with a
+            # warning and left in place (a reader holds no lock to move them).
+            restored = restore_newest_checkpoint(
+                self.checkpoint_dir,
+                lambda path: _restore_weights(model, path, config),
+                expected,
+            )
+            if restored is None and damaged_files(self.checkpoint_dir):
+                names = ", ".join(p.name for p in damaged_files(self.checkpoint_dir))
+                raise CheckpointDamagedError(
+                    f"{self.checkpoint_dir} holds no intact checkpoint, only damaged "
+                    f"files moved aside earlier ({names[:200]}): restore them from "
+                    "a backup, or pass --weights best/average/<file>."
+                )
+            if restored is None:
+                raise FileNotFoundError(
+                    f"{self.checkpoint_dir} holds no checkpoint yet: train first, "
+                    "or pass --weights best/average/<file>."
+                )
+        elif weights in ("best", "average"):
+            path = self.best_weights if weights == "best" else self.averaged_weights
+            if not path.is_file():
+                how = (
+                    "it is written when train.keep_best is true and a validation ran"
+                    if weights == "best"
+                    else "run `keras-transformer average-checkpoints` first"
+                )
+                raise FileNotFoundError(f"{path} does not exist: {how}.")
+            self._load_weights_file(model, path, expected)
+        elif str(weights).endswith(".weights.h5"):
+            self._load_weights_file(model, Path(weights), expected)
+        else:
+            restore_checkpoint(model, checkpoint_prefix(weights), expected, config)
+
+    def fingerprint(self) -> RunFingerprint | None:
+        """The run's fingerprint (None for runs written before fingerprints)."""
+        return run_fingerprint(self.checkpoint_dir)
+
+    def _load_weights_file(
+        self, model: keras.Model, path: Path, expected: RunFingerprint | None
+    ) -> None:
+        """Loads a ``.weights.h5`` file: whole, the run's own (the fingerprint
+        the file itself carries, `check_fingerprint`), and with the weights
+        its checksum names.
+
+        Raises:
+            CheckpointDamagedError: naming the damaged file.
+            ForeignCheckpointError: when it is another run's, or carries no
+                fingerprint (`accepting_weights_without_fingerprint`).
+            CheckpointMismatchError: when it does not fit the model.
+        """
+        advice = "Pick other weights (--weights), or restore the file from a backup."
+        problem = weights_file_problem(path)
+        if problem is not None:
+            raise CheckpointDamagedError(f"Cannot load {path}: {problem}. {advice}")
+        check_fingerprint(path, weights_file_fingerprint(path), expected)
+        config = self.config_file
+        # The dtypes and shapes written with the file tell a model of other
+        # settings (a mismatch) from a file that does not read back (damage).
+        layout = _weights_attribute(path, WEIGHTS_LAYOUT_ATTRIBUTE)
+        if layout is not None and layout != _layout_digest(model):
+            raise CheckpointMismatchError(
+                f"{path} does not match the model built from {config}: its weights "
+                f"have other shapes. Either {config} was changed after the file was "
+                "written (restore the run's own settings), or the file comes from "
+                "a run with other model sizes."
+            )
+        try:
+            restore_or_explain(lambda: model.load_weights(path), str(path), str(config))
+        except CheckpointMismatchError as e:
+            if layout is None:
+                raise
+            raise CheckpointDamagedError(
+                f"Cannot load {path}: {path} is damaged (Keras cannot read it whole "
+                f"although it fits the model). {advice}"
+            ) from e
+        # Keras may also skip part of a damaged file without an error (the
+        # weights it did not find keep their values): the checksum tells.
+        checksum = _weights_attribute(path, WEIGHTS_CHECKSUM_ATTRIBUTE)
+        if checksum is not None and checksum != _weights_digest(model):
+            raise CheckpointDamagedError(
+                f"Cannot load {path}: {path} is damaged (the weights read from it "
+                f"are not the ones written into it). {advice}"
+            )
+
+    def load(
+        self, weights: str = "last"
+    ) -> tuple[keras.Model, SubwordTokenizer | None]:
+        """The trained model (with `weights`, see `restore`) and its tokenizer
+        (None for an image run)."""
+        tokenizer = None if self.kind() == "image" else self.tokenizer()
+        model = self.build_model(tokenizer)
+        self.restore(model, weights)
+        return model, tokenizer
+
+    def weights_step(self, weights: str = "last") -> int:
+        """The training step of the named weights (0 when unknown)."""
+        try:
+            if weights == "last":
+                # The checkpoint that `restore` loads: the newest intact one.
+                for path in reversed(self.checkpoints()):
+                    if checkpoint_problem(path) is None:
+                        return checkpoint_step(path)
+                return 0
+            if weights == "best":
+                info = json.loads((self.path / BEST_INFO).read_text())
+                return int(info["step"])
+            if weights == "average":
+                info = json.loads((self.path / AVERAGED_INFO).read_text())
+                return int(info["steps"][-1])
+        except (OSError, ValueError, KeyError, IndexError):
+            return 0
+        return 0
