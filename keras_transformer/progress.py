@@ -54,6 +54,42 @@ def progress_bar(done: int, total: int, width: int = 20) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
+class RedrawnLine:
+    """One terminal line redrawn in place (a carriage return, padded over
+    the longer text before it), at most every `redraw_seconds`.
+
+    Args:
+        stream_of: returns the stream to draw on (looked up at each draw, so
+            a replaced ``sys.stdout`` is followed).
+        redraw_seconds: the least time between two draws (`due`).
+    """
+
+    def __init__(self, stream_of: Callable[[], TextIO], redraw_seconds: float) -> None:
+        self._stream_of = stream_of
+        self.redraw_seconds = redraw_seconds
+        self._last_draw: float | None = None
+        self._width = 0
+
+    def due(self, now: float) -> bool:
+        """Whether `redraw_seconds` have passed since the last draw."""
+        return self._last_draw is None or now - self._last_draw >= self.redraw_seconds
+
+    def draw(self, text: str, now: float) -> None:
+        """Writes `text` over the line drawn before."""
+        stream = self._stream_of()
+        stream.write("\r" + text + " " * max(self._width - len(text), 0))
+        stream.flush()
+        self._last_draw, self._width = now, len(text)
+
+    def end(self) -> None:
+        """Moves past the drawn line (kept on screen), if one was drawn."""
+        if self._last_draw is not None:
+            stream = self._stream_of()
+            stream.write("\n")
+            stream.flush()
+            self._last_draw, self._width = None, 0
+
+
 class LineProgress:
     """A progress report for `total` units (sentences, lines) on `stream`.
 
@@ -88,9 +124,7 @@ class LineProgress:
         self.terminal = is_terminal(self.stream) if terminal is None else bool(terminal)
         self._clock = clock
         self._start = clock()
-        self._redraw_seconds = redraw_seconds
-        self._last_draw: float | None = None
-        self._width = 0
+        self._line = RedrawnLine(lambda: self.stream, redraw_seconds)
         self._next_tenth = 1
         self._finished = False
 
@@ -120,17 +154,11 @@ class LineProgress:
         finished = done >= self.total
         if self.terminal:
             now = self._clock()
-            if (
-                not finished
-                and self._last_draw is not None
-                and now - self._last_draw < self._redraw_seconds
-            ):
+            if not (finished or self._line.due(now)):
                 return
-            self._last_draw = now
-            text = self.line(done)
-            padding = " " * max(self._width - len(text), 0)
-            self._width = len(text)
-            self.stream.write("\r" + text + padding + ("\n" if finished else ""))
+            self._line.draw(self.line(done), now)
+            if finished:
+                self._line.end()
         else:
             tenth = 10 * done // self.total if self.total > 0 else 10
             if tenth < self._next_tenth and not finished:

@@ -25,6 +25,7 @@ import tensorflow as tf
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.progress import (
+    RedrawnLine,
     format_duration,
     progress_bar,
     seconds_left,
@@ -899,14 +900,13 @@ class PlainProgressLogger(keras.callbacks.Callback):
         self.printer = printer
         self.terminal = terminal
         self._stream = stream
-        self.redraw_seconds = redraw_seconds
         self._start = time.monotonic()
         self._first_step = 0
         self._mark: tuple[float, float] | None = None
-        self._drawn: tuple[float, int] | None = None  # (when, width) on a terminal
+        self._line = RedrawnLine(self._terminal, redraw_seconds)
 
     def _say(self, line: str) -> None:
-        self._end_redrawn_line()
+        self._line.end()
         self.printer(line)
         stream = sys.stdout
         if stream is not None and not stream.closed:
@@ -914,19 +914,6 @@ class PlainProgressLogger(keras.callbacks.Callback):
 
     def _terminal(self) -> Any:
         return sys.stdout if self._stream is None else self._stream
-
-    def _end_redrawn_line(self) -> None:
-        """Moves past the redrawn line (kept on screen) before a plain line."""
-        if self._drawn is not None:
-            self._terminal().write("\n")
-            self._drawn = None
-
-    def _redraw(self, line: str, now: float) -> None:
-        width = self._drawn[1] if self._drawn is not None else 0
-        stream = self._terminal()
-        stream.write("\r" + line + " " * max(width - len(line), 0))
-        stream.flush()
-        self._drawn = (now, len(line))
 
     def step_line(self, step: int, now: float, logs: dict | None) -> str:
         """The progress line after update `step`, at time `now` (monotonic)."""
@@ -981,16 +968,15 @@ class PlainProgressLogger(keras.callbacks.Callback):
         now = time.monotonic()
         if self.terminal:
             last = step == self.total_steps
-            since = None if self._drawn is None else now - self._drawn[0]
-            if since is None or since >= self.redraw_seconds or last:
-                self._redraw(self.step_line(step, now, logs), now)
+            if last or self._line.due(now):
+                self._line.draw(self.step_line(step, now, logs), now)
             return
         if step % self.every:
             return
         self._say(self.step_line(step, now, logs))
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self._end_redrawn_line()
+        self._line.end()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         epochs = (self.params or {}).get("epochs")
