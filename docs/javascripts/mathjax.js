@@ -1,15 +1,19 @@
-// MathJax 3 settings for the whole site, read before MathJax loads.
-// Pages: pymdownx.arithmatex writes \( \) and \[ \] inside class="arithmatex".
-// Notebooks: their Markdown cells use $ $ and $$ $$ (class="jp-RenderedMarkdown").
-// Everything else (code, prose with dollar signs) is left alone.
+// MathJax 3 settings for the whole site, read before MathJax loads (MathJax
+// itself is served by the site: assets/mathjax/, see docs/offline_assets_hook.py).
+// Only two kinds of element are typeset, each with everything inside it:
+// * pages: pymdownx.arithmatex writes \( \) and \[ \] inside class="arithmatex";
+// * notebooks: their Markdown cells (class="jp-RenderedMarkdown") use $ $ and
+//   $$ $$, in paragraphs, list items and table cells that carry no class.
+// Everything else (code, cell outputs, prose with dollar signs) is left alone.
+// (An ignoreHtmlClass that matches every class, the empty one included, would
+// also skip the class-less paragraphs inside a notebook's Markdown cell.)
 window.MathJax = {
   tex: {
     inlineMath: [["\\(", "\\)"], ["$", "$"]],
     displayMath: [["\\[", "\\]"], ["$$", "$$"]],
     processEscapes: true,
   },
-  options: {
-    ignoreHtmlClass: ".*|",
-    processHtmlClass: "arithmatex|jp-RenderedMarkdown",
+  startup: {
+    elements: [".arithmatex", ".jp-RenderedMarkdown"],
   },
 };

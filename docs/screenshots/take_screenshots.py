@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Screenshots of TensorBoard and of the docs site, taken with headless Chromium.
+"""Screenshots of TensorBoard, taken with headless Chromium.
 
 Trains two tiny runs of `configs/dates_tiny.json` that differ in one setting
 (600 updates each, warm-up 100 or 400 updates), links their log folders
@@ -13,17 +13,15 @@ the system Chromium:
 * ``docs/images/tensorboard_attention.png``: the encoder-decoder attention
   image of the last layer, every head in a grid;
 * ``docs/images/tensorboard_hparams.png``: the HParams table of the two runs,
-  the settings that differ and their validation scores;
-* with ``--site DIR`` (a built site: ``mkdocs build -d DIR``):
-  ``docs/images/site_api_multiheadattention.png`` and
-  ``docs/images/site_results.png``, the API page of `MultiHeadAttention`
-  and the results page.
+  the settings that differ and their validation scores.
+
+(The docs site itself is checked in Chromium by
+``tests/test_docs.py::test_math_and_code_render_offline_in_a_browser``.)
 
 Usage (from the repository root; ``apt-get install chromium`` and
 ``pip install playwright``: its own browser download is not needed)::
 
     .venv/bin/python docs/screenshots/take_screenshots.py
-    .venv/bin/python docs/screenshots/take_screenshots.py --site /tmp/site
 
 A run folder that already holds ``result.json`` is reused (``--retrain``
 trains again). The PNGs are reduced to a 256-colour palette so each stays
@@ -58,17 +56,6 @@ RUNS = {
 #: The HParams columns shown (the settings that differ or matter) and the
 #: validation metrics next to them.
 HPARAMS = ("model.optimizer.warmup_steps", "model.d_model", "train.train_steps")
-#: Picture name -> the site pages that may hold it, first found wins: a
-#: page of its own, else the anchor on the module's page.
-SITE_PAGES = {
-    "site_api_multiheadattention": (
-        "api/layers/MultiHeadAttention/",
-        "api/layers/#keras_transformer.layers.MultiHeadAttention",
-    ),
-    # The first wide table of the results page, whole (the site widens the
-    # content to 1200 px; a 1700 px window leaves it room beside the menu).
-    "site_results": ("results/#translation-multi30k-in-both-directions",),
-}
 
 
 def _train(workdir: Path, steps: int, overrides: list[str]) -> None:
@@ -223,40 +210,11 @@ def _tensorboard_shots(page: Any, address: str, output: Path) -> list[Path]:
     return shots
 
 
-def _site_shots(page: Any, site: Path, output: Path) -> list[Path]:
-    """The pages of `SITE_PAGES` of the built site in `site`, served locally."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        cwd=site,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    shots = []
-    try:
-        time.sleep(2)
-        page.set_viewport_size({"width": 1700, "height": 1100})
-        for name, candidates in SITE_PAGES.items():
-            found = [c for c in candidates if (site / c.split("#")[0]).is_dir()]
-            if not found:
-                print(f"no page of {candidates} in {site}: skipped", flush=True)
-                continue
-            page.goto(f"http://127.0.0.1:{port}/{found[0]}")
-            page.wait_for_timeout(3000)
-            shots.append(output / f"{name}.png")
-            page.screenshot(path=str(shots[-1]))
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
-    return shots
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/kt/train"))
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--output", type=Path, default=IMAGES)
-    parser.add_argument("--site", type=Path, default=None, help="a built site")
     parser.add_argument("--retrain", action="store_true")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
@@ -276,8 +234,6 @@ def main(argv: list[str] | None = None) -> int:
         page = browser.new_page()
         with _tensorboard(LOGDIR) as address:
             shots = _tensorboard_shots(page, address, args.output)
-        if args.site is not None:
-            shots += _site_shots(page, args.site, args.output)
         browser.close()
     for path in shots:
         _shrink(path)
