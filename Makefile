@@ -10,7 +10,7 @@ INSTALLED_TRAIN := $(VENV)/.installed-train-$(SETUP_SUM)
 DEMO_INSTALLED := $(if $(wildcard $(INSTALLED)),$(INSTALLED),$(INSTALLED_TRAIN))
 WORKDIR ?= runs/dates_tiny
 
-.PHONY: setup demo test test-slow test-core test-jax lint format docs dist notebooks bench clean
+.PHONY: setup demo test coverage test-slow test-core test-jax lint format docs dist notebooks bench clean
 
 $(INSTALLED): setup.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -44,6 +44,11 @@ TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile
 test: $(INSTALLED)
 	$(PYTHON) -m pytest $(XDIST) --durations=25
+
+## Line coverage of the package over the default tests (coverage.py; the
+## total and the least covered modules in the terminal).
+coverage: $(INSTALLED)
+	$(PYTHON) -m pytest $(XDIST) -q --cov=keras_transformer --cov-report=term:skip-covered
 
 ## The longer tests (multi-process training, notebooks, the wheel in a fresh venv).
 test-slow: $(INSTALLED)

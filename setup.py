@@ -64,11 +64,16 @@ CTRANSLATE2_REQUIRES = ["ctranslate2>=4.5,<5"]
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
     "pytest-xdist>=3.5,<4",  # `make test` runs the suite on 2 workers
+    "pytest-cov>=5,<8",  # `make coverage`: line coverage of the package
     "ruff>=0.6,<1",
     "mkdocs>=1.6,<2",
     "mkdocstrings[python]>=0.26,<2",
     "griffelib>=2,<3",  # read by docs/api_hook.py (mkdocstrings-python's parser)
     "mkdocs-jupyter>=0.25,<1",
+    # MathJax 3, served by the docs site itself (docs/offline_assets_hook.py);
+    # its files need no Django.
+    "django-static-mathjax>=3.2,<4",
+    "pygments>=2.16,<3",  # colours the docs' code at build time
     "pyyaml>=6,<7",
     "nbclient>=0.10,<1",
     "nbformat>=5.9,<6",

@@ -41,7 +41,7 @@ import os
 import platform
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -78,6 +78,20 @@ class ResultsRecord:
         source: where a backfilled record's figures were read from.
         evidence: ``{"file": ..., "text": ...}`` pairs: committed outputs
             that must contain the text (the test checks them).
+        depends_on: the files and folders of the checkout whose change may
+            change the figures (the config, the data and tokenizer code, the
+            benchmark script). `stale_records` lists the record once one of
+            them changed after `commit`.
+        checked: ``{"commit": ..., "note": ...}`` entries: a later commit at
+            which a maintainer checked that the `depends_on` files still
+            describe the measured run, and why (a refactor whose numerics
+            tests pass, a config committed after the run it describes).
+            Staleness counts from the last one.
+        stale: empty, or one sentence a maintainer writes when
+            `stale_records` lists the record and it is not re-measured yet:
+            what changed and what it may do to the figures. Every page that
+            quotes a stale record must say so (the word "stale" within the
+            paragraph or table row of the reference).
     """
 
     name: str
@@ -91,6 +105,9 @@ class ResultsRecord:
     timing: str
     source: str = ""
     evidence: list[dict[str, str]] = field(default_factory=list)
+    depends_on: list[str] = field(default_factory=list)
+    checked: list[dict[str, str]] = field(default_factory=list)
+    stale: str = ""
 
 
 def _git_commit() -> str:
@@ -138,6 +155,7 @@ def write_record(
     commit: str | None = None,
     date: str | None = None,
     source: str = "",
+    depends_on: Sequence[str] = (),
 ) -> Path:
     """Writes (or replaces) the record `name` in `directory`, whole or not at all.
 
@@ -153,6 +171,8 @@ def write_record(
         commit: the code's commit; ``git rev-parse --short HEAD`` when ``None``.
         date: the day; today (UTC) when ``None``.
         source: for a backfilled record, the output it was read from.
+        depends_on: the files and folders whose change may change the
+            figures (`ResultsRecord.depends_on`).
 
     Returns:
         The path of the written file.
@@ -185,6 +205,7 @@ def write_record(
         sample=sample,
         timing=timing,
         source=source,
+        depends_on=list(depends_on),
     )
     path = Path(directory) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,3 +283,116 @@ def check_references(
                 "figure."
             )
     return problems
+
+
+#: A commit named in a record's ``commit`` (the first hexadecimal word).
+_COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+
+
+def changed_files(
+    commit: str, paths: Sequence[str], root: str | os.PathLike[str] = "."
+) -> list[str] | None:
+    """The files under `paths` that differ between `commit` and the work tree.
+
+    Uncommitted changes count. ``None`` when `commit` names no commit of the
+    checkout at `root` (a record of another branch, "unknown", or no git).
+    """
+    found = _COMMIT.search(commit)
+    if found is None or not paths:
+        return None if found is None else []
+    try:
+        diff = subprocess.run(
+            ["git", "diff", "--name-only", found.group(0), "--", *paths],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if diff.returncode != 0:
+        return None
+    return diff.stdout.split()
+
+
+def stale_records(
+    records: Mapping[str, ResultsRecord], root: str | os.PathLike[str] = "."
+) -> dict[str, list[str]]:
+    """The records whose `depends_on` files changed after their commit.
+
+    The commit is the record's, or that of its last `checked` entry.
+
+    Returns:
+        For each stale record, the changed files; a record whose commit the
+        checkout does not hold maps to ``["(commit <x> not in this
+        checkout)"]``. Records without `depends_on` are never listed.
+    """
+    stale = {}
+    for name, record in records.items():
+        if not record.depends_on:
+            continue
+        since = record.checked[-1]["commit"] if record.checked else record.commit
+        changed = changed_files(since, record.depends_on, root)
+        if changed is None:
+            stale[name] = [f"(commit {since!r} not in this checkout)"]
+        elif changed:
+            stale[name] = changed
+    return stale
+
+
+def _quoting_pages(pages: Mapping[str, str], name: str) -> list[str]:
+    return sorted(
+        where
+        for where, text in pages.items()
+        if any(m.group("record") == name for m in REFERENCE.finditer(text))
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m keras_transformer.results_records``: lists stale records.
+
+    Prints each record whose files changed after its commit, the changed
+    files and the pages that quote it; exits 1 when one is found and not
+    marked ``stale`` in its record (so that ``make records`` fails until it
+    is re-measured or marked), else 0.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_transformer.results_records",
+        description="List the results records whose files changed since "
+        "the commit that measured them.",
+    )
+    parser.add_argument("--records", default="docs/results")
+    parser.add_argument("--root", default=".", help="the checkout")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    records = read_records(root / args.records)
+    pages = {
+        str(path.relative_to(root)): path.read_text(encoding="utf-8")
+        for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+        if path.is_file()
+    }
+    unmarked = 0
+    stale = stale_records(records, root)
+    for name, changed in sorted(stale.items()):
+        record = records[name]
+        mark = "marked stale" if record.stale else "NOT marked stale"
+        unmarked += not record.stale
+        since = record.checked[-1]["commit"] if record.checked else record.commit
+        print(f"{name} (measured at {record.commit}, checked at {since}, {mark}):")
+        print(f"  changed since: {', '.join(changed[:8])}")
+        if len(changed) > 8:
+            print(f"  ... and {len(changed) - 8} more")
+        quoted = _quoting_pages(pages, name)
+        print(f"  quoted by: {', '.join(quoted) or 'no page'}")
+    fresh = len([r for r in records.values() if r.depends_on]) - len(stale)
+    print(
+        f"{len(stale)} stale record(s), {fresh} current, "
+        f"{sum(not r.depends_on for r in records.values())} without depends_on"
+    )
+    return 1 if unmarked else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -233,3 +233,119 @@ def test_notebook_cells_print_few_progress_lines_and_nothing_twice(notebook):
         assert repeated == set(), (
             f"{notebook.name} cell {index} prints twice: {repeated}"
         )
+
+
+def _block_of(text: str, position: int) -> str:
+    """The paragraph (or, in a table, the row) holding `position`."""
+    line_start = text.rfind("\n", 0, position) + 1
+    line_end = text.find("\n", position)
+    line = text[line_start : None if line_end < 0 else line_end]
+    if line.lstrip().startswith("|"):
+        return line
+    start = text.rfind("\n\n", 0, position)
+    end = text.find("\n\n", position)
+    return text[start + 1 : None if end < 0 else end]
+
+
+def test_pages_that_quote_a_stale_record_say_so(records):
+    stale = {name for name, record in records.items() if record.stale}
+    silent = [
+        f"{where}: {match.group(0)}"
+        for where, text in _markdown_pages().items()
+        for match in REFERENCE.finditer(text)
+        if match.group("record") in stale
+        and "stale" not in _block_of(text, match.start()).lower()
+    ]
+    assert silent == [], (
+        "these references quote a record marked stale without saying so in "
+        f"their paragraph or table row: {silent}"
+    )
+
+
+def _git(folder: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def test_a_record_goes_stale_when_its_files_change(tmp_path, capsys):
+    from keras_transformer.results_records import main, stale_records
+
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "config.json").write_text("{}\n")
+    (tmp_path / "other.txt").write_text("a\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    measured = _git(tmp_path, "rev-parse", "--short", "HEAD")
+    folder = tmp_path / "docs" / "results"
+    write_record(
+        folder,
+        "run",
+        {"bleu": 30.0},
+        command="c",
+        sample="s",
+        timing="none",
+        commit=measured,
+        depends_on=["config.json"],
+    )
+    write_record(
+        folder,
+        "other",
+        {"bleu": 1.0},
+        command="c",
+        sample="s",
+        timing="none",
+        commit="unknown",
+        depends_on=["config.json"],
+    )
+    (tmp_path / "README.md").write_text("BLEU 30.0<!-- record: run.bleu -->\n")
+    assert stale_records(read_records(folder), tmp_path) == {
+        "other": ["(commit 'unknown' not in this checkout)"]
+    }
+    (tmp_path / "other.txt").write_text("b\n")  # not a file the record names
+    assert "run" not in stale_records(read_records(folder), tmp_path)
+    (tmp_path / "config.json").write_text('{"steps": 2}\n')  # uncommitted
+    assert stale_records(read_records(folder), tmp_path)["run"] == ["config.json"]
+    assert main(["--root", str(tmp_path)]) == 1
+    printed = capsys.readouterr().out
+    assert "run (measured at" in printed and "NOT marked stale" in printed
+    assert "quoted by: README.md" in printed
+    # A check at a later commit (with its reason) makes it current again.
+    _git(tmp_path, "commit", "-qam", "second")
+    record = json.loads((folder / "run.json").read_text())
+    record["checked"] = [
+        {"commit": _git(tmp_path, "rev-parse", "HEAD"), "note": "same steps"}
+    ]
+    (folder / "run.json").write_text(json.dumps(record))
+    assert "run" not in stale_records(read_records(folder), tmp_path)
+
+
+def test_the_checkouts_stale_records_are_all_marked():
+    """Every record listed stale says so (or `make records` fails)."""
+    import subprocess
+
+    from keras_transformer.results_records import stale_records
+
+    if (
+        subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True
+        ).returncode
+        != 0
+    ):
+        pytest.fail("the records check needs the git history of the checkout")
+    records = read_records(RECORDS)
+    unmarked = sorted(
+        set(stale_records(records, ROOT))
+        - {name for name, record in records.items() if record.stale}
+    )
+    assert unmarked == [], (
+        f"records {unmarked} changed since their commit: re-measure them, add a "
+        "`checked` entry saying why they still hold, or mark them `stale` "
+        "(python -m keras_transformer.results_records)"
+    )

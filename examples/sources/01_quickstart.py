@@ -13,7 +13,7 @@
 # 6. the whole encoder-decoder model of Figure 1 from a preset of Table 3.
 #
 # Nothing is trained here; its recorded run took
-# 97<!-- record: notebook_run_times.seconds_01 --> s
+# 10<!-- record: notebook_run_times.seconds_01 --> s
 # on a shared 2-core CPU machine.
 # Set `FAST=1` in the environment for the smoke run the tests use.
 
@@ -153,12 +153,13 @@ print("rows of the padded queries:", ops.convert_to_numpy(masked_weights[0, 3:])
 # $W^O \in \mathbb{R}^{hd_v \times d_\text{model}}$. With
 # $d_k = d_v = d_\text{model}/h$ the cost is that of one head of full
 # width. `MultiHeadAttention` computes all heads in one batched tensor
-# operation; `return_attention_scores=True` returns the weights of each head.
+# operation. Every call returns `(output, scores, cache)`: the output, the
+# weights of each head, and the updated keys and values when given a cache.
 
 # %%
 d_model, heads = 16, 4
 attention = kt.layers.MultiHeadAttention(num_heads=heads, key_dim=d_model // heads)
-out, scores = attention(x, x, return_attention_scores=True)
+out, scores, _ = attention(x, x)
 print("output", tuple(out.shape), "| scores (batch, heads, query, key)", scores.shape)
 
 # W^Q, W^K, W^V and W^O, each d_model x d_model, plus their biases.
