@@ -38,10 +38,22 @@ table. The script prints the load
 average, the model size, the settings and the ratios, and checks that the
 exports of beam search give the same translations.
 
+The conditions come first (`conditions.py`): the CPU's model and the
+instruction sets its kernels depend on (AVX2, AVX-512F, AVX512_VNNI /
+AVX_VNNI, AMX, from ``/proc/cpuinfo``), TensorFlow's intra-/inter-op threads
+in the serving process (`--tf-intra-op-threads`, `--tf-inter-op-threads`; 0
+is its default) and CTranslate2's `intra_threads`, and the load average at
+the start, before and after the serving process and around its
+measurements. `--background-load N` runs N busy processes beside the serving
+process, as other jobs on a shared machine would; they stop when it ends, on
+any error or Ctrl-C, when this script is gone, and at `--background-limit`.
+`--record NAME` writes the figures and these conditions as a results record.
+
 Usage:
     python benchmarks/serve.py --workdir runs/m30k_cpu [--weights last]
     python benchmarks/serve.py --workdir runs/m30k_cpu --export old_export/1
     python benchmarks/serve.py --export exported/de_en/1 --no-baseline
+    python benchmarks/serve.py --workdir runs/m30k_cpu --background-load 2
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,12 +70,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conditions import BackgroundLoad, cpu_info, load_average
+
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
 #: The same export with `jit_compile=True`: one sentence per call under XLA.
 CURRENT_JIT = "this version, beam {beam}, --jit-compile"
 #: CTranslate2's own ranking (log P / |Y|^alpha), not re-ranked: not identical.
 OWN_RANKING = "CTranslate2 float32, |Y|^alpha"
+#: Environment variables that set thread pools, recorded as they were.
+THREAD_VARIABLES = (
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "OMP_NUM_THREADS",
+)
 
 
 # -------------------------------------------------------------- child process
@@ -72,6 +93,10 @@ def _child(config_path: str) -> None:
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    # Before anything runs: TensorFlow's thread pools (0: its default, the
+    # number of cores).
+    tf.config.threading.set_intra_op_parallelism_threads(config["tf_intra_op"])
+    tf.config.threading.set_inter_op_parallelism_threads(config["tf_inter_op"])
     sentences: list[str] = config["sentences"]
     batch_size, repeats = config["batch_size"], config["repeats"]
     signatures = {
@@ -132,11 +157,16 @@ def _child(config_path: str) -> None:
     file_order = list(range(len(sentences)))
     by_length = sorted(file_order, key=lambda i: len(sentences[i].split()))
     results = {
-        "load_start": os.getloadavg()[0],
+        "load_start": load_average(),
         "file_order": measure(batches(file_order, batch_size)),
         "sorted": measure(batches(by_length, batch_size)),
         "single": measure(batches(file_order[: config["latency_sentences"]], 1)),
-        "load_end": os.getloadavg()[0],
+        "load_end": load_average(),
+        "threads": {
+            "tf_intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+            "tf_inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+            **{name: os.environ.get(name, "") for name in THREAD_VARIABLES},
+        },
         "first_calls": first_calls,
         "imported_package": imported_package,
         "ctranslate2_imports": sorted(
@@ -149,12 +179,12 @@ def _child(config_path: str) -> None:
 
 def _ctranslate2_models(config: dict[str, Any]) -> dict[str, Any]:
     """The CTranslate2 rows: `CTranslate2Translator` (ctranslate2 and
-    sentencepiece; of this package only `keras_transformer.ctranslate2` and
-    the constants it reads), one call per batch as given."""
+    sentencepiece; of this package only `keras_transformer.export.ctranslate2`
+    and the light modules it reads), one call per batch as given."""
     if not config["ctranslate2"]:
         return {}
     sys.path.insert(0, config["package_root"])
-    from keras_transformer.ctranslate2 import CTranslate2Translator
+    from keras_transformer.export.ctranslate2 import CTranslate2Translator
 
     models = {}
     for label, path in config["ctranslate2"]:
@@ -274,7 +304,7 @@ def _ctranslate2_exports(
     `--beam-size`, alpha 0.6, +50, the GNMT penalty by re-ranking), and the
     float32 folder with CTranslate2's own length penalty (the cost of the
     re-ranking)."""
-    from keras_transformer.ctranslate2 import export_ctranslate2
+    from keras_transformer.export.ctranslate2 import export_ctranslate2
 
     folders = []
     for quantization in ("float32", "int8"):
@@ -297,11 +327,11 @@ def _print_table(
     references: list[str],
     tokenizer: Any,
     first: str,
-) -> dict[str, tuple[float, float, float]]:
+) -> dict[str, tuple[float, float, float, float]]:
     """One line per model: batch-`N` seconds and target tokens per second in
     file order, sorted, batch-1 p50/p90, BLEU against the references and
     identical translations with the first model; returns (file order s,
-    sorted s, p50 ms) per label."""
+    sorted s, p50 ms, BLEU) per label."""
     import sacrebleu
 
     width = max(len(label) for label, _ in rows) + 2
@@ -323,7 +353,7 @@ def _print_table(
         bleu = sacrebleu.corpus_bleu(texts, [references]).score
         same = sum(a == b for a, b in zip(texts, translations[first], strict=True))
         p50, p90 = _percentile(single, 0.5), _percentile(single, 0.9)
-        summary[label] = (file_s, sorted_s, p50)
+        summary[label] = (file_s, sorted_s, p50, bleu)
         print(
             f"{label:<{width}}{file_s:>13.2f}{len(sentences) / file_s:>8.1f}"
             f"{tokens / file_s:>8.0f}{sorted_s:>10.2f}{p50:>8.1f}{p90:>8.1f}"
@@ -376,8 +406,44 @@ def main() -> None:
         help="CTranslate2's intra_threads (0: its default, up to 4). On a shared, "
         "oversubscribed machine 1 avoids OpenMP threads spinning for cores.",
     )
+    parser.add_argument(
+        "--tf-intra-op-threads",
+        type=int,
+        default=0,
+        help="TensorFlow's intra-op threads in the serving process (0: its "
+        "default, one per core)",
+    )
+    parser.add_argument(
+        "--tf-inter-op-threads",
+        type=int,
+        default=0,
+        help="TensorFlow's inter-op threads in the serving process (0: default)",
+    )
+    parser.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy processes (one core each) beside the measurement; they "
+        "stop when it ends, on any error or Ctrl-C, and after --background-limit",
+    )
+    parser.add_argument(
+        "--background-limit",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="hard time limit of each busy process (default 3600)",
+    )
+    parser.add_argument(
+        "--record",
+        metavar="NAME",
+        help="also write the figures and conditions as the results record "
+        "docs/results/NAME.json",
+    )
     parser.add_argument("--keep", help="write the exports here (default: a temp dir)")
     args = parser.parse_args()
+    if args.background_load < 0 or args.background_limit <= 0:
+        parser.error("--background-load must be >= 0 and --background-limit > 0")
     if not args.workdir and not args.export:
         parser.error("pass --workdir (a training run) and/or --export (a folder)")
 
@@ -389,7 +455,7 @@ def main() -> None:
     from keras_transformer.runs import load_export
     from keras_transformer.translation import load_translator
 
-    load_start = os.getloadavg()[0]
+    load_start = load_average()
     sentences, references, test_name = _test_sources(args)
     if args.sentences:
         sentences = sentences[: args.sentences]
@@ -453,6 +519,8 @@ def main() -> None:
                 "latency_sentences": min(args.latency_sentences, len(sentences)),
                 "ctranslate2": ctranslate2_exports,
                 "ctranslate2_threads": args.ctranslate2_threads,
+                "tf_intra_op": args.tf_intra_op_threads,
+                "tf_inter_op": args.tf_inter_op_threads,
                 "package_root": str(Path(__file__).resolve().parents[1]),
             }
         ),
@@ -460,13 +528,23 @@ def main() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.perf_counter()
-    child = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(config_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=work,
-    )
+    loads = {"script start": load_start, "before the serving process": load_average()}
+    # The busy processes stop when the serving process has ended, on any
+    # exception or Ctrl-C, or at their time limit, whichever comes first.
+    with BackgroundLoad(args.background_load, args.background_limit):
+        child = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child",
+                str(config_path),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=work,
+        )
+        loads["after the serving process"] = load_average()
     if child.returncode:
         raise SystemExit(f"the serving process failed:\n{child.stderr[-4000:]}")
     results = json.loads(child.stdout.strip().splitlines()[-1])
@@ -489,10 +567,13 @@ def main() -> None:
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, TensorFlow "
         f"{results['tensorflow']} (serving process: tensorflow + tensorflow_text "
-        f"only); load average {load_start:.1f} at the start, "
-        f"{results['load_start']:.1f} / {results['load_end']:.1f} around the "
-        f"measurements; {time.perf_counter() - started:.0f} s"
+        f"only); {time.perf_counter() - started:.0f} s"
     )
+    loads["measurements start"] = results["load_start"]
+    loads["measurements end"] = results["load_end"]
+    conditions = _conditions(args, results["threads"], loads)
+    for line in conditions:
+        print(line)
     print()
     rows = exports + ctranslate2_exports
     first = exports[0][0]
@@ -532,8 +613,77 @@ def main() -> None:
         "first calls (loading, tracing, compiling; not in the table): "
         + ", ".join(f"{k} {v:.1f} s" for k, v in results["first_calls"].items())
     )
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"load average {load_average():.1f} at the end")
+    if args.record:
+        _write_record(
+            args, summary, rows, ctranslate2_exports, len(sentences), conditions
+        )
     del tf
+
+
+def _conditions(
+    args: argparse.Namespace, threads: dict[str, Any], loads: dict[str, float]
+) -> list[str]:
+    """The measurement's conditions in three lines: the CPU and its
+    instruction sets, the thread settings and the background load, the load
+    averages."""
+    variables = ", ".join(f"{k}={v}" for k, v in threads.items() if k.isupper() and v)
+    return [
+        f"cpu: {cpu_info().describe()}",
+        f"threads: TensorFlow intra-op {threads['tf_intra_op']}, inter-op "
+        f"{threads['tf_inter_op']} (0: its default); CTranslate2 intra_threads "
+        f"{args.ctranslate2_threads} (0: its default, up to 4)"
+        f"{'; ' + variables if variables else ''}; background load: "
+        f"{args.background_load} busy processes",
+        "load average (1 min): "
+        + ", ".join(f"{value:.1f} {when}" for when, value in loads.items()),
+    ]
+
+
+def _write_record(
+    args: argparse.Namespace,
+    summary: dict[str, tuple[float, float, float, float]],
+    rows: list[tuple[str, str]],
+    ctranslate2_exports: list[tuple[str, str]],
+    sentences: int,
+    conditions: list[str],
+) -> None:
+    """The table's figures as the results record `args.record`, the
+    conditions in its machine line."""
+    from keras_transformer.results_records import describe_machine, write_record
+
+    figures: dict[str, float] = {
+        "sentences": sentences,
+        "background_load": args.background_load,
+    }
+    for index, (label, _) in enumerate(rows):
+        key = re.sub(r"\W+", "_", label.lower()).strip("_") if index else "first_row"
+        file_s, sorted_s, p50, bleu = summary[label]
+        figures[f"{key}_seconds"] = round(file_s, 2)
+        figures[f"{key}_sorted_seconds"] = round(sorted_s, 2)
+        figures[f"{key}_p50_ms"] = round(p50, 1)
+        figures[f"{key}_bleu"] = round(bleu, 2)
+    if ctranslate2_exports:
+        ours, engine = summary[rows[0][0]], summary[ctranslate2_exports[0][0]]
+        figures["batch_ratio_to_ctranslate2_float32"] = round(ours[0] / engine[0], 2)
+        figures["batch_1_p50_ratio_to_ctranslate2_float32"] = round(
+            ours[2] / engine[2], 2
+        )
+    path = write_record(
+        Path(__file__).resolve().parents[1] / "docs" / "results",
+        args.record,
+        figures,
+        command=" ".join(["python benchmarks/serve.py", *sys.argv[1:]]),
+        sample=f"{sentences} test sources at batch {args.batch_size} (file order "
+        f"and sorted), batch 1 on the first {args.latency_sentences}; best of "
+        f"{args.repeats} interleaved calls; first row: {rows[0][0]}",
+        timing="measured",
+        machine=f"{describe_machine()}; " + "; ".join(conditions),
+        what="serving speed of the SavedModel exports against CTranslate2 on the "
+        "same weights, with the CPU, thread settings and load it ran under",
+        depends_on=["benchmarks/serve.py", "keras_transformer/export"],
+    )
+    print(f"results record: {path}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ DISTRIBUTIONS = {
     "yaml": "pyyaml",
 }
 #: Modules of this repository that the scripts import by path.
-LOCAL = {"keras_transformer", "tests", "train_step"}
+LOCAL = {"keras_transformer", "tests", "train_step", "conditions", "gpu_check", "serve"}
 
 
 def _setup() -> dict:

@@ -1,0 +1,152 @@
+"""The conditions of a measurement: the CPU, its instruction sets, the load.
+
+`cpu_info` reads the CPU's model and the instruction sets that decide which
+int8 and float kernels CTranslate2 and oneDNN run (AVX2, AVX-512F, the VNNI
+int8 dot products, AMX) from ``/proc/cpuinfo``. `BackgroundLoad` runs busy
+processes beside a measurement, as other jobs on a shared machine would: each
+stops when the measurement ends, when its hard time limit passes, or when
+the process that started it is gone, and it is killed on Ctrl-C or any
+exception of the measurement.
+
+Example:
+    >>> parse_cpuinfo("model name : Some CPU\\nflags : fpu avx2 avx512f\\n")
+    CpuInfo(model='Some CPU', instruction_sets=('AVX2', 'AVX-512F'))
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import platform
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+#: Instruction sets by the ``/proc/cpuinfo`` flag that announces each.
+INSTRUCTION_SETS = {
+    "avx2": "AVX2",
+    "avx512f": "AVX-512F",
+    "avx512_vnni": "AVX512_VNNI",
+    "avx_vnni": "AVX_VNNI",
+    "amx_tile": "AMX-TILE",
+    "amx_int8": "AMX-INT8",
+    "amx_bf16": "AMX-BF16",
+}
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """A CPU's model name and which of `INSTRUCTION_SETS` it has."""
+
+    model: str
+    instruction_sets: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line: the model, then its instruction sets (or that it has none)."""
+        sets = ", ".join(self.instruction_sets) or "none of AVX2/AVX-512/VNNI/AMX"
+        return f"{self.model} ({sets})"
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    """The CPU of a ``/proc/cpuinfo`` text (its first processor's lines)."""
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    found = tuple(name for flag, name in INSTRUCTION_SETS.items() if flag in flags)
+    return CpuInfo(model or platform.processor() or platform.machine(), found)
+
+
+def cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
+    """This machine's CPU (no instruction sets where `path` cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return parse_cpuinfo(file.read())
+    except OSError:
+        return CpuInfo(platform.processor() or platform.machine(), ())
+
+
+def load_average() -> float:
+    """The 1-minute load average (0.0 where the system has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def _busy(stop: multiprocessing.synchronize.Event, limit: float, parent: int) -> None:
+    """Keeps one core busy with pure Python until `stop` is set, `limit`
+    seconds have passed, or the parent process is gone."""
+    deadline = time.monotonic() + limit
+    value = 1
+    while not stop.is_set() and time.monotonic() < deadline and os.getppid() == parent:
+        for _ in range(20_000):  # a few milliseconds between checks
+            value = (value * 1_103_515_245 + 12_345) & 0x7FFFFFFF
+
+
+class BackgroundLoad:
+    """`processes` busy processes while the ``with`` block runs.
+
+    Args:
+        processes: how many (0: none).
+        time_limit: seconds after which each stops by itself, whatever
+            happens to the process that started it.
+
+    Leaving the block (normally, by an exception or by Ctrl-C) sets the stop
+    event, waits a few seconds, then terminates and finally kills any that
+    did not stop.
+    """
+
+    def __init__(self, processes: int, time_limit: float = 3600.0) -> None:
+        if processes < 0 or time_limit <= 0:
+            raise ValueError(
+                "processes must be >= 0 and time_limit > 0. Received: "
+                f"processes={processes}, time_limit={time_limit}"
+            )
+        self.count, self.time_limit = processes, time_limit
+        self._context = multiprocessing.get_context("spawn")
+        self._stop = self._context.Event()
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the started busy processes."""
+        return [process.pid for process in self.processes if process.pid]
+
+    def __enter__(self) -> BackgroundLoad:
+        try:
+            for _ in range(self.count):
+                process = self._context.Process(
+                    target=_busy,
+                    args=(self._stop, self.time_limit, os.getpid()),
+                    daemon=True,
+                )
+                process.start()
+                self.processes.append(process)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stops every busy process: asked, then terminated, then killed."""
+        self._stop.set()
+        deadline = time.monotonic() + grace
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)

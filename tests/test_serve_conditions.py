@@ -1,0 +1,188 @@
+"""`benchmarks/conditions.py`: the CPU line and the bounded background load
+of `benchmarks/serve.py` (no model needed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import conditions  # noqa: E402
+
+# Abridged /proc/cpuinfo of three x86 CPUs and an ARM one.
+EPYC_AVX2 = """processor	: 0
+vendor_id	: AuthenticAMD
+model name	: AMD EPYC 7B12
+flags		: fpu vme sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2
+processor	: 1
+model name	: AMD EPYC 7B12
+flags		: fpu avx2 avx512f
+"""
+XEON_VNNI = """model name	: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz
+flags		: fpu avx avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni
+"""
+SAPPHIRE_RAPIDS = """model name	: Intel(R) Xeon(R) Platinum 8480+
+flags		: avx2 avx512f avx512_vnni avx_vnni amx_bf16 amx_tile amx_int8
+"""
+ARM = """processor	: 0
+BogoMIPS	: 50.00
+Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32
+"""
+
+
+@pytest.mark.parametrize(
+    "text, model, sets",
+    [
+        (EPYC_AVX2, "AMD EPYC 7B12", ("AVX2",)),
+        (
+            XEON_VNNI,
+            "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz",
+            ("AVX2", "AVX-512F", "AVX512_VNNI"),
+        ),
+        (
+            SAPPHIRE_RAPIDS,
+            "Intel(R) Xeon(R) Platinum 8480+",
+            (
+                "AVX2",
+                "AVX-512F",
+                "AVX512_VNNI",
+                "AVX_VNNI",
+                "AMX-TILE",
+                "AMX-INT8",
+                "AMX-BF16",
+            ),
+        ),
+    ],
+)
+def test_cpu_flags_name_the_instruction_sets(
+    text: str, model: str, sets: tuple
+) -> None:
+    info = conditions.parse_cpuinfo(text)
+    # Only the first processor's flags count (the EPYC's second lists avx512f).
+    assert info == conditions.CpuInfo(model, sets)
+    assert info.describe() == f"{model} ({', '.join(sets)})"
+
+
+def test_a_cpu_without_the_sets_says_so() -> None:
+    info = conditions.parse_cpuinfo(ARM)
+    assert info.instruction_sets == ()
+    assert "none of AVX2/AVX-512/VNNI/AMX" in info.describe()
+    assert info.model  # the platform's name stands in for a missing model name
+
+
+def test_this_machines_cpu_line() -> None:
+    info = conditions.cpu_info()
+    assert info.model
+    assert conditions.cpu_info("/nonexistent/cpuinfo").instruction_sets == ()
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, reaped or not, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_busy_processes_run_and_stop_with_the_block() -> None:
+    with conditions.BackgroundLoad(2) as load:
+        assert len(load.pids) == 2
+        assert all(_alive(pid) for pid in load.pids)
+        # They do work (given time: the machine may be busy already).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+            _cpu_seconds(pid) > 0.2 for pid in load.pids
+        ):
+            time.sleep(0.2)
+        assert all(_cpu_seconds(pid) > 0.2 for pid in load.pids)
+        pids = load.pids
+    assert not any(_alive(pid) for pid in pids)
+    assert all(p.exitcode == 0 for p in load.processes)  # stopped, not killed
+
+
+def test_busy_processes_stop_on_an_exception() -> None:
+    with pytest.raises(RuntimeError), conditions.BackgroundLoad(2) as load:
+        pids = load.pids
+        raise RuntimeError("the measurement failed")
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_a_busy_process_stops_at_its_time_limit() -> None:
+    with conditions.BackgroundLoad(1, time_limit=0.5) as load:
+        assert _wait_gone(load.pids, 20) == []
+        assert load.processes[0].exitcode == 0
+
+
+def test_no_busy_process_outlives_the_script() -> None:
+    """Ctrl-C and a kill of the script that started them: none survives."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(BENCHMARKS)!r})
+        import conditions
+        if __name__ == "__main__":
+            with conditions.BackgroundLoad(2) as load:
+                print(*load.pids, flush=True)
+                time.sleep(120)
+        """
+    )
+    for how in (signal.SIGINT, signal.SIGKILL):
+        process = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+        )
+        pids = [int(p) for p in process.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        process.send_signal(how)
+        process.wait(30)
+        process.stdout.close()
+        assert _wait_gone(pids, 20) == [], how
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="processes"):
+        conditions.BackgroundLoad(-1)
+    with pytest.raises(ValueError, match="time_limit"):
+        conditions.BackgroundLoad(1, time_limit=0)
+
+
+def test_serve_prints_and_records_its_conditions() -> None:
+    import argparse
+
+    import serve
+
+    lines = serve._conditions(
+        argparse.Namespace(ctranslate2_threads=2, background_load=3),
+        {"tf_intra_op": 1, "tf_inter_op": 0, "OMP_NUM_THREADS": "1"},
+        {"before the serving process": 0.5, "after the serving process": 3.25},
+    )
+    assert lines[0] == f"cpu: {conditions.cpu_info().describe()}"
+    assert "TensorFlow intra-op 1, inter-op 0" in lines[1]
+    assert "CTranslate2 intra_threads 2" in lines[1]
+    assert "OMP_NUM_THREADS=1" in lines[1]
+    assert "background load: 3 busy processes" in lines[1]
+    assert lines[2] == (
+        "load average (1 min): 0.5 before the serving process, "
+        "3.2 after the serving process"
+    )
