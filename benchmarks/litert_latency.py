@@ -33,8 +33,9 @@ import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from keras_transformer import export, litert  # noqa: E402
+from keras_transformer import export  # noqa: E402
 from keras_transformer.data import synthetic_dates  # noqa: E402
+from keras_transformer.export import litert  # noqa: E402
 from tests.test_export import tiny_translator  # noqa: E402
 
 

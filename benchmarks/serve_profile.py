@@ -50,10 +50,12 @@ def _session(workdir: str, weights: str) -> tuple[Any, Any, Any]:
     from keras_transformer.translation import load_translator
 
     model, tokenizer = load_translator(workdir, weights)
-    settings = export._settings(model, tokenizer, None, {})
+    settings = export.resolve_settings(model, tokenizer, None, {})
     decoder = Decoder(model)
     search = tf.function(
-        lambda sentences: export._search_graph(decoder, tokenizer, settings, sentences),
+        lambda sentences: export.signatures._search_graph(
+            decoder, tokenizer, settings, sentences
+        ),
         input_signature=[tf.TensorSpec([None], tf.string)],
         autograph=False,
     )

@@ -29,6 +29,63 @@ REPO = Path(__file__).resolve().parents[1]
 NAV_SECTION = "API reference"
 #: The width ``--help`` is wrapped at on the command pages.
 HELP_COLUMNS = 88
+#: One worked example per command, shown above its ``--help``: the configs
+#: of ``configs/`` and flags of the ``--help`` below it (tests/test_docs.py
+#: checks both), each with what it does.
+COMMAND_EXAMPLES = {
+    "train": (
+        "keras-transformer train configs/multi30k_de_en_fast.json "
+        "--workdir runs/m30k_fast",
+        "Trains the fast Multi30k German→English recipe into `runs/m30k_fast`; "
+        "run again, the same command resumes a stopped run and returns at once "
+        "from a finished one. `--set train.train_steps=500` changes one setting.",
+    ),
+    "evaluate": (
+        "keras-transformer evaluate --workdir runs/m30k_fast --weights best \\\n"
+        "    --split test_2016_flickr --beam-size 4 --alpha 0.6",
+        "Translates Multi30k's test_2016_flickr with the weights of the best "
+        "validation BLEU and "
+        "beam 4, prints sacreBLEU and chrF with their signatures and saves the "
+        "translations in the run folder.",
+    ),
+    "translate": (
+        'echo "Ein Hund rennt über die Wiese." | '
+        "keras-transformer translate --workdir runs/m30k_fast --weights best\n"
+        "keras-transformer translate --workdir runs/m30k_fast --input news.de "
+        "--output news.en",
+        "Translates standard input, or a file one line per line, with beam 4 "
+        "and α 0.6.",
+    ),
+    "score": (
+        "keras-transformer score --workdir runs/m30k_fast --source news.de "
+        "--target news.en \\\n    --output scores.txt",
+        "Writes log P(target | source) of each pair of lines, then the "
+        "log-probability of each subword token.",
+    ),
+    "complete": (
+        "keras-transformer train configs/image_sample_patches.json "
+        "--workdir runs/image_transformer\n"
+        "keras-transformer complete --workdir runs/image_transformer "
+        "--weights average \\\n    --given-rows 16 --output completions.png",
+        "Trains the Image Transformer on photograph patches, then draws the "
+        "lower half of held-out patches from their top 16 rows (Figure 1 of "
+        "Parmar et al., 2018) into one grid.",
+    ),
+    "export": (
+        "keras-transformer export --workdir runs/m30k_fast --weights best "
+        "\\\n    --output exported/de_en/1",
+        "Writes a SavedModel that translates raw strings with TensorFlow and "
+        "TensorFlow Text only; `1` is the version folder TensorFlow Serving "
+        "expects.",
+    ),
+    "average-checkpoints": (
+        "keras-transformer average-checkpoints --workdir runs/m30k_fast --last 5\n"
+        "keras-transformer evaluate --workdir runs/m30k_fast --weights average",
+        "Averages the last five checkpoints (§6.1 of the paper) into "
+        "`runs/m30k_fast/averaged.weights.h5`, which `--weights average` of "
+        "the other commands loads.",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +140,8 @@ GROUPS = (
         (
             "keras_transformer.training.fit_callbacks",
             "keras_transformer.training.callbacks",
+            "keras_transformer.training.preemption",
+            "keras_transformer.training.progress_logger",
         ),
         "Callbacks for a plain `model.fit` (checkpoint averaging, early "
         "stopping on validation BLEU), then the Keras callbacks of a training "
@@ -200,6 +259,7 @@ def _object_page(dotted: str) -> str:
 
 
 def _command_page(name: str, module: str) -> str:
+    command, what_it_does = COMMAND_EXAMPLES[name]
     return (
         f"# `keras-transformer {name}`\n\n"
         f"::: {module}\n"
@@ -207,6 +267,9 @@ def _command_page(name: str, module: str) -> str:
         "      show_root_heading: false\n"
         "      show_root_toc_entry: false\n"
         "      members: false\n\n"
+        "## Example\n\n"
+        f"```bash\n{command}\n```\n\n{what_it_does}\n\n"
+        "## Options\n\n"
         f"```text\n{command_help(name)}```\n"
     )
 

@@ -3,7 +3,7 @@
 On a terminal a progress line is redrawn in place (a carriage return);
 anywhere else (a file, a pipe, a cluster job's log, CI) the output is plain
 lines, without carriage returns or ANSI escapes, each with the time left.
-Training (`training.callbacks.PlainProgressLogger`) and translation
+Training (`training.progress_logger.PlainProgressLogger`) and translation
 (`LineProgress`) use the same pieces.
 """
 

@@ -10,6 +10,13 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_transformer.layers import AttentionResult
+
+
+def _output(result: Any) -> Any:
+    """A layer's output: the `output` of an attention layer's `AttentionResult`."""
+    return result.output if isinstance(result, AttentionResult) else result
+
 
 def _as_inputs(arrays: Sequence[np.ndarray]) -> list[keras.KerasTensor]:
     return [
@@ -44,14 +51,14 @@ def run_layer_test(
 
     # Symbolic call: shape and dtype.
     symbolic_inputs = _as_inputs(inputs)
-    symbolic_output = layer(*symbolic_inputs, **call_kwargs)
+    symbolic_output = _output(layer(*symbolic_inputs, **call_kwargs))
     assert tuple(symbolic_output.shape[1:]) == tuple(expected_output_shape[1:])
     assert symbolic_output.dtype == "float32"
     if expected_num_weights is not None:
         assert len(layer.weights) == expected_num_weights
 
     # Eager call: shape, dtype, finite values.
-    eager_output = layer(*inputs, **call_kwargs)
+    eager_output = _output(layer(*inputs, **call_kwargs))
     assert tuple(eager_output.shape) == tuple(expected_output_shape)
     assert np.all(np.isfinite(keras.ops.convert_to_numpy(eager_output)))
 
@@ -78,7 +85,7 @@ def run_layer_test(
 
     # Mixed precision: computes in float16 and stays finite.
     mixed = layer_cls(**init_kwargs, dtype="mixed_float16")
-    mixed_output = mixed(*inputs, **call_kwargs)
+    mixed_output = _output(mixed(*inputs, **call_kwargs))
     assert (
         keras.backend.standardize_dtype(mixed_output.dtype)
         == mixed_precision_output_dtype

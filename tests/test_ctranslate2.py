@@ -15,7 +15,8 @@ ctranslate2 = pytest.importorskip(
 import sacrebleu  # noqa: E402
 
 from keras_transformer import cli  # noqa: E402
-from keras_transformer.ctranslate2 import (  # noqa: E402
+from keras_transformer.data import SubwordTokenizer, synthetic_dates  # noqa: E402
+from keras_transformer.export.ctranslate2 import (  # noqa: E402
     INFO_FILE,
     TOKENIZER_FILE,
     CTranslate2Translator,
@@ -23,7 +24,6 @@ from keras_transformer.ctranslate2 import (  # noqa: E402
     gnmt_length_penalty,
     is_ctranslate2_dir,
 )
-from keras_transformer.data import SubwordTokenizer, synthetic_dates  # noqa: E402
 from keras_transformer.models import build_transformer, presets  # noqa: E402
 from keras_transformer.translation import Translator  # noqa: E402
 from tests.test_export import INPUTS, tiny_translator  # noqa: E402
@@ -242,8 +242,14 @@ def _tiny_model(tokenizer: SubwordTokenizer, **changes: object):
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        ({"attention_window": 3}, "model.attention_window=3"),
-        ({"relative_positions": 4}, "model.relative_positions=4"),
+        (
+            {"attention_settings": {"window": 3}},
+            "model.attention_settings.window=3",
+        ),
+        (
+            {"attention_settings": {"relative_positions": 4}},
+            "model.attention_settings.relative_positions=4",
+        ),
         ({"value_dim": 8}, "model.value_dim=8"),
         ({"activation": "elu"}, "model.activation='elu'"),
     ],
@@ -258,6 +264,39 @@ def test_refuses_what_ctranslate2_cannot_express(
         export_ctranslate2(model, tokenizer, tmp_path / "ct2")
     assert named in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "ct2").exists()
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_grouped_query_attention_translates_identically(
+    tmp_path: Path, kv_heads: int
+) -> None:
+    """Grouped-query (Ainslie et al., 2023; 2 key/value heads of 4) and
+    multi-query attention go to CTranslate2's `num_heads_kv`: the same
+    greedy ids as `Translator`."""
+    import keras
+
+    _, tokenizer = tiny_translator()
+    keras.utils.set_random_seed(kv_heads)
+    config = presets["tiny"].replace(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        attention_settings={"num_key_value_heads": kv_heads},
+    )
+    model = build_transformer(config)
+    folder = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    sources = list(SOURCES[:8])
+    ours = Translator(model, tokenizer, beam_size=1, extra_length=5)
+    expected = ours.decode_ids(np.asarray(_pad(ours.encode(sources))))
+    served = CTranslate2Translator(folder).translate_hypotheses(sources, beam_size=1)
+    for row, hypothesis in enumerate(served):
+        length = int(expected.lengths[row])
+        assert list(hypothesis.token_ids)[:length] == list(
+            expected.token_ids[row, :length]
+        )
 
 
 def test_refuses_concatenated_positions(tmp_path: Path) -> None:

@@ -228,14 +228,15 @@ def test_decoder_is_cached_per_model(model):
 
 # -------------------------------------------------------------- beam search
 @pytest.mark.parametrize(("fixture", "end_id"), CASES)
-def test_beam_size_one_equals_greedy(request, fixture, end_id):
+def test_beam_size_one_equals_greedy(request, monkeypatch, fixture, end_id):
     model = request.getfixturevalue(fixture)
     greedy = greedy_decode(model, SOURCES, extra_length=EXTRA, end_id=end_id)
     # `DecodeSettings(beam_size=1)` decodes greedily (its `strategy`); here
-    # the beam strategy itself runs with one hypothesis.
+    # the beam strategy itself runs with one hypothesis, registered as greedy.
     settings = DecodeSettings(beam_size=1, alpha=0.0, extra_length=EXTRA)
     assert settings.strategy == "greedy"
-    beam = Decoder(model)._decode(SOURCES, settings, "beam", None, None, START, end_id)
+    monkeypatch.setitem(decoding.STRATEGIES, "greedy", decoding.STRATEGIES["beam"])
+    beam = Decoder(model).decode(SOURCES, settings, end_id=end_id)
     np.testing.assert_array_equal(beam.token_ids, greedy.token_ids)
     np.testing.assert_array_equal(beam.lengths, greedy.lengths)
     np.testing.assert_allclose(beam.scores, greedy.scores, atol=1e-4)
@@ -732,6 +733,29 @@ def test_a_new_strategy_is_one_registry_entry(model, monkeypatch):
     np.testing.assert_array_equal(result.token_ids, expected.token_ids)
 
 
+def test_n_best_and_constraints_reach_the_registered_strategy(model, monkeypatch):
+    """n-best lists and constrained search are the registered beam strategy
+    built with the call's inputs: a factory put in its place sees them."""
+    from keras_transformer.decoding.strategies import BeamSearch
+
+    seen = []
+
+    def spy(options):
+        seen.append((options.n_best, options.phrases is not None))
+        return BeamSearch(options.beam_size, options.alpha)
+
+    monkeypatch.setitem(decoding.STRATEGIES, "beam", spy)
+    settings = DecodeSettings(beam_size=2, extra_length=EXTRA)
+    decoder = Decoder(model)
+    lists = decoder.decode(SOURCES, settings, end_id=None, n_best=2)
+    decoder.decode(SOURCES, settings, end_id=None, constraints=[[[A]]] * 3)
+    assert (2, False) in seen and (None, True) in seen
+    # The spy's plain beam gives one hypothesis: a list of one per source.
+    assert lists.token_ids.shape[:2] == (3, 1)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        decoder.decode(SOURCES, settings, n_best=2, constraints=[[[A]]] * 3)
+
+
 def test_uncached_beam_search_equals_cached(model):
     """`Decoder(use_cache=False)` (the reference) also runs beam search."""
     settings = DecodeSettings(beam_size=3, extra_length=EXTRA)
@@ -807,3 +831,28 @@ def test_chunked_top_k_equals_tf_top_k_ties_included(length: int) -> None:
             want = tf.math.top_k(values, k=k)
             np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
             np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_grouped_query_attention_decodes_like_the_uncached_reference(kv_heads):
+    """Grouped-query attention (Ainslie et al., 2023; 2 key/value heads of 4)
+    and multi-query attention (1): cached greedy and beam search, in a
+    TensorFlow graph (growing caches) and under XLA (fixed-size caches),
+    equal the uncached reference step."""
+    keras.utils.set_random_seed(kv_heads)
+    config = presets["tiny"].replace(
+        dropout=0.0, attention_settings={"num_key_value_heads": kv_heads}
+    )
+    assert config.num_heads == 4
+    model = build_transformer(config)
+    for beam in (1, 3):
+        settings = DecodeSettings(beam_size=beam, extra_length=EXTRA)
+        reference = Decoder(model, use_cache=False).decode(
+            SOURCES, settings, end_id=None
+        )
+        for jit_compile in (False, True):
+            cached = Decoder(model, jit_compile=jit_compile).decode(
+                SOURCES, settings, end_id=None
+            )
+            assert cached.to_list() == reference.to_list()
+            np.testing.assert_allclose(cached.scores, reference.scores, atol=1e-4)

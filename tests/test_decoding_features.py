@@ -189,7 +189,7 @@ def test_score_equals_the_forward_pass_and_the_beams_own_scores(trained) -> None
     model, tokenizer = trained
     decoder, source = Decoder(model), _sources(tokenizer)
     settings = DecodeSettings(beam_size=4, n_best=3)
-    lists = decoder.n_best(source, settings, max_length=30)
+    lists = decoder.decode(source, settings, max_length=30, n_best=3)
     targets = [row[:-1] for row in lists.to_lists()[0:1][0]]  # example 0's 3
     repeated = np.repeat(source[:1], 3, axis=0)
     result = decoder.score(repeated, targets)

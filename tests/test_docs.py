@@ -12,11 +12,15 @@ their pictures, no docstring may show a reStructuredText literal marker
 
 from __future__ import annotations
 
+import functools
+import http.server
 import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,6 +73,7 @@ MODULES = {
     "keras_transformer.models",
     "keras_transformer.models.classifier",
     "keras_transformer.training.callbacks",
+    "keras_transformer.training.preemption",
     "keras_transformer.schedules",
     "keras_transformer.optimizers",
     "keras_transformer.losses",
@@ -79,6 +84,10 @@ MODULES = {
     "keras_transformer.decoding",
     "keras_transformer.visualize",
     "keras_transformer.export",
+    "keras_transformer.export.saved_model",
+    "keras_transformer.export.ctranslate2",
+    "keras_transformer.export.litert",
+    "keras_transformer.runs.exports",
     "keras_transformer.translation",
     "keras_transformer.data.images",
     "keras_transformer.image_sampling",
@@ -346,14 +355,16 @@ def test_api_examples_are_code_and_call_arguments_a_list(site: Path) -> None:
     nested blockquotes, and ``Call arguments:`` as a list of arguments."""
     page = site / "api" / "layers" / "MultiHeadAttention" / "index.html"
     html = page.read_text(encoding="utf-8")
-    assert re.search(
-        r'<code class="language-pycon">&gt;&gt;&gt; import numpy as np', html
-    )
+    # Coloured by Pygments as a console session: the prompt, then the code.
+    assert (
+        '<span class="gp">&gt;&gt;&gt; </span><span class="kn">import</span>'
+        '<span class="w"> </span><span class="nn">numpy</span>'
+    ) in html
     # The section's title cell (readthedocs theme) and the list after it.
     call_arguments = html.split('class="field-name">Call arguments:</th>', 1)
     assert len(call_arguments) == 2, "no Call arguments section"
     listed = call_arguments[1].split("</ul>", 1)[0]
-    for argument in ("query", "attention_mask", "return_attention_scores"):
+    for argument in ("query", "attention_mask", "cache_update_index"):
         assert f"<b><code>{argument}</code></b>" in listed, argument
     for html_file in sorted((site / "api").rglob("*.html")):
         html = html_file.read_text(encoding="utf-8")
@@ -392,3 +403,162 @@ def test_no_broken_link_in_the_site(site: Path) -> None:
                 broken.append(f"{html_file.relative_to(site)} -> {target}")
     assert not broken, f"{len(broken)} broken links: {broken[:20]}"
     assert len(list(site.rglob("*.html"))) > 100  # the API pages are there
+
+
+#: The opening or closing line of a fenced code block, and what follows it.
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*(.*)$")
+
+
+def _untagged_code_blocks(markdown: str) -> list[int]:
+    """The line numbers of the fenced code blocks that name no language."""
+    untagged, fence = [], None
+    for number, line in enumerate(markdown.splitlines(), start=1):
+        match = _FENCE.match(line)
+        if not match:
+            continue
+        marks, info = match.group(1), match.group(2).strip()
+        if fence is None:
+            fence = marks
+            if not info:
+                untagged.append(number)
+        elif marks[0] == fence[0] and len(marks) >= len(fence) and not info:
+            fence = None
+    return untagged
+
+
+def test_every_code_block_names_its_language() -> None:
+    """An untagged block gets no colours (or guessed ones): each names its
+    language, `text` for output and messages."""
+    assert _untagged_code_blocks("```\na\n```\n```python\nb\n```\n    ```\n") == [1, 7]
+    untagged = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in sorted(DOCS.rglob("*.md"))
+        for line in _untagged_code_blocks(path.read_text(encoding="utf-8"))
+    ]
+    assert not untagged, (
+        "give these code blocks a language (```bash, ```python, ```json, "
+        f"```text): {untagged}"
+    )
+
+
+def test_the_site_loads_no_script_or_style_from_elsewhere(site: Path) -> None:
+    """MathJax, the code colours and every script and style sheet come from
+    the site itself, so that it works offline (docs/offline_assets_hook.py)."""
+    remote = set()
+    for html_file in sorted(site.rglob("*.html")):
+        html = html_file.read_text(encoding="utf-8")
+        remote.update(re.findall(r'<script\b[^>]*\bsrc="((?:https?:)?//[^"]+)"', html))
+        for link in re.findall(r"<link\b[^>]*>", html):
+            if 'rel="stylesheet"' in link:
+                remote.update(re.findall(r'href="((?:https?:)?//[^"]+)"', link))
+    assert not remote, f"loaded from the network: {sorted(remote)}"
+    assert (site / "assets" / "mathjax" / "tex-mml-chtml.js").is_file()
+    assert (site / "assets" / "mathjax" / "output" / "chtml" / "fonts").is_dir()
+    assert ".highlight .k" in (site / "stylesheets" / "pygments.css").read_text()
+    decoding = (site / "decoding" / "index.html").read_text(encoding="utf-8")
+    assert '<span class="kn">import</span>' in decoding  # coloured while built
+
+
+#: Site page -> the least number of equations MathJax must typeset there:
+#: Eq. 1 and on in notebook 01, alpha in 02, section 1 of 06 (the notebooks'
+#: Markdown cells, `$...$`), and pages written with pymdownx.arithmatex.
+MATH_PAGES = {
+    "examples/01_quickstart/": 10,
+    "examples/02_translation/": 3,
+    "examples/06_image_transformer/": 10,
+    "concepts/image-transformer/": 20,
+    "concepts/caching/": 2,
+}
+
+
+def _chromium() -> str:
+    """The system Chromium that Playwright drives (no browser download)."""
+    pytest.importorskip("playwright.sync_api")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        pytest.skip("no Chromium: apt-get install chromium")
+    return browser
+
+
+@pytest.mark.slow
+def test_math_and_code_render_offline_in_a_browser(site: Path) -> None:
+    """Headless Chromium with every request off the machine cut: the math of
+    the notebooks and pages is typeset (MathJax's `mjx-container` elements, no
+    `$` or `\\(` left in the typeset text) and code is coloured."""
+    from playwright.sync_api import sync_playwright
+
+    browser_path = _chromium()
+
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(site))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}/"
+    left_the_machine: list[str] = []
+
+    def local_only(route) -> None:
+        if route.request.url.startswith(base):
+            route.continue_()
+        else:
+            left_the_machine.append(route.request.url)
+            route.abort()
+
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=browser_path, args=["--no-sandbox"]
+            )
+            page = browser.new_page()
+            page.route("**/*", local_only)
+            for path, least in MATH_PAGES.items():
+                page.goto(base + path)
+                page.wait_for_function("() => window.MathJax?.startup?.promise")
+                page.evaluate("() => MathJax.startup.promise")
+                typeset = page.locator("mjx-container").count()
+                assert typeset >= least, f"{path}: {typeset} equations typeset"
+                raw = page.evaluate(
+                    """() => [...document.querySelectorAll(
+                           '.jp-RenderedMarkdown, .arithmatex')]
+                         .map(e => e.innerText)
+                         .filter(t => /\\$|\\\\\\(|\\\\\\[/.test(t))"""
+                )
+                assert not raw, f"{path}: math left as TeX: {raw[:3]}"
+            page.goto(base + "decoding/")
+            colours = page.evaluate(
+                """() => new Set([...document.querySelectorAll(
+                       '.highlight code span[class]')]
+                     .map(e => getComputedStyle(e).color)).size"""
+            )
+            assert colours >= 3, f"decoding/: code in {colours} colours"
+            browser.close()
+    finally:
+        server.shutdown()
+    assert not left_the_machine, f"requests off the machine: {left_the_machine}"
+
+
+def test_every_command_page_has_an_example_that_runs_as_written() -> None:
+    """Each command's page shows one example above its ``--help``: every
+    `keras-transformer` line uses options of that command's ``--help`` and
+    configs that are in configs/."""
+    hook = _api_hook()
+    commands = {name for name, _, _ in hook.command_modules()}
+    assert set(hook.COMMAND_EXAMPLES) == commands
+    for name, (example, what_it_does) in hook.COMMAND_EXAMPLES.items():
+        assert what_it_does.strip(), name
+        lines = example.replace("\\\n", " ").splitlines()
+        assert any(f"keras-transformer {name} " in line for line in lines), name
+        for line in lines:
+            command = re.search(r"keras-transformer ([\w-]+)(.*)", line)
+            assert command, f"{name}: {line!r} runs no keras-transformer command"
+            used, arguments = command.group(1), command.group(2)
+            options = set(re.findall(r"(?<![\w-])--[\w-]+", hook.command_help(used)))
+            unknown = set(re.findall(r"(?<![\w-])--[\w-]+", arguments)) - options
+            assert not unknown, f"{name}: {used} has no {sorted(unknown)}"
+            for config in re.findall(r"configs/\S+\.json", arguments):
+                assert (REPO / config).is_file(), f"{name}: no {config}"
+        page = hook._command_page(name, "keras_transformer.cli")
+        assert page.index("## Example") < page.index("## Options"), name

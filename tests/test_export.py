@@ -225,7 +225,7 @@ def test_jit_compile_is_refused_for_litert_and_ctranslate2(tmp_path: Path) -> No
                 "--jit-compile",
             ]
         )
-        with pytest.raises(ValueError, match="--jit-compile applies to the SavedModel"):
+        with pytest.raises(ValueError, match=r"takes no jit_compile \(--jit-compile\)"):
             export_command.run(args)
 
 
@@ -273,8 +273,30 @@ def test_exports_translate_as_the_former_search_did(
     (per-hypothesis caches gathered by parent, every sentence in the batch
     until the last has finished) give the same signatures and outputs."""
     model, tokenizer = tiny_translator()
+    current = decoding.Decoder.search
 
-    def former(self, source_ids, limits, settings, **options):
+    def former(
+        self,
+        source_ids,
+        limits,
+        settings,
+        prefix=None,
+        n_best=None,
+        constraints=None,
+        **options,
+    ):
+        if prefix is not None or n_best is not None or constraints is not None:
+            # Prefix, n-best and constrained searches had no former version.
+            return current(
+                self,
+                source_ids,
+                limits,
+                settings,
+                prefix=prefix,
+                n_best=n_best,
+                constraints=constraints,
+                **options,
+            )
         assert settings.strategy == "beam"
         return former_beam_search_graph(
             self.model,
@@ -436,13 +458,14 @@ def test_an_export_holding_the_sentencepiece_resource_op_translates_the_same(
     `tf_text.SentencepieceTokenizer` (a resource in the graph) translate like
     today's (`FastSentencepieceTokenizer`, a constant), also after
     `tf.random.set_seed` in the serving process."""
+    from keras_transformer.data import sentencepiece_backend
     from keras_transformer.data import tokenizer as tokenizer_module
 
     model, tokenizer = tiny_translator()
     monkeypatch.setattr(
         tokenizer_module,
-        "_in_graph_tokenizer",
-        lambda proto, _, fingerprint: tokenizer_module._shared_resource_tokenizer(
+        "in_graph_tokenizer",
+        lambda proto, _, fingerprint: sentencepiece_backend._shared_resource_tokenizer(
             proto, fingerprint
         ),
     )
@@ -558,7 +581,8 @@ def _crash_after(where: str, error: BaseException, patch: pytest.MonkeyPatch) ->
         patch.setattr(archive, "write_out", _fail_after(archive.write_out, error))
     else:
         save = export.save_model_and_tokenizer
-        patch.setattr(export, "save_model_and_tokenizer", _fail_after(save, error))
+        writer = export.saved_model  # the module whose writer calls it
+        patch.setattr(writer, "save_model_and_tokenizer", _fail_after(save, error))
 
 
 @pytest.mark.parametrize(
@@ -893,3 +917,58 @@ def test_an_empty_folder_is_filled_and_keeps_its_permissions(
     assert path == Path("models/3") and export.is_export_dir(target)
     assert target.stat().st_mode & 0o777 == 0o750
     assert _leftovers(target.parent) == [] and (target.parent / ".3.lock").is_file()
+
+
+def test_the_format_registry_lists_the_three_formats() -> None:
+    from keras_transformer.export import formats
+
+    assert list(formats.FORMATS) == ["savedmodel", "litert", "ctranslate2"]
+    found = {name: formats.get_format(name) for name in formats.FORMATS}
+    assert {n: f.name for n, f in found.items()} == {
+        "savedmodel": "SavedModel",
+        "litert": "LiteRT",
+        "ctranslate2": "CTranslate2",
+    }
+    for name, export_format in found.items():
+        assert export_format.option == name and "translation" in export_format.kinds
+        assert callable(export_format.export_run)
+        assert callable(export_format.load_translator)
+    assert found["savedmodel"].kinds == ("translation", "classification", "image")
+    assert found["litert"].quantizations == ("int8", "float32")
+    assert found["ctranslate2"].quantizations[0] == "float32"
+    with pytest.raises(ValueError, match="formats are savedmodel, litert, ctranslate2"):
+        formats.get_format("onnx")
+
+
+def test_cli_refuses_an_unknown_format_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["export", "--workdir", str(tmp_path), "--output", str(tmp_path / "x")]
+    assert cli.main([*argv, "--format", "onnx"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "keras-transformer export: error: --format: Unknown export format 'onnx'; "
+        "the formats are savedmodel, litert, ctranslate2."
+    ]
+
+
+def test_cli_translate_dispatches_on_the_folder_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``translate --workdir`` of a LiteRT folder goes to the LiteRT
+    translator, which serves neither n-best lists nor prefixes: refused in
+    one line before anything loads."""
+    from keras_transformer.export import litert
+
+    folder = tmp_path / "litert"
+    folder.mkdir()
+    for name in (litert.INFO_FILE, litert.MODEL_FILE, litert.TOKENIZER_FILE):
+        (folder / name).write_text("{}")
+    source = tmp_path / "in.txt"
+    source.write_text("ein Hund\n")
+    argv = ["translate", "--workdir", str(folder), "--input", str(source)]
+    assert cli.main([*argv, "--n-best", "2", "--prefix-column"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "keras-transformer translate: error: --n-best, --prefix-file/--prefix-column: "
+        "not served from a LiteRT folder; translate with the run folder "
+        "(--workdir RUN) instead."
+    ]

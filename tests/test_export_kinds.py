@@ -16,13 +16,10 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import cli, export
+from keras_transformer.data.imdb import cut_review_ids
 from keras_transformer.image_sampling import ImageSampler
 from keras_transformer.runs import RunFolder
-from keras_transformer.training.classification import (
-    Reviews,
-    cut_review_ids,
-    encode_reviews,
-)
+from keras_transformer.training.classification import Reviews, encode_reviews
 from keras_transformer.training.config import TrainConfig
 from tests.test_export import _child_env
 
@@ -292,6 +289,6 @@ def test_bad_settings_are_one_line_each(
 def test_a_kind_without_an_export_is_refused_in_one_line(
     monkeypatch: pytest.MonkeyPatch, image_run: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(export, "run_kind", lambda _: "speech")
+    monkeypatch.setattr(export.saved_model, "run_kind", lambda _: "speech")
     with pytest.raises(ValueError, match="kind 'speech' cannot be exported"):
         export.export_run(image_run, tmp_path / "1")

@@ -4,7 +4,8 @@ Every module of `keras_transformer` is parsed (not imported) and every
 ``import`` it holds is collected, those inside functions included, and so
 is every ``importlib.import_module("<constant name>")``. A call with a name
 computed at run time (the lazy loading of the package root, of
-`keras_transformer.decoding` and of the recipes) cannot be followed: the
+`keras_transformer.decoding` and `keras_transformer.export`, and the export
+format registry) cannot be followed: the
 modules that make one are listed in `COMPUTED_IMPORTS`. Each
 module belongs to a level (the table `LEVELS`, the one of
 docs/architecture.md); a module may import its own level and those below,
@@ -46,20 +47,24 @@ LEVELS: dict[str, int] = {
     "image_sampling": 1,
     "runs": 2,
     "translation": 3,
-    **dict.fromkeys(("training", "export", "litert", "visualize", "ctranslate2"), 4),
+    **dict.fromkeys(("training", "export", "visualize"), 4),
     **dict.fromkeys(("cli", "__main__"), 5),
 }
 
 
 #: The modules whose ``importlib.import_module`` calls compute the name at
 #: run time (not followed by the graph): the lazy loading of the package's
-#: names, the recipes of the kinds, and `evaluate`'s choice by kind.
+#: names and of the export formats (`keras_transformer.export.formats`).
 COMPUTED_IMPORTS = {
     "keras_transformer",
-    "keras_transformer.cli.evaluate",
     "keras_transformer.decoding",
-    "keras_transformer.training.recipes",
+    "keras_transformer.export",
+    "keras_transformer.export.formats",
 }
+
+#: Subpackages that must not import one another (importer -> imported):
+#: serving code is below training.
+FORBIDDEN_IMPORTS = {("export", "training")}
 
 
 def _module_name(path: Path) -> str:
@@ -195,7 +200,7 @@ def test_the_graph_sees_imports_inside_functions() -> None:
     # `keras_transformer.cli.train` imports the training package only inside
     # its `run` function.
     assert "keras_transformer.training" in graph["keras_transformer.cli.train"]
-    assert "keras_transformer.runs" in graph["keras_transformer.translation"]
+    assert "keras_transformer.runs" in graph["keras_transformer.translation.loading"]
 
 
 def test_the_graph_follows_import_module_with_a_constant_name(tmp_path) -> None:
@@ -223,3 +228,17 @@ def test_the_computed_lazy_imports_are_the_known_ones() -> None:
         )
     }
     assert computed == COMPUTED_IMPORTS
+
+
+def test_serving_code_imports_nothing_from_training() -> None:
+    """`keras_transformer.export` (every format) reads runs through
+    `keras_transformer.runs`, never through `keras_transformer.training`."""
+    graph = _graph()
+    assert graph["keras_transformer.export.saved_model"]  # the parser found it
+    found = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if (module.split(".")[1], target.split(".")[1]) in FORBIDDEN_IMPORTS
+    )
+    assert not found, "\n".join(found)

@@ -12,8 +12,8 @@ pytest.importorskip(
     "ai_edge_litert", reason="the LiteRT export is run by ai-edge-litert (extra litert)"
 )
 
-from keras_transformer import litert  # noqa: E402
 from keras_transformer.data import synthetic_dates  # noqa: E402
+from keras_transformer.export import litert  # noqa: E402
 from keras_transformer.translation import Translator, score_translations  # noqa: E402
 from tests.test_export import tiny_translator  # noqa: E402
 

@@ -30,7 +30,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
     ),
     (
         4,
-        ("training", "export", "litert", "ctranslate2", "visualize"),
+        ("training", "export", "visualize"),
         "TensorFlow, TensorBoard, matplotlib",
         "train(), callbacks, tf.distribute; SavedModel, LiteRT, CTranslate2; heat maps",
     ),

@@ -125,13 +125,6 @@ def check_paths(args: argparse.Namespace, **kinds: str) -> None:
 
 
 #: What each kind of run is for, in the words of `check_run_kind`'s refusal.
-_RUN_KIND_COMMANDS = {
-    "translation": "translate, score and evaluate it",
-    "image": "complete and evaluate it",
-    "classification": "evaluate it",
-}
-
-
 def check_run_kind(
     value: str | os.PathLike[str], kind: str, argument: str, command: str
 ) -> None:
@@ -162,7 +155,9 @@ def check_run_kind(
     def a(noun: str) -> str:
         return ("an " if noun[0] in "aeiou" else "a ") + noun
 
-    use = _RUN_KIND_COMMANDS.get(found, "evaluate it")
+    from keras_transformer.training.kinds import recipe_for
+
+    use = recipe_for(found).output_commands
     raise CommandError(
         f"{argument} {value} is {a(found)} run (kind {found!r} in its "
         f"config.json), but {command} needs {a(kind)} run: pass {a(kind)} "
@@ -353,26 +348,31 @@ def add_translator_arguments(
 
 
 def check_translator_arguments(
-    args: argparse.Namespace, *, serves_ctranslate2: bool = False, **kinds: str
+    args: argparse.Namespace, *, serves_exports: bool = False, **kinds: str
 ) -> None:
-    """Checks ``--workdir`` (a folder; a CTranslate2 export only where the
-    command `serves_ctranslate2`), ``--weights`` (`check_weights`) and the
-    command's own path arguments, `kinds` as for `check_paths`."""
+    """Checks ``--workdir`` (a folder; an export without the Keras model, such
+    as a CTranslate2 or LiteRT folder, only where the command `serves_exports`),
+    ``--weights`` (`check_weights`) and the command's own path arguments,
+    `kinds` as for `check_paths`."""
     check_paths(args, workdir="folder", **kinds)
-    if not serves_ctranslate2:
-        _refuse_ctranslate2_export(args)
+    if not serves_exports:
+        _refuse_export_without_model(args)
     check_weights(args)
 
 
-def _refuse_ctranslate2_export(args: argparse.Namespace) -> None:
-    """A CTranslate2 export as ``--workdir`` of a command that needs the
-    Keras model: one line saying what it needs instead."""
-    from keras_transformer.ctranslate2 import is_ctranslate2_dir
+def _refuse_export_without_model(args: argparse.Namespace) -> None:
+    """An export of another format than the SavedModel (no Keras model) as
+    ``--workdir`` of a command that needs the Keras model: one line saying
+    what it needs instead."""
+    from keras_transformer.export.formats import DEFAULT_FORMAT, serving_format
 
     workdir = getattr(args, "workdir", None)
-    if workdir is not None and is_ctranslate2_dir(workdir):
+    if workdir is None:
+        return
+    export_format = serving_format(workdir)
+    if export_format.option != DEFAULT_FORMAT:
         raise CommandError(
-            f"--workdir {workdir} is a CTranslate2 export, which only "
+            f"--workdir {workdir} is a {export_format.name} export, which only "
             f"`keras-transformer translate` serves; {args.command} needs the Keras "
             "model: pass a training run folder (train --workdir) or a SavedModel "
             "export folder (keras-transformer export without --format)."
@@ -430,7 +430,7 @@ def report_cut_sources(command: str, translator: Any, noun: str = "lines") -> No
     `cut_lines` are the indices (from 0) of the cut sources. `noun` names
     what they are to the user (``lines`` of a file, ``sentences``).
     """
-    from keras_transformer.translation import describe_lines
+    from keras_transformer.translation.lines import describe_lines
 
     cut = list(getattr(translator, "cut_lines", ()))
     if not cut:

@@ -272,21 +272,10 @@ def _save(output: _Output, write: Callable[[Path], None]) -> bool:
     return True
 
 
-def _run_kind(workdir: Path) -> str:
-    from keras_transformer.runs import RunFolder, is_run_dir
-
-    return RunFolder(workdir).kind() if is_run_dir(workdir) else "translation"
-
-
-def _evaluate_other_kind(args: argparse.Namespace, kind: str) -> int:
-    """The test accuracy of a classification run, the test bits/dim of an
-    image run."""
-    import importlib
-
-    module = "classification" if kind == "classification" else "image_recipe"
-    evaluate_run = importlib.import_module(
-        f"keras_transformer.training.{module}"
-    ).evaluate_run
+def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
+    """The test score of a run its kind's recipe evaluates (the accuracy of
+    a classification run, the bits/dim of an image run)."""
+    from keras_transformer.training.recipes import evaluate_run
 
     result = evaluate_run(
         args.workdir,
@@ -314,9 +303,14 @@ def run(args: argparse.Namespace) -> int:
         hypotheses="new file",
         log_dir="new folder",
     )
-    kind = _run_kind(Path(args.workdir))
-    if kind != "translation":
-        return _evaluate_other_kind(args, kind)
+    from keras_transformer.runs import RunFolder, is_run_dir
+
+    if is_run_dir(args.workdir):
+        from keras_transformer.training.kinds import recipe_for
+
+        kind = RunFolder(args.workdir).kind()
+        if recipe_for(kind).evaluates_stored_runs:
+            return _evaluate_stored_run(args, kind)
     from keras_transformer.translation import log_scores, write_lines
 
     workdir = Path(args.workdir)

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         from keras_transformer.training.distribute import configure_cpu_devices
 
         configure_cpu_devices(args.cpu_devices)
-    from keras_transformer.training.config import check_before_training
+    from keras_transformer.training.checks import check_before_training
     from keras_transformer.training.overrides import apply_overrides
 
     # Every setting is checked here, before anything is written to --workdir

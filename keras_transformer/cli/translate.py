@@ -11,7 +11,6 @@ from keras_transformer.cli._common import (
     check_path,
     check_run_kind,
     check_translator_arguments,
-    load_search_translator,
     search_settings,
     translating,
     warn,
@@ -113,11 +112,24 @@ def n_best_lines(lists: list[list[tuple[str, float]]]) -> list[str]:
     ]
 
 
+#: The options of ``translate`` beyond plain lines, by their name in a
+#: format's `ExportFormat.serves`, as the user writes them.
+_OPTIONS = {
+    "n_best": "--n-best",
+    "prefixes": "--prefix-file/--prefix-column",
+    "constraints": "--constraints-file",
+    "ensemble": "--ensemble",
+    "progress": "",
+}
+
+
 def run(args: argparse.Namespace) -> int:
-    """Reads the lines, translates them with `Translator`, writes them."""
+    """Reads the lines, translates them with the translator of the folder's
+    format (`serving_format`: a run's or a SavedModel's `Translator`, a
+    CTranslate2 or LiteRT export's own), writes them."""
     check_translator_arguments(
         args,
-        serves_ctranslate2=True,
+        serves_exports=True,
         input="file",
         output="new file",
         prefix_file="file",
@@ -127,25 +139,54 @@ def run(args: argparse.Namespace) -> int:
     for path in args.ensemble:
         check_path(path, "folder", "--ensemble")
         check_run_kind(path, "translation", "--ensemble", NAME)
+    from keras_transformer.decoding.settings import default_setting
+    from keras_transformer.export.formats import TranslatorLike, serving_format
     from keras_transformer.translation import read_lines, write_lines
 
     lines, prefixes = read_prefixes(args, read_lines(args.input))
-    if _is_ctranslate2(args.workdir):
-        return _translate_ctranslate2(args, lines, prefixes)
-    constraints = _read_constraints(args.constraints_file, len(lines))
-    translator = _load_translator(args)
-    progress = str(args.input) != "-" and not args.no_progress
-    n_best = args.n_best if args.n_best > 1 else None
-    with translating(NAME, translator, "lines"):
-        outputs = translator.translate(
-            lines,
-            progress=progress,
-            n_best=n_best,
-            prefixes=prefixes,
-            constraints=constraints,
+    export_format = serving_format(args.workdir)
+    options = {
+        "n_best": args.n_best if args.n_best > 1 else None,
+        "prefixes": prefixes,
+        "constraints": _read_constraints(args.constraints_file, len(lines)),
+        "ensemble": args.ensemble or None,
+        "progress": (str(args.input) != "-" and not args.no_progress) or None,
+    }
+    unserved = [
+        _OPTIONS[name]
+        for name, value in options.items()
+        if value is not None and name not in export_format.serves and _OPTIONS[name]
+    ]
+    if unserved:
+        raise CommandError(
+            f"{', '.join(unserved)}: not served from a {export_format.name} folder; "
+            "translate with the run folder (--workdir RUN) instead."
         )
-    _warn_unmet_constraints(translator, args.workdir)
-    write_lines(args.output, outputs if n_best is None else n_best_lines(outputs))
+    options = {
+        name: value
+        for name, value in options.items()
+        if value is not None and name in export_format.serves
+    }
+    settings = {
+        k: v for k, v in search_settings(args).items() if v != default_setting(k)
+    }
+    translator: TranslatorLike
+    if options.pop("ensemble", None):
+        translator = _load_ensemble(args)
+    else:
+        translator = export_format.load_translator(
+            args.workdir,
+            args.weights,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            **settings,
+        )
+    with translating(NAME, translator, "lines"):
+        outputs = translator.translate(lines, **options)
+    if options.get("constraints") is not None:
+        _warn_unmet_constraints(translator, args.workdir)
+    n_best = options.get("n_best") is not None
+    write_lines(args.output, n_best_lines(outputs) if n_best else outputs)
     return 0
 
 
@@ -173,10 +214,8 @@ def _warn_unmet_constraints(translator: Any, workdir: str) -> None:
             )
 
 
-def _load_translator(args: argparse.Namespace) -> object:
-    """The translator of --workdir, or of --workdir and every --ensemble run."""
-    if not args.ensemble:
-        return load_search_translator(args)
+def _load_ensemble(args: argparse.Namespace) -> Any:
+    """The translator of --workdir and every --ensemble run, decoded as one."""
     from keras_transformer.translation import Translator
 
     return Translator.from_runs(
@@ -200,46 +239,3 @@ def _read_constraints(path: str | None, count: int) -> list[list[str]] | None:
             "lines; give one line per input line (empty for none)."
         )
     return [[phrase for phrase in row.split("\t") if phrase.strip()] for row in rows]
-
-
-def _is_ctranslate2(workdir: str) -> bool:
-    from keras_transformer.ctranslate2 import is_ctranslate2_dir
-
-    return is_ctranslate2_dir(workdir)
-
-
-def _translate_ctranslate2(
-    args: argparse.Namespace, lines: list[str], prefixes: list[str] | None
-) -> int:
-    """``--workdir`` names a CTranslate2 export: served by CTranslate2 with
-    the folder's settings, or the beam size and alpha given."""
-    from keras_transformer.ctranslate2 import CTranslate2Translator
-    from keras_transformer.translation import write_lines
-
-    unsupported = [
-        flag
-        for flag, given in (
-            ("--n-best", args.n_best > 1),
-            ("--prefix-file/--prefix-column", prefixes is not None),
-            ("--constraints-file", args.constraints_file is not None),
-            ("--ensemble", bool(args.ensemble)),
-        )
-        if given
-    ]
-    if unsupported:
-        raise CommandError(
-            f"{', '.join(unsupported)}: not served from a CTranslate2 folder; "
-            "translate with the run folder (--workdir RUN) instead."
-        )
-    if args.method not in ("beam", "greedy"):
-        raise ValueError(
-            f"A CTranslate2 export serves beam search or greedy decoding, not "
-            f"--method {args.method}; pass --method beam or greedy."
-        )
-    translator = CTranslate2Translator(args.workdir)
-    beam = 1 if args.method == "greedy" else args.beam_size
-    outputs = translator.translate(
-        lines, beam_size=beam, alpha=args.alpha, batch_size=args.batch_size
-    )
-    write_lines(args.output, outputs)
-    return 0

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import tensorflow as tf
 
+from keras_transformer.conventions import UNK_ID
 from keras_transformer.data.datasets import (
     _check_choice,
     _download,
@@ -39,7 +41,14 @@ from keras_transformer.data.datasets import (
     default_cache_dir,
 )
 
-__all__ = ["IMDB_SPLITS", "IMDB_URL", "clean_review", "convert_archive", "load_imdb"]
+__all__ = [
+    "IMDB_SPLITS",
+    "IMDB_URL",
+    "clean_review",
+    "convert_archive",
+    "cut_review_ids",
+    "load_imdb",
+]
 
 #: The upstream archive of the Large Movie Review Dataset v1.0.
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -232,3 +241,43 @@ def load_imdb(
     """
     _check_choice("split", split, IMDB_SPLITS)
     return _read_tsv(_imdb_file(split, data_dir, cache_dir))
+
+
+def cut_review_ids(
+    ids: tf.RaggedTensor, max_length: int, tail_tokens: int
+) -> tf.RaggedTensor:
+    """The one review-cut rule, in TensorFlow (training and the SavedModel).
+
+    A review longer than `max_length` tokens keeps its first
+    ``max_length - tail_tokens`` tokens and its last `tail_tokens` (the
+    verdict is often at the end); a review without any token becomes
+    ``[UNK]``.
+
+    Args:
+        ids: the token ids of the reviews, ``[batch, (length)]``.
+        max_length: ``data.max_sentence_length``.
+        tail_tokens: ``classification.tail_tokens`` (at most `max_length`
+            are kept).
+
+    Returns:
+        the cut ids, ``[batch, (min(length, max_length) or 1)]``.
+    """
+    tail = min(tail_tokens, max_length)
+    lengths = ids.row_lengths()
+    kept = tf.ragged.range(tf.minimum(lengths, max_length))  # [batch, (kept)]
+    position = kept.flat_values
+    row = kept.value_rowids()
+    length = tf.gather(lengths, row)
+    from_end = (length > max_length) & (position >= max_length - tail)
+    # A position of the tail takes the token as far from the review's end.
+    index = tf.where(from_end, position + length - max_length, position)
+    values = tf.gather(ids.flat_values, tf.gather(ids.row_starts(), row) + index)
+    cut = kept.with_flat_values(values)
+    unknown = tf.ragged.range(tf.cast(tf.equal(lengths, 0), tf.int64))
+    filler = unknown.with_flat_values(
+        tf.fill(
+            tf.shape(unknown.flat_values),
+            tf.constant(UNK_ID, values.dtype),
+        )
+    )
+    return tf.concat([cut, filler], axis=1)

@@ -44,28 +44,30 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import heapq
-import io
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
-import tensorflow_text as tf_text
 from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer import files
+from keras_transformer.data.sentencepiece_backend import (
+    check_training_arguments,
+    in_graph_tokenizer,
+    learn_model,
+    non_empty_sentences,
+    sample_sentences,
+)
 
 __all__ = ["SubwordTokenizer"]
 
 _MODEL_FILE = "tokenizer.model"
 _CONFIG_FILE = "tokenizer.json"
 _FORMAT_VERSION = 1
-_MODEL_TYPES = ("unigram", "bpe")
 
 
 def _fingerprint(proto: bytes) -> str:
@@ -78,102 +80,9 @@ def _parse(proto: bytes) -> sentencepiece_model_pb2.ModelProto:
     return model
 
 
-def _sample(sentences: Iterable[str], size: int, seed: int) -> list[str]:
-    """The `size` sentences of a seeded random sample, in their original order.
-
-    Sentence ``i`` gets the key ``i``-th 64-bit output of ``PCG64(seed)``
-    (numpy keeps a bit generator's stream the same across versions and
-    machines) and the `size` smallest keys are kept: a uniform sample without
-    replacement that depends only on the seed and the sentences, read in one
-    streaming pass (memory for `size` sentences only).
-    """
-    generator = np.random.PCG64(seed)
-    chunk = 65_536
-    keys: Iterator[int] = iter(())
-    largest_kept: list[tuple[int, int, str]] = []  # (-key, index, sentence)
-    for index, sentence in enumerate(sentences):
-        if index % chunk == 0:
-            keys = iter(generator.random_raw(chunk).tolist())
-        entry = (-next(keys), index, sentence)
-        if len(largest_kept) < size:
-            heapq.heappush(largest_kept, entry)
-        elif entry[0] > largest_kept[0][0]:
-            heapq.heapreplace(largest_kept, entry)
-    return [sentence for _, _, sentence in sorted(largest_kept, key=lambda e: e[1])]
-
-
 def _model_type_name(model: sentencepiece_model_pb2.ModelProto) -> str:
     type_enum = sentencepiece_model_pb2.TrainerSpec.ModelType
     return type_enum.Name(model.trainer_spec.model_type).lower()
-
-
-class _InGraphTokenizer(Protocol):
-    """What ``SubwordTokenizer`` calls: tensorflow-text's tokenizer interface."""
-
-    def tokenize(self, inputs: tf.Tensor) -> tf.RaggedTensor: ...
-
-    def detokenize(self, inputs: tf.RaggedTensor) -> tf.Tensor: ...
-
-
-def _fast_op_applies(model: sentencepiece_model_pb2.ModelProto) -> bool:
-    """Whether ``FastSentencepieceTokenizer`` gives SentencePiece's ids.
-
-    It runs the unigram model's best segmentation; a BPE model (merges in
-    order) or a byte-fallback model (unknown characters as UTF-8 bytes) come
-    out with other ids.
-    """
-    spec = model.trainer_spec
-    return (
-        spec.model_type == sentencepiece_model_pb2.TrainerSpec.UNIGRAM
-        and not spec.byte_fallback
-    )
-
-
-def _shared_resource_tokenizer(
-    model_proto: bytes, fingerprint: str
-) -> tf_text.SentencepieceTokenizer:
-    """``tf_text.SentencepieceTokenizer`` with its model in a shared resource.
-
-    tensorflow-text creates the model resource as owned by the op kernel that
-    built it, so clearing TensorFlow's eager kernel cache deletes it, and
-    ``tf.random.set_seed`` / ``keras.utils.set_random_seed`` clear that cache:
-    afterwards every tokenization fails with "Resource ... does not exist".
-    A ``shared_name`` (derived from the model's fingerprint) makes the
-    resource live in the resource manager for the life of the process, where
-    a re-created kernel finds it again; tokenizers of the same model share
-    it. tensorflow-text has no public argument for the shared name, hence the
-    private classes below; only BPE and byte-fallback models need them (see
-    `_fast_op_applies`).
-    """
-    from tensorflow_text.python.ops import sentencepiece_tokenizer as tf_text_sp
-
-    class SharedResource(tf_text_sp._SentencepieceModelResource):
-        def __init__(self, model: bytes, shared_name: str) -> None:
-            self._shared_name = shared_name
-            super().__init__(model, None)
-
-        def _create_resource(self) -> tf.Tensor:
-            return tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
-                model=self._model, shared_name=self._shared_name
-            )
-
-    tokenizer = tf_text.SentencepieceTokenizer(
-        model=model_proto, out_type=tf.int32, add_bos=False, add_eos=False
-    )
-    tokenizer._model_resource = SharedResource(
-        model_proto, f"keras_transformer_sentencepiece_{fingerprint[:32]}"
-    )
-    return tokenizer
-
-
-def _in_graph_tokenizer(
-    model_proto: bytes, model: sentencepiece_model_pb2.ModelProto, fingerprint: str
-) -> _InGraphTokenizer:
-    if _fast_op_applies(model):
-        # The model is a constant tensor: no resource, nothing for
-        # tf.random.set_seed to delete, and a SavedModel holds it as a constant.
-        return tf_text.FastSentencepieceTokenizer(model_proto)
-    return _shared_resource_tokenizer(model_proto, fingerprint)
 
 
 class SubwordTokenizer(tf.Module):
@@ -244,7 +153,7 @@ class SubwordTokenizer(tf.Module):
         self._fingerprint = _fingerprint(model_proto)
         model = _parse(model_proto)
         self._model_type = _model_type_name(model)
-        self._tokenizer = _in_graph_tokenizer(model_proto, model, self._fingerprint)
+        self._tokenizer = in_graph_tokenizer(model_proto, model, self._fingerprint)
 
     # -- construction -------------------------------------------------------
 
@@ -301,7 +210,7 @@ class SubwordTokenizer(tf.Module):
             ValueError: If an argument is invalid or the corpus is too small
                 for ``vocabulary_size``.
         """
-        _check_training_arguments(
+        check_training_arguments(
             texts,
             vocabulary_size,
             model_type,
@@ -319,12 +228,12 @@ class SubwordTokenizer(tf.Module):
             "num_threads": num_threads,
             **_fixed_options(cls),
         }
-        chosen: Iterable[str] = _non_empty_sentences(texts, counter)
+        chosen: Iterable[str] = non_empty_sentences(texts, counter)
         if max_sentences is not None:
-            chosen = _sample(chosen, max_sentences, int(seed))
+            chosen = sample_sentences(chosen, max_sentences, int(seed))
         # For any randomness left inside SentencePiece (none is known).
         spm.set_random_generator_seed(int(seed))
-        return cls(_train_sentencepiece(chosen, options, counter, max_sentences))
+        return cls(learn_model(chosen, options, counter, max_sentences))
 
     @classmethod
     def from_proto(cls, model_proto: bytes) -> SubwordTokenizer:
@@ -680,43 +589,6 @@ def _read_tokenizer_config(path: Path) -> dict[str, Any]:
     )
 
 
-def _check_training_arguments(
-    texts: Iterable[str],
-    vocabulary_size: int,
-    model_type: str,
-    character_coverage: float,
-    seed: Any,
-    max_sentences: int | None,
-    byte_fallback: bool,
-) -> None:
-    """The argument checks of `SubwordTokenizer.train` (one-line errors)."""
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(
-            f"model_type={model_type!r} is not supported; use one of {_MODEL_TYPES}."
-        )
-    minimum = 5 + (256 if byte_fallback else 0)
-    if vocabulary_size < minimum:
-        raise ValueError(
-            f"vocabulary_size={vocabulary_size} is too small; it must be at "
-            f"least {minimum} (four special ids plus pieces)."
-        )
-    if not 0.0 < character_coverage <= 1.0:
-        raise ValueError(
-            f"character_coverage must be in (0, 1], got {character_coverage}."
-        )
-    if max_sentences is not None and max_sentences < 1:
-        raise ValueError(
-            f"max_sentences must be positive or None, got {max_sentences}."
-        )
-    if isinstance(texts, str):
-        raise TypeError(
-            "texts must be an iterable of sentences, not a single str; wrap "
-            "it in a list."
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
-
-
 def _fixed_options(cls: type[SubwordTokenizer]) -> dict[str, Any]:
     """The SentencePiece trainer options that `train` does not take."""
     return {
@@ -731,47 +603,3 @@ def _fixed_options(cls: type[SubwordTokenizer]) -> dict[str, Any]:
         "input_sentence_size": 0,
         "shuffle_input_sentence": False,
     }
-
-
-def _non_empty_sentences(
-    texts: Iterable[str], counter: dict[str, int]
-) -> Iterator[str]:
-    """The non-empty sentences of `texts`, counted in ``counter["sentences"]``."""
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(
-                f"texts must yield str, got {type(text).__name__}; decode bytes first."
-            )
-        if text.strip():
-            counter["sentences"] += 1
-            yield text
-
-
-def _train_sentencepiece(
-    chosen: Iterable[str],
-    options: dict[str, Any],
-    counter: dict[str, int],
-    max_sentences: int | None,
-) -> bytes:
-    """The serialized SentencePiece model learned on `chosen`; SentencePiece's
-    failures as one-line `ValueError`s (no text, too large a vocabulary)."""
-    model = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(chosen), model_writer=model, **options
-        )
-    except RuntimeError as e:
-        if counter["sentences"] == 0:
-            raise ValueError(
-                "Cannot train a tokenizer on no text: texts held no non-empty sentence."
-            ) from e
-        message = str(e)
-        used = min(counter["sentences"], max_sentences or counter["sentences"])
-        if "Vocabulary size too high" in message or "vocab_size" in message:
-            raise ValueError(
-                f"vocabulary_size={options['vocab_size']} is too large for "
-                f"{used} training sentences ({message}). "
-                "Lower vocabulary_size or train on more text."
-            ) from e
-        raise ValueError(f"SentencePiece training failed: {message}") from e
-    return model.getvalue()

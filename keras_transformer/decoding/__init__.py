@@ -13,8 +13,9 @@ default declared there once. The package:
 
 - `settings`: `DecodeSettings`;
 - `search`: the one search loop (`run_search`, a `tf.while_loop`);
-- `strategies`: greedy, beam search (and its n-best lists,
-  `NBestBeamSearch`), sampling (temperature, top-k, top-p), found by name in
+- `strategies`: greedy, beam search (with a call's `n_best` its n-best
+  lists, `NBestBeamSearch`; with its phrases `ConstrainedBeamSearch`),
+  sampling (temperature, top-k, top-p), found by name in
   `strategies.STRATEGIES` (a new strategy: one module and one entry);
 - `steps`: the model's cached step (`TransformerStack.decode_beam_step`,
   beam 1 for greedy decoding and sampling) and the uncached reference;

@@ -1,10 +1,12 @@
 """`Decoder`: the one public entry point of decoding.
 
 ``Decoder(model).decode(source_ids, settings)`` checks its inputs, runs the
-search that `settings` names (`DecodeSettings.strategy`) as one compiled
-`tf.function` and returns a `DecodeResult`. `Decoder.search` is the same
-search as TensorFlow ops, for a caller's own `tf.function` (an exported
-SavedModel).
+search that `settings` names (`DecodeSettings.strategy`, built by the
+strategy registry with the call's inputs: prefixes, constraints, n-best) as
+one compiled `tf.function` and returns a `DecodeResult` (an `NBestResult`
+with `n_best`). `Decoder.search` is the same search as TensorFlow ops, for a
+caller's own `tf.function` (an exported SavedModel). `Decoder.score` is
+forced decoding (teacher forcing), not a search.
 """
 
 from __future__ import annotations
@@ -22,13 +24,8 @@ from keras_transformer.decoding.result import DecodeResult, NBestResult, ScoreRe
 from keras_transformer.decoding.search import Outputs, Prefix, run_search
 from keras_transformer.decoding.settings import DecodeSettings
 from keras_transformer.decoding.steps import ModelStep, model_step
-from keras_transformer.decoding.strategies import (
-    NBestBeamSearch,
-    SearchOptions,
-    get_strategy,
-)
+from keras_transformer.decoding.strategies import SearchOptions, get_strategy
 from keras_transformer.decoding.strategies.constrained import (
-    ConstrainedBeamSearch,
     check_phrase_ids,
     pad_phrases,
     unmet_phrases,
@@ -104,16 +101,18 @@ class Decoder:
         end_id: int | None = END_ID,
         prefixes: Any = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> DecodeResult:
-        """Decodes a batch of source ids with the search `settings` names.
+        n_best: int | None = None,
+    ) -> DecodeResult | NBestResult:
+        """Decodes a batch of source ids with the search `settings` names:
+        the one NumPy entry point of every search.
 
         Args:
             source_ids: int `(batch, source_length)`, 0 for padding.
             settings: the search (`method`, `beam_size`, `alpha`,
-                `temperature`, `top_k`; default `DecodeSettings()`, §6.1)
-                and `extra_length`: each example may
-                generate its number of real source tokens + `extra_length`
-                tokens (§6.1: "input length + 50").
+                `temperature`, `top_k`, `top_p`; default `DecodeSettings()`,
+                §6.1) and `extra_length`: each example may generate its
+                number of real source tokens + `extra_length` tokens (§6.1:
+                "input length + 50").
             max_length: cap on the number of generated tokens (END included);
                 must not exceed what the model supports (learned positions).
             seed: makes a sample reproducible; drawn from NumPy's global
@@ -129,71 +128,93 @@ class Decoder:
                 search (`ConstrainedBeamSearch`, Post and Vilar 2018) with
                 the settings' beam (greedy: a beam of one); not with
                 sampling.
+            n_best: return the `n_best` best hypotheses of each source
+                (`NBestBeamSearch`: an example stops early only once its
+                `n_best`-th best finished hypothesis beats every live one;
+                the first is the best output's); greedy decoding and
+                sampling give a list of one. Not with `constraints`.
 
         Returns:
             A `DecodeResult`: scores are summed log-probabilities (greedy,
             sampling) or the length-normalised score of the best hypothesis
             (beam search); with `constraints`, its `unmet_constraints` lists
             the phrases each output misses (none unless one cannot be met).
+            With `n_best`, an `NBestResult`: ids, scores `log P / lp(Y)`, raw
+            `log P` and lengths, `(batch, n_best, ...)`, best first.
 
         Raises:
             ValueError: (one line) on bad ids, constraints or settings.
-        """
-        settings = settings or DecodeSettings()
-        return self._decode(
-            source_ids,
-            settings,
-            settings.strategy,
-            max_length,
-            seed,
-            start_id,
-            end_id,
-            prefixes,
-            constraints,
-        )
-
-    def n_best(
-        self,
-        source_ids: Any,
-        settings: DecodeSettings | None = None,
-        *,
-        max_length: int | None = None,
-        start_id: int = START_ID,
-        end_id: int | None = END_ID,
-        prefixes: Any = None,
-    ) -> NBestResult:
-        """The `settings.n_best` best hypotheses of each source, by beam search.
-
-        The same beam search as `decode` (its first hypothesis is `decode`'s
-        output), except that an example stops early only once its
-        `n_best`-th best finished hypothesis beats every live one
-        (`strategies.NBestBeamSearch`). Greedy decoding and sampling give a
-        list of one.
-
-        Args:
-            source_ids, max_length, start_id, end_id, prefixes: as for
-                `decode`.
-            settings: the search; `settings.n_best` hypotheses per source.
-
-        Returns:
-            An `NBestResult`: ids, scores `log P / lp(Y)`, raw `log P` and
-            lengths, `(batch, n_best, ...)`, best first.
 
         Reference: Wu et al. (2016), Eq. 14; Vaswani et al. (2017), §6.1.
         """
         settings = settings or DecodeSettings()
         strategy = settings.strategy
-        options = (max_length, None, start_id, end_id, prefixes)
-        if strategy != "beam":
-            token_ids, scores, lengths = self._run(
-                source_ids, settings, strategy, *options
-            )
-            return NBestResult.from_outputs(
-                token_ids[:, None], scores[:, None], scores[:, None], lengths[:, None]
-            )
-        outputs = self._run(
-            source_ids, settings, strategy, *options, n_best=settings.n_best
+        if n_best is not None:
+            if constraints is not None:
+                raise ValueError(
+                    "n_best lists and constraints cannot be combined; decode "
+                    "with one or the other."
+                )
+            settings.replace(n_best=n_best)  # checks it against the search
+        source, limits, length = self._prepare(
+            source_ids, max_length, settings.extra_length
         )
+        for name, value in (("start_id", start_id), ("end_id", end_id)):
+            if value is not None:
+                validation.check_int(name, value, 0, self.vocabulary_size - 1)
+        if strategy != "sample":
+            seed = 0  # unused: NumPy's global generator stays untouched
+        elif seed is None:
+            seed = int(np.random.randint(0, 2**31 - 1))
+        validation.check_int("seed", seed, 0)
+        sample = strategy == "sample"
+        beam = settings.beam_size if strategy == "beam" else 1
+        top_k, top_p = (settings.top_k, settings.top_p) if sample else (None, None)
+        phrases = self._phrases(constraints, len(source))
+        # Built once eagerly: a strategy refuses the call's inputs in one line.
+        get_strategy(
+            strategy,
+            SearchOptions(
+                beam,
+                settings.alpha,
+                settings.temperature,
+                top_k,
+                seed,
+                top_p,
+                n_best,
+                phrases,
+            ),
+        )
+        outputs = self._search_fn(
+            source,
+            limits,
+            tf.constant(settings.alpha, tf.float32),
+            tf.constant(settings.temperature, tf.float32),
+            tf.constant(seed, tf.int32),
+            self._prefix(prefixes, len(source)),
+            strategy=strategy,
+            beam_size=beam,
+            top_k=top_k,
+            top_p=top_p,
+            n_best=n_best,
+            # Shapes may change in a graph: one trace serves every length.
+            max_length=length if self.jit_compile else tf.constant(length, tf.int32),
+            start_id=start_id,
+            end_id=end_id,
+            static_shapes=self.jit_compile,
+            constraints=phrases,
+        )
+        outputs = [np.asarray(x) for x in outputs]
+        if n_best is None:
+            result = DecodeResult.from_outputs(*outputs)
+            if constraints is not None:
+                result.unmet_constraints = unmet_phrases(
+                    result.token_ids, result.lengths, constraints
+                )
+            return result
+        if len(outputs) == 3:  # one hypothesis per example: lists of one
+            token_ids, scores, lengths = (x[:, None] for x in outputs)
+            outputs = [token_ids, scores, scores, lengths]
         return NBestResult.from_outputs(*outputs)
 
     def score(
@@ -264,9 +285,13 @@ class Decoder:
         start_id: int = START_ID,
         end_id: int | None = END_ID,
         static_shapes: bool = False,
-    ) -> Outputs:
+        prefix: Prefix | None = None,
+        constraints: tf.Tensor | None = None,
+        n_best: int | None = None,
+    ) -> tuple[tf.Tensor, ...]:
         """`decode` as TensorFlow ops, without its checks, for a caller's
-        `tf.function` (e.g. a SavedModel signature).
+        `tf.function` (the SavedModel's signatures): the one ops entry point
+        of every search.
 
         Args:
             source_ids: int32 `(batch, source_length)`, 0 for padding.
@@ -280,55 +305,19 @@ class Decoder:
             seed: int32 scalar of a sample.
             start_id, end_id: as for `decode`.
             static_shapes: keep every shape static, as XLA needs.
-
-        Returns:
-            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
-        """
-        return self.search_with(
-            source_ids,
-            limits,
-            settings,
-            max_length=max_length,
-            seed=seed,
-            start_id=start_id,
-            end_id=end_id,
-            static_shapes=static_shapes,
-        )
-
-    def search_with(
-        self,
-        source_ids: tf.Tensor,
-        limits: tf.Tensor,
-        settings: DecodeSettings | None = None,
-        *,
-        max_length: int | tf.Tensor,
-        prefix: Prefix | None = None,
-        n_best: int | None = None,
-        seed: int | tf.Tensor = 0,
-        start_id: int = START_ID,
-        end_id: int | None = END_ID,
-        static_shapes: bool = False,
-        constraints: tf.Tensor | None = None,
-    ) -> tuple[tf.Tensor, ...]:
-        """`search` with a forced target prefix per example, n-best lists or
-        terminology constraints (the SavedModel's ``translate_with_prefix``,
-        ``n_best`` and ``translate_constrained``).
-
-        Args:
-            source_ids, limits, settings, max_length, seed, start_id, end_id,
-                static_shapes: as for `search`.
             prefix: `(token_ids (batch, prefix_length), lengths (batch,))`:
                 the target ids each output starts with (`search.force_prefix`).
-            n_best: return `NBestBeamSearch`'s lists of this many hypotheses
-                (beam search only) instead of the best one.
-            constraints: int32 `(batch, phrases, phrase_length)`: run
-                `ConstrainedBeamSearch` of the settings' beam (Post and Vilar
-                2018) instead (`constrained_search`).
+            constraints: int32 `(batch, phrases, phrase_length)`, 0 after a
+                phrase, a row of zeros for none (`pad_phrases`): the strategy
+                runs `ConstrainedBeamSearch` (Post and Vilar 2018).
+            n_best: beam search returns `NBestBeamSearch`'s lists of this
+                many hypotheses instead of the best one.
 
         Returns:
-            `search`'s outputs, or with `n_best` (beam search)
-            `NBestBeamSearch.result`'s ``(token_ids, scores, log_probs,
-            lengths)``, each `(batch, n_best, ...)`.
+            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`,
+            or with `n_best` (beam search) `NBestBeamSearch.result`'s
+            ``(token_ids, scores, log_probs, lengths)``, each
+            `(batch, n_best, ...)`.
         """
         settings = settings or DecodeSettings()
         return self._search(
@@ -348,39 +337,6 @@ class Decoder:
             end_id=end_id,
             static_shapes=static_shapes,
             constraints=None if constraints is None else tf.cast(constraints, tf.int32),
-        )
-
-    def constrained_search(
-        self,
-        source_ids: tf.Tensor,
-        limits: tf.Tensor,
-        phrases: tf.Tensor,
-        settings: DecodeSettings | None = None,
-        *,
-        max_length: int | tf.Tensor,
-        start_id: int = START_ID,
-        end_id: int | None = END_ID,
-    ) -> Outputs:
-        """`search` with terminology constraints (`ConstrainedBeamSearch` of
-        the settings' beam, Post and Vilar 2018), as TensorFlow ops.
-
-        Args:
-            source_ids, limits, settings, max_length, start_id, end_id: as
-                for `search` (a graph: `max_length` may be a tensor).
-            phrases: int32 `(batch, phrases, phrase_length)`, 0 after a
-                phrase; a row of zeros is none (`pad_phrases`).
-
-        Returns:
-            `(token_ids (batch, max_length), scores (batch,), lengths (batch,))`.
-        """
-        return self.search_with(
-            source_ids,
-            limits,
-            settings,
-            max_length=max_length,
-            start_id=start_id,
-            end_id=end_id,
-            constraints=phrases,
         )
 
     # ------------------------------------------------------------ internals
@@ -404,22 +360,17 @@ class Decoder:
         n_best: int | None = None,
         constraints: tf.Tensor | None = None,
     ) -> Outputs:
-        """The search: strategy, model step and loop, with tensor settings;
-        `constraints` (int32 `(batch, phrases, phrase_length)`) runs
-        `ConstrainedBeamSearch` of the settings' beam instead."""
+        """The search: the registered strategy (built with the call's
+        inputs), the model step and the loop, with tensor settings."""
         beam = beam_size if strategy == "beam" else 1
-        options = SearchOptions(beam, alpha, temperature, top_k, seed, top_p)
-        if constraints is not None:  # lexically constrained (Post and Vilar 2018)
-            search_strategy = ConstrainedBeamSearch(beam, alpha, constraints)
-        elif n_best is not None and strategy == "beam":
-            search_strategy = NBestBeamSearch(beam, alpha, n_best)
-        else:
-            search_strategy = get_strategy(strategy, options)
+        options = SearchOptions(
+            beam, alpha, temperature, top_k, seed, top_p, n_best, constraints
+        )
         model_step = self._model_step(
             source_ids, max_length, beam, start_id, static_shapes
         )
         return run_search(
-            search_strategy,
+            get_strategy(strategy, options),
             model_step.step,
             model_step.state,
             limits,
@@ -482,88 +433,10 @@ class Decoder:
         picked = tf.gather(log_probs, labels[..., None], batch_dims=2)[..., 0]
         return tf.where(tf.equal(labels, PAD_ID), 0.0, picked)
 
-    def _decode(
-        self,
-        source_ids: Any,
-        settings: DecodeSettings,
-        strategy: str,
-        max_length: int | None,
-        seed: int | None,
-        start_id: int,
-        end_id: int | None,
-        prefixes: Any = None,
-        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> DecodeResult:
-        """Checks the arguments, runs `strategy` compiled, collects the result."""
-        options = (max_length, seed, start_id, end_id, prefixes)
-        result = DecodeResult.from_outputs(
-            *self._run(
-                source_ids, settings, strategy, *options, constraints=constraints
-            )
-        )
-        if constraints is not None:
-            result.unmet_constraints = unmet_phrases(
-                result.token_ids, result.lengths, constraints
-            )
-        return result
-
-    def _run(
-        self,
-        source_ids: Any,
-        settings: DecodeSettings,
-        strategy: str,
-        max_length: int | None,
-        seed: int | None,
-        start_id: int,
-        end_id: int | None,
-        prefixes: Any,
-        n_best: int | None = None,
-        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> tuple[np.ndarray, ...]:
-        """Checks the arguments, runs `strategy` compiled; its NumPy outputs."""
-        source, limits, length = self._prepare(
-            source_ids, max_length, settings.extra_length
-        )
-        phrases = self._phrases(constraints, strategy, source.shape[0])
-        for name, value in (("start_id", start_id), ("end_id", end_id)):
-            if value is not None:
-                validation.check_int(name, value, 0, self.vocabulary_size - 1)
-        if strategy != "sample":
-            seed = 0  # unused: NumPy's global generator stays untouched
-        elif seed is None:
-            seed = int(np.random.randint(0, 2**31 - 1))
-        validation.check_int("seed", seed, 0)
-        sample = strategy == "sample"
-        outputs = self._search_fn(
-            source,
-            limits,
-            tf.constant(settings.alpha, tf.float32),
-            tf.constant(settings.temperature, tf.float32),
-            tf.constant(seed, tf.int32),
-            self._prefix(prefixes, len(source)),
-            strategy=strategy,
-            beam_size=settings.beam_size if strategy == "beam" else 1,
-            top_k=settings.top_k if sample else None,
-            top_p=settings.top_p if sample else None,
-            n_best=n_best,
-            # Shapes may change in a graph: one trace serves every length.
-            max_length=length if self.jit_compile else tf.constant(length, tf.int32),
-            start_id=start_id,
-            end_id=end_id,
-            static_shapes=self.jit_compile,
-            constraints=phrases,
-        )
-        return tuple(np.asarray(x) for x in outputs)
-
-    def _phrases(self, constraints: Any, strategy: str, batch: int) -> tf.Tensor | None:
+    def _phrases(self, constraints: Any, batch: int) -> tf.Tensor | None:
         """The constraint phrases as a padded int32 tensor, or a one-line error."""
         if constraints is None:
             return None
-        if strategy == "sample":
-            raise ValueError(
-                "constraints need a search (method='beam' or 'greedy'), not "
-                "sampling; drop the constraints or change the method."
-            )
         if len(constraints) != batch:
             raise ValueError(
                 f"constraints must hold one list of phrases per source: got "

@@ -57,7 +57,7 @@ class DecodeResult:
 
 @dataclasses.dataclass
 class NBestResult:
-    """The n-best lists of a beam search (`Decoder.n_best`), best first.
+    """The n-best lists of a beam search (`Decoder.decode(n_best=...)`), best first.
 
     Attributes:
         token_ids: int32 `(batch, n_best, length)`: each hypothesis' tokens,

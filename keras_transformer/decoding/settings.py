@@ -45,7 +45,7 @@ class DecodeSettings:
             the fewest most likely tokens whose probability sums to at least
             `top_p`, renormalized (None or 1: all of them).
         n_best: how many hypotheses per source an n-best list holds (beam
-            search: at most `beam_size`; `Decoder.n_best`).
+            search: at most `beam_size`; `Decoder.decode(n_best=...)`).
 
     Raises:
         ValueError: (one line) on a setting out of range, naming it.

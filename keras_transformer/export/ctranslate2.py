@@ -28,12 +28,12 @@ decoding (§6.1), so that a float32 export translates like `Translator`:
 The folder holds CTranslate2's ``model.bin``, ``config.json`` and
 ``shared_vocabulary.json``, the SentencePiece model (``sentencepiece.model``)
 and ``keras_transformer.json`` (the decoding settings above). Serving needs
-only ``ctranslate2`` and ``sentencepiece``: no TensorFlow, no Keras, no
-keras_transformer import beyond this module's own top (`CTranslate2Translator`
-imports neither).
+only ``ctranslate2`` and ``sentencepiece``: no TensorFlow, no Keras (this
+module's own imports are light: the conventions, `ctranslate2_spec` and
+`target`; `CTranslate2Translator` imports neither).
 
 Example:
->>> from keras_transformer.ctranslate2 import (  # doctest: +SKIP
+>>> from keras_transformer.export.ctranslate2 import (  # doctest: +SKIP
 ...     CTranslate2Translator, export_run_ctranslate2)
 >>> export_run_ctranslate2(  # doctest: +SKIP
 ...     "runs/de_en", "exported/de_en_ct2", quantization="int8")
@@ -56,11 +56,20 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.conventions import (
-    DEFAULT_MAX_INPUT_LENGTH,
     END_ID,
     PAD_ID,
     START_ID,
     UNK_ID,
+)
+from keras_transformer.decoding.settings import DecodeSettings
+from keras_transformer.export.ctranslate2_spec import (
+    check_convertible,
+    transformer_spec,
+)
+from keras_transformer.export.target import (
+    ExportFormat,
+    check_export_target,
+    writing_export,
 )
 
 #: The decoding settings and the provenance of the folder.
@@ -90,16 +99,6 @@ QUANTIZATIONS = (
     "float16",
     "bfloat16",
 )
-_FORMAT_VERSION = 1
-#: Keras activation name -> `ctranslate2.specs.common_spec.Activation` name.
-_ACTIVATIONS = {
-    "relu": "RELU",
-    "gelu": "GELU",
-    "silu": "SWISH",
-    "swish": "SWISH",
-    "tanh": "Tanh",
-    "sigmoid": "Sigmoid",
-}
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
@@ -114,250 +113,34 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-# ------------------------------------------------------------------ refusals
-def check_convertible(model: Any) -> None:
-    """Refuses, in one line, a model that CTranslate2 cannot express.
-
-    CTranslate2's Transformer has full (not restricted) attention, added
-    sinusoidal or learned positions, no relative positions beside absolute
-    ones, `d_v = d_k`, biases on every projection, and a few activations.
-
-    Args:
-        model: a Keras model from `build_transformer`.
-
-    Raises:
-        ValueError: naming the setting and what to do instead.
-    """
-    from keras_transformer.layers import PositionEmbedding, SinusoidalPositionEncoding
-    from keras_transformer.models import TransformerStack
-
-    stack = TransformerStack.of(model)
-    for layer in (stack.source_position, stack.target_position):
-        if not isinstance(layer, SinusoidalPositionEncoding | PositionEmbedding):
-            raise ValueError(
-                f"CTranslate2 cannot express the position layer {layer.name!r} "
-                f"({type(layer).__name__}); export a model with "
-                "model.position_encoding='sinusoidal' or 'learned'."
-            )
-        if layer.merge_mode != "add":
-            raise ValueError(
-                f"CTranslate2 adds position encodings; {layer.name!r} has "
-                f"merge_mode={layer.merge_mode!r} (concatenated positions). Use "
-                "keras-transformer export (the SavedModel) for this model."
-            )
-    for block in [*stack.encoder_blocks, *stack.decoder_blocks]:
-        _check_block(block)
-
-
-def _check_block(block: Any) -> None:
-    """One block's settings that CTranslate2 has no counterpart for."""
-    refusals = {
-        "attention_window": (
-            block.attention_window is not None,
-            "restricted self-attention (§4)",
-        ),
-        "relative_positions": (
-            block.relative_positions is not None,
-            "relative position representations beside absolute positions "
-            "(CTranslate2 drops the position encodings with them)",
-        ),
-        "value_dim": (
-            block.value_dim is not None and block.value_dim != block.key_dim,
-            "d_v different from d_k",
-        ),
-        "use_bias": (not block.use_bias, "projections without biases"),
-        "activation": (
-            str(block.activation) not in _ACTIVATIONS,
-            f"the activation (CTranslate2 has {', '.join(sorted(_ACTIVATIONS))})",
-        ),
-    }
-    for name, (refused, what) in refusals.items():
-        if refused:
-            raise ValueError(
-                f"CTranslate2 cannot express model.{name}="
-                f"{getattr(block, name)!r} ({what}); export this model with "
-                "keras-transformer export (the SavedModel) instead."
-            )
-
-
-# ----------------------------------------------------------------- the spec
-def _linear(spec: Any, kernels: Sequence[Any], biases: Sequence[Any]) -> None:
-    """A CTranslate2 linear layer from Keras kernels `(in, out)`, fused along
-    the outputs (CTranslate2 stores `(out, in)`)."""
-    import numpy as np
-
-    spec.weight = np.concatenate([np.asarray(k).T for k in kernels], axis=0)
-    spec.bias = np.concatenate([np.asarray(b) for b in biases], axis=0)
-
-
-def _norm(spec: Any, layer: Any) -> None:
-    import numpy as np
-
-    spec.gamma = np.asarray(layer.gamma)
-    spec.beta = np.asarray(layer.beta)
-
-
-def _attention(spec: Any, layer: Any, norm: Any, self_attention: bool) -> None:
-    """Self-attention: one fused QKV linear; encoder-decoder attention: Q,
-    then fused KV; then W^O (Eq. 2). Heads are the consecutive `d_k`
-    slices of each projection, in both."""
-    q, k, v = layer.query_kernel, layer.key_kernel, layer.value_kernel
-    qb, kb, vb = layer.query_bias, layer.key_bias, layer.value_bias
-    if self_attention:
-        _linear(spec.linear[0], (q, k, v), (qb, kb, vb))
-    else:
-        _linear(spec.linear[0], (q,), (qb,))
-        _linear(spec.linear[1], (k, v), (kb, vb))
-    _linear(spec.linear[-1], (layer.output_kernel,), (layer.output_bias,))
-    _norm(spec.layer_norm, norm)
-
-
-def _feed_forward(spec: Any, block: Any) -> None:
-    ffn = block.feed_forward
-    inner, outer = ffn.inner_dense, ffn.output_dense
-    _linear(spec.linear_0, (inner.kernel,), (inner.bias,))
-    _linear(spec.linear_1, (outer.kernel,), (outer.bias,))
-    _norm(spec.layer_norm, block.feed_forward_norm)
-
-
-def _position_table(layer: Any, rows: int, depth: int) -> Any:
-    """The `(rows, depth)` table the model adds: Eqs. 5-6 interleaved, or
-    the learned embeddings of row (E)."""
-    import numpy as np
-    from keras import ops
-
-    from keras_transformer.layers.position import sinusoidal_encoding
-
-    if hasattr(layer, "position_embeddings"):
-        return np.asarray(layer.position_embeddings)
-    table = sinusoidal_encoding(np.arange(rows), depth, layer.max_wavelength)
-    return ops.convert_to_numpy(table)
-
-
-def transformer_spec(model: Any, position_rows: int) -> Any:
-    """The `ctranslate2.specs.TransformerSpec` of a `build_transformer`
-    model, its weights filled in (vocabularies not yet registered).
-
-    Args:
-        model: the Keras model (`check_convertible` first).
-        position_rows: rows of the sinusoid table: the longest source or
-            output the folder will serve (learned tables keep their size).
-
-    Returns:
-        The spec, post-LN (§3.1) or pre-LN with final norms as the model.
-
-    Reference: Vaswani et al. (2017), §3.1-§3.5.
-    """
-    import numpy as np
-    from ctranslate2.specs import common_spec, transformer_spec
-
-    from keras_transformer.models import TransformerStack
-
-    stack = TransformerStack.of(model)
-    first = stack.encoder_blocks[0]
-    d_model = stack.source_embedding.embedding_dim
-    head_dim = first.key_dim or d_model // first.num_heads
-    activation = common_spec.Activation[_ACTIVATIONS[str(first.activation)]]
-    options = {
-        "pre_norm": first.norm_first,
-        "activation": activation,
-        "head_dim": None if head_dim * first.num_heads == d_model else head_dim,
-    }
-    encoder = transformer_spec.TransformerEncoderSpec(
-        len(stack.encoder_blocks), first.num_heads, **options
-    )
-    decoder = transformer_spec.TransformerDecoderSpec(
-        len(stack.decoder_blocks), first.num_heads, **options
-    )
-    spec = transformer_spec.TransformerSpec(encoder, decoder)
-    spec.config.layer_norm_epsilon = float(first.layer_norm_epsilon)
-
-    for side, position in (
-        (encoder, stack.source_position),
-        (decoder, stack.target_position),
-    ):
-        table = _position_table(position, position_rows, d_model)
-        side.position_encodings.encodings = table.astype("float32")
-    encoder.embeddings[0].weight = np.asarray(stack.source_embedding.embeddings)
-    decoder.embeddings.weight = np.asarray(stack.target_embedding.embeddings)
-    # §3.4: the pre-softmax linear is the target embedding matrix, unscaled.
-    decoder.projection.weight = np.asarray(stack.target_embedding.embeddings)
-    for layer, block in zip(encoder.layer, stack.encoder_blocks, strict=True):
-        _attention(
-            layer.self_attention, block.self_attention, block.self_attention_norm, True
-        )
-        _feed_forward(layer.ffn, block)
-    for layer, block in zip(decoder.layer, stack.decoder_blocks, strict=True):
-        _attention(
-            layer.self_attention, block.self_attention, block.self_attention_norm, True
-        )
-        _attention(
-            layer.attention, block.cross_attention, block.cross_attention_norm, False
-        )
-        _feed_forward(layer.ffn, block)
-    if stack.encoder_final_norm is not None:
-        _norm(encoder.layer_norm, stack.encoder_final_norm)
-        _norm(decoder.layer_norm, stack.decoder_final_norm)
-    return spec
-
-
 # ------------------------------------------------------------------ export
-def _decode_info(model: Any, tokenizer: Any, settings: Any, changes: dict) -> dict:
+def _folder_info(model: Any, tokenizer: Any, settings: Any, changes: dict) -> dict:
     """The decoding settings of the folder (`DecodeSettings` fields, §6.1),
-    capped as the SavedModel's are by learned position tables."""
-    from keras_transformer.decoding.settings import settings_with
-    from keras_transformer.models import TransformerStack
+    resolved as the SavedModel's are (`resolve_settings`)."""
+    from keras_transformer.export.settings import FORMAT_VERSION, resolve_settings
 
-    stack = TransformerStack.of(model)
-    source_rows = getattr(stack.source_position, "max_length", None)
-    target_rows = getattr(stack.target_position, "max_length", None)
-    changes = {k: v for k, v in changes.items() if v is not None}
-    if "max_input_length" not in changes and settings is None:
-        changes["max_input_length"] = min(
-            DEFAULT_MAX_INPUT_LENGTH, source_rows or DEFAULT_MAX_INPUT_LENGTH
-        )
-    decode = settings_with(settings, changes)
-    if decode.strategy not in ("beam", "greedy"):
-        raise ValueError(
-            f"A CTranslate2 export serves beam search or greedy decoding; got "
-            f"method={decode.method!r}. Pass method='beam' (--method beam)."
-        )
-    if source_rows is not None and decode.max_input_length > source_rows:
-        raise ValueError(
-            f"max_input_length={decode.max_input_length} is longer than the "
-            f"model's learned source positions ({source_rows}). Pass "
-            f"max_input_length <= {source_rows}."
-        )
-    max_output = decode.max_input_length + decode.extra_length
-    if target_rows is not None:
-        max_output = min(max_output, target_rows)
-    vocabulary = stack.target_embedding.vocabulary_size
-    tokenizer.check_compatible(expected_vocabulary_size=vocabulary)
+    export = "The CTranslate2 export"
+    strategies = ("beam", "greedy")
+    resolved = resolve_settings(
+        model, tokenizer, settings, changes, strategies=strategies, export=export
+    )
+    decode = resolved.decode
     return {
-        "format_version": _FORMAT_VERSION,
+        "format_version": FORMAT_VERSION,
         "kind": "translation",
         "engine": "ctranslate2",
         "beam_size": decode.beam_size if decode.strategy == "beam" else 1,
         "alpha": decode.alpha,
         "extra_length": decode.extra_length,
         "max_input_length": decode.max_input_length,
-        "max_output_length": max_output,
-        "vocabulary_size": tokenizer.vocabulary_size,
-        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "max_output_length": resolved.max_output_length,
+        "vocabulary_size": resolved.vocabulary_size,
+        "tokenizer_fingerprint": resolved.tokenizer_fingerprint,
         "pad_id": PAD_ID,
         "unk_id": UNK_ID,
         "start_id": START_ID,
         "end_id": END_ID,
     }
-
-
-def _export_format() -> Any:
-    """The `keras_transformer.export.ExportFormat` of this module's folders:
-    ``overwrite`` replaces only a folder with `MODEL_BIN` and `INFO_FILE`.
-    (Made when needed: `keras_transformer.export` imports TensorFlow.)"""
-    from keras_transformer.export import ExportFormat
-
-    return ExportFormat("CTranslate2", (MODEL_BIN, INFO_FILE), _EXPORT_ENTRIES)
 
 
 def check_quantization(quantization: str) -> str:
@@ -418,16 +201,12 @@ def export_ctranslate2(
     """
     import ctranslate2
 
-    from keras_transformer.export import check_export_target, writing_export
-
     check_quantization(quantization)
     check_convertible(model)
-    target = _export_format()
     output_dir = check_export_target(  # before the conversion: fail fast
-        os.path.abspath(output_dir), overwrite, target
+        os.path.abspath(output_dir), overwrite, FORMAT
     )
-    decode_settings.pop("temperature", None)  # sampling is not served
-    info = _decode_info(model, tokenizer, settings, decode_settings)
+    info = _folder_info(model, tokenizer, settings, decode_settings)
     info.update(quantization=quantization, ctranslate2_version=ctranslate2.__version__)
     rows = max(info["max_input_length"], info["max_output_length"])
     spec = transformer_spec(model, rows)
@@ -440,7 +219,7 @@ def export_ctranslate2(
     spec.register_target_vocabulary(pieces)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with writing_export(output_dir, overwrite, target) as temporary:
+    with writing_export(output_dir, overwrite, FORMAT) as temporary:
         spec.save(str(temporary))
         (temporary / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
         (temporary / INFO_FILE).write_text(
@@ -472,17 +251,10 @@ def export_run_ctranslate2(
     Returns:
         The folder.
     """
-    from keras_transformer.export import check_export_target, run_kind
     from keras_transformer.translation import load_translator
 
-    kind = run_kind(workdir)
-    if kind != "translation":
-        raise ValueError(
-            f"{workdir} is a {kind} run; only translation runs have a CTranslate2 "
-            "export. Leave out --format ctranslate2."
-        )
     check_quantization(quantization)
-    check_export_target(output_dir, overwrite, _export_format())  # before loading
+    check_export_target(output_dir, overwrite, FORMAT)  # before loading
     model, tokenizer = load_translator(workdir, weights)
     return export_ctranslate2(
         model,
@@ -536,6 +308,8 @@ class CTranslate2Translator:
             the folder's weight type.
         inter_threads: batches translated at once.
         intra_threads: threads per batch (0: CTranslate2's default).
+        beam_size, alpha: the search's (None: the folder's settings).
+        batch_size: sentences per CTranslate2 call (`translate`'s default).
 
     Example:
     >>> translator = CTranslate2Translator("de_en_ct2")  # doctest: +SKIP
@@ -552,6 +326,10 @@ class CTranslate2Translator:
         compute_type: str = "default",
         inter_threads: int = 1,
         intra_threads: int = 0,
+        *,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+        batch_size: int = 64,
     ) -> None:
         import ctranslate2
         import sentencepiece
@@ -575,8 +353,9 @@ class CTranslate2Translator:
             inter_threads=inter_threads,
             intra_threads=intra_threads,
         )
-        self.beam_size = int(self.info["beam_size"])
-        self.alpha = float(self.info["alpha"])
+        self.beam_size = int(self.info["beam_size"] if beam_size is None else beam_size)
+        self.alpha = float(self.info["alpha"] if alpha is None else alpha)
+        self.batch_size = batch_size
         self.extra_length = int(self.info["extra_length"])
         self.max_input_length = int(self.info["max_input_length"])
         self.max_output_length = int(self.info["max_output_length"])
@@ -654,7 +433,7 @@ class CTranslate2Translator:
         sentences: Sequence[str],
         beam_size: int | None = None,
         alpha: float | None = None,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         rerank: bool = True,
     ) -> list[Hypothesis]:
         """The best hypothesis of each sentence, with its ids and scores.
@@ -664,7 +443,8 @@ class CTranslate2Translator:
             beam_size: hypotheses per sentence (default: the folder's; 1:
                 greedy decoding).
             alpha: the length-penalty alpha (default: the folder's, §6.1: 0.6).
-            batch_size: sentences per CTranslate2 call, in the given order.
+            batch_size: sentences per CTranslate2 call, in the given order
+                (default: the translator's).
             rerank: rank the beam's finished hypotheses by the GNMT penalty
                 (what `Translator` does). False keeps CTranslate2's own
                 ranking, `log P / |Y| ** alpha` with one hypothesis kept
@@ -675,6 +455,7 @@ class CTranslate2Translator:
         """
         beam = self.beam_size if beam_size is None else int(beam_size)
         alpha = self.alpha if alpha is None else float(alpha)
+        batch_size = self.batch_size if batch_size is None else batch_size
         if beam < 1 or alpha < 0 or batch_size < 1:
             raise ValueError(
                 "beam_size and batch_size must be at least 1 and alpha at least "
@@ -702,7 +483,7 @@ class CTranslate2Translator:
         sentences: Sequence[str],
         beam_size: int | None = None,
         alpha: float | None = None,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         rerank: bool = True,
     ) -> list[str]:
         """Translations of raw sentences (`translate_hypotheses`' texts)."""
@@ -712,17 +493,65 @@ class CTranslate2Translator:
         return [hypothesis.text for hypothesis in hypotheses]
 
 
+def _load_translator(
+    folder: str | os.PathLike[str],
+    weights: str = "last",
+    *,
+    method: str | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    batch_size: int = 64,
+    seed: int | None = None,
+    **settings: Any,
+) -> CTranslate2Translator:
+    """``keras-transformer translate --workdir FOLDER``: the folder's search,
+    or the `method` (beam or greedy), `beam_size` and `alpha` given."""
+    if method not in (None, "beam", "greedy") or settings:
+        given = [f"--method {method}"] if method not in (None, "beam", "greedy") else []
+        given += ["--" + name.replace("_", "-") for name in sorted(settings)]
+        raise ValueError(
+            f"{folder} is a CTranslate2 export: it serves beam search or greedy "
+            f"decoding with its own lengths; leave out {', '.join(given)}."
+        )
+    beam = 1 if method == "greedy" else beam_size
+    return CTranslate2Translator(
+        folder, beam_size=beam, alpha=alpha, batch_size=batch_size
+    )
+
+
+def _summary(path: Path, kind: str, quantization: str | None) -> str:
+    """The closing line of ``keras-transformer export --format ctranslate2``."""
+    return (
+        f"Exported the translation run to {path} for CTranslate2 ({quantization} "
+        f"weights). Translate with: keras-transformer translate --workdir {path}"
+    )
+
+
+#: The CTranslate2 model folder: the registry's ``ctranslate2`` (``overwrite``
+#: replaces only a folder with `MODEL_BIN` and `INFO_FILE`).
+FORMAT = ExportFormat(
+    "CTranslate2",
+    (MODEL_BIN, INFO_FILE),
+    _EXPORT_ENTRIES,
+    option="ctranslate2",
+    quantizations=QUANTIZATIONS,
+    settings=tuple(DecodeSettings.__dataclass_fields__),
+    export_run=export_run_ctranslate2,
+    load_translator=_load_translator,
+    summary=_summary,
+)
+
 __all__ = [
+    "FORMAT",
+    "MODEL_BIN",
     "CTranslate2Translator",
     "Hypothesis",
     "INFO_FILE",
     "QUANTIZATIONS",
     "TOKENIZER_FILE",
-    "check_convertible",
     "check_quantization",
     "export_ctranslate2",
     "export_run_ctranslate2",
     "gnmt_length_penalty",
     "is_ctranslate2_dir",
-    "transformer_spec",
 ]

@@ -1,6 +1,6 @@
 """LiteRT (TFLite): greedy decoding on-device, ids in, ids out.
 
-The SavedModel of `keras_transformer.export` tokenizes raw strings in its
+The SavedModel of `keras_transformer.export.saved_model` tokenizes raw strings in its
 graph. The LiteRT converter cannot take that graph with builtin ops only
 (TensorFlow 2.20, ai-edge-litert 2.3.0)::
 
@@ -53,17 +53,20 @@ from keras_transformer import validation
 from keras_transformer.conventions import PAD_ID
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import Decoder, DecodeSettings
-from keras_transformer.export import (
-    ExportFormat,
+from keras_transformer.export.settings import (
+    FORMAT_VERSION,
     ExportSettings,
-    _settings,
+    resolve_settings,
+)
+from keras_transformer.export.target import (
+    ExportFormat,
     check_export_target,
     writing_export,
 )
 
 __all__ = [
+    "FORMAT",
     "INFO_FILE",
-    "LITERT",
     "MODEL_FILE",
     "QUANTIZATIONS",
     "TOKENIZER_FILE",
@@ -79,11 +82,6 @@ TOKENIZER_FILE = "tokenizer.model"
 INFO_FILE = "litert.json"
 #: The weight formats of `export_litert`: int8 dynamic range, or float32.
 QUANTIZATIONS = ("int8", "float32")
-_FORMAT_VERSION = 1
-#: What marks a LiteRT export (``--overwrite`` replaces only such a folder).
-LITERT = ExportFormat(
-    "LiteRT", (INFO_FILE, MODEL_FILE), (MODEL_FILE, TOKENIZER_FILE, INFO_FILE)
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,14 +223,16 @@ def export_litert(
             f"The LiteRT export decodes greedily and takes only max_input_length "
             f"and extra_length; leave out {', '.join(refused)}."
         )
-    output_dir = check_export_target(output_dir, overwrite, LITERT)  # fail fast
-    checked = _settings(model, tokenizer, None, {**settings, "beam_size": 1})
+    output_dir = check_export_target(output_dir, overwrite, FORMAT)  # fail fast
+    checked = resolve_settings(
+        model, tokenizer, None, {**settings, "beam_size": 1}, export="The LiteRT export"
+    )
     info = LiteRTSettings.of(checked, quantization)
     flatbuffer = convert_greedy(model, info)
-    with writing_export(output_dir, overwrite, LITERT) as folder:
+    with writing_export(output_dir, overwrite, FORMAT) as folder:
         (folder / MODEL_FILE).write_bytes(flatbuffer)
         (folder / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
-        values = {"format_version": _FORMAT_VERSION, **dataclasses.asdict(info)}
+        values = {"format_version": FORMAT_VERSION, **dataclasses.asdict(info)}
         (folder / INFO_FILE).write_text(json.dumps(values, indent=2) + "\n")
     return output_dir
 
@@ -256,7 +256,7 @@ def export_litert_run(
     """
     from keras_transformer.translation import load_translator
 
-    check_export_target(output_dir, overwrite, LITERT)  # before loading
+    check_export_target(output_dir, overwrite, FORMAT)  # before loading
     model, tokenizer = load_translator(workdir, weights)
     return export_litert(
         model,
@@ -288,6 +288,7 @@ class LiteRTTranslator:
     Args:
         path: a folder written by `export_litert`.
         num_threads: the interpreter's CPU threads (None: its default).
+        batch_size: lines per call of the interpreter (`translate`'s default).
 
     Example:
     >>> translator = LiteRTTranslator("exported/de_en_litert")  # doctest: +SKIP
@@ -296,7 +297,10 @@ class LiteRTTranslator:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], num_threads: int | None = None
+        self,
+        path: str | os.PathLike[str],
+        num_threads: int | None = None,
+        batch_size: int = 1,
     ) -> None:
         import sentencepiece as spm
         from ai_edge_litert.interpreter import Interpreter
@@ -329,6 +333,8 @@ class LiteRTTranslator:
         }
         self._token_ids, self._lengths = outputs[2], outputs[1]
         self._shape: tuple[int, int] | None = None
+        validation.check_int("batch_size", batch_size, 1)
+        self.batch_size = batch_size
 
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         """Each line's source ids: its first ``max_input_length - 1`` ids, END.
@@ -360,8 +366,12 @@ class LiteRTTranslator:
             for row, n in zip(token_ids, lengths, strict=True)
         ]
 
-    def translate(self, lines: Sequence[str], batch_size: int = 1) -> list[str]:
-        """One translation per line (``""`` for a line without subword tokens)."""
+    def translate(
+        self, lines: Sequence[str], batch_size: int | None = None
+    ) -> list[str]:
+        """One translation per line (``""`` for a line without subword tokens),
+        `batch_size` lines per call (default: the translator's)."""
+        batch_size = self.batch_size if batch_size is None else batch_size
         validation.check_int("batch_size", batch_size, 1)
         sources = self.encode(lines)
         outputs = [""] * len(sources)
@@ -375,3 +385,46 @@ class LiteRTTranslator:
             for i, ids in zip(batch, self.decode_ids(padded), strict=True):
                 outputs[i] = self.sentencepiece.decode(ids)
         return outputs
+
+
+def _load_translator(
+    folder: str | os.PathLike[str],
+    weights: str = "last",
+    *,
+    batch_size: int = 1,
+    seed: int | None = None,
+    **settings: Any,
+) -> LiteRTTranslator:
+    """``keras-transformer translate --workdir FOLDER``: the folder's greedy
+    search, with the lengths it was exported with."""
+    if settings:
+        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(settings))
+        raise ValueError(
+            f"{folder} is a LiteRT export: it decodes greedily with the lengths it "
+            f"was exported with; leave out {flags}."
+        )
+    return LiteRTTranslator(folder, batch_size=batch_size)
+
+
+def _summary(path: Path, kind: str, quantization: str | None) -> str:
+    """The closing line of ``keras-transformer export --format litert``."""
+    return (
+        f"Exported {path / MODEL_FILE} (greedy, source ids -> token ids, "
+        f"{quantization} weights) and {TOKENIZER_FILE}; translate with "
+        f"keras-transformer translate --workdir {path} or LiteRTTranslator."
+    )
+
+
+#: The LiteRT split: the registry's ``litert`` (``--overwrite`` replaces
+#: only a folder with ``litert.json`` and ``model.tflite``).
+FORMAT = ExportFormat(
+    "LiteRT",
+    (INFO_FILE, MODEL_FILE),
+    (MODEL_FILE, TOKENIZER_FILE, INFO_FILE),
+    option="litert",
+    quantizations=QUANTIZATIONS,
+    settings=("max_input_length", "extra_length"),
+    export_run=export_litert_run,
+    load_translator=_load_translator,
+    summary=_summary,
+)

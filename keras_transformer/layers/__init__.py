@@ -7,10 +7,8 @@ gradients with the same results, through the dispatch functions of
 `keras_transformer.backend`.
 """
 
-from keras_transformer.layers.attention import (
-    MultiHeadAttention,
-    scaled_dot_product_attention,
-)
+from keras_transformer.layers.attention import AttentionResult, MultiHeadAttention
+from keras_transformer.layers.attention_settings import AttentionSettings
 from keras_transformer.layers.decoder_block import DecoderBlock
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import ScaledEmbedding
@@ -44,8 +42,11 @@ from keras_transformer.layers.position import (
     SinusoidalPositionEncoding,
     sinusoidal_encoding,
 )
+from keras_transformer.layers.scaled_attention import scaled_dot_product_attention
 
 __all__ = [
+    "AttentionResult",
+    "AttentionSettings",
     "CategoricalPixelHead",
     "DecoderBlock",
     "DiscretizedLogisticMixtureHead",

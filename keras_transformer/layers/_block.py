@@ -9,10 +9,8 @@ import keras
 from keras import ops
 
 from keras_transformer.backend import residual_add
-from keras_transformer.layers.attention import (
-    MultiHeadAttention,
-    check_relative_positions,
-)
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention_settings import AttentionSettings
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.local_attention import RestrictedMultiHeadAttention
@@ -26,8 +24,10 @@ class TransformerBlockBase(keras.layers.Layer):
     Each sub-layer is wrapped as in §3.1 and §5.4: post-LN
     `LayerNorm(x + Dropout(Sublayer(x)))` by default, or pre-LN
     `x + Dropout(Sublayer(LayerNorm(x)))` with `norm_first=True`.
-    `relative_positions` and `relative_values` go to the self-attention
-    (Shaw et al., 2018; see `MultiHeadAttention`), never to cross-attention.
+    `attention_settings` (an `AttentionSettings` or a mapping of its fields)
+    go unchanged to the self-attention; cross-attention gets them without
+    the window and the relative positions. Their `use_bias` also sets the
+    biases of the feed-forward network.
     """
 
     def __init__(
@@ -37,32 +37,24 @@ class TransformerBlockBase(keras.layers.Layer):
         key_dim: int | None = None,
         value_dim: int | None = None,
         dropout: float = 0.1,
-        attention_dropout: float = 0.0,
         ffn_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
-        attention_window: int | None = None,
-        use_bias: bool = True,
+        attention_settings: AttentionSettings | dict[str, Any] | None = None,
         kernel_initializer: str | keras.initializers.Initializer = "glorot_uniform",
         bias_initializer: str | keras.initializers.Initializer = "zeros",
-        relative_positions: int | None = None,
-        relative_values: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_relative_positions(relative_positions, relative_values)
         check_positive_int("num_heads", num_heads)
+        self.attention_settings = AttentionSettings.of(attention_settings)
+        self.attention_settings.key_value_heads(num_heads)
         check_positive_int("d_ff", d_ff)
-        if key_dim is not None:
-            check_positive_int("key_dim", key_dim)
-        if value_dim is not None:
-            check_positive_int("value_dim", value_dim)
+        for name, size in (("key_dim", key_dim), ("value_dim", value_dim)):
+            check_positive_int(name, size, allow_none=True)
         check_rate("dropout", dropout)
-        check_rate("attention_dropout", attention_dropout)
         check_rate("ffn_dropout", ffn_dropout)
-        if attention_window is not None:
-            check_positive_int("attention_window", attention_window)
         if not layer_norm_epsilon > 0:
             raise ValueError(
                 "`layer_norm_epsilon` must be positive. "
@@ -73,17 +65,12 @@ class TransformerBlockBase(keras.layers.Layer):
         self.key_dim = key_dim
         self.value_dim = value_dim
         self.dropout = dropout
-        self.attention_dropout = attention_dropout
         self.ffn_dropout = ffn_dropout
         self.activation = activation
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_window = attention_window
-        self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.relative_positions = relative_positions
-        self.relative_values = relative_values
         self.supports_masking = True
 
     # ----------------------------------------------------------- construction
@@ -105,38 +92,37 @@ class TransformerBlockBase(keras.layers.Layer):
         self, name: str, d_model: int, restricted: bool = False
     ) -> MultiHeadAttention:
         """An attention sub-layer; `restricted` self-attention uses the window
-        and the relative positions."""
-        extra = {}
-        attention_class = MultiHeadAttention
-        if restricted and self.attention_window is not None:
-            attention_class = RestrictedMultiHeadAttention
-            extra["window"] = self.attention_window
-        return attention_class(
-            **extra, **self._attention_arguments(name, d_model, restricted)
+        (`RestrictedMultiHeadAttention`) and the relative positions."""
+        settings = self.attention_settings
+        if not restricted:
+            return MultiHeadAttention(
+                **self._attention_arguments(
+                    name, d_model, settings.for_cross_attention()
+                )
+            )
+        if settings.window is None:
+            return MultiHeadAttention(**self._attention_arguments(name, d_model))
+        return RestrictedMultiHeadAttention(
+            window=settings.window, **self._attention_arguments(name, d_model)
         )
 
     def _attention_arguments(
-        self, name: str, d_model: int, self_attention: bool = True
+        self, name: str, d_model: int, settings: AttentionSettings | None = None
     ) -> dict[str, Any]:
-        """The arguments of every attention sub-layer; the relative positions
-        (when set) with `self_attention` only."""
+        """The arguments of an attention sub-layer (by default with the
+        block's settings unchanged)."""
         key_dim = self.key_dim or d_model // self.num_heads
-        arguments = {
+        return {
             "num_heads": self.num_heads,
             "key_dim": key_dim,
             "value_dim": self.value_dim or key_dim,
             "output_dim": d_model,
-            "dropout": self.attention_dropout,
-            "use_bias": self.use_bias,
+            "settings": settings or self.attention_settings,
             "kernel_initializer": self.kernel_initializer,
             "bias_initializer": self.bias_initializer,
             "dtype": self.dtype_policy,
             "name": name,
         }
-        if self_attention and self.relative_positions is not None:
-            arguments["relative_positions"] = self.relative_positions
-            arguments["relative_values"] = self.relative_values
-        return arguments
 
     def _self_attend(
         self,
@@ -150,11 +136,11 @@ class TransformerBlockBase(keras.layers.Layer):
         """The self-attention layer's one call: `(output, (scores_fn, cache))`.
 
         Without a cache, the whole sequence: full attention (Eq. 1) under the
-        merged mask, or with `attention_window` r the blocked restricted
-        attention of §4, whose cost grows as O(r n) (its scores are expanded
-        to the dense `(batch, heads, n, n)` layout only when `scores_fn` is
-        called). With `cache_arguments` (`cache`, `cache_update_index`, ...,
-        see `MultiHeadAttention.call`), the step's queries over the cache;
+        merged mask, or with a `window` r the blocked restricted attention of
+        §4, whose cost grows as O(r n) (its scores are expanded to the dense
+        `(batch, heads, n, n)` layout only when `scores_fn` is called). With
+        `cache_arguments` (`cache`, `cache_update_index`, `positions`, see
+        `MultiHeadAttention.call`), the step's queries over the cache;
         `padding_mask` then marks the queries only.
         """
         attention = self.self_attention
@@ -164,20 +150,18 @@ class TransformerBlockBase(keras.layers.Layer):
                 query_mask=padding_mask,
                 attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
-                return_attention_scores=True,
                 **cache_arguments,
             )
             return output, (lambda: scores, cache)
-        output, scores = attention.call(
+        output, scores, _ = attention.call(
             inputs,
             query_mask=padding_mask,
             key_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
-            return_attention_scores=True,
             training=training,
         )
-        if self.attention_window is None:
+        if self.attention_settings.window is None:
             return output, (lambda: scores, None)
         length = ops.shape(inputs)[1]
         return output, (
@@ -190,7 +174,7 @@ class TransformerBlockBase(keras.layers.Layer):
             d_ff=self.d_ff,
             activation=self.activation,
             dropout=self.ffn_dropout,
-            use_bias=self.use_bias,
+            use_bias=self.attention_settings.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -268,19 +252,15 @@ class TransformerBlockBase(keras.layers.Layer):
                 "key_dim": self.key_dim,
                 "value_dim": self.value_dim,
                 "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
                 "ffn_dropout": self.ffn_dropout,
                 "activation": self.activation,
                 "norm_first": self.norm_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "attention_window": self.attention_window,
-                "use_bias": self.use_bias,
+                "attention_settings": self.attention_settings.to_dict(),
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "relative_positions": self.relative_positions,
-                "relative_values": self.relative_values,
             }
         )
         return config

@@ -23,16 +23,16 @@ class DecoderBlock(TransformerBlockBase):
 
     Incremental decoding is the same call with a `cache` from `init_cache`:
     the step's keys and values are written into the self-attention cache
-    (one layout, `MultiHeadAttention.empty_cache`: fixed size and static
-    shapes, so the decoding loop compiles with XLA, or grown by
-    `append_to_cache`), and the encoder-decoder keys and values are those
-    computed once by `init_cache`.
+    at row `cache_update_index` (one layout, `MultiHeadAttention.empty_cache`:
+    fixed size and static shapes, so the decoding loop compiles with XLA),
+    and the encoder-decoder keys and values are those computed once by
+    `init_cache`.
 
     Args:
-        num_heads, d_ff, key_dim, value_dim, dropout, attention_dropout,
-        ffn_dropout, activation, norm_first, layer_norm_epsilon, use_bias,
-        attention_window, kernel_initializer, bias_initializer: as for
-        `EncoderBlock`; the window restricts the masked self-attention.
+        num_heads, d_ff, key_dim, value_dim, dropout, ffn_dropout, activation,
+        norm_first, layer_norm_epsilon, attention_settings,
+        kernel_initializer, bias_initializer: as for `EncoderBlock`; the
+        window restricts the masked self-attention.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -53,8 +53,9 @@ class DecoderBlock(TransformerBlockBase):
             `self_attention_mask` is over the cache rows (`(batch,
             step_length, rows)`, e.g. each hypothesis' history in a beam
             search) and `decoder_padding_mask` marks the step's queries.
-        cache_update_index, append_to_cache, beam_size: where the step's
-            keys and values go, as for `MultiHeadAttention.call`.
+        cache_update_index, positions: the cache row of the step's keys and
+            values and where the queries and rows sit, as for
+            `MultiHeadAttention.call`.
 
     Returns:
         `(batch, target_length, d_model)`, or `(output, self_scores,
@@ -120,8 +121,7 @@ class DecoderBlock(TransformerBlockBase):
         encoder_sequence_mask: Any | None = None,
         cache: dict[str, Any] | None = None,
         cache_update_index: Any | None = None,
-        append_to_cache: bool = False,
-        beam_size: int = 1,
+        positions: tuple[Any, Any] | None = None,
     ) -> Any:
         if decoder_padding_mask is None:
             decoder_padding_mask = decoder_sequence_mask
@@ -134,8 +134,7 @@ class DecoderBlock(TransformerBlockBase):
             cache_arguments = {
                 "cache": (cache["self_keys"], cache["self_values"]),
                 "cache_update_index": cache_update_index,
-                "append_to_cache": append_to_cache,
-                "beam_size": beam_size,
+                "positions": positions,
             }
             cross_cache = (cache["cross_keys"], cache["cross_values"])
         elif encoder_sequence is None:
@@ -166,7 +165,6 @@ class DecoderBlock(TransformerBlockBase):
                 encoder_sequence,
                 query_mask=decoder_padding_mask,
                 key_mask=encoder_padding_mask,
-                return_attention_scores=True,
                 training=training,
                 cache=cross_cache,
             )[:2],
@@ -185,27 +183,21 @@ class DecoderBlock(TransformerBlockBase):
         return results[0] if len(results) == 1 else results
 
     # ------------------------------------------------------ cached decoding
-    def init_cache(
-        self, encoder_sequence: Any, max_length: int, beam_size: int | None = None
-    ) -> dict[str, Any]:
+    def init_cache(self, encoder_sequence: Any, rows: int) -> dict[str, Any]:
         """An empty self-attention cache and the encoder-decoder keys/values.
 
         Args:
             encoder_sequence: the encoder output `(batch, source_length,
                 d_model)`.
-            max_length: the number of target positions the cache can hold
-                (0 for a cache that `call(..., append_to_cache=True)` grows).
-            beam_size: with a number, one self-attention slot per
-                hypothesis at every position (and the encoder-decoder keys
-                and values once per sequence, for all its hypotheses).
+            rows: the rows of the self-attention cache (one per target
+                position, or one per hypothesis and position in a beam
+                search: what each row holds is the caller's).
 
         Returns:
             A dict of four tensors: `self_keys` and `self_values`
-            `(batch, heads, max_length, head_dim)` filled with zeros
-            (`(batch, heads, max_length * beam_size, head_dim)` with
-            `beam_size`, slot `j` of position `t` at row `t * beam_size +
-            j`), and `cross_keys`, `cross_values` `(batch, heads,
-            source_length, head_dim)`.
+            `(batch, kv_heads, rows, head_dim)` filled with zeros, and
+            `cross_keys`, `cross_values` `(batch, kv_heads, source_length,
+            head_dim)` (computed once per sequence).
         """
         if not self.built:
             raise ValueError(
@@ -216,7 +208,7 @@ class DecoderBlock(TransformerBlockBase):
             encoder_sequence
         )
         self_keys, self_values = self.self_attention.empty_cache(
-            ops.shape(encoder_sequence)[0], max_length, beam_size
+            ops.shape(encoder_sequence)[0], rows
         )
         return {
             "self_keys": self_keys,

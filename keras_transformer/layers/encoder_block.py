@@ -27,17 +27,18 @@ class EncoderBlock(TransformerBlockBase):
         key_dim: size of each head `d_k`; defaults to `d_model / h`.
         value_dim: size `d_v`; defaults to `key_dim`.
         dropout: residual dropout `P_drop` on each sub-layer output (§5.4).
-        attention_dropout: dropout on the attention weights.
         ffn_dropout: dropout inside the feed-forward network.
         activation: activation of the feed-forward network (ReLU).
         norm_first: pre-LN variant `x + Sublayer(LayerNorm(x))`; the paper's
             post-LN `LayerNorm(x + Sublayer(x))` when false. A stack of pre-LN
             blocks should end with a final LayerNorm.
         layer_norm_epsilon: epsilon of the layer normalizations.
-        attention_window: restrict self-attention to keys within this
-            distance (§4, "restricted self-attention"), computed blockwise in
-            O(r n) time and memory; `None` (the default) attends everywhere.
-        use_bias, kernel_initializer, bias_initializer: of the projections.
+        attention_settings: the `AttentionSettings` of the attention layers
+            (dropout, biases, relative positions, key/value heads); its
+            `window` restricts self-attention to keys within that distance
+            (§4, "restricted self-attention"), computed blockwise in O(r n)
+            time and memory.
+        kernel_initializer, bias_initializer: of the projections.
         **kwargs: base layer arguments.
 
     Call arguments:

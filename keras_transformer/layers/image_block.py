@@ -31,6 +31,7 @@ from keras import ops
 
 from keras_transformer.layers._block import TransformerBlockBase
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention_settings import AttentionSettings
 from keras_transformer.layers.local_attention import LocalBlockAttention
 from keras_transformer.layers.local_attention_2d import (
     GENERATION_ORDERS,
@@ -77,13 +78,22 @@ def check_local_1d(length: int, query_block_length: int, memory_length: int) -> 
         )
 
 
-def check_relative_attention(attention: str, relative_positions: Any) -> None:
-    """Raises `ValueError` for relative positions with local 2D attention.
+def check_image_attention(attention: str, settings: AttentionSettings) -> None:
+    """Raises `ValueError` for attention settings an image model cannot use.
 
-    Relative positions (Shaw et al., 2018) measure distances in the
-    generation order, one dimension: full and local 1D attention take them,
-    local 2D attention (whose memory blocks are two-dimensional) does not.
+    The `window` is the text models' restricted attention (an image layer
+    chooses its local attention by `attention`). Relative positions (Shaw et
+    al., 2018) measure distances in the generation order, one dimension:
+    full and local 1D attention take them, local 2D attention (whose memory
+    blocks are two-dimensional) does not.
     """
+    if settings.window is not None:
+        raise ValueError(
+            "An image model takes `attention` ('full', 'local_1d', 'local_2d'), "
+            "not attention_settings.window. Received: "
+            f"attention_settings.window={settings.window}"
+        )
+    relative_positions = settings.relative_positions
     if attention == "local_2d" and relative_positions is not None:
         raise ValueError(
             "relative_positions works with attention='full' or 'local_1d', not "
@@ -102,9 +112,10 @@ class ImageTransformerBlock(TransformerBlockBase):
     """Causal local (or full) self-attention and a feed-forward net over a grid.
 
     Args:
-        num_heads, d_ff, key_dim, value_dim, dropout, attention_dropout,
-        ffn_dropout, activation, norm_first, layer_norm_epsilon, use_bias,
-        kernel_initializer, bias_initializer: as for `EncoderBlock`.
+        num_heads, d_ff, key_dim, value_dim, dropout, ffn_dropout,
+        activation, norm_first, layer_norm_epsilon, attention_settings,
+        kernel_initializer, bias_initializer: as for `EncoderBlock` (the
+        settings without a `window`: `attention` chooses the local kind).
         attention: `"full"`, `"local_1d"` or `"local_2d"`.
         query_block, memory_flange: `(h_q, w_q)` and `(h_m, w_m)` of
             `"local_2d"` (see `LocalAttention2D`).
@@ -114,9 +125,6 @@ class ImageTransformerBlock(TransformerBlockBase):
             way). A saved block without this setting loads with `"image"`.
         query_block_length, memory_length: `l_q` and `l_m` of `"local_1d"`
             (see `LocalBlockAttention`); `l_q` must divide the positions.
-        relative_positions, relative_values: relative position
-            representations (Shaw et al., 2018; see `MultiHeadAttention`)
-            over the generation order, with `"full"` and `"local_1d"` only.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -165,14 +173,9 @@ class ImageTransformerBlock(TransformerBlockBase):
         generation_order: str = "blocks",
         **kwargs: Any,
     ) -> None:
-        if "attention_window" in kwargs:
-            raise ValueError(
-                "ImageTransformerBlock takes `attention` ('full', 'local_1d', "
-                "'local_2d'), not `attention_window`."
-            )
         super().__init__(num_heads=num_heads, d_ff=d_ff, **kwargs)
         check_choice("attention", attention, ATTENTION_TYPES)
-        check_relative_attention(attention, self.relative_positions)
+        check_image_attention(attention, self.attention_settings)
         self.attention = attention
         self.query_block = check_pair("query_block", query_block, 1)
         self.memory_flange = check_pair("memory_flange", memory_flange, 0)
@@ -244,16 +247,18 @@ class ImageTransformerBlock(TransformerBlockBase):
             batch, d_model = ops.shape(sequence)[0], sequence.shape[-1]
             # (batch, rows, cols, d_model)
             grid = ops.reshape(sequence, (batch, rows, cols, d_model))
-            output = self.self_attention(grid, use_causal_mask=True, training=training)
+            output = self.self_attention(
+                grid, use_causal_mask=True, training=training
+            ).output
             # (batch, n, d_model)
             return ops.reshape(output, (batch, rows * cols, d_model))
         if self.attention == "local_1d":
             return self.self_attention(
                 sequence, use_causal_mask=True, training=training
-            )
+            ).output
         return self.self_attention(
             sequence, sequence, use_causal_mask=True, training=training
-        )
+        ).output
 
     def _feed_forward_block(self, outputs: Any, training: bool | None) -> Any:
         return self._sublayer(
@@ -338,7 +343,7 @@ class ImageTransformerBlock(TransformerBlockBase):
 
         def cached_attend(x: Any) -> Any:
             # Every kind of attention: the one call with a cache.
-            output, (keys, values) = self.self_attention(
+            output, _, (keys, values) = self.self_attention(
                 x,
                 cache=(cache["keys"], cache["values"]),
                 cache_update_index=index,
@@ -365,7 +370,6 @@ class ImageTransformerBlock(TransformerBlockBase):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.pop("attention_window", None)
         config.update(
             {
                 "attention": self.attention,

@@ -30,12 +30,17 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
+    AttentionResult,
     CachedCall,
     MultiHeadAttention,
     check_one_position_cache,
-    scaled_dot_product_attention,
 )
-from keras_transformer.validation import check_positive_int
+from keras_transformer.layers.masking import (
+    local_block_attention_mask,
+    restricted_attention_mask,
+)
+from keras_transformer.layers.scaled_attention import scaled_dot_product_attention
+from keras_transformer.validation import check_int, check_positive_int
 
 __all__ = [
     "LocalBlockAttention",
@@ -43,72 +48,6 @@ __all__ = [
     "local_block_attention_mask",
     "restricted_attention_mask",
 ]
-
-
-# ------------------------------------------------------------- dense masks
-def restricted_attention_mask(length: int, window: int, causal: bool = False) -> Any:
-    """The dense equivalent of `RestrictedMultiHeadAttention`'s band.
-
-    Query `i` may attend to key `j` when `|i - j| <= window`, and when
-    `causal`, only to `i - window <= j <= i`. Costs `O(length^2)`; meant for
-    tests, small inputs and the dense decoding cache of `DecoderBlock`.
-
-    Args:
-        length: the sequence length `n`.
-        window: the radius `r`.
-        causal: keep only the left half of the band (decoder self-attention).
-
-    Returns:
-        boolean `(length, length)`, `True` means "may attend".
-
-    Example:
-    >>> import numpy as np
-    >>> np.asarray(restricted_attention_mask(4, 1)).astype(int)[0].tolist()
-    [1, 1, 0, 0]
-    """
-    check_positive_int("window", window)
-    positions = ops.arange(length, dtype="int32")
-    # (length, length): query position minus key position.
-    distance = ops.expand_dims(positions, 1) - ops.expand_dims(positions, 0)
-    if causal:
-        return ops.logical_and(distance >= 0, distance <= window)
-    return ops.abs(distance) <= window
-
-
-def local_block_attention_mask(
-    length: int,
-    query_block_length: int,
-    memory_length: int,
-    causal: bool = False,
-) -> Any:
-    """The dense equivalent of `LocalBlockAttention`'s memory pattern.
-
-    Query `i` lies in the block starting at `s = (i // query_block_length) *
-    query_block_length` and may attend to keys `s - memory_length <= j < s +
-    query_block_length` (and only `j <= i` when `causal`). Costs
-    `O(length^2)`.
-
-    Args:
-        length: the sequence length `n`.
-        query_block_length: `l_q`.
-        memory_length: `l_m`, the positions preceding each block.
-        causal: mask the keys after each query.
-
-    Returns:
-        boolean `(length, length)`, `True` means "may attend".
-    """
-    check_positive_int("query_block_length", query_block_length)
-    _check_non_negative_int("memory_length", memory_length)
-    positions = ops.arange(length, dtype="int32")
-    # (length, 1): first position of each query's block.
-    starts = ops.expand_dims((positions // query_block_length) * query_block_length, 1)
-    keys = ops.expand_dims(positions, 0)
-    mask = ops.logical_and(
-        keys >= starts - memory_length, keys < starts + query_block_length
-    )
-    if causal:
-        mask = ops.logical_and(mask, keys <= ops.expand_dims(positions, 1))
-    return mask
 
 
 # ----------------------------------------------------------- shared engine
@@ -200,11 +139,7 @@ class _BlockedSelfAttention(MultiHeadAttention):
             key_windows,
             value_windows,
             mask,
-            dropout_rate=self.dropout,
-            training=training,
-            seed_generator=self.seed_generator,
-            scale=1.0,
-            **self.relative_arguments(positions),
+            **self.attention_arguments(positions, training),
         )
         batch = ops.shape(heads_output)[0]
         # (batch, heads, n_blocks * block, value_dim) -> (batch, heads, n, value_dim)
@@ -294,18 +229,16 @@ class _BlockedSelfAttention(MultiHeadAttention):
         key: Any | None = None,
         attention_mask: Any | None = None,
         use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
         training: bool | None = None,
         query_mask: Any | None = None,
         value_mask: Any | None = None,
         key_mask: Any | None = None,
-        padding_mask: Any | None = None,
-        mask: Any | None = None,
         cache: tuple[Any, Any] | None = None,
         cache_update_index: Any | None = None,
-        append_to_cache: bool = False,
-        beam_size: int = 1,
-    ) -> Any:
+        positions: tuple[Any, Any] | None = None,
+        padding_mask: Any | None = None,
+        mask: Any | None = None,
+    ) -> AttentionResult:
         if cache is None:
             self._check_self_attention(query, value, key)
         if query_mask is None:
@@ -321,16 +254,15 @@ class _BlockedSelfAttention(MultiHeadAttention):
             query,
             value,
             key,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
-            query_mask=query_mask,
-            key_mask=key_mask,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            append_to_cache=append_to_cache,
-            beam_size=beam_size,
+            attention_mask,
+            use_causal_mask,
+            training,
+            query_mask,
+            None,
+            key_mask,
+            cache,
+            cache_update_index,
+            positions,
         )
 
     def _attend_projected(
@@ -366,28 +298,16 @@ class _BlockedSelfAttention(MultiHeadAttention):
         value: Any | None = None,
         key: Any | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> AttentionResult:
         """Shapes of `call`'s results: the scores in the blocked layout."""
+        result = super().compute_output_spec(query, value, key, **kwargs)
         if kwargs.get("cache") is not None:
-            return super().compute_output_spec(query, value, key, **kwargs)
-        use_causal_mask = kwargs.get("use_causal_mask", False)
-        return_attention_scores = kwargs.get("return_attention_scores", False)
-        output = keras.KerasTensor(
-            self.compute_output_shape(query.shape), dtype=self.compute_dtype
-        )
-        if not return_attention_scores:
-            return output
-        block, left, right = self._window_geometry(use_causal_mask)
+            return result
+        block, left, right = self._window_geometry(kwargs.get("use_causal_mask"))
         length = query.shape[1]
         n_blocks = None if length is None else -(-length // block)
-        scores_shape = (
-            query.shape[0],
-            self.num_heads,
-            n_blocks,
-            block,
-            left + block + right,
-        )
-        return output, keras.KerasTensor(scores_shape, dtype="float32")
+        shape = (query.shape[0], self.num_heads, n_blocks, block, left + block + right)
+        return result._replace(scores=keras.KerasTensor(shape, dtype="float32"))
 
 
 # ------------------------------------------------------------- layers
@@ -416,7 +336,7 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
         block_size: the query block length `b`; defaults to `window`. Smaller
             blocks waste fewer masked slots (`W = b + 2r`) but run more,
             smaller matrix products.
-        value_dim, output_dim, dropout, use_bias, kernel_initializer,
+        value_dim, output_dim, settings, kernel_initializer,
         bias_initializer: as for `MultiHeadAttention`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
@@ -430,7 +350,6 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
             combined with the band; gathered into blocks, but the mask itself
             costs `O(n^2)` memory: prefer `padding_mask`.
         use_causal_mask: left-only window, keys `[i - r, i]`.
-        return_attention_scores: also return the local weights.
         training: whether attention dropout is active.
         padding_mask: boolean `(batch, n)`, `True` on real tokens. Padded
             keys get zero weight; padded queries get an all-zero weight row
@@ -438,10 +357,11 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
         query_mask, value_mask, key_mask, mask: padding masks filled in by
             Keras from `mask_zero=True` embeddings (`mask` when the layer is
             called on the query alone); combined with `padding_mask`.
+        cache, cache_update_index, positions: as for `MultiHeadAttention`.
 
     Returns:
-        `(batch, n, output_dim)`, or `(output, scores)` where the scores are
-        the float32 attention weights in the *blocked* layout
+        `AttentionResult(output, scores, cache)`: `(batch, n, output_dim)`,
+        and the scores, the float32 attention weights in the *blocked* layout
         `(batch, heads, n_blocks, b, W)`, `n_blocks = ceil(n / b)`: row `i`
         of block `k` is query `k b + i`, slot `m` is key `k b - r + m`. Use
         `local_to_dense_scores` for a dense `(batch, heads, n, n)` tensor (an
@@ -451,7 +371,7 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
     >>> import numpy as np
     >>> layer = RestrictedMultiHeadAttention(num_heads=2, key_dim=4, window=3)
     >>> x = np.random.rand(2, 10, 8).astype("float32")
-    >>> out, scores = layer(x, return_attention_scores=True)
+    >>> out, scores, _ = layer(x)
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 10, 8), (2, 2, 4, 3, 9))
 
@@ -517,17 +437,17 @@ class LocalBlockAttention(_BlockedSelfAttention):
         key_dim: size `d_k` of each query/key head.
         query_block_length: `l_q >= 1`.
         memory_length: `l_m >= 0` (0: block-diagonal attention).
-        value_dim, output_dim, dropout, use_bias, kernel_initializer,
+        value_dim, output_dim, settings, kernel_initializer,
         bias_initializer: as for `MultiHeadAttention`.
         **kwargs: base layer arguments.
 
     Call arguments:
         as for `RestrictedMultiHeadAttention` (`query`, `value`, `key`,
-        `attention_mask`, `use_causal_mask`, `return_attention_scores`,
-        `training`, `padding_mask` and the Keras masks).
+        `attention_mask`, `use_causal_mask`, `training`, `padding_mask`, the
+        Keras masks and the cache).
 
     Returns:
-        `(batch, n, output_dim)`, or `(output, scores)` with float32 blocked
+        `AttentionResult`: `(batch, n, output_dim)`, float32 blocked
         weights `(batch, heads, n_blocks, l_q, l_m + l_q)`: row `i` of block
         `k` is query `k l_q + i`, slot `m` is key `k l_q - l_m + m`.
 
@@ -537,7 +457,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
     ...     num_heads=2, key_dim=4, query_block_length=4, memory_length=8
     ... )
     >>> x = np.random.rand(2, 10, 8).astype("float32")
-    >>> out, scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    >>> out, scores, _ = layer(x, use_causal_mask=True)
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 10, 8), (2, 2, 3, 4, 12))
 
@@ -557,7 +477,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
         **kwargs: Any,
     ) -> None:
         check_positive_int("query_block_length", query_block_length)
-        _check_non_negative_int("memory_length", memory_length)
+        check_int("memory_length", memory_length, 0)
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.query_block_length = query_block_length
         self.memory_length = memory_length
@@ -572,9 +492,7 @@ class LocalBlockAttention(_BlockedSelfAttention):
         return np.ones_like(distance, dtype=bool)
 
     # ---------------------------------------------------- cached sampling
-    def _attend_cache(
-        self, query: Any, call: CachedCall
-    ) -> tuple[Any, Any, tuple[Any, Any]]:
+    def _attend_cache(self, query: Any, call: CachedCall) -> AttentionResult:
         """The causal output of one position, from the cached earlier positions.
 
         The keys and values of position `cache_update_index` are written into
@@ -614,13 +532,6 @@ class LocalBlockAttention(_BlockedSelfAttention):
 
 
 # ------------------------------------------------------------- helpers
-def _check_non_negative_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"`{name}` must be a non-negative integer. Received: {name}={value!r}"
-        )
-
-
 def _check_same_length(
     layer: str,
     query_shape: Sequence[int | None],

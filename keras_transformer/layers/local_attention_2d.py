@@ -49,12 +49,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.layers import masking
 from keras_transformer.layers.attention import (
+    AttentionResult,
     CachedCall,
     MultiHeadAttention,
     check_one_position_cache,
 )
+from keras_transformer.layers.scaled_attention import scaled_dot_product_attention
 from keras_transformer.validation import (
     check_choice,
     check_grid,
@@ -220,8 +221,9 @@ class LocalAttention2D(MultiHeadAttention):
             or `"image"` (one raster order over the whole image, this
             package's order up to 0.1.0). A saved layer without this setting
             loads with `"image"`, the order it was trained with.
-        value_dim, output_dim, dropout, use_bias, kernel_initializer,
-        bias_initializer: as for `MultiHeadAttention`.
+        value_dim, output_dim, settings, kernel_initializer,
+        bias_initializer: as for `MultiHeadAttention` (no relative
+        positions: the memory blocks are two-dimensional).
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -230,20 +232,19 @@ class LocalAttention2D(MultiHeadAttention):
             and `cols` the width times the channels, channels innermost.
         use_causal_mask: also mask the keys generated after each query
             (image generation).
-        return_attention_scores: also return the attention weights.
         training: whether attention dropout is active.
         cache: `(keys, values)` from `empty_cache(batch, rows * cols)`:
             `inputs` is then one position, `(batch, 1, features)`, attending
-            causally to its memory block (as for `MultiHeadAttention`, the
-            call returns `(output, cache)`).
+            causally to its memory block (as for `MultiHeadAttention`).
         cache_update_index: with `cache`, the raster position of `inputs`.
 
     Returns:
-        `(batch, rows, cols, output_dim)`, or `(output, scores)` where the
-        scores are float32 weights in the blocked layout `(batch, heads,
-        rows / h_q, cols / w_q, h_q * w_q, M)`: query slot `a w_q + b` of
-        block `(i, j)` is position `(i h_q + a, j w_q + b)`, key slot `u (w_q
-        + 2 w_m) + v` is position `(i h_q - h_m + u, j w_q - w_m + v)`. See
+        `AttentionResult(output, scores, cache)`: `(batch, rows, cols,
+        output_dim)` (`(batch, 1, output_dim)` with a cache), float32
+        weights in the blocked layout `(batch, heads, rows / h_q, cols /
+        w_q, h_q * w_q, M)`: query slot `a w_q + b` of block `(i, j)` is
+        position `(i h_q + a, j w_q + b)`, key slot `u (w_q + 2 w_m) + v` is
+        position `(i h_q - h_m + u, j w_q - w_m + v)`. See
         `blocked_to_dense_scores`.
 
     Example:
@@ -252,7 +253,7 @@ class LocalAttention2D(MultiHeadAttention):
     ...     num_heads=2, key_dim=4, query_block=(2, 6), memory_flange=(1, 3)
     ... )
     >>> x = np.random.rand(1, 4, 24, 8).astype("float32")  # a 4 x 8 RGB image
-    >>> out, scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    >>> out, scores, _ = layer(x, use_causal_mask=True)
     >>> tuple(out.shape), tuple(scores.shape)
     ((1, 4, 24, 8), (1, 2, 2, 4, 12, 36))
 
@@ -276,14 +277,14 @@ class LocalAttention2D(MultiHeadAttention):
         query_block = check_pair("query_block", query_block, 1)
         memory_flange = check_pair("memory_flange", memory_flange, 0)
         _check_generation_order(generation_order)
-        if kwargs.get("relative_positions") is not None:
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        if self.settings.relative_positions is not None:
             raise ValueError(
                 "LocalAttention2D does not take relative_positions: use "
                 "MultiHeadAttention or LocalBlockAttention (attention='full' or "
                 "'local_1d'). Received: "
-                f"relative_positions={kwargs['relative_positions']!r}"
+                f"relative_positions={self.settings.relative_positions!r}"
             )
-        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.query_block = query_block
         self.memory_flange = memory_flange
         self.generation_order = generation_order
@@ -351,7 +352,7 @@ class LocalAttention2D(MultiHeadAttention):
     def _query_blocks(self, x: Any, rows: int, cols: int) -> Any:
         """`(batch, heads, n, dim)` -> `(batch, heads, R, C, h_q w_q, dim)`."""
         h_q, w_q = self.query_block
-        batch, heads, dim = ops.shape(x)[0], self.num_heads, x.shape[-1]
+        batch, heads, dim = ops.shape(x)[0], x.shape[1], x.shape[-1]
         # (batch, heads, R, h_q, C, w_q, dim)
         x = ops.reshape(x, (batch, heads, rows // h_q, h_q, cols // w_q, w_q, dim))
         # (batch, heads, R, C, h_q, w_q, dim)
@@ -369,7 +370,7 @@ class LocalAttention2D(MultiHeadAttention):
         (h_q, w_q), (h_m, w_m) = self.query_block, self.memory_flange
         mem_rows, mem_cols = self.memory_shape
         n_r, n_c = rows // h_q, cols // w_q
-        batch, heads, dim = ops.shape(x)[0], self.num_heads, x.shape[-1]
+        batch, heads, dim = ops.shape(x)[0], x.shape[1], x.shape[-1]
         # (batch, heads, rows, cols, dim)
         x = ops.reshape(x, (batch, heads, rows, cols, dim))
 
@@ -419,12 +420,6 @@ class LocalAttention2D(MultiHeadAttention):
             blocked weights `(batch, heads, R, C, Q, M)`.
         """
         h_q, w_q = self.query_block
-        compute_dtype = queries.dtype
-        # (batch, heads, R, C, Q, key_dim); the queries carry 1 / sqrt(d_k).
-        query_blocks = self._query_blocks(ops.cast(queries, "float32"), rows, cols)
-        # (batch, heads, R, C, M, key_dim) and (..., M, value_dim)
-        key_blocks = self._memory_blocks(ops.cast(keys, "float32"), rows, cols)
-        value_blocks = self._memory_blocks(values, rows, cols)
         batch, dim = ops.shape(queries)[0], self.value_dim
         n_r, n_c = rows // h_q, cols // w_q
         mem_size = self.memory_shape[0] * self.memory_shape[1]
@@ -432,25 +427,18 @@ class LocalAttention2D(MultiHeadAttention):
         def merge_blocks(x: Any) -> Any:
             # (batch, heads, R, C, slots, dim) -> (batch, heads, R C, slots, dim):
             # TensorFlow's softmax takes at most rank 5.
-            return ops.reshape(
-                x, (batch, self.num_heads, n_r * n_c, x.shape[-2], x.shape[-1])
-            )
+            return ops.reshape(x, (batch, -1, n_r * n_c, x.shape[-2], x.shape[-1]))
 
-        # (batch, heads, R C, Q, M), accumulated in float32.
-        logits = ops.matmul(
-            merge_blocks(query_blocks), ops.swapaxes(merge_blocks(key_blocks), -1, -2)
-        )
         mask = self._block_masks(rows, cols, causal).reshape(n_r * n_c, -1, mem_size)
-        weights = masking.masked_softmax(
-            logits, ops.convert_to_tensor(mask)[None, None]
-        )
-        if self.dropout > 0.0 and training:
-            weights = keras.random.dropout(
-                weights, self.dropout, seed=self.seed_generator
-            )
-        # (batch, heads, R C, Q, value_dim)
-        heads_output = ops.matmul(
-            ops.cast(weights, compute_dtype), merge_blocks(value_blocks)
+        # Eq. 1 per block, the weights (batch, heads, R C, Q, M) in float32:
+        # the queries (batch, heads, R C, Q, key_dim) carry 1 / sqrt(d_k);
+        # the keys and values (batch, kv_heads, R C, M, dim).
+        heads_output, weights = scaled_dot_product_attention(
+            merge_blocks(self._query_blocks(queries, rows, cols)),
+            merge_blocks(self._memory_blocks(keys, rows, cols)),
+            merge_blocks(self._memory_blocks(values, rows, cols)),
+            ops.convert_to_tensor(mask)[None, None],
+            **self.attention_arguments(None, training),
         )
         # (batch, heads, R, C, Q, M): the documented layout of the scores.
         weights = ops.reshape(
@@ -525,17 +513,15 @@ class LocalAttention2D(MultiHeadAttention):
         self,
         inputs: Any,
         use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
         training: bool | None = None,
         cache: tuple[Any, Any] | None = None,
         cache_update_index: Any | None = None,
-    ) -> Any:
+    ) -> AttentionResult:
         if cache is not None:
             # One position (batch, 1, features): `_attend_cache`.
             return super().call(
                 inputs,
                 use_causal_mask=use_causal_mask,
-                return_attention_scores=return_attention_scores,
                 cache=cache,
                 cache_update_index=cache_update_index,
             )
@@ -555,14 +541,10 @@ class LocalAttention2D(MultiHeadAttention):
         )
         # (batch, rows, cols, output_dim)
         output = ops.reshape(output, (batch, rows, cols, self._output_dim))
-        if return_attention_scores:
-            return output, scores
-        return output
+        return AttentionResult(output, scores)
 
     # ---------------------------------------------------- cached sampling
-    def _attend_cache(
-        self, query: Any, call: CachedCall
-    ) -> tuple[Any, Any, tuple[Any, Any]]:
+    def _attend_cache(self, query: Any, call: CachedCall) -> AttentionResult:
         """The causal output of one position, from the cached earlier positions.
 
         `call(x_p, cache=(keys, values), cache_update_index=p)`, with `x_p`
@@ -628,14 +610,15 @@ class LocalAttention2D(MultiHeadAttention):
         self,
         inputs: Any,
         use_causal_mask: bool = False,
-        return_attention_scores: bool = False,
         training: bool | None = None,
-    ) -> Any:
+        cache: tuple[Any, Any] | None = None,
+        cache_update_index: Any | None = None,
+    ) -> AttentionResult:
+        if cache is not None:
+            return super().compute_output_spec(inputs, cache=cache)
         output = keras.KerasTensor(
             self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
         )
-        if not return_attention_scores:
-            return output
         rows, cols = self._grid(inputs.shape)
         (h_q, w_q), (mem_rows, mem_cols) = self.query_block, self.memory_shape
         scores_shape = (
@@ -646,7 +629,7 @@ class LocalAttention2D(MultiHeadAttention):
             h_q * w_q,
             mem_rows * mem_cols,
         )
-        return output, keras.KerasTensor(scores_shape, dtype="float32")
+        return AttentionResult(output, keras.KerasTensor(scores_shape, "float32"))
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

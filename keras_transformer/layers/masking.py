@@ -13,6 +13,7 @@ from typing import Any
 from keras import ops
 
 from keras_transformer import backend
+from keras_transformer.validation import check_int, check_positive_int
 
 # The most negative float16 number: a fill value that is safe in every float
 # dtype. Masked logits are replaced by it before the softmax, and the weights
@@ -37,43 +38,15 @@ def causal_mask(
     `window` r (restricted self-attention, §4) only the keys at positions
     `query_offset + i - r .. query_offset + i` remain.
     """
-    return cached_positions_mask(query_length, key_length, query_offset, window=window)
-
-
-def cached_positions_mask(
-    query_length: Any,
-    cache_length: Any,
-    index: Any,
-    beam_size: int = 1,
-    causal: bool = True,
-    window: int | None = None,
-) -> Any:
-    """Boolean `(query_length, cache_length)` mask over the rows of a cache.
-
-    In the cache layout of `MultiHeadAttention.empty_cache`, row `r` holds
-    position `r // beam_size` (slot `r % beam_size`), and the query `i` of a
-    call that writes at position `index` sits at position `index + i //
-    beam_size`: with one hypothesis, `i` consecutive positions; with a beam,
-    the hypotheses of position `index`. A query may attend to the rows of
-    the positions up to its own when `causal` (§3.2.3), and, with a `window`
-    r, to none more than r positions back (§4). Which slot of a position
-    belongs to which hypothesis is the caller's mask (see
-    `TransformerStack.decode_beam_step`).
-    """
-    query_positions = ops.arange(query_length, dtype="int32")
-    key_positions = ops.arange(cache_length, dtype="int32")
-    if beam_size != 1:
-        query_positions = ops.floor_divide(query_positions, beam_size)
-        key_positions = ops.floor_divide(key_positions, beam_size)
-    query_positions = query_positions + ops.cast(index, "int32")
-    # (query_length, cache_length): how far back each key lies.
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
+        query_offset, "int32"
+    )
+    key_positions = ops.arange(key_length, dtype="int32")
+    # (query_length, key_length): how far back each key lies.
     distance = ops.expand_dims(query_positions, 1) - ops.expand_dims(key_positions, 0)
-    mask = ops.greater_equal(distance, 0) if causal else None
+    mask = ops.greater_equal(distance, 0)
     if window is not None:
-        within = ops.less_equal(distance, window)
-        mask = within if mask is None else ops.logical_and(mask, within)
-    if mask is None:
-        return ops.ones_like(distance, dtype="bool")
+        mask = ops.logical_and(mask, ops.less_equal(distance, window))
     return mask
 
 
@@ -164,3 +137,68 @@ def masked_softmax(logits: Any, mask: Any | None = None) -> Any:
     if mask is None:
         return ops.softmax(logits, axis=-1)
     return backend.masked_softmax(logits, mask)
+
+
+def restricted_attention_mask(length: int, window: int, causal: bool = False) -> Any:
+    """The dense equivalent of `RestrictedMultiHeadAttention`'s band.
+
+    Query `i` may attend to key `j` when `|i - j| <= window`, and when
+    `causal`, only to `i - window <= j <= i`. Costs `O(length^2)`; meant for
+    tests, small inputs and the dense decoding cache of `DecoderBlock`.
+
+    Args:
+        length: the sequence length `n`.
+        window: the radius `r`.
+        causal: keep only the left half of the band (decoder self-attention).
+
+    Returns:
+        boolean `(length, length)`, `True` means "may attend".
+
+    Example:
+    >>> import numpy as np
+    >>> np.asarray(restricted_attention_mask(4, 1)).astype(int)[0].tolist()
+    [1, 1, 0, 0]
+    """
+    check_positive_int("window", window)
+    positions = ops.arange(length, dtype="int32")
+    # (length, length): query position minus key position.
+    distance = ops.expand_dims(positions, 1) - ops.expand_dims(positions, 0)
+    if causal:
+        return ops.logical_and(distance >= 0, distance <= window)
+    return ops.abs(distance) <= window
+
+
+def local_block_attention_mask(
+    length: int,
+    query_block_length: int,
+    memory_length: int,
+    causal: bool = False,
+) -> Any:
+    """The dense equivalent of `LocalBlockAttention`'s memory pattern.
+
+    Query `i` lies in the block starting at `s = (i // query_block_length) *
+    query_block_length` and may attend to keys `s - memory_length <= j < s +
+    query_block_length` (and only `j <= i` when `causal`). Costs
+    `O(length^2)`.
+
+    Args:
+        length: the sequence length `n`.
+        query_block_length: `l_q`.
+        memory_length: `l_m`, the positions preceding each block.
+        causal: mask the keys after each query.
+
+    Returns:
+        boolean `(length, length)`, `True` means "may attend".
+    """
+    check_positive_int("query_block_length", query_block_length)
+    check_int("memory_length", memory_length, 0)
+    positions = ops.arange(length, dtype="int32")
+    # (length, 1): first position of each query's block.
+    starts = ops.expand_dims((positions // query_block_length) * query_block_length, 1)
+    keys = ops.expand_dims(positions, 0)
+    mask = ops.logical_and(
+        keys >= starts - memory_length, keys < starts + query_block_length
+    )
+    if causal:
+        mask = ops.logical_and(mask, keys <= ops.expand_dims(positions, 1))
+    return mask

@@ -30,7 +30,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.backend import linear
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_number, check_positive_int
 
 __all__ = [
     "NUM_INTENSITIES",
@@ -656,15 +656,7 @@ class DiscretizedLogisticMixtureHead(_PixelHead):
         **kwargs: Any,
     ) -> None:
         dmol_num_parameters(num_mixtures, channels)  # validates both
-        if (
-            isinstance(min_log_scale, bool)
-            or not isinstance(min_log_scale, (int, float))
-            or not math.isfinite(min_log_scale)
-        ):
-            raise ValueError(
-                "`min_log_scale` must be a finite number. Received: "
-                f"min_log_scale={min_log_scale!r}"
-            )
+        check_number("min_log_scale", min_log_scale)
         super().__init__(**kwargs)
         self.num_mixtures = num_mixtures
         self.channels = channels
@@ -688,14 +680,8 @@ class DiscretizedLogisticMixtureHead(_PixelHead):
 
     def sample(self, params: Any, temperature: float = 1.0, seed: Any = None) -> Any:
         """`sample_dmol` with the layer's settings: int32 `(..., C)`."""
-        return sample_dmol(
-            params,
-            self.num_mixtures,
-            self.channels,
-            temperature,
-            seed,
-            self.min_log_scale,
-        )
+        settings = (self.num_mixtures, self.channels)
+        return sample_dmol(params, *settings, temperature, seed, self.min_log_scale)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

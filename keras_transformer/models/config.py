@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from keras_transformer.layers.attention import check_relative_positions
+from keras_transformer.layers.attention_settings import AttentionSettings
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_bool,
@@ -46,7 +46,6 @@ class TransformerConfig:
         key_dim: `d_k`; `None` means `d_model / h` (64).
         value_dim: `d_v`; `None` means `key_dim`.
         dropout: `P_drop`, the residual and embedding dropout (0.1).
-        attention_dropout: dropout on attention weights (0 in the paper).
         ffn_dropout: dropout inside the feed-forward networks (0).
         position_encoding: `"sinusoidal"` (Eqs. 5-6) or `"learned"` (row E).
         max_length: the number of positions the model supports: the longest
@@ -55,21 +54,18 @@ class TransformerConfig:
             side's cap is `DataConfig.max_sentence_length`.
         norm_first: pre-LN blocks plus a final LayerNorm per stack, instead
             of the paper's post-LN.
-        attention_window: restricted self-attention (§4): each position
-            attends only to positions within this distance, in O(r n) time
-            and memory; `None` (the paper's models) attends everywhere.
         layer_norm_epsilon: epsilon of every LayerNorm.
         share_embeddings: one matrix for source embedding, target embedding
             and pre-softmax projection (§3.4); needs one shared vocabulary.
             The target embedding and the output projection are always tied.
         activation: activation of the feed-forward networks.
         optimizer: Adam and learning-rate constants of §5.3.
-        relative_positions: `k`, relative position representations in every
-            self-attention layer (Shaw et al., 2018): a learned embedding per
-            clipped distance `clip(j - i, -k, k)`, added to the keys; `None`
-            (the paper's models) for none. The position encodings stay.
-        relative_values: also add the relative embeddings to the values
-            (Shaw et al., Eq. 3); needs `relative_positions`.
+        attention_settings: the options of every attention layer
+            (`AttentionSettings`, or a mapping of its fields): the dropout on
+            the attention weights (0 in the paper), the restricted
+            self-attention `window` (§4), relative positions (Shaw et al.,
+            2018; the position encodings stay), biases and grouped-query
+            attention (`num_key_value_heads`, Ainslie et al., 2023).
     """
 
     vocabulary_size: int = 37000
@@ -82,19 +78,17 @@ class TransformerConfig:
     key_dim: int | None = None
     value_dim: int | None = None
     dropout: float = 0.1
-    attention_dropout: float = 0.0
     ffn_dropout: float = 0.0
     position_encoding: str = "sinusoidal"
     max_length: int = 256
     norm_first: bool = False
-    attention_window: int | None = None
     layer_norm_epsilon: float = 1e-6
     share_embeddings: bool = True
     activation: str = "relu"
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
-    # Beyond the paper (last, so that older positional arguments keep their place).
-    relative_positions: int | None = None
-    relative_values: bool = False
+    attention_settings: AttentionSettings = dataclasses.field(
+        default_factory=AttentionSettings
+    )
 
     def __post_init__(self) -> None:
         # Each field by its config key (`model.<name>`), so that a training
@@ -110,16 +104,24 @@ class TransformerConfig:
             "max_length",
         )
         check_fields(check_positive_int, self, sizes, section="model")
+        try:
+            settings = AttentionSettings.of(self.attention_settings)
+            settings.key_value_heads(self.num_heads)
+        except ValueError as error:  # named by its config key
+            message = str(error).replace(
+                "attention_settings.", "model.attention_settings."
+            )
+            raise ValueError(message) from None
+        object.__setattr__(self, "attention_settings", settings)
         optional = (
             "target_vocabulary_size",
             "key_dim",
             "value_dim",
-            "attention_window",
         )
         check_fields(
             check_positive_int, self, optional, section="model", allow_none=True
         )
-        rates = ("dropout", "attention_dropout", "ffn_dropout")
+        rates = ("dropout", "ffn_dropout")
         check_fields(check_rate, self, rates, section="model")
         check_choice(
             "model.position_encoding", self.position_encoding, POSITION_ENCODINGS
@@ -128,9 +130,6 @@ class TransformerConfig:
         check_fields(check_bool, self, switches, section="model")
         check_number("model.layer_norm_epsilon", self.layer_norm_epsilon, above=0.0)
         _check_activation(self.activation)
-        check_relative_positions(
-            self.relative_positions, self.relative_values, prefix="model."
-        )
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="

@@ -6,11 +6,11 @@ import dataclasses
 import json
 from typing import Any
 
-from keras_transformer.layers.attention import check_relative_positions
+from keras_transformer.layers.attention_settings import AttentionSettings
 from keras_transformer.layers.image_block import (
     ATTENTION_TYPES,
+    check_image_attention,
     check_local_1d,
-    check_relative_attention,
 )
 from keras_transformer.layers.image_embedding import (
     _check_image_shape,
@@ -79,18 +79,17 @@ class ImageTransformerConfig:
         num_heads: `h`.
         key_dim: `d_k`; `None` means `d_model / h`.
         dropout: residual and embedding dropout.
-        attention_dropout, ffn_dropout: dropout on attention weights and
-            inside the feed-forward networks.
+        ffn_dropout: dropout inside the feed-forward networks.
         norm_first: pre-LN blocks plus a final LayerNorm.
         layer_norm_epsilon: epsilon of every LayerNorm.
         activation: the feed-forward activation.
         optimizer: Adam and the learning-rate schedule (Eq. 7 of Vaswani et
             al.; the Image Transformer trains with the same recipe).
-        relative_positions, relative_values: relative position
-            representations (Shaw et al., 2018) in every self-attention
-            layer, over distances in the generation order (raster order):
-            with `"full"` and `"local_1d"` attention, not `"local_2d"`.
-            `None` and `False` (the default) add nothing.
+        attention_settings: the options of every attention layer
+            (`AttentionSettings`, as for `TransformerConfig`, without a
+            `window`): relative positions count distances in the generation
+            order (raster order), with `"full"` and `"local_1d"` attention,
+            not `"local_2d"`.
     """
 
     image_shape: tuple[int, int, int] = (32, 32, 3)
@@ -109,19 +108,20 @@ class ImageTransformerConfig:
     num_heads: int = 8
     key_dim: int | None = None
     dropout: float = 0.1
-    attention_dropout: float = 0.0
     ffn_dropout: float = 0.0
     norm_first: bool = False
     layer_norm_epsilon: float = 1e-6
     activation: str = "relu"
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
-    # Shaw et al. (2018), over distances in the generation order.
-    relative_positions: int | None = None
-    relative_values: bool = False
+    attention_settings: AttentionSettings = dataclasses.field(
+        default_factory=AttentionSettings
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "image_shape", _check_image_shape(self.image_shape))
         object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
+        settings = AttentionSettings.of(self.attention_settings)
+        object.__setattr__(self, "attention_settings", settings)
         object.__setattr__(
             self, "query_block", check_pair("query_block", self.query_block, 1)
         )
@@ -134,7 +134,7 @@ class ImageTransformerConfig:
         check_fields(
             check_positive_int, self, ("num_classes", "key_dim"), allow_none=True
         )
-        check_fields(check_rate, self, ("dropout", "attention_dropout", "ffn_dropout"))
+        check_fields(check_rate, self, ("dropout", "ffn_dropout"))
         if self.output not in IMAGE_OUTPUTS:
             raise ValueError(
                 f"`output` must be one of {IMAGE_OUTPUTS}. Received: "
@@ -146,8 +146,8 @@ class ImageTransformerConfig:
                 f"attention={self.attention!r}"
             )
         check_choice("generation_order", self.generation_order, GENERATION_ORDERS)
-        check_relative_positions(self.relative_positions, self.relative_values)
-        check_relative_attention(self.attention, self.relative_positions)
+        check_image_attention(self.attention, settings)
+        settings.key_value_heads(self.num_heads)
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="

@@ -52,13 +52,11 @@ _BLOCK_SETTINGS = (
     "memory_length",
     "generation_order",
     "dropout",
-    "attention_dropout",
     "ffn_dropout",
     "activation",
     "norm_first",
     "layer_norm_epsilon",
-    "relative_positions",
-    "relative_values",
+    "attention_settings",
 )
 
 #: Caches of the blocks, one `ImageTransformerBlock.init_cache` dict each.

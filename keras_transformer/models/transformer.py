@@ -55,14 +55,11 @@ def block_arguments(config: TransformerConfig, dtype: Any = None) -> dict[str, A
         "key_dim": config.head_key_dim,
         "value_dim": config.head_value_dim,
         "dropout": config.dropout,
-        "attention_dropout": config.attention_dropout,
         "ffn_dropout": config.ffn_dropout,
         "activation": config.activation,
         "norm_first": config.norm_first,
         "layer_norm_epsilon": config.layer_norm_epsilon,
-        "attention_window": config.attention_window,
-        "relative_positions": config.relative_positions,
-        "relative_values": config.relative_values,
+        "attention_settings": config.attention_settings,
         "dtype": dtype,
     }
 
@@ -341,10 +338,8 @@ class TransformerStack:
                 f"(learned positions up to {supported}). Decode fewer tokens or "
                 "train a model with a larger max_length."
             )
-        return [
-            block.init_cache(encoder_output, max_length, beam_size)
-            for block in self.decoder_blocks
-        ]
+        rows = max_length * (beam_size or 1)
+        return [block.init_cache(encoder_output, rows) for block in self.decoder_blocks]
 
     def decode_beam_step(
         self,
@@ -401,15 +396,25 @@ class TransformerStack:
         hidden = self.target_position(hidden, start_index=index)
         # (batch, beam, d_model)
         hidden = ops.reshape(hidden, (batch, beam, hidden.shape[-1]))
+        index = ops.cast(index, "int32")
+        if append:  # room for this step's rows at the end of the caches
+            caches = [_grown(cache, beam) for cache in caches]
+        # The beam layout of the caches: row `t * beam + k` holds slot `k` of
+        # position `t`; the hypotheses all sit at position `index`.
+        rows = ops.shape(caches[0]["self_keys"])[2]
+        row_positions = ops.arange(rows, dtype="int32")
+        positions = (
+            ops.zeros((beam,), "int32") + index,
+            row_positions if beam == 1 else row_positions // beam,
+        )
         return self._decode_cached(
             hidden,
             caches,
-            index,
+            index * beam,
             source_padding_mask,
             self_attention_mask=beam_mask,
             use_causal_mask=False,  # the history mask is causal
-            append_to_cache=append,
-            beam_size=beam,
+            positions=positions,
         )
 
     def _decode_cached(
@@ -441,6 +446,23 @@ class TransformerStack:
         if last_position_only:
             hidden = hidden[:, -1:]  # (batch, 1, d_model)
         return self.target_embedding(hidden, reverse=True)
+
+
+def _grown(cache: dict[str, Any], rows: int) -> dict[str, Any]:
+    """A decoder block's cache with `rows` zero rows appended to its
+    self-attention keys and values."""
+
+    def grown(x: Any) -> Any:
+        shape = ops.shape(x)
+        return ops.concatenate(
+            [x, ops.zeros((shape[0], shape[1], rows, x.shape[-1]), x.dtype)], axis=2
+        )
+
+    return {
+        **cache,
+        "self_keys": grown(cache["self_keys"]),
+        "self_values": grown(cache["self_values"]),
+    }
 
 
 def build_transformer(

@@ -45,7 +45,8 @@ before it:
 * `keras_transformer.runs.stored_config`: the ``config.json`` of earlier
   code (`upgrade_stored_config`, `RENAMED_KEYS`);
 * `keras_transformer.runs.folder`: `RunFolder` and `is_run_dir`;
-* `keras_transformer.runs.exports`: `is_export_dir` and `load_export`;
+* `keras_transformer.runs.exports`: `is_export_dir`, `load_export` and
+  `run_kind`;
 * `keras_transformer.runs.logs`: the TensorBoard records
   (`logged_scalars`, `logged_training_seconds`).
 
@@ -83,6 +84,7 @@ from keras_transformer.runs.checkpoints import (
 from keras_transformer.runs.exports import (
     is_export_dir,
     load_export,
+    run_kind,
 )
 from keras_transformer.runs.fingerprints import (
     CheckpointMismatchError,
@@ -95,7 +97,9 @@ from keras_transformer.runs.fingerprints import (
     write_checkpoint_metadata,
 )
 from keras_transformer.runs.folder import (
+    STORED_KINDS,
     RunFolder,
+    StoredKind,
     is_run_dir,
 )
 from keras_transformer.runs.layout import (
@@ -162,6 +166,8 @@ __all__ = [
     "weights_file_fingerprint",
     "weights_file_problem",
     "RunFolder",
+    "STORED_KINDS",
+    "StoredKind",
     "check_fingerprint",
     "check_tokenizer",
     "checkpoint_fingerprint",
@@ -180,6 +186,7 @@ __all__ = [
     "recorded_checkpoints",
     "restore_newest_checkpoint",
     "run_fingerprint",
+    "run_kind",
     "save_checkpoint",
     "save_weights",
     "weights_nbytes",

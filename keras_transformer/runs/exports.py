@@ -1,5 +1,7 @@
 """An export folder (``keras-transformer export``): telling one, reading it.
 
+`run_kind` tells the kind of run a run folder or an export folder holds.
+
 The folder holds a SavedModel plus ``model.keras``, ``tokenizer/`` and
 ``export.json``; `load_export` reads back the Keras model, the tokenizer
 and the settings.
@@ -16,13 +18,14 @@ import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.files import TEMPORARY_PREFIX
+from keras_transformer.runs.folder import RunFolder, is_run_dir
 from keras_transformer.runs.layout import (
     EXPORT_INFO_FILE,
     EXPORT_MODEL_FILE,
     TOKENIZER_DIR,
 )
 
-__all__ = ["is_export_dir", "load_export"]
+__all__ = ["is_export_dir", "load_export", "run_kind"]
 
 
 def is_export_dir(path: str | os.PathLike[str]) -> bool:
@@ -67,3 +70,16 @@ def load_export(
     if "length_penalty" in info:  # exports written before alpha had one name
         info.setdefault("alpha", info.pop("length_penalty"))
     return model, tokenizer, info
+
+
+def run_kind(path: str | os.PathLike[str]) -> str:
+    """The kind of a run folder (its ``config.json``) or of an export folder
+    (its ``export.json``); translation when neither says."""
+    if is_run_dir(path):
+        return RunFolder(path).kind()
+    info = Path(path) / EXPORT_INFO_FILE
+    if is_export_dir(path) and info.is_file():
+        return str(
+            json.loads(info.read_text(encoding="utf-8")).get("kind", "translation")
+        )
+    return "translation"

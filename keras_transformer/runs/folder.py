@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ from keras_transformer.runs.weights import (
     weights_file_problem,
 )
 
-__all__ = ["RunFolder", "is_run_dir"]
+__all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "is_run_dir"]
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -90,6 +90,40 @@ def _model_config(model: Any) -> TransformerConfig:
     if isinstance(values.get("optimizer"), Mapping):
         values["optimizer"] = dataclasses.replace(base.optimizer, **values["optimizer"])
     return base.replace(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredKind:
+    """What reading a stored run of one kind needs (this package's layer
+    knows no recipes, `keras_transformer.training.recipes`).
+
+    Attributes:
+        build_model: the freshly initialized model of the run, from its
+            folder and its tokenizer (None without one).
+        has_tokenizer: whether the run folder holds a tokenizer.
+    """
+
+    build_model: Callable[[RunFolder, SubwordTokenizer | None], keras.Model]
+    has_tokenizer: bool = True
+
+
+#: How the runs of each kind are read: the built-in kinds; a kind defined
+#: elsewhere adds its own when its recipe is registered
+#: (`Recipe.stored_kind`).
+STORED_KINDS: dict[str, StoredKind] = {
+    "translation": StoredKind(
+        lambda folder, tokenizer: build_transformer(folder.model_config(tokenizer))
+    ),
+    "classification": StoredKind(
+        lambda folder, tokenizer: build_classifier(folder.model_config(tokenizer))
+    ),
+    "image": StoredKind(
+        lambda folder, _: build_image_transformer(
+            ImageTransformerConfig.from_dict(folder.raw_config()["model"])
+        ),
+        has_tokenizer=False,
+    ),
+}
 
 
 class RunFolder:
@@ -210,15 +244,24 @@ class RunFolder:
         """The kept checkpoints, oldest first."""
         return checkpoint_paths(self.checkpoint_dir)
 
+    def stored_kind(self) -> StoredKind:
+        """How this run's kind is read (`STORED_KINDS`)."""
+        kind = self.kind()
+        if kind not in STORED_KINDS:
+            raise ValueError(
+                f"{self.config_file}: kind {kind!r} is not known here (known: "
+                f"{', '.join(sorted(STORED_KINDS))}); import the module that "
+                "registers it."
+            )
+        return STORED_KINDS[kind]
+
+    def stored_tokenizer(self) -> SubwordTokenizer | None:
+        """The run's tokenizer (`tokenizer`), or None for a kind without one."""
+        return self.tokenizer() if self.stored_kind().has_tokenizer else None
+
     def build_model(self, tokenizer: SubwordTokenizer | None = None) -> keras.Model:
         """A freshly initialized model of the run's configuration (and kind)."""
-        if self.kind() == "image":
-            model = ImageTransformerConfig.from_dict(self.raw_config()["model"])
-            return build_image_transformer(model)
-        config = self.model_config(tokenizer)
-        if self.raw_config().get("kind") == "classification":
-            return build_classifier(config)
-        return build_transformer(config)
+        return self.stored_kind().build_model(self, tokenizer)
 
     def restore(self, model: keras.Model, weights: str = "last") -> None:
         """Loads `weights` into `model`.
@@ -331,7 +374,7 @@ class RunFolder:
     ) -> tuple[keras.Model, SubwordTokenizer | None]:
         """The trained model (with `weights`, see `restore`) and its tokenizer
         (None for an image run)."""
-        tokenizer = None if self.kind() == "image" else self.tokenizer()
+        tokenizer = self.stored_tokenizer()
         model = self.build_model(tokenizer)
         self.restore(model, weights)
         return model, tokenizer

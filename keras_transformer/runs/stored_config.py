@@ -21,6 +21,10 @@ RENAMED_KEYS = {
     "model.label_smoothing": "train.label_smoothing",
     "train.decode_extra_length": "train.extra_length",
     "data.max_length": "data.max_sentence_length",
+    "model.attention_dropout": "model.attention_settings.dropout",
+    "model.attention_window": "model.attention_settings.window",
+    "model.relative_positions": "model.attention_settings.relative_positions",
+    "model.relative_values": "model.attention_settings.relative_values",
 }
 
 
@@ -82,6 +86,10 @@ def upgrade_stored_config(values: Mapping[str, Any]) -> dict[str, Any]:
     * ``model.label_smoothing`` -> ``train.label_smoothing``;
     * ``train.decode_extra_length`` -> ``train.extra_length``;
     * ``data.max_length`` -> ``data.max_sentence_length``;
+    * ``model.attention_dropout``, ``model.attention_window``,
+      ``model.relative_positions``, ``model.relative_values`` ->
+      ``model.attention_settings.dropout``, ``.window``,
+      ``.relative_positions``, ``.relative_values`` (text and image models);
     * an image run without ``kind`` (before kinds: ``model`` with ``image_shape``,
       ``data`` and ``train``) -> ``kind="image"``, ``data`` and the batch
       settings of ``train`` as the ``image`` section
@@ -101,12 +109,17 @@ def upgrade_stored_config(values: Mapping[str, Any]) -> dict[str, Any]:
     }
     for old, new in RENAMED_KEYS.items():
         old_section, old_name = old.split(".")
-        new_section, new_name = new.split(".")
+        *new_path, new_name = new.split(".")
         section = upgraded.get(old_section)
         if not isinstance(section, dict) or old_name not in section:
             continue
         value = section.pop(old_name)
-        target = upgraded.setdefault(new_section, {})
+        target: Any = upgraded
+        for part in new_path:  # a copy of each section on the way down
+            if isinstance(target, dict):
+                inner = target.get(part, {})
+                target[part] = dict(inner) if isinstance(inner, Mapping) else inner
+                target = target[part]
         if isinstance(target, dict):
             target.setdefault(new_name, value)
     model = upgraded.get("model")

@@ -21,12 +21,8 @@ from keras_transformer.training.checkpoints import (
     load_trained_model,
     weights_checksum,
 )
-from keras_transformer.training.config import (
-    DataConfig,
-    TrainConfig,
-    TrainingConfig,
-    config_differences,
-)
+from keras_transformer.training.classification import ClassificationRecipe
+from keras_transformer.training.config import TrainConfig, config_differences
 from keras_transformer.training.distribute import (
     configure_cpu_devices,
     is_chief,
@@ -47,6 +43,8 @@ from keras_transformer.training.image import (
     image_batches,
     load_image_data,
 )
+from keras_transformer.training.image_recipe import ImageRecipe
+from keras_transformer.training.kinds import register_recipe
 from keras_transformer.training.loop import (
     ConfigMismatchError,
     TrainingDivergedError,
@@ -54,11 +52,18 @@ from keras_transformer.training.loop import (
     train,
 )
 from keras_transformer.training.overrides import apply_overrides, parse_override
+from keras_transformer.training.sections import DataConfig, TrainingConfig
 from keras_transformer.training.trainer import (
     TokenStatistics,
     TranslationTrainer,
     accumulation_dataset,
 )
+from keras_transformer.training.translation_recipe import TranslationRecipe
+
+# The kinds of run: one line each (see `keras_transformer.training.recipes`).
+register_recipe(TranslationRecipe())
+register_recipe(ClassificationRecipe())
+register_recipe(ImageRecipe())
 
 __all__ = [
     "BleuEarlyStopping",

@@ -10,10 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,12 +20,6 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
-from keras_transformer.progress import (
-    RedrawnLine,
-    format_duration,
-    progress_bar,
-    seconds_left,
-)
 from keras_transformer.runs import (
     BEST_WEIGHTS,
     RunFingerprint,
@@ -38,7 +28,10 @@ from keras_transformer.runs import (
 )
 from keras_transformer.runs.weights import weights_info_file
 from keras_transformer.training.config import TrainConfig
-from keras_transformer.validation import check_positive_int
+from keras_transformer.training.progress_logger import (
+    current_learning_rate,
+    optimizer_step,
+)
 
 __all__ = [
     "AttentionImages",
@@ -46,11 +39,7 @@ __all__ = [
     "BestWeights",
     "CheckpointCallback",
     "NaNGuard",
-    "PlainProgressLogger",
-    "PreemptionCheckpoint",
     "StopAtStep",
-    "TrainingAborted",
-    "TrainingPreempted",
     "TrainingSummaries",
     "TranslationEvaluator",
     "ValidationTranslations",
@@ -59,14 +48,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def _step(model: keras.Model) -> int:
-    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-
-
-def _learning_rate(model: keras.Model) -> float:
-    return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
 
 
 def _finite(logs: dict[str, Any] | None) -> bool:
@@ -125,7 +106,7 @@ class NaNGuard(keras.callbacks.TerminateOnNaN):
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if not _finite(logs):
-            self.bad_step = _step(self.model)
+            self.bad_step = optimizer_step(self.model)
             self.bad_loss = float(logs["loss"])
             self.model.stop_training = True
 
@@ -141,7 +122,7 @@ class StopAtStep(keras.callbacks.Callback):
         self.steps = steps
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if _step(self.model) >= self.steps:
+        if optimizer_step(self.model) >= self.steps:
             self.model.stop_training = True
 
 
@@ -166,7 +147,7 @@ class CheckpointCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if self.nan_guard is not None and self.nan_guard.bad_step is not None:
             return
-        step = _step(self.model)
+        step = optimizer_step(self.model)
         latest = self.manager.latest_checkpoint
         if latest is not None and latest.endswith(f"-{step}"):
             return
@@ -201,11 +182,13 @@ class TrainingSummaries(keras.callbacks.Callback):
 
     def _write_learning_rate(self, step: int) -> None:
         if step != self._rate_step:  # one point per step
-            tf.summary.scalar("learning_rate", _learning_rate(self.model), step=step)
+            tf.summary.scalar(
+                "learning_rate", current_learning_rate(self.model), step=step
+            )
             self._rate_step = step
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        step = _step(self.model)
+        step = optimizer_step(self.model)
         if step % self.log_every or not logs:
             return
         with self.train_writer.as_default(step=step):
@@ -215,7 +198,7 @@ class TrainingSummaries(keras.callbacks.Callback):
             self._write_learning_rate(step)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        step = _step(self.model)
+        step = optimizer_step(self.model)
         logs = logs or {}
         with self.train_writer.as_default(step=step):
             self._write_learning_rate(step)
@@ -339,7 +322,9 @@ class BestValidationWeights(keras.callbacks.Callback):
         value = (logs or {}).get(self.metric)
         if value is None or not _finite(logs):
             return
-        self.best.offer(float(np.asarray(value).reshape(-1)[0]), _step(self.model))
+        self.best.offer(
+            float(np.asarray(value).reshape(-1)[0]), optimizer_step(self.model)
+        )
 
 
 class ValidationTranslations(keras.callbacks.Callback):
@@ -410,7 +395,7 @@ class ValidationTranslations(keras.callbacks.Callback):
             return
         if logs is not None and not _finite(logs):
             return
-        step = _step(self.model)
+        step = optimizer_step(self.model)
         result = self.evaluate(self.transformer, self.tokenizer, self.pairs)
         if logs is not None:
             logs["val_bleu"] = result.bleu
@@ -514,7 +499,7 @@ class AttentionImages(keras.callbacks.Callback):
         except Exception as e:  # noqa: BLE001 - a picture must not stop training
             logger.warning("Could not draw the attention maps: %s", e)
             return
-        with self.writer.as_default(step=_step(self.model)):
+        with self.writer.as_default(step=optimizer_step(self.model)):
             for tag, image in images.items():
                 tf.summary.image(tag, image)
         self.writer.flush()
@@ -620,372 +605,3 @@ def write_hparams(
         hp.hparams(values, trial_id=trial_id)
     writer.flush()
     writer.close()
-
-
-# ---------------------------------------------------------------- preemption
-class TrainingPreempted(Exception):  # noqa: N818 - a stop, not an error
-    """Raised out of `fit` by `PreemptionCheckpoint` once its checkpoint is saved.
-
-    `train()` catches it and returns a `TrainResult` with ``preempted=True``;
-    code that calls `fit` with a `PreemptionCheckpoint` itself catches it
-    the same way.
-
-    Attributes:
-        step: the optimizer step the checkpoint holds.
-        signal_name: the signal that asked for the stop (``"SIGTERM"``, ...).
-        checkpoint: the path of the checkpoint.
-    """
-
-    def __init__(self, step: int, signal_name: str, checkpoint: str | None) -> None:
-        super().__init__(
-            f"Training stopped by {signal_name} at step {step}; checkpoint: "
-            f"{checkpoint}."
-        )
-        self.step = step
-        self.signal_name = signal_name
-        self.checkpoint = checkpoint
-
-
-class TrainingAborted(KeyboardInterrupt):
-    """A second Ctrl-C while a preemption checkpoint was pending: stopped at once.
-
-    Raised by `PreemptionCheckpoint` without saving anything; the message
-    is one line that names the checkpoint a rerun resumes from. A
-    `KeyboardInterrupt`, as Ctrl-C is.
-
-    Attributes:
-        signum: the signal (SIGINT).
-        checkpoint: the newest complete checkpoint, or ``None``.
-        step: its update, or ``None``.
-    """
-
-    def __init__(self, checkpoint: str | None, step: int | None = None) -> None:
-        if checkpoint is None:
-            where = (
-                "no checkpoint was saved yet, so the run starts again from the "
-                "first update"
-            )
-        else:
-            update = f" (update {step})" if step is not None else ""
-            where = f"the run resumes from {checkpoint}{update}"
-        super().__init__(
-            f"Second interrupt: stopping now without a checkpoint; {where}. Run "
-            "the same command again to go on."
-        )
-        self.signum = int(signal.SIGINT)
-        self.checkpoint = checkpoint
-        self.step = step
-
-
-class PreemptionCheckpoint(keras.callbacks.Callback):
-    """Saves a checkpoint and stops at the next step boundary on SIGTERM or SIGINT.
-
-    Cloud schedulers and Kubernetes send SIGTERM some seconds before they
-    kill a job. From `on_train_begin` to `on_train_end` this callback
-    replaces the handlers of SIGTERM and SIGINT (Ctrl-C) with one that only
-    sets a flag. At the end of the update that is running (or at the start
-    of the next epoch, when the signal came during validation) the model
-    and optimizer are saved through `manager`, the same
-    `tf.train.CheckpointManager` the `CheckpointCallback` uses, numbered by
-    the optimizer step, and `TrainingPreempted` is raised out of `fit`. So
-    the stop skips the validation pass, BLEU decoding and epoch-end work of
-    the unfinished epoch, which can take longer than a scheduler's grace
-    period. A second SIGINT while the stop is pending raises
-    `TrainingAborted` (a `KeyboardInterrupt`) at once, as Ctrl-C usually
-    does; its one-line message names the checkpoint a rerun resumes from
-    (the last checkpoint written stays intact: a checkpoint becomes the
-    latest only once it is complete). After a NaN loss (`nan_guard`)
-    nothing is saved.
-
-    The previous handlers are restored at the end of training; call
-    `uninstall` in a ``finally`` block too, since `on_train_end` does not run
-    when `fit` raises. Handlers can only be installed from the main thread;
-    elsewhere the callback does nothing.
-
-    Distribution: with one device or a `MirroredStrategy` (all replicas in
-    this process) every replica stops after the same update. Under
-    `MultiWorkerMirroredStrategy` the signal may reach the workers at
-    different steps, and a worker that stopped alone would leave the others
-    waiting in their next all-reduce; there the handlers are not installed:
-    SIGTERM ends the process as before, and a restart resumes from the last
-    epoch checkpoint.
-
-    Args:
-        manager: the run's checkpoint manager.
-        nan_guard: the run's `NaNGuard`, or ``None``.
-        signals: the signals handled.
-    """
-
-    def __init__(
-        self,
-        manager: tf.train.CheckpointManager,
-        nan_guard: NaNGuard | None = None,
-        signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
-    ) -> None:
-        super().__init__()
-        self.manager = manager
-        self.nan_guard = nan_guard
-        self.signals = tuple(signals)
-        self.requested: int | None = None
-        self.step: int | None = None
-        self.checkpoint: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    @property
-    def signal_name(self) -> str | None:
-        """The name of the signal that asked for the stop, if one did."""
-        if self.requested is None:
-            return None
-        return signal.Signals(self.requested).name
-
-    @property
-    def installed(self) -> bool:
-        """Whether the handlers are in place."""
-        return bool(self._previous)
-
-    def install(self) -> None:
-        """Installs the handlers (main thread, not multi-worker); idempotent."""
-        if self._previous:
-            return
-        if threading.current_thread() is not threading.main_thread():
-            logger.info("Not in the main thread: no preemption checkpoints.")
-            return
-        strategy = getattr(self.model, "distribute_strategy", None)
-        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            logger.info(
-                "MultiWorkerMirroredStrategy: SIGTERM and SIGINT keep their "
-                "handlers; a restart resumes from the last epoch checkpoint."
-            )
-            return
-        for signum in self.signals:
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._handle)
-
-    def uninstall(self) -> None:
-        """Restores the handlers that were there before; idempotent."""
-        previous, self._previous = self._previous, {}
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested is not None and signum == signal.SIGINT:
-            self.uninstall()
-            latest = self.manager.latest_checkpoint
-            step = None
-            if latest is not None and latest.rsplit("-", 1)[-1].isdigit():
-                step = int(latest.rsplit("-", 1)[-1])
-            raise TrainingAborted(latest, step)
-        if self.requested is None:
-            self.requested = signum
-            logger.warning(
-                "%s received: saving a checkpoint after this update, then stopping%s.",
-                signal.Signals(signum).name,
-                "; press Ctrl-C again to abort at once"
-                if signum == signal.SIGINT
-                else "",
-            )
-
-    def save(self) -> str | None:
-        """Saves a checkpoint of the current step (unless there is one); its path.
-
-        The write is complete or not seen (`keras_transformer.runs.save_checkpoint`).
-        """
-        step = _step(self.model)
-        latest = self.manager.latest_checkpoint
-        if latest is None or not latest.endswith(f"-{step}"):
-            latest = save_checkpoint(self.manager, step)
-        self.step, self.checkpoint = step, latest
-        return latest
-
-    def finish(self) -> None:
-        """After `fit`: saves the checkpoint of a stop asked for after the last update.
-
-        A signal that arrives once the last update has run finds no step
-        boundary left to stop at; its checkpoint is written here. Nothing is
-        saved after a NaN loss.
-        """
-        if self.requested is None or self.checkpoint is not None:
-            return
-        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
-            return
-        self.save()
-
-    def resume_message(self) -> str:
-        """The line that tells the user how to go on after a stop."""
-        return (
-            f"Training stopped by {self.signal_name} after update {self.step}; "
-            f"saved {self.checkpoint}. Train again with the same config and work "
-            "directory to resume."
-        )
-
-    def _stop_if_requested(self) -> None:
-        if self.requested is None:
-            return
-        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
-            return  # the NaN guard ends the run; broken weights are not saved
-        checkpoint = self.save()
-        self.model.stop_training = True
-        raise TrainingPreempted(self.step, self.signal_name, checkpoint)
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self.install()
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._stop_if_requested()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self._stop_if_requested()
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        self.uninstall()
-
-
-# ------------------------------------------------------------ plain progress
-def _scalar(value: Any) -> float:
-    return float(np.mean(np.asarray(value, dtype=np.float64)))
-
-
-class PlainProgressLogger(keras.callbacks.Callback):
-    """Training progress: updates done of the run's total, rate and time left.
-
-    Keras' progress bar counts the updates of one epoch and redraws itself
-    with carriage returns and ANSI escapes, which a log file (a cluster job,
-    CI, ``> train.log``) keeps as one endless line. This callback prints
-    instead, every `every` optimizer steps, one plain line:
-
-    ```text
-    step 150/2000  loss 3.4521  tokens/s 9876  lr 5.24e-04  elapsed 0:01:23  eta 0:16:01
-    ```
-
-    (eta: the time left at the mean rate of this run's updates so far,
-    validation included; the loss is the epoch's running mean, as in the
-    progress bar; tokens/s counts the real target tokens since the previous
-    line, from the trainer's `TokenStatistics`, and is left out where it
-    cannot be read, e.g. under `MultiWorkerMirroredStrategy`) and at the end
-    of every epoch a line with its training and validation values:
-
-    ```text
-    epoch 2/10  step 400  loss 3.1022  token_accuracy 0.4120  val_loss 2.9876
-    val_bleu 12.3000  elapsed 0:03:05
-    ```
-
-    (one line, wrapped here). Each line is flushed at once. With
-    ``terminal=True`` the step line, with a bar and the updates per second
-    instead of tokens/s, is redrawn in place on `stream` after every update
-    (at most every `redraw_seconds`); the epoch lines are printed below it.
-    `train()` uses it with ``verbose=0`` (Keras' own progress bar off).
-
-    Args:
-        every: updates between two lines (`train.log_every`).
-        total_steps: the run's length, shown as ``step <n>/<total>``.
-        printer: where the lines go.
-        terminal: redraw the step line in place on `stream`.
-        stream: the terminal (``None``: standard output).
-        redraw_seconds: the least time between two redraws on a terminal.
-    """
-
-    def __init__(
-        self,
-        every: int,
-        total_steps: int | None = None,
-        printer: Callable[[str], None] = print,
-        terminal: bool = False,
-        stream: Any = None,
-        redraw_seconds: float = 0.1,
-    ) -> None:
-        super().__init__()
-        check_positive_int("every", every)
-        self.every = every
-        self.total_steps = total_steps
-        self.printer = printer
-        self.terminal = terminal
-        self._stream = stream
-        self._start = time.monotonic()
-        self._first_step = 0
-        self._mark: tuple[float, float] | None = None
-        self._line = RedrawnLine(self._terminal, redraw_seconds)
-
-    def _say(self, line: str) -> None:
-        self._line.end()
-        self.printer(line)
-        stream = sys.stdout
-        if stream is not None and not stream.closed:
-            stream.flush()
-
-    def _terminal(self) -> Any:
-        return sys.stdout if self._stream is None else self._stream
-
-    def step_line(self, step: int, now: float, logs: dict | None) -> str:
-        """The progress line after update `step`, at time `now` (monotonic)."""
-        total = f"/{self.total_steps}" if self.total_steps else ""
-        parts = [f"step {step}{total}"]
-        done, elapsed = step - self._first_step, now - self._start
-        if self.terminal:
-            if self.total_steps:
-                parts[0] += " " + progress_bar(step, self.total_steps)
-            if done > 0 and elapsed > 0:
-                parts.append(f"{done / elapsed:.1f} updates/s")
-        if logs and "loss" in logs:
-            parts.append(f"loss {_scalar(logs['loss']):.4f}")
-        tokens = self._tokens() if not self.terminal else None
-        if tokens is not None and self._mark is not None:
-            since, before = self._mark
-            if now > since and tokens >= before:
-                parts.append(f"tokens/s {(tokens - before) / (now - since):.0f}")
-            self._mark = (now, tokens)
-        parts.append(f"lr {_learning_rate(self.model):.3g}")
-        parts.append(f"elapsed {format_duration(elapsed)}")
-        run_total = self.total_steps - self._first_step if self.total_steps else None
-        left = seconds_left(done, run_total, elapsed)
-        if left is not None:
-            parts.append(f"eta {format_duration(left)}")
-        return "  ".join(parts)
-
-    def _tokens(self) -> float | None:
-        """Real target tokens of this epoch so far, summed over replicas."""
-        variable = getattr(getattr(self.model, "statistics", None), "tokens", None)
-        strategy = getattr(self.model, "distribute_strategy", None)
-        if variable is None or isinstance(
-            strategy, tf.distribute.MultiWorkerMirroredStrategy
-        ):
-            return None
-        try:
-            return float(keras.ops.convert_to_numpy(variable))
-        except Exception as e:  # noqa: BLE001 - a log line must not stop training
-            logger.debug("Cannot read the token count: %s", e)
-            return None
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._start = time.monotonic()
-        self._first_step = _step(self.model)  # a resumed run's first update
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        # The trainer's metrics (and its token count) restart every epoch.
-        self._mark = (time.monotonic(), 0.0)
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        step = _step(self.model)
-        now = time.monotonic()
-        if self.terminal:
-            last = step == self.total_steps
-            if last or self._line.due(now):
-                self._line.draw(self.step_line(step, now, logs), now)
-            return
-        if step % self.every:
-            return
-        self._say(self.step_line(step, now, logs))
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        self._line.end()
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        epochs = (self.params or {}).get("epochs")
-        parts = [f"epoch {epoch + 1}" + (f"/{epochs}" if epochs else "")]
-        parts.append(f"step {_step(self.model)}")
-        for name, value in (logs or {}).items():
-            try:
-                parts.append(f"{name} {_scalar(value):.4f}")
-            except (TypeError, ValueError):
-                continue
-        parts.append(f"elapsed {format_duration(time.monotonic() - self._start)}")
-        self._say("  ".join(parts))

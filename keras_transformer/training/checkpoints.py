@@ -77,6 +77,7 @@ from keras_transformer.training.config import (
     config_differences,
     read_config_file,
 )
+from keras_transformer.training.kinds import recipe_for
 from keras_transformer.validation import check_positive_int
 
 # The run-folder names (`CHECKPOINT_DIR`, `CONFIG_FILE`, ...) are defined and
@@ -168,7 +169,8 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
                 ) from e
             stored = None
         changes = config_differences(stored, config) if stored else {}
-        blocking = {k: v for k, v in changes.items() if k not in RESUMABLE_CHANGES}
+        resumable = RESUMABLE_CHANGES | recipe_for(config).resumable_changes
+        blocking = {k: v for k, v in changes.items() if k not in resumable}
         if blocking and resumed and not force:
             lines = "\n".join(
                 f"  {key}: {old!r} -> {new!r}" for key, (old, new) in blocking.items()
@@ -515,7 +517,7 @@ def average_checkpoints(
     run = RunFolder(workdir).check()
     # Every kind: the run's own model (a translation model, a classifier or
     # an Image Transformer), its tokenizer checked when the kind has one.
-    tokenizer = None if run.kind() == "image" else run.tokenizer()
+    tokenizer = run.stored_tokenizer()
     output = _average_output(workdir, output)
     checkpoint_dir = workdir / CHECKPOINT_DIR
     paths = _newest_intact(checkpoint_dir, last)

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.data.imdb import load_imdb
+from keras_transformer.data.imdb import cut_review_ids, load_imdb
 from keras_transformer.models.classifier import build_classifier
 from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.config import TrainConfig
@@ -41,21 +41,96 @@ from keras_transformer.training.recipes import (
     Recipe,
     RunContext,
     SplitsWithoutSkips,
-    evaluate_run,
 )
 from keras_transformer.training.trainer import SummedLossTrainer
+from keras_transformer.validation import (
+    check_bool,
+    check_choice,
+    check_fields,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_rate,
+)
 
 __all__ = [
+    "CLASSIFICATION_TASKS",
     "BestAccuracy",
+    "ClassificationConfig",
     "ClassificationEvaluation",
     "ClassificationRecipe",
     "ClassificationTrainer",
     "ExampleStatistics",
     "Reviews",
     "ReviewData",
-    "cut_review_ids",
-    "evaluate_run",
 ]
+
+#: The data sets a classification run reads (`keras_transformer.data.imdb`).
+CLASSIFICATION_TASKS = ("imdb",)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationConfig:
+    """The ``classification`` section: a sentiment classifier's data and recipe.
+
+    The model is an encoder-only stack of the paper's layers (§3.1: token
+    embedding scaled by sqrt(d_model), sinusoidal positions of Eqs. 5-6,
+    ``model.num_encoder_layers`` encoder blocks) with mean pooling over the
+    real tokens and one sigmoid unit (the attention_keras IMDB test); its
+    sizes are the ``model`` section's, its vocabulary ``data.vocabulary_size``
+    and its longest review ``data.max_sentence_length``.
+
+    Attributes:
+        task: the data set (``"imdb"``, Maas et al. 2011, read from
+            ``data.data_dir`` / ``$KT_DATA_DIR/imdb``).
+        batch_size: reviews per batch (global, split over the replicas); the
+            batches hold reviews of similar lengths (``data.bucket_boundaries``).
+        learning_rate: the peak learning rate of AdamW.
+        weight_decay: AdamW's decoupled weight decay.
+        warmup_share: the share of the updates over which the learning rate
+            rises linearly from 0 to `learning_rate`; a cosine decay to 0
+            follows.
+        tail_tokens: a review longer than ``data.max_sentence_length`` keeps
+            its first tokens and its last `tail_tokens` tokens (the verdict
+            is often at the end).
+        lowercase: lowercase the reviews before tokenizing.
+        validation_share: the share of the (shuffled) training reviews held
+            out for validation.
+        train_examples: use only this many training reviews (``None``: all),
+            e.g. for a quick run; taken after the seeded shuffle, so both
+            classes are present.
+    """
+
+    task: str = "imdb"
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_share: float = 0.1
+    tail_tokens: int = 128
+    lowercase: bool = True
+    validation_share: float = 0.04
+    train_examples: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("classification.task", self.task, CLASSIFICATION_TASKS)
+        check_positive_int("classification.batch_size", self.batch_size)
+        check_positive_int(
+            "classification.train_examples", self.train_examples, allow_none=True
+        )
+        check_int("classification.tail_tokens", self.tail_tokens, 0)
+        check_bool("classification.lowercase", self.lowercase)
+        rates = ("weight_decay", "warmup_share", "validation_share")
+        check_fields(check_rate, self, rates, section="classification")
+        check_number(
+            "classification.learning_rate", self.learning_rate, above=0.0, below=1.0
+        )
+        if not 0 < self.validation_share < 1:
+            raise ValueError(
+                "`classification.validation_share` must be in (0, 1): some "
+                "training reviews are held out for validation. Received: "
+                f"{self.validation_share!r}"
+            )
+
 
 #: The label of the padding rows of an accumulation stack (not counted).
 NO_LABEL = -1
@@ -88,7 +163,7 @@ class ReviewData(SplitsWithoutSkips):
 
 def load_reviews(config: TrainConfig) -> ReviewData:
     """The shuffled, split (and lowercased) reviews of the run's data set."""
-    settings = config.classification
+    settings = config.options
     seed = config.train.seed
     texts, labels = load_imdb("train", data_dir=config.data.data_dir)
     test_texts, test_labels = load_imdb("test", data_dir=config.data.data_dir)
@@ -125,49 +200,9 @@ def encode_reviews(
     cut = cut_review_ids(
         tf.RaggedTensor.from_row_lengths(flat, lengths),
         config.data.max_sentence_length,
-        config.classification.tail_tokens,
+        config.options.tail_tokens,
     )
     return cut.flat_values.numpy(), cut.row_lengths().numpy()
-
-
-def cut_review_ids(
-    ids: tf.RaggedTensor, max_length: int, tail_tokens: int
-) -> tf.RaggedTensor:
-    """The one review-cut rule, in TensorFlow (training and the SavedModel).
-
-    A review longer than `max_length` tokens keeps its first
-    ``max_length - tail_tokens`` tokens and its last `tail_tokens` (the
-    verdict is often at the end); a review without any token becomes
-    ``[UNK]``.
-
-    Args:
-        ids: the token ids of the reviews, ``[batch, (length)]``.
-        max_length: ``data.max_sentence_length``.
-        tail_tokens: ``classification.tail_tokens`` (at most `max_length`
-            are kept).
-
-    Returns:
-        the cut ids, ``[batch, (min(length, max_length) or 1)]``.
-    """
-    tail = min(tail_tokens, max_length)
-    lengths = ids.row_lengths()
-    kept = tf.ragged.range(tf.minimum(lengths, max_length))  # [batch, (kept)]
-    position = kept.flat_values
-    row = kept.value_rowids()
-    length = tf.gather(lengths, row)
-    from_end = (length > max_length) & (position >= max_length - tail)
-    # A position of the tail takes the token as far from the review's end.
-    index = tf.where(from_end, position + length - max_length, position)
-    values = tf.gather(ids.flat_values, tf.gather(ids.row_starts(), row) + index)
-    cut = kept.with_flat_values(values)
-    unknown = tf.ragged.range(tf.cast(tf.equal(lengths, 0), tf.int64))
-    filler = unknown.with_flat_values(
-        tf.fill(
-            tf.shape(unknown.flat_values),
-            tf.constant(SubwordTokenizer.UNK_ID, values.dtype),
-        )
-    )
-    return tf.concat([cut, filler], axis=1)
 
 
 def _batches_per_pass(lengths: np.ndarray, config: TrainConfig, rows: int) -> int:
@@ -195,7 +230,7 @@ def review_dataset(
     flat, lengths = encode_reviews(reviews, tokenizer, config)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     tokens = tf.constant(flat)
-    rows = config.classification.batch_size * accumulation
+    rows = config.options.batch_size * accumulation
     dataset = tf.data.Dataset.from_tensor_slices(
         (starts, lengths, reviews.labels.astype("int32"))
     )
@@ -375,6 +410,7 @@ class ClassificationRecipe(Recipe):
     """Sentiment classification (``kind="classification"``): see the module."""
 
     kind = "classification"
+    settings = ClassificationConfig
     hparams_metrics = ("accuracy", "loss")
 
     def load_data(self, config: TrainConfig) -> ReviewData:
@@ -396,14 +432,14 @@ class ClassificationRecipe(Recipe):
         self, config: TrainConfig, data: ReviewData, tokenizer: SubwordTokenizer
     ) -> int:
         _, lengths = encode_reviews(data.train, tokenizer, config)
-        rows = config.classification.batch_size * config.train.gradient_accumulation
+        rows = config.options.batch_size * config.train.gradient_accumulation
         return _batches_per_pass(lengths, config, rows)
 
     def build_model(self, config: TrainConfig, dtype: str | None) -> keras.Model:
         return build_classifier(config.model, dtype=dtype)
 
     def optimizer(self, config: TrainConfig, total_steps: int) -> Any:
-        settings = config.classification
+        settings = config.options
         schedule = keras.optimizers.schedules.CosineDecay(
             0.0,
             max(total_steps, 1),
@@ -437,10 +473,10 @@ class ClassificationRecipe(Recipe):
         return review_dataset(data.validation, tokenizer, config)
 
     def update_size(self, config: TrainConfig) -> str:
-        return f"{config.classification.batch_size} reviews"
+        return f"{config.options.batch_size} reviews"
 
     def training_set(self, config: TrainConfig, data: ReviewData) -> str:
-        return f"{len(data.train)} {config.classification.task} reviews"
+        return f"{len(data.train)} {config.options.task} reviews"
 
     def validation(self, run: RunContext) -> BestAccuracy:
         return BestAccuracy(run)

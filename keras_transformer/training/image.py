@@ -15,6 +15,7 @@ the Transformer's setup, Adam with beta_1 = 0.9, beta_2 = 0.98, epsilon =
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import keras
@@ -28,11 +29,18 @@ from keras_transformer.data.images import (
     load_sample_patches,
 )
 from keras_transformer.models.image_transformer import ImageTransformerStack
-from keras_transformer.training.kinds import IMAGE_SOURCES, ImageSourceConfig
 from keras_transformer.training.trainer import SummedLossTrainer
+from keras_transformer.validation import (
+    check_bool,
+    check_choice,
+    check_fields,
+    check_positive_int,
+)
 
 __all__ = [
     "IMAGE_SOURCES",
+    "ImageConfig",
+    "ImageSourceConfig",
     "ImageStatistics",
     "ImageTrainer",
     "fold_image_batches",
@@ -40,6 +48,78 @@ __all__ = [
     "image_batches",
     "load_image_data",
 ]
+
+
+# ----------------------------------------------------------------- settings
+#: Where the images of an image run come from: the scikit-image photographs
+#: cut into patches, or a local CIFAR-10 folder.
+IMAGE_SOURCES = ("sample_patches", "cifar10")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSourceConfig:
+    """Which images an image run trains on: the first fields of the ``image``
+    section (`ImageConfig`); their one home and their checks.
+
+    Attributes:
+        source: ``"sample_patches"`` (`data.images.load_sample_patches`: the
+            scikit-image photographs, split by photograph, the held-out one
+            for the test) or ``"cifar10"`` (`load_cifar10` from `directory`).
+        directory: the ``cifar-10-batches-py`` folder (``"cifar10"``).
+        patch_size, train_stride: the patches of ``"sample_patches"``.
+        validation_size: ``"cifar10"``: the last training images held out
+            for validation.
+        validation_images: evaluate at most this many validation images per
+            validation (``None``: all).
+    """
+
+    source: str = "sample_patches"
+    directory: str | None = None
+    patch_size: int = 32
+    train_stride: int = 16
+    validation_size: int = 5000
+    validation_images: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("image.source", self.source, IMAGE_SOURCES)
+        if self.source == "cifar10" and not self.directory:
+            raise ValueError(
+                "image.source='cifar10' needs `directory` (image.directory), "
+                "the local cifar-10-batches-py folder."
+            )
+        sizes = ("patch_size", "train_stride", "validation_size")
+        check_fields(check_positive_int, self, sizes, section="image")
+        check_positive_int(
+            "image.validation_images", self.validation_images, allow_none=True
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageConfig(ImageSourceConfig):
+    """The ``image`` section: an Image Transformer run's images and batches.
+
+    The model is the ``model`` section, an `ImageTransformerConfig`
+    (Parmar et al., 2018); the optimizer is the paper's (§4: the
+    Transformer's Adam and Eq. 7, ``model.optimizer``); the loss is the
+    negative log-likelihood in bits per dimension.
+
+    Attributes:
+        source, directory, patch_size, train_stride, validation_size,
+            validation_images: the images (`ImageSourceConfig`).
+        batch_size: images per batch (global, split over the replicas).
+        evaluation_batch_size: images per forward pass when evaluating.
+        flip: flip half of the training images left to right.
+    """
+
+    batch_size: int = 16
+    evaluation_batch_size: int = 32
+    flip: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        batches = ("batch_size", "evaluation_batch_size")
+        check_fields(check_positive_int, self, batches, section="image")
+        check_bool("image.flip", self.flip)
 
 
 # --------------------------------------------------------------------- data

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,24 @@ from keras_transformer.data.images import (
     check_image_batch,
     lossless_bits_per_dim,
 )
+from keras_transformer.models import (
+    ImageTransformerConfig,
+    TransformerConfig,
+    get_preset,
+)
 from keras_transformer.models.image_transformer import (
     build_image_transformer,
     image_bits_per_dim,
 )
 from keras_transformer.schedules import paper_adam
 from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
-from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.checks import attention_parameters
+from keras_transformer.training.config import (
+    TrainConfig,
+    resolve_train_section,
+)
 from keras_transformer.training.image import (
+    ImageConfig,
     ImageTrainer,
     evaluation_batches,
     fold_image_batches,
@@ -59,9 +70,9 @@ from keras_transformer.training.recipes import (
     Recipe,
     RunContext,
     SplitsWithoutSkips,
-    evaluate_run,
     stored_run,
 )
+from keras_transformer.training.sections import shorten
 
 __all__ = [
     "ImageEvaluation",
@@ -70,7 +81,6 @@ __all__ = [
     "check_image_data",
     "complete_run_images",
     "completion_grid",
-    "evaluate_run",
     "image_evaluation",
 ]
 
@@ -136,7 +146,7 @@ def image_evaluation(
         model,
         split.images.astype("int32"),
         labels,
-        batch_size=config.image.evaluation_batch_size,
+        batch_size=config.options.evaluation_batch_size,
     )
     codecs = {}
     for codec in ("PNG", "WEBP"):
@@ -151,13 +161,64 @@ class ImageRecipe(Recipe):
     """The Image Transformer (``kind="image"``): see the module."""
 
     kind = "image"
+    settings = ImageConfig
+    model_config = ImageTransformerConfig
+    default_model: Any = {}
+    reads_data_section = False
+    resumable_changes = frozenset(
+        {"image.directory", "image.validation_images", "image.evaluation_batch_size"}
+    )
+    output_commands = "complete and evaluate it"
     hparams_metrics = ("bits_per_dim",)
     summary_names = ("bits_per_dim",)
     has_tokenizer = False
     data_folder = ("image", "directory")
 
+    def resolve_sections(self, config: TrainConfig) -> None:
+        """`model` an `ImageTransformerConfig` (a mapping of its fields; the
+        default model section stands for the default image model), `train` a
+        `TrainingConfig`; the `data` section is not read."""
+        model = config.model
+        if isinstance(model, TransformerConfig) and model == get_preset("tiny"):
+            model = ImageTransformerConfig()
+        elif isinstance(model, Mapping):
+            if "vocabulary_size" in model or "preset" in model:
+                raise ValueError(
+                    "The `model` section of an image run holds "
+                    "ImageTransformerConfig settings (image_shape, attention, "
+                    "...), not a text preset."
+                )
+            # A written config without `generation_order` gets the paper's
+            # order; a stored one keeps "image" (`upgrade_stored_config`).
+            default = {"generation_order": ImageTransformerConfig.generation_order}
+            model = ImageTransformerConfig.from_dict({**default, **model})
+        if not isinstance(model, ImageTransformerConfig):
+            raise ValueError(
+                "The `model` section of an image run must be an "
+                "ImageTransformerConfig or a JSON object of its settings. "
+                f"Received: {shorten(model)}"
+            )
+        object.__setattr__(config, "model", model)
+        object.__setattr__(config, "train", resolve_train_section(config))
+
+    def model_parts(self, config: TrainConfig) -> list[tuple[str, int, str]]:
+        model = config.model
+        key_dim = model.head_key_dim
+        attention = attention_parameters(
+            model.d_model, model.num_heads, key_dim, key_dim
+        )
+        per_layer = attention + 2 * model.d_model * model.d_ff
+        return [
+            (
+                f"{model.num_layers} layer(s)",
+                model.num_layers * per_layer,
+                f"model.num_layers={model.num_layers}, model.d_model="
+                f"{model.d_model}, model.d_ff={model.d_ff}",
+            )
+        ]
+
     def load_data(self, config: TrainConfig) -> ImageRunData:
-        data = check_image_data(config, load_image_data(config.image))
+        data = check_image_data(config, load_image_data(config.options))
         if config.train.test_samples is not None:
             data.test = data.test.take(config.train.test_samples)
         return data
@@ -166,7 +227,7 @@ class ImageRecipe(Recipe):
         return check_image_data(config, data)
 
     def updates_per_epoch(self, config: TrainConfig, data: Any, tokenizer: Any) -> int:
-        images = config.image.batch_size * config.train.gradient_accumulation
+        images = config.options.batch_size * config.train.gradient_accumulation
         return max(1, math.ceil(len(data.train) / images))
 
     def build_model(self, config: TrainConfig, dtype: str | None) -> keras.Model:
@@ -186,10 +247,10 @@ class ImageRecipe(Recipe):
         steps = config.train.gradient_accumulation
         dataset = image_batches(
             data.train,
-            config.image.batch_size * steps,
+            config.options.batch_size * steps,
             config.train.seed,
             start_step=skip_updates,
-            flip=config.image.flip,
+            flip=config.options.flip,
             with_labels=config.model.num_classes is not None,
         )
         if steps > 1:
@@ -203,7 +264,7 @@ class ImageRecipe(Recipe):
             return None
         return evaluation_batches(
             data.validation,
-            config.image.evaluation_batch_size,
+            config.options.evaluation_batch_size,
             config.model.num_classes is not None,
         )
 
@@ -219,7 +280,7 @@ class ImageRecipe(Recipe):
         return None if validation is None else validation.best_value
 
     def update_size(self, config: TrainConfig) -> str:
-        return f"{config.image.batch_size} images"
+        return f"{config.options.batch_size} images"
 
     def training_set(self, config: TrainConfig, data: Any) -> str:
         model = config.model

@@ -33,18 +33,22 @@ from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
     CheckpointCallback,
     NaNGuard,
-    PlainProgressLogger,
-    PreemptionCheckpoint,
     StopAtStep,
-    TrainingPreempted,
     TrainingSummaries,
     write_hparams,
     write_skipped_pairs,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
-from keras_transformer.training.config import TrainConfig, check_before_training
+from keras_transformer.training.checks import check_before_training
+from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.distribute import is_chief, make_strategy, worker_index
-from keras_transformer.training.recipes import RunContext, recipe_for
+from keras_transformer.training.kinds import recipe_for
+from keras_transformer.training.preemption import (
+    PreemptionCheckpoint,
+    TrainingPreempted,
+)
+from keras_transformer.training.progress_logger import PlainProgressLogger
+from keras_transformer.training.recipes import RunContext
 
 __all__ = [
     "ConfigMismatchError",

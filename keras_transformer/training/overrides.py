@@ -18,24 +18,25 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from keras_transformer.models import ImageTransformerConfig, TransformerConfig
+from keras_transformer.models import TransformerConfig
 from keras_transformer.training.config import (
     RENAMED_KEYS,
-    DataConfig,
     TrainConfig,
-    TrainingConfig,
+    option_sections,
     refuse_renamed_keys,
     renamed_key_error,
 )
-from keras_transformer.training.kinds import KIND_SECTIONS
+from keras_transformer.training.kinds import DEFAULT_KIND, recipe_for
+from keras_transformer.training.sections import DataConfig, TrainingConfig
 
 __all__ = ["apply_overrides", "known_keys", "parse_override"]
 
-_SECTIONS = {
-    "data": DataConfig,
-    "train": TrainingConfig,
-    **dict(KIND_SECTIONS.values()),
-}
+
+def _sections() -> dict[str, type]:
+    """The config sections of settings and their dataclasses."""
+    kinds = {kind: recipe_for(kind).settings for kind in option_sections()}
+    return {"data": DataConfig, "train": TrainingConfig, **kinds}
+
 
 #: Settings that follow the model when ``model=<preset>`` replaces it.
 _FOLLOW_THE_MODEL = {
@@ -124,15 +125,17 @@ def apply_overrides(
 
 def known_keys(path: list[str], kind: str | None = None) -> list[str]:
     """The valid keys below `path` (``[]``: the sections) in a config of
-    `kind` (the model of ``"image"`` is an `ImageTransformerConfig`)."""
+    `kind` (its model section is its `Recipe.model_config`)."""
+    sections = _sections()
     if not path:
-        return ["model", "data", "train", "kind", *_SECTIONS.keys() - {"data", "train"}]
-    if path[0] in _SECTIONS and len(path) == 1:
-        return [f.name for f in dataclasses.fields(_SECTIONS[path[0]])]
-    if path == ["model"] and kind == "image":
-        return [f.name for f in dataclasses.fields(ImageTransformerConfig)]
+        return ["model", "data", "train", "kind", *sorted(option_sections())]
+    if path[0] in sections and len(path) == 1:
+        return [f.name for f in dataclasses.fields(sections[path[0]])]
     if path == ["model"]:
-        return ["preset"] + [f.name for f in dataclasses.fields(TransformerConfig)]
+        model = recipe_for(kind or DEFAULT_KIND).model_config
+        names = [f.name for f in dataclasses.fields(model)]
+        # A text model section may name the preset it changes.
+        return ["preset", *names] if model is TransformerConfig else names
     if path == ["model", "optimizer"]:
         return [f.name for f in dataclasses.fields(TransformerConfig().optimizer)]
     return []

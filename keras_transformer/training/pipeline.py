@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs, make_translation_dataset
 from keras_transformer.data.tasks import TaskData, get_task
-from keras_transformer.training.config import DataConfig
+from keras_transformer.training.sections import DataConfig
 from keras_transformer.training.trainer import accumulation_dataset
 
 __all__ = [

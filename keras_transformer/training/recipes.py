@@ -1,26 +1,25 @@
-"""The recipes of the kinds of run, and the one registry that finds them.
+"""The recipe of a kind of run: everything that kind does differently.
 
 One `keras_transformer.training.train` runs every kind of model: it owns
 the run folder (lock, ``config.json``, resume, damaged-checkpoint fallback,
 fingerprints), the tokenizer, the distribution strategy, the precision,
 gradient accumulation, preemption, the callbacks shared by every kind
 (NaN guard, checkpoints, summaries, progress) and the final evaluation's
-place in the run. What differs between kinds is a `Recipe`: how the data is
-read and the tokenizer learned, how the model, its optimizer and its
-trainer are built, the data streams, the validation callbacks, the final
-evaluation and the run's one-line plan.
+place in the run. What differs between kinds is a `Recipe`: its config
+section and model section, how the data is read and the tokenizer learned,
+how the model, its optimizer and its trainer are built, the data streams,
+the validation callback and the metric it keeps the best weights by, the
+final evaluation, the commands that use its runs and the run's one-line
+plan.
 
-A new kind is a `Recipe` subclass registered under its name
-(`register_recipe`) plus its name in `kinds.KINDS` (and, if it has its own
-settings, a section in `kinds.KIND_SECTIONS`). The built-in recipes are
-registered by module path and imported on first use, so that this module
-imports none of them.
+A new kind is one module with a `Recipe` subclass and one line in
+`keras_transformer.training`'s ``__init__`` that registers it
+(`kinds.register_recipe`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,10 @@ import tensorflow as tf
 
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.models import TransformerConfig
+from keras_transformer.training import checks
+from keras_transformer.training.config import resolve_text_sections
+from keras_transformer.training.kinds import recipe_for
 
 __all__ = [
     "Evaluation",
@@ -37,8 +40,6 @@ __all__ = [
     "RunContext",
     "SplitsWithoutSkips",
     "evaluate_run",
-    "recipe_for",
-    "register_recipe",
     "stored_run",
 ]
 
@@ -104,6 +105,29 @@ class Recipe:
 
     #: The kind's name (``config.kind``).
     kind = ""
+    #: The dataclass of the kind's own config section, named after the kind
+    #: (``--set <kind>.<key>=...``), or None for a kind without one.
+    settings: type | None = None
+    #: The class of the ``model`` section (a text kind's also takes a preset).
+    model_config: type = TransformerConfig
+    #: The ``model`` section of a config that leaves it out.
+    default_model: Any = "tiny"
+    #: Whether the kind reads the ``data`` section (a kind that reads its
+    #: data from its own section neither takes nor writes one).
+    reads_data_section = True
+    #: Whether ``keras-transformer evaluate`` scores a stored run with
+    #: `evaluate_saved` (translation runs are scored by the translator).
+    evaluates_stored_runs = True
+    #: What the command line does with a run of this kind (in the message
+    #: of a command given a run of another kind).
+    output_commands = "evaluate it"
+    #: How `keras_transformer.runs` reads a stored run of a kind defined
+    #: outside the package (`runs.StoredKind`); the built-in kinds' are in
+    #: `runs.STORED_KINDS`.
+    stored_kind: runs.StoredKind | None = None
+    #: Keys of its own section that may change when a run resumes (besides
+    #: `config.RESUMABLE_CHANGES`).
+    resumable_changes: frozenset[str] = frozenset()
     #: The validation metrics written into TensorBoard's HParams session.
     hparams_metrics: tuple[str, ...] = ("loss",)
     #: The training logs written to TensorBoard every ``train.log_every``.
@@ -115,6 +139,16 @@ class Recipe:
     #: (images) the run folder has no tokenizer and the fingerprint of the
     #: checkpoints is the run id and the model config's hash.
     has_tokenizer = True
+
+    def resolve_sections(self, config: Any) -> None:
+        """Resolves the ``model``, ``data`` and ``train`` sections of a
+        `TrainConfig` of this kind in place (`config.resolve_text_sections`)."""
+        resolve_text_sections(config)
+
+    def model_parts(self, config: Any) -> list[tuple[str, int, str]]:
+        """(part, weights, the settings that size it) of the model, for the
+        memory check before training (`checks.model_parts`)."""
+        return checks.text_model_parts(config, decoder=False)
 
     def load_data(self, config: Any) -> Any:
         raise NotImplementedError
@@ -235,16 +269,6 @@ class Recipe:
         writer.close()
 
 
-#: kind -> a Recipe, or "module:Class" imported on first use.
-_RECIPES: dict[str, Recipe | str] = {
-    "translation": "keras_transformer.training.translation_recipe:TranslationRecipe",
-    "classification": (
-        "keras_transformer.training.classification:ClassificationRecipe"
-    ),
-    "image": "keras_transformer.training.image_recipe:ImageRecipe",
-}
-
-
 def stored_run(
     workdir: str | Path, max_examples: int | None = None, data_dir: str | None = None
 ) -> tuple[runs.RunFolder, Any]:
@@ -258,9 +282,9 @@ def stored_run(
     changes: dict[str, Any] = {}
     section, field = recipe_for(config).data_folder
     if data_dir is not None:
-        changes[section] = dataclasses.replace(
-            getattr(config, section), **{field: data_dir}
-        )
+        # The folder is in the `data` section or in the kind's own.
+        name = "options" if section == config.kind else section
+        changes[name] = dataclasses.replace(getattr(config, name), **{field: data_dir})
     if max_examples is not None:
         changes["train"] = dataclasses.replace(config.train, test_samples=max_examples)
     return folder, config.replace(**changes) if changes else config
@@ -287,22 +311,3 @@ def evaluate_run(
     folder, config = stored_run(workdir, max_examples, data_dir)
     model, tokenizer = folder.load(weights)
     return recipe_for(config).evaluate_saved(model, tokenizer, config)
-
-
-def register_recipe(kind: str, recipe: Recipe) -> None:
-    """Registers (or replaces) the recipe of `kind`."""
-    _RECIPES[kind] = recipe
-
-
-def recipe_for(config_or_kind: Any) -> Recipe:
-    """The recipe of a `TrainConfig` (its ``kind``) or of a kind's name."""
-    kind = getattr(config_or_kind, "kind", config_or_kind)
-    found = _RECIPES.get(kind)
-    if found is None:
-        raise ValueError(
-            f"No recipe for kind={kind!r}; the known kinds are {sorted(_RECIPES)}."
-        )
-    if isinstance(found, str):
-        module, name = found.split(":")
-        found = _RECIPES[kind] = getattr(importlib.import_module(module), name)()
-    return found

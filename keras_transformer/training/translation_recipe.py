@@ -24,7 +24,8 @@ from keras_transformer.training.callbacks import (
     TranslationEvaluator,
     ValidationTranslations,
 )
-from keras_transformer.training.config import TrainConfig, check_warmup
+from keras_transformer.training.checks import check_warmup, text_model_parts
+from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.evaluation import EvaluationResult
 from keras_transformer.training.pipeline import (
     count_updates,
@@ -48,6 +49,8 @@ class TranslationRecipe(Recipe):
 
     kind = "translation"
     hparams_metrics = ("bleu", "chrf", "exact_match", "loss")
+    evaluates_stored_runs = False
+    output_commands = "translate, score and evaluate it"
 
     def load_data(self, config: TrainConfig) -> TaskData:
         return load_task(config.data, seed=config.train.seed)
@@ -69,6 +72,9 @@ class TranslationRecipe(Recipe):
         run (`check_warmup`): the learning rate would only rise, and the run
         end at its peak."""
         check_warmup(config, total_steps)
+
+    def model_parts(self, config: TrainConfig) -> list[tuple[str, int, str]]:
+        return text_model_parts(config, decoder=True)
 
     def build_model(self, config: TrainConfig, dtype: str | None) -> keras.Model:
         return build_transformer(config.model, dtype=dtype)

@@ -14,7 +14,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
-from keras_transformer.data.tokenizer import _sample
+from keras_transformer.data.sentencepiece_backend import sample_sentences
 from keras_transformer.files import FileWriteError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -380,18 +380,20 @@ def test_sampled_vocabulary_is_the_same_in_two_processes(
 
 def test_sample_is_seeded_uniform_and_keeps_the_order() -> None:
     sentences = [f"sentence {i}" for i in range(1000)]
-    sample = _sample(iter(sentences), 100, seed=0)
+    sample = sample_sentences(iter(sentences), 100, seed=0)
     assert len(sample) == len(set(sample)) == 100
     assert sample == sorted(sample, key=sentences.index)  # corpus order
-    assert _sample(sentences, 100, seed=0) == sample
-    assert _sample(sentences, 100, seed=1) != sample
+    assert sample_sentences(sentences, 100, seed=0) == sample
+    assert sample_sentences(sentences, 100, seed=1) != sample
     # Spread over the corpus, not its head: about 10 in each tenth.
     tenths = [sentences.index(s) // 100 for s in sample]
     assert all(2 <= tenths.count(t) <= 25 for t in range(10))
-    assert _sample(sentences[:50], 100, seed=0) == sentences[:50]
+    assert sample_sentences(sentences[:50], 100, seed=0) == sentences[:50]
     # Streamed past the generator's chunk, and still a function of the seed.
     many = (str(i) for i in range(70_000))
-    assert _sample(many, 3, seed=4) == _sample((str(i) for i in range(70_000)), 3, 4)
+    assert sample_sentences(many, 3, seed=4) == sample_sentences(
+        (str(i) for i in range(70_000)), 3, 4
+    )
 
 
 def test_max_sentences_above_the_corpus_trains_on_all_of_it(

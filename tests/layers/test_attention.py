@@ -30,7 +30,12 @@ def test_layer_contract(tmp_path):
     y = np.random.rand(2, 7, 6).astype("float32")
     run_layer_test(
         MultiHeadAttention,
-        {"num_heads": 2, "key_dim": 4, "value_dim": 3, "dropout": 0.1},
+        {
+            "num_heads": 2,
+            "key_dim": 4,
+            "value_dim": 3,
+            "settings": {"dropout": 0.1, "num_key_value_heads": 1},
+        },
         [x, y],
         (2, 5, 8),
         tmp_path,
@@ -80,7 +85,7 @@ def test_equations_2_and_3_with_known_weights():
     weights = [rng.normal(size=w.shape).astype("float32") for w in layer.weights]
     layer.set_weights(weights)
     w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o = weights
-    output = ops.convert_to_numpy(layer(query, value))
+    output = ops.convert_to_numpy(layer(query, value).output)
 
     q = query @ w_q + b_q
     k = value @ w_k + b_k
@@ -100,14 +105,18 @@ def test_equations_2_and_3_with_known_weights():
 def test_cross_attention_scores_have_correct_symbolic_shape():
     query = keras.Input((5, 8))
     value = keras.Input((9, 8))
-    output, scores = MultiHeadAttention(num_heads=2, key_dim=4)(
-        query, value, return_attention_scores=True
-    )
+    output, scores, cache = MultiHeadAttention(num_heads=2, key_dim=4)(query, value)
     assert tuple(scores.shape) == (None, 2, 5, 9)
+    assert cache == ()
     model = keras.Model([query, value], [output, scores])
     real_output, real_scores = model([np.ones((3, 5, 8)), np.ones((3, 9, 8))])
     assert tuple(real_scores.shape) == (3, 2, 5, 9)
     assert tuple(real_output.shape) == (3, 5, 8)
+
+
+def _output(result):
+    """The output of an attention layer's `AttentionResult`, as NumPy."""
+    return ops.convert_to_numpy(result.output)
 
 
 def test_implicit_mask_equals_explicit_mask():
@@ -115,10 +124,10 @@ def test_implicit_mask_equals_explicit_mask():
     embedding = ScaledEmbedding(20, 8, mask_zero=True)
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     hidden = embedding(ids)
-    implicit = ops.convert_to_numpy(attention(hidden, hidden))
+    implicit = _output(attention(hidden, hidden))
     real = ids != 0
     explicit_mask = real[:, :, None] & real[:, None, :]
-    explicit = ops.convert_to_numpy(
+    explicit = _output(
         attention(ops.convert_to_numpy(hidden), hidden, attention_mask=explicit_mask)
     )
     np.testing.assert_allclose(implicit, explicit, atol=1e-6)
@@ -129,10 +138,10 @@ def test_padded_keys_do_not_change_real_outputs():
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x = rng.normal(size=(1, 6, 8)).astype("float32")
     padding = np.array([[True, True, True, True, False, False]])
-    first = ops.convert_to_numpy(attention(x, x, value_mask=padding))
+    first = _output(attention(x, x, value_mask=padding))
     x_changed = x.copy()
     x_changed[:, 4:] = rng.normal(size=(1, 2, 8)) * 100
-    second = ops.convert_to_numpy(attention(x_changed, x_changed, value_mask=padding))
+    second = _output(attention(x_changed, x_changed, value_mask=padding))
     np.testing.assert_allclose(first[:, :4], second[:, :4], atol=1e-5)
 
 
@@ -140,22 +149,20 @@ def test_causal_mask_hides_the_future():
     rng = np.random.default_rng(3)
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x = rng.normal(size=(1, 6, 8)).astype("float32")
-    first = ops.convert_to_numpy(attention(x, x, use_causal_mask=True))
+    first = _output(attention(x, x, use_causal_mask=True))
     x_changed = x.copy()
     x_changed[:, 3] += 5.0
-    second = ops.convert_to_numpy(attention(x_changed, x_changed, use_causal_mask=True))
+    second = _output(attention(x_changed, x_changed, use_causal_mask=True))
     np.testing.assert_allclose(first[:, :3], second[:, :3], atol=1e-6)
     assert not np.allclose(first[:, 3:], second[:, 3:])
 
 
 def test_attention_dropout_only_in_training():
-    attention = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
+    attention = MultiHeadAttention(num_heads=2, key_dim=4, settings={"dropout": 0.5})
     x = np.random.rand(2, 6, 8).astype("float32")
-    inference = [
-        ops.convert_to_numpy(attention(x, x, training=False)) for _ in range(2)
-    ]
+    inference = [_output(attention(x, x, training=False)) for _ in range(2)]
     np.testing.assert_array_equal(inference[0], inference[1])
-    training = ops.convert_to_numpy(attention(x, x, training=True))
+    training = _output(attention(x, x, training=True))
     assert not np.allclose(training, inference[0])
 
 
@@ -164,13 +171,19 @@ def test_attention_dropout_only_in_training():
     [
         ({"num_heads": 0, "key_dim": 4}, "num_heads=0"),
         ({"num_heads": 2, "key_dim": -1}, "key_dim=-1"),
-        ({"num_heads": 2, "key_dim": 4, "dropout": 1.5}, "dropout=1.5"),
+        ({"num_heads": 2, "key_dim": 4, "settings": {"dropout": 1.5}}, "dropout=1.5"),
         ({"num_heads": 2.0, "key_dim": 4}, "num_heads=2.0"),
+        ({"num_heads": 2, "key_dim": 4, "settings": {"windows": 2}}, "windows"),
+        (
+            {"num_heads": 4, "key_dim": 4, "settings": {"num_key_value_heads": 3}},
+            r"^`attention_settings.num_key_value_heads=3` must divide num_heads=4 ",
+        ),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as error:
         MultiHeadAttention(**kwargs)
+    assert "\n" not in str(error.value)
 
 
 def test_masks_of_the_wrong_rank_are_refused():
@@ -188,22 +201,24 @@ def test_float16_padding_stays_finite():
     attention = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_float16")
     x = np.random.rand(2, 5, 8).astype("float32") * 50
     padding = np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], bool)
-    output, scores = attention(
-        x, x, query_mask=padding, value_mask=padding, return_attention_scores=True
-    )
+    output, scores, _ = attention(x, x, query_mask=padding, value_mask=padding)
     assert keras.backend.standardize_dtype(output.dtype) == "float16"
     assert keras.backend.standardize_dtype(scores.dtype) == "float32"
     assert np.all(np.isfinite(ops.convert_to_numpy(output)))
 
 
-def test_cached_self_attention_equals_causal_attention():
-    """Fixed-size cache written at an index: same outputs as the full pass."""
+@pytest.mark.parametrize("kv_heads", [None, 1])
+def test_cached_self_attention_equals_causal_attention(kv_heads):
+    """Fixed-size cache written at an index: same outputs as the full pass
+    (multi-head, and multi-query attention with one key/value head)."""
     rng = np.random.default_rng(4)
-    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    attention = MultiHeadAttention(
+        num_heads=2, key_dim=4, settings={"num_key_value_heads": kv_heads}
+    )
     x = rng.normal(size=(2, 6, 8)).astype("float32")
-    full = ops.convert_to_numpy(attention(x, x, use_causal_mask=True))
-    cache = attention.empty_cache(2, max_length=9)
-    assert tuple(cache[0].shape) == (2, 2, 9, 4)
+    full = _output(attention(x, x, use_causal_mask=True))
+    cache = attention.empty_cache(2, 9)
+    assert tuple(cache[0].shape) == (2, kv_heads or 2, 9, 4)
     outputs = []
     for index in range(6):
         output, scores, cache = attention(
@@ -211,7 +226,6 @@ def test_cached_self_attention_equals_causal_attention():
             cache=cache,
             cache_update_index=index,
             use_causal_mask=True,
-            return_attention_scores=True,
         )
         outputs.append(ops.convert_to_numpy(output))
         # Unused cache slots get no weight.
@@ -219,43 +233,52 @@ def test_cached_self_attention_equals_causal_attention():
     np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
 
 
-def test_appended_cache_equals_the_fixed_size_cache():
-    """`append_to_cache` grows the cache by the step: same outputs, and a
-    cache that holds exactly the positions seen so far."""
+def _grown(cache, rows):
+    """`cache` with `rows` zero rows appended (what a growing search does)."""
+    return tuple(np.concatenate([c, np.zeros_like(c[:, :, :rows])], 2) for c in cache)
+
+
+def test_grown_cache_equals_the_fixed_size_cache():
+    """A cache that grows by the step's rows before each call (a TensorFlow
+    graph search): same outputs, and a cache that holds exactly the
+    positions seen so far."""
     rng = np.random.default_rng(6)
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
-    full = ops.convert_to_numpy(attention(x, x, use_causal_mask=True))
-    cache = attention.empty_cache(2, max_length=0)
+    full = _output(attention(x, x, use_causal_mask=True))
+    cache = tuple(ops.convert_to_numpy(c) for c in attention.empty_cache(2, 1))
     for index in range(5):
-        output, cache = attention(
+        output, _, cache = attention(
             x[:, index : index + 1],
-            cache=cache,
+            cache=cache if index == 0 else _grown(cache, 1),
             cache_update_index=index,
-            append_to_cache=True,
             use_causal_mask=True,
         )
+        cache = tuple(ops.convert_to_numpy(c) for c in cache)
         assert tuple(cache[1].shape) == (2, 2, index + 1, 4)
         np.testing.assert_allclose(
             ops.convert_to_numpy(output)[:, 0], full[:, index], atol=1e-5
         )
 
 
-@pytest.mark.parametrize("append", [False, True])
-def test_beam_layout_keeps_each_hypothesis_history(append):
-    """Slot j of position t is row t * beam + j: hypotheses that follow their
-    own slots see exactly their own sequence."""
+@pytest.mark.parametrize("grow", [False, True])
+def test_beam_layout_keeps_each_hypothesis_history(grow):
+    """Slot j of position t is row t * beam + j (the search's layout, told
+    to the layer by the row it writes and the mask): hypotheses that follow
+    their own slots see exactly their own sequence."""
     rng = np.random.default_rng(8)
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     beam, steps = 3, 4
     # (batch * beam, steps, 8): one sequence per hypothesis.
     x = rng.normal(size=(2, beam, steps, 8)).astype("float32")
     flat = x.reshape(2 * beam, steps, 8)
-    full = ops.convert_to_numpy(attention(flat, flat, use_causal_mask=True))
+    full = _output(attention(flat, flat, use_causal_mask=True))
     full = full.reshape(2, beam, steps, -1)
-    cache = attention.empty_cache(2, 0 if append else steps, beam_size=beam)
+    cache = attention.empty_cache(2, (1 if grow else steps) * beam)
     for index in range(steps):
-        rows = (index + 1 if append else steps) * beam
+        rows = (index + 1 if grow else steps) * beam
+        if grow and index:
+            cache = _grown(tuple(ops.convert_to_numpy(c) for c in cache), beam)
         # Hypothesis k: slot k of every position up to `index`.
         history = (np.arange(rows) % beam == np.arange(beam)[:, None]) & (
             np.arange(rows) // beam <= index
@@ -263,11 +286,8 @@ def test_beam_layout_keeps_each_hypothesis_history(append):
         output, scores, cache = attention(
             x[:, :, index],
             cache=cache,
-            cache_update_index=index,
+            cache_update_index=index * beam,
             attention_mask=np.broadcast_to(history, (2, beam, rows)),
-            beam_size=beam,
-            append_to_cache=append,
-            return_attention_scores=True,
         )
         assert tuple(scores.shape) == (2, 2, beam, rows)
         np.testing.assert_allclose(
@@ -281,12 +301,12 @@ def test_cross_attention_keys_and_values_are_computed_once():
     query = rng.normal(size=(2, 3, 8)).astype("float32")
     memory = rng.normal(size=(2, 5, 8)).astype("float32")
     padding = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
-    full = ops.convert_to_numpy(attention(query, memory, value_mask=padding))
+    full = _output(attention(query, memory, value_mask=padding))
     cache = attention.project_key_value(memory)
     assert tuple(cache[0].shape) == (2, 2, 5, 4)
     for index in range(3):
         # No `cache_update_index`: the cache is read, never written.
-        step, unchanged = attention(
+        step, _, unchanged = attention(
             query[:, index : index + 1], cache=cache, key_mask=padding
         )
         assert unchanged[0] is cache[0]
@@ -300,21 +320,75 @@ def test_self_attention_without_value_equals_value_equal_to_query():
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x = np.random.default_rng(9).normal(size=(2, 5, 8)).astype("float32")
     np.testing.assert_allclose(
-        ops.convert_to_numpy(attention(x, use_causal_mask=True)),
-        ops.convert_to_numpy(attention(x, x, use_causal_mask=True)),
+        _output(attention(x, use_causal_mask=True)),
+        _output(attention(x, x, use_causal_mask=True)),
         atol=1e-6,
     )
 
 
 @pytest.mark.parametrize(
     "arguments",
-    [{"cache_update_index": 0}, {"append_to_cache": True}, {"beam_size": 2}],
+    [{"cache_update_index": 0}, {"positions": (np.arange(2), np.arange(2))}],
 )
 def test_cache_arguments_need_a_cache(arguments):
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x = np.ones((1, 2, 8), "float32")
     with pytest.raises(ValueError, match="need a cache"):
         attention(x, x, **arguments)
+
+
+def test_grouped_query_attention_with_as_many_kv_heads_is_multi_head_attention():
+    """`num_key_value_heads == num_heads` is multi-head attention: the same
+    variables, and with the same weights exactly the same outputs."""
+    x = np.random.default_rng(10).normal(size=(2, 5, 8)).astype("float32")
+    plain = MultiHeadAttention(num_heads=4, key_dim=2)
+    grouped = MultiHeadAttention(
+        num_heads=4, key_dim=2, settings={"num_key_value_heads": 4}
+    )
+    plain(x), grouped(x)
+    grouped.set_weights(plain.get_weights())
+    for value in (None, x):
+        np.testing.assert_array_equal(
+            _output(grouped(x, value, use_causal_mask=True)),
+            _output(plain(x, value, use_causal_mask=True)),
+        )
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_attention_equals_multi_head_attention_with_shared_heads(
+    kv_heads,
+):
+    """Ainslie et al. (2023): key/value head j serves query heads j * g ...
+    (j + 1) * g - 1. Multi-head attention whose key and value heads repeat
+    the grouped ones gives the same outputs and weights."""
+    x = np.random.default_rng(11).normal(size=(2, 5, 8)).astype("float32")
+    heads, groups = 4, 4 // kv_heads
+    grouped = MultiHeadAttention(
+        num_heads=heads, key_dim=2, settings={"num_key_value_heads": kv_heads}
+    )
+    plain = MultiHeadAttention(num_heads=heads, key_dim=2)
+    grouped(x), plain(x)
+    assert tuple(grouped.key_kernel.shape) == (8, kv_heads * 2)
+
+    def repeated(weight):  # (..., kv_heads * 2) -> (..., heads * 2)
+        weight = ops.convert_to_numpy(weight)
+        split = weight.reshape(*weight.shape[:-1], kv_heads, 1, 2)
+        return np.broadcast_to(
+            split, (*weight.shape[:-1], kv_heads, groups, 2)
+        ).reshape(*weight.shape[:-1], heads * 2)
+
+    for name in ("query_kernel", "output_kernel", "query_bias", "output_bias"):
+        getattr(plain, name).assign(getattr(grouped, name))
+    for name in ("key_kernel", "value_kernel", "key_bias", "value_bias"):
+        getattr(plain, name).assign(repeated(getattr(grouped, name)))
+    expected, expected_scores, _ = plain(x, use_causal_mask=True)
+    output, scores, _ = grouped(x, use_causal_mask=True)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output), ops.convert_to_numpy(expected), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(scores), ops.convert_to_numpy(expected_scores), atol=1e-6
+    )
 
 
 def test_single_key_takes_all_weight_unless_masked():

@@ -53,11 +53,11 @@ def test_post_ln_and_pre_ln_wiring():
         attention, ffn = block.self_attention, block.feed_forward
         if norm_first:
             h = x + ops.convert_to_numpy(
-                attention(numpy_layer_norm(x), numpy_layer_norm(x))
+                attention(numpy_layer_norm(x), numpy_layer_norm(x)).output
             )
             expected = h + ops.convert_to_numpy(ffn(numpy_layer_norm(h)))
         else:
-            h = numpy_layer_norm(x + ops.convert_to_numpy(attention(x, x)))
+            h = numpy_layer_norm(x + ops.convert_to_numpy(attention(x, x).output))
             expected = numpy_layer_norm(h + ops.convert_to_numpy(ffn(h)))
         np.testing.assert_allclose(ops.convert_to_numpy(block(x)), expected, atol=1e-4)
 
@@ -142,7 +142,7 @@ def test_cached_decoding_equals_full_pass(norm_first):
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     source_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
     full = ops.convert_to_numpy(block(y, x, encoder_padding_mask=source_mask))
-    cache = block.init_cache(x, max_length=8)
+    cache = block.init_cache(x, rows=8)
     assert tuple(cache["self_keys"].shape) == (2, 2, 8, 4)
     steps = []
     for index in range(6):
@@ -155,7 +155,7 @@ def test_cached_decoding_equals_full_pass(norm_first):
         steps.append(ops.convert_to_numpy(output))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
     # Two tokens at once, starting at position 2, after a fresh prefix.
-    cache = block.init_cache(x, max_length=8)
+    cache = block.init_cache(x, rows=8)
     _, cache = block(
         y[:, :2], encoder_padding_mask=source_mask, cache=cache, cache_update_index=0
     )
@@ -227,12 +227,12 @@ def _copy_weights(source, target):
 
 
 def test_windowed_encoder_block_equals_band_masked_full_block():
-    """attention_window=r (§4) equals full attention under a band mask."""
+    """A window r (§4) equals full attention under a band mask."""
     rng = np.random.default_rng(4)
     x = rng.normal(size=(2, 11, 8)).astype("float32")
     padding = np.ones((2, 11), bool)
     padding[1, 8:] = False
-    windowed = EncoderBlock(**BLOCK_ARGS, attention_window=3)
+    windowed = EncoderBlock(**BLOCK_ARGS, attention_settings={"window": 3})
     full = EncoderBlock(**BLOCK_ARGS)
     windowed(x)
     full(x)
@@ -262,11 +262,11 @@ def test_windowed_encoder_block_equals_band_masked_full_block():
 
 def test_windowed_decoder_block_caches_like_its_full_pass():
     rng = np.random.default_rng(5)
-    block = DecoderBlock(**BLOCK_ARGS, attention_window=2)
+    block = DecoderBlock(**BLOCK_ARGS, attention_settings={"window": 2})
     y = rng.normal(size=(2, 7, 8)).astype("float32")
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     full = ops.convert_to_numpy(block(y, x))
-    cache = block.init_cache(x, max_length=7)
+    cache = block.init_cache(x, rows=7)
     steps = []
     for index in range(7):
         output, cache = block(
@@ -283,5 +283,5 @@ def test_windowed_decoder_block_caches_like_its_full_pass():
 
 
 def test_bad_attention_window():
-    with pytest.raises(ValueError, match="attention_window=0"):
-        EncoderBlock(num_heads=2, d_ff=8, attention_window=0)
+    with pytest.raises(ValueError, match="attention_settings.window=0"):
+        EncoderBlock(num_heads=2, d_ff=8, attention_settings={"window": 0})

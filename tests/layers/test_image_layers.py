@@ -342,7 +342,7 @@ def test_block_local_1d_attention_equals_local_block_attention() -> None:
         ({"query_block_length": 0}, "query_block_length"),
         ({"memory_length": -1}, "memory_length=-1"),
         ({"generation_order": "rows"}, "generation_order='rows'"),
-        ({"attention_window": 4}, "attention_window"),
+        ({"attention_settings": {"window": 4}}, "not attention_settings.window"),
     ],
 )
 def test_bad_block_arguments_raise(kwargs: dict, match: str) -> None:

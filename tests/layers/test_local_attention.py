@@ -47,6 +47,7 @@ def _dtype(x: object) -> str:
 
 def _numpy(x: object, dtype: str | None = None) -> np.ndarray:
     """A backend tensor (or array) as a NumPy array, on every backend."""
+    x = getattr(x, "output", x)  # an attention layer's `AttentionResult`
     return np.asarray(keras.ops.convert_to_numpy(x), dtype)
 
 
@@ -69,10 +70,8 @@ def test_restricted_equals_dense_band_mask(
     )
     dense = _dense_twin(layer, x)
     band = restricted_attention_mask(length, window, causal=causal)[None]
-    expected, expected_scores = dense(
-        x, x, attention_mask=band, return_attention_scores=True
-    )
-    output, scores = layer(x, use_causal_mask=causal, return_attention_scores=True)
+    expected, expected_scores, _ = dense(x, x, attention_mask=band)
+    output, scores, _ = layer(x, use_causal_mask=causal)
     _close(output, expected)
     _close(layer.local_to_dense_scores(scores, length, causal), expected_scores)
     # Blocked layout: (batch, heads, n_blocks, b, b + 2r) or (..., b + r).
@@ -84,8 +83,8 @@ def test_restricted_equals_dense_band_mask(
 def test_scores_layout_is_three_blocks_wide() -> None:
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4)
     x = _inputs(16)
-    _, scores = layer(x, return_attention_scores=True)
-    _, causal_scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    _, scores, _ = layer(x)
+    _, causal_scores, _ = layer(x, use_causal_mask=True)
     assert tuple(scores.shape) == (BATCH, HEADS, 4, 4, 12)
     assert tuple(causal_scores.shape) == (BATCH, HEADS, 4, 4, 8)
     # Each real query row is a distribution over its local keys.
@@ -159,9 +158,7 @@ def test_padding_mask_matches_dense_and_hides_padded_keys(causal: bool) -> None:
         query_mask=padding,
         value_mask=padding,
     )
-    output, scores = layer(
-        x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
-    )
+    output, scores, _ = layer(x, padding_mask=padding, use_causal_mask=causal)
     _close(output, expected)
     dense_scores = _numpy(layer.local_to_dense_scores(scores, length, causal))
     assert np.all(dense_scores[1, :, :, 9:] == 0.0)
@@ -216,7 +213,7 @@ def test_variable_length_functional_model() -> None:
 # ---------------------------------------------------------- serialization
 def test_config_round_trip() -> None:
     layer = RestrictedMultiHeadAttention(
-        HEADS, KEY_DIM, window=3, block_size=2, dropout=0.1, name="local"
+        HEADS, KEY_DIM, window=3, block_size=2, settings={"dropout": 0.1}, name="local"
     )
     x = _inputs(7)
     layer(x)
@@ -235,10 +232,10 @@ def test_keras_save_and_load(tmp_path: Path) -> None:
     inputs = keras.Input((None, D_MODEL))
     outputs = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3, name="r")(
         inputs, use_causal_mask=True
-    )
+    ).output
     outputs = LocalBlockAttention(
         HEADS, KEY_DIM, query_block_length=3, memory_length=4, name="b"
-    )(outputs, use_causal_mask=True)
+    )(outputs, use_causal_mask=True).output
     model = keras.Model(inputs, outputs)
     path = tmp_path / "local.keras"
     model.save(path)
@@ -265,9 +262,7 @@ def test_mixed_float16_is_finite() -> None:
     padding = np.ones((BATCH, 13), bool)
     padding[0, 10:] = False
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4)
-    output, scores = layer(
-        x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True
-    )
+    output, scores, _ = layer(x, padding_mask=padding, use_causal_mask=True)
     assert _dtype(output) == "float16" and _dtype(scores) == "float32"
     assert np.isfinite(_numpy(output, "float32")).all()
     block = LocalBlockAttention(HEADS, KEY_DIM, query_block_length=4, memory_length=4)
@@ -279,21 +274,25 @@ def test_mixed_float16_is_finite() -> None:
 def test_restricted_attention_in_the_one_cache_layout_equals_full_causal(
     append: bool,
 ) -> None:
-    """`call(..., cache=...)` over `empty_cache`: the window bounds how far
-    back a cached query looks, as in the full causal layer."""
+    """`call(..., cache=...)` over `empty_cache` (or a cache grown by a row
+    before each step): the window bounds how far back a cached query looks,
+    as in the full causal layer."""
     length, window = 9, 2
     x = _inputs(length)
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=window)
     full = _numpy(layer(x, use_causal_mask=True))
-    cache = layer.empty_cache(BATCH, 0 if append else length)
+    cache = layer.empty_cache(BATCH, 1 if append else length)
     for index in range(length):
+        if append and index:
+            cache = tuple(
+                np.concatenate([c, np.zeros_like(c[:, :, :1])], 2)
+                for c in map(_numpy, cache)
+            )
         output, scores, cache = layer(
             x[:, index : index + 1],
             cache=cache,
             cache_update_index=index,
-            append_to_cache=append,
             use_causal_mask=True,
-            return_attention_scores=True,
         )
         _close(_numpy(output)[:, 0], full[:, index])
         # Nothing more than `window` positions back, nothing ahead.
@@ -324,17 +323,14 @@ def test_local_block_equals_dense_mask(
     mask = local_block_attention_mask(
         length, query_block_length, memory_length, causal=causal
     )
-    expected, expected_scores = dense(
+    expected, expected_scores, _ = dense(
         x,
         x,
         attention_mask=mask[None],
         query_mask=padding,
         value_mask=padding,
-        return_attention_scores=True,
     )
-    output, scores = layer(
-        x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
-    )
+    output, scores, _ = layer(x, padding_mask=padding, use_causal_mask=causal)
     _close(output, expected)
     _close(layer.local_to_dense_scores(scores, length, causal), expected_scores)
     width = memory_length + query_block_length
@@ -365,12 +361,13 @@ def test_bad_window_raises(window: object) -> None:
     [
         ({"window": 2, "block_size": 0}, "block_size"),
         ({"window": 2, "num_heads": 0}, "num_heads"),
-        ({"window": 2, "dropout": 1.5}, "dropout"),
+        ({"window": 2, "settings": {"dropout": 1.5}}, "attention_settings.dropout"),
     ],
 )
 def test_bad_restricted_arguments_raise(kwargs: dict, name: str) -> None:
     arguments = {"num_heads": HEADS, "key_dim": KEY_DIM, **kwargs}
-    with pytest.raises(ValueError, match=f"`{name}`.*{name}={kwargs[name]!r}"):
+    value = {**kwargs, **kwargs.get("settings", {})}[name.split(".")[-1]]
+    with pytest.raises(ValueError, match=f"`{name}`.*{name}={value!r}"):
         RestrictedMultiHeadAttention(**arguments)
 
 
@@ -402,7 +399,9 @@ def test_cross_attention_raises() -> None:
 # ------------------------------------------------------ dropout and shapes
 def test_attention_dropout_only_in_training() -> None:
     x = _inputs(10)
-    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3, dropout=0.5)
+    layer = RestrictedMultiHeadAttention(
+        HEADS, KEY_DIM, window=3, settings={"dropout": 0.5}
+    )
     inference = _numpy(layer(x))
     _close(layer(x, training=False), inference, atol=0.0)
     assert np.abs(_numpy(layer(x, training=True)) - inference).max() > 1e-4
@@ -411,12 +410,10 @@ def test_attention_dropout_only_in_training() -> None:
 def test_symbolic_output_spec_matches_eager_shapes() -> None:
     inputs = keras.Input((13, D_MODEL))
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=4, output_dim=6)
-    output, scores = layer(inputs, use_causal_mask=True, return_attention_scores=True)
+    output, scores, _ = layer(inputs, use_causal_mask=True)
     assert tuple(output.shape) == (None, 13, 6)
     assert tuple(scores.shape) == (None, HEADS, 4, 4, 8)
-    eager_output, eager_scores = layer(
-        _inputs(13), use_causal_mask=True, return_attention_scores=True
-    )
+    eager_output, eager_scores, _ = layer(_inputs(13), use_causal_mask=True)
     assert tuple(eager_output.shape)[1:] == (13, 6)
     assert tuple(eager_scores.shape)[1:] == (HEADS, 4, 4, 8)
 
@@ -430,10 +427,10 @@ def test_local_block_cached_positions_equal_the_full_causal_layer(
         num_heads=2, key_dim=4, query_block_length=block, memory_length=memory
     )
     x = np.random.default_rng(7).normal(size=(2, 15, 8)).astype("float32")
-    full = keras.ops.convert_to_numpy(layer(x, use_causal_mask=True))
+    full = _numpy(layer(x, use_causal_mask=True))
     cache = layer.empty_cache(2, 15)
     for index in range(15):
-        output, cache = layer(
+        output, _, cache = layer(
             x[:, index : index + 1],
             cache=cache,
             cache_update_index=index,

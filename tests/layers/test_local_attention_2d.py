@@ -30,6 +30,7 @@ def _image(rows: int = ROWS, cols: int = COLS, seed: int = 0) -> np.ndarray:
 
 
 def _numpy(x: object) -> np.ndarray:
+    x = getattr(x, "output", x)  # an attention layer's `AttentionResult`
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
@@ -111,10 +112,8 @@ def test_equals_multi_head_attention_with_dense_mask(
     mask = local_2d_attention_mask(
         rows, cols, query_block, memory_flange, causal, generation_order=order
     )
-    expected, expected_scores = dense(
-        sequence, sequence, attention_mask=mask, return_attention_scores=True
-    )
-    output, scores = layer(x, use_causal_mask=causal, return_attention_scores=True)
+    expected, expected_scores, _ = dense(sequence, sequence, attention_mask=mask)
+    output, scores, _ = layer(x, use_causal_mask=causal)
     assert tuple(output.shape) == (BATCH, rows, cols, D_MODEL)
     _close(_numpy(output).reshape(BATCH, rows * cols, D_MODEL), expected)
     _close(layer.blocked_to_dense_scores(scores), expected_scores)
@@ -298,7 +297,7 @@ def test_cached_positions_equal_full_causal_layer(
         position = sequence[:, index : index + 1]
         # A tensor index, as inside a compiled sampling loop, every few steps.
         step_index = keras.ops.convert_to_tensor(index) if index % 5 else index
-        output, cache = layer(
+        output, _, cache = layer(
             position, cache=cache, cache_update_index=step_index, use_causal_mask=True
         )
         assert tuple(output.shape) == (BATCH, 1, D_MODEL)
@@ -329,19 +328,21 @@ def test_symbolic_output_spec_matches_eager_shapes() -> None:
     layer = LocalAttention2D(
         HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3), output_dim=5
     )
-    output, scores = layer(inputs, use_causal_mask=True, return_attention_scores=True)
+    output, scores, _ = layer(inputs, use_causal_mask=True)
     assert tuple(output.shape) == (None, ROWS, COLS, 5)
     assert tuple(scores.shape) == (None, HEADS, 2, 4, 12, 36)
-    eager_output, eager_scores = layer(
-        _image(), use_causal_mask=True, return_attention_scores=True
-    )
+    eager_output, eager_scores, _ = layer(_image(), use_causal_mask=True)
     assert tuple(eager_output.shape)[1:] == (ROWS, COLS, 5)
     assert tuple(eager_scores.shape)[1:] == (HEADS, 2, 4, 12, 36)
 
 
 def test_config_round_trip_and_serialization() -> None:
     layer = LocalAttention2D(
-        HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3), dropout=0.1
+        HEADS,
+        KEY_DIM,
+        query_block=(2, 6),
+        memory_flange=(1, 3),
+        settings={"dropout": 0.1},
     )
     config = layer.get_config()
     assert config["query_block"] == [2, 6] and config["memory_flange"] == [1, 3]
@@ -373,7 +374,11 @@ def test_a_saved_layer_without_the_order_loads_with_the_raster_order() -> None:
 def test_attention_dropout_only_in_training() -> None:
     x = _image()
     layer = LocalAttention2D(
-        HEADS, KEY_DIM, query_block=(2, 6), memory_flange=(1, 3), dropout=0.5
+        HEADS,
+        KEY_DIM,
+        query_block=(2, 6),
+        memory_flange=(1, 3),
+        settings={"dropout": 0.5},
     )
     inference = _numpy(layer(x, use_causal_mask=True))
     _close(layer(x, use_causal_mask=True, training=False), inference, atol=0.0)

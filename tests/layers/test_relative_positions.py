@@ -25,7 +25,8 @@ HEADS, KEY_DIM, VALUE_DIM, D_MODEL = 2, 4, 3, 6
 
 
 def _numpy(x: object) -> np.ndarray:
-    return np.asarray(ops.convert_to_numpy(x))
+    """`x` as NumPy (the output of an attention layer's `AttentionResult`)."""
+    return np.asarray(ops.convert_to_numpy(getattr(x, "output", x)))
 
 
 def shaw_reference(
@@ -74,8 +75,15 @@ def shaw_reference(
 
 def _layer(cls=MultiHeadAttention, seed: int = 0, **kwargs) -> MultiHeadAttention:
     """A built layer with random weights (biases included)."""
-    kwargs = {"relative_positions": 2, "relative_values": True, **kwargs}
-    layer = cls(num_heads=HEADS, key_dim=KEY_DIM, value_dim=VALUE_DIM, **kwargs)
+    settings = {"relative_positions": 2, "relative_values": True}
+    settings.update(kwargs.pop("settings", {}))
+    layer = cls(
+        num_heads=HEADS,
+        key_dim=KEY_DIM,
+        value_dim=VALUE_DIM,
+        settings=settings,
+        **kwargs,
+    )
     layer.build((None, None, D_MODEL), (None, None, D_MODEL))
     rng = np.random.default_rng(seed)
     for variable in layer.weights:
@@ -126,7 +134,7 @@ def test_layer_equals_shaw_et_al_equations_in_float64(causal):
 
 
 def test_keys_only_creates_no_value_embeddings():
-    layer = _layer(relative_values=False)
+    layer = _layer(settings={"relative_values": False})
     names = [v.name for v in layer.weights]
     assert "relative_key_embeddings" in names
     assert "relative_value_embeddings" not in names
@@ -143,8 +151,7 @@ def test_layer_contract(tmp_path):
         {
             "num_heads": HEADS,
             "key_dim": KEY_DIM,
-            "relative_positions": 3,
-            "relative_values": True,
+            "settings": {"relative_positions": 3, "relative_values": True},
         },
         [x],
         (2, 5, D_MODEL),
@@ -153,19 +160,24 @@ def test_layer_contract(tmp_path):
     )
 
 
-@pytest.mark.parametrize("append", [False, True])
-def test_cached_greedy_decoding_equals_the_uncached_pass(append):
+@pytest.mark.parametrize("grow", [False, True])
+def test_cached_greedy_decoding_equals_the_uncached_pass(grow):
+    """With a fixed-size cache, or one that grows by a row before each step."""
     layer = _layer()
     x = _inputs()
     full = _numpy(layer(x, use_causal_mask=True))
     length = x.shape[1]
-    cache = layer.empty_cache(x.shape[0], 0 if append else length)
+    cache = layer.empty_cache(x.shape[0], 1 if grow else length)
     for t in range(length):
-        output, cache = layer(
+        if grow and t:
+            cache = tuple(
+                np.concatenate([c, np.zeros_like(c[:, :, :1])], 2)
+                for c in map(_numpy, cache)
+            )
+        output, _, cache = layer(
             x[:, t : t + 1],
             cache=cache,
             cache_update_index=t,
-            append_to_cache=append,
             use_causal_mask=True,
         )
         np.testing.assert_allclose(_numpy(output)[:, 0], full[:, t], atol=1e-5)
@@ -180,18 +192,18 @@ def test_beam_decoding_equals_each_hypothesis_uncached_pass():
     rng = np.random.default_rng(2)
     hypotheses = rng.normal(size=(batch, beam, length, D_MODEL)).astype("float32")
     full = [_numpy(layer(hypotheses[:, j], use_causal_mask=True)) for j in range(beam)]
-    cache = layer.empty_cache(batch, length, beam_size=beam)
+    cache = layer.empty_cache(batch, length * beam)
     rows = np.arange(length * beam)
     # (batch, beam, rows): hypothesis j reads the rows of slot j.
     own_slots = np.broadcast_to(
         rows % beam == np.arange(beam)[:, None], (batch, beam, length * beam)
     )
     for t in range(length):
-        output, cache = layer(
+        output, _, cache = layer(
             hypotheses[:, :, t],
             cache=cache,
-            cache_update_index=t,
-            beam_size=beam,
+            cache_update_index=t * beam,
+            positions=(np.full(beam, t, "int32"), (rows // beam).astype("int32")),
             attention_mask=own_slots,
             use_causal_mask=True,
         )
@@ -213,7 +225,7 @@ def test_restricted_attention_equals_dense_attention_on_its_band(causal):
     if causal:
         cache = restricted.empty_cache(2, 8)
         for t in range(8):
-            output, cache = restricted(
+            output, _, cache = restricted(
                 x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
             )
             np.testing.assert_allclose(_numpy(output)[:, 0], got[:, t], atol=1e-5)
@@ -230,7 +242,7 @@ def test_local_1d_attention_equals_dense_attention_and_its_cache():
     np.testing.assert_allclose(got, expected, atol=1e-5)
     cache = local.empty_cache(2, 9)
     for t in range(9):
-        output, cache = local(
+        output, _, cache = local(
             x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
         )
         np.testing.assert_allclose(_numpy(output)[:, 0], got[:, t], atol=1e-5)
@@ -249,15 +261,15 @@ def test_a_cache_without_positions_is_refused():
     [
         ({"relative_positions": -1}, "relative_positions` must be a positive"),
         ({"relative_positions": 0}, "relative_positions` must be a positive"),
-        ({"relative_positions": 2.0}, "Received: relative_positions=2.0"),
+        ({"relative_positions": 2.0}, "relative_positions=2.0"),
         ({"relative_positions": "4"}, "relative_positions` must be a positive"),
-        ({"relative_values": True}, "needs `relative_positions`"),
+        ({"relative_values": True}, "needs `attention_settings.relative_positions`"),
         ({"relative_positions": 2, "relative_values": 1}, "relative_values` must"),
     ],
 )
 def test_bad_arguments_get_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
-        MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+        MultiHeadAttention(num_heads=2, key_dim=4, settings=kwargs)
     assert "\n" not in str(error.value)
 
 
@@ -268,13 +280,13 @@ def test_local_2d_attention_refuses_relative_positions():
             key_dim=4,
             query_block=(2, 2),
             memory_flange=(1, 1),
-            relative_positions=2,
+            settings={"relative_positions": 2},
         )
     assert "\n" not in str(error.value)
 
 
 def test_mixed_precision_outputs_are_finite():
     layer = _layer(dtype="mixed_float16")
-    output = layer(_inputs(), use_causal_mask=True)
+    output = layer(_inputs(), use_causal_mask=True).output
     assert output.dtype == "float16"
     assert np.all(np.isfinite(_numpy(output)))

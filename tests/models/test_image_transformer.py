@@ -206,10 +206,17 @@ def test_cached_step_equals_the_full_forward_pass(
     output: str, attention: str, order: str
 ) -> None:
     """Fed in its generation order, the cached step gives the forward pass's
-    distribution at every position."""
+    distribution at every position; in the "image" order with multi-query
+    attention (one key/value head, Ainslie et al., 2023), in the "blocks"
+    order with multi-head attention."""
     keras.utils.set_random_seed(5)
     config = tiny_config(
-        output, attention, num_classes=3, norm_first=True, generation_order=order
+        output,
+        attention,
+        num_classes=3,
+        norm_first=True,
+        generation_order=order,
+        attention_settings={"num_key_value_heads": 1 if order == "image" else None},
     )
     model = build_image_transformer(config)
     images, labels = _images(), np.array([2, 0])

@@ -27,7 +27,7 @@ from keras_transformer.models import (
 from tests.models.test_image_transformer import _images, _numpy, _raster, tiny_config
 from tests.models.test_transformer import LABELS, SOURCE, TARGET
 
-RELATIVE = {"relative_positions": 2, "relative_values": True}
+RELATIVE = {"attention_settings": {"relative_positions": 2, "relative_values": True}}
 
 
 def _relative_names(model: keras.Model) -> list[str]:
@@ -39,9 +39,9 @@ def test_text_config_round_trip_and_old_configs_default_to_none():
     config = presets["tiny"].replace(**RELATIVE)
     assert TransformerConfig.from_json(config.to_json()) == config
     stored = presets["tiny"].to_dict()
-    del stored["relative_positions"], stored["relative_values"]
+    del stored["attention_settings"]
     old = TransformerConfig.from_dict(stored)
-    assert (old.relative_positions, old.relative_values) == (None, False)
+    assert old.attention_settings == kt.layers.AttentionSettings()
     # Off: the variables (names and count) of a model without the setting.
     plain = build_transformer(old)
     assert _relative_names(plain) == []
@@ -62,39 +62,47 @@ def test_image_config_round_trip_and_old_configs_default_to_none():
     config = tiny_config("dmol", "full", **RELATIVE)
     assert ImageTransformerConfig.from_json(config.to_json()) == config
     stored = tiny_config("dmol", "full").to_dict()
-    del stored["relative_positions"], stored["relative_values"]
+    del stored["attention_settings"]
     old = ImageTransformerConfig.from_dict(stored)
-    assert (old.relative_positions, old.relative_values) == (None, False)
+    assert old.attention_settings == kt.layers.AttentionSettings()
     assert _relative_names(build_image_transformer(old)) == []
 
 
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"relative_positions": -2}, r"`model.relative_positions` must be a pos"),
-        ({"relative_positions": 1.5}, r"Received: model.relative_positions=1.5"),
-        ({"relative_positions": True}, r"model.relative_positions=True"),
-        ({"relative_values": True}, r"`model.relative_values=True` needs"),
+        ({"relative_positions": -2}, r"`model.attention_settings.relative_posit"),
+        ({"relative_positions": 1.5}, r"model.attention_settings.relative_positions"),
+        ({"relative_positions": True}, r"attention_settings.relative_positions=True"),
+        ({"relative_values": True}, r"`model.attention_settings.relative_values=T"),
         ({"relative_positions": 2, "relative_values": "yes"}, r"relative_values"),
+        ({"num_key_value_heads": 3}, r"^`model.attention_settings.num_key_value_h"),
     ],
 )
 def test_bad_text_settings_get_one_line(changes, match):
     with pytest.raises(ValueError, match=match) as error:
-        presets["tiny"].replace(**changes)
+        presets["tiny"].replace(attention_settings=changes)
     assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"relative_positions": 0}, r"`relative_positions` must be a positive"),
+        ({"relative_positions": 0}, r"relative_positions` must be a positive"),
         ({"relative_positions": "8"}, r"relative_positions='8'"),
-        ({"attention": "local_2d", "relative_positions": 2}, r"not 'local_2d'"),
+        ({"window": 4}, r"not attention_settings.window"),
+        ({"num_key_value_heads": 3}, r"num_key_value_heads=3`? must divide num_heads=2"),
     ],
 )
 def test_bad_image_settings_get_one_line(changes, match):
     with pytest.raises(ValueError, match=match) as error:
-        tiny_config("dmol", "full").replace(**changes)
+        tiny_config("dmol", "full").replace(attention_settings=changes)
+    assert "\n" not in str(error.value)
+
+
+def test_local_2d_image_attention_refuses_relative_positions():
+    with pytest.raises(ValueError, match=r"not 'local_2d'") as error:
+        tiny_config("dmol", "full").replace(attention="local_2d", **RELATIVE)
     assert "\n" not in str(error.value)
 
 

@@ -35,7 +35,15 @@ VARIANTS = {
     ),
     # Shaw et al. (2018), keys and values, in every self-attention layer.
     "relative_positions": presets["tiny"].replace(
-        relative_positions=2, relative_values=True
+        attention_settings={"relative_positions": 2, "relative_values": True}
+    ),
+    # Ainslie et al. (2023): grouped-query (2 key/value heads of 4) and
+    # multi-query attention.
+    "grouped_query": presets["tiny"].replace(
+        attention_settings={"num_key_value_heads": 2}
+    ),
+    "multi_query": presets["tiny"].replace(
+        attention_settings={"num_key_value_heads": 1}
     ),
 }
 
@@ -226,7 +234,7 @@ def test_model_from_other_builder_is_refused():
 
 
 def test_restricted_attention_model_caches_like_its_full_pass(tmp_path):
-    model = build_transformer(presets["tiny"].replace(attention_window=2))
+    model = build_transformer(presets["tiny"].replace(attention_settings={"window": 2}))
     full = ops.convert_to_numpy(model([SOURCE, TARGET], training=False))
     stepwise = decode_step_by_step(model)
     real = TARGET != 0
@@ -237,7 +245,7 @@ def test_restricted_attention_model_caches_like_its_full_pass(tmp_path):
     np.testing.assert_allclose(
         ops.convert_to_numpy(restored([SOURCE, TARGET])), full, atol=1e-6
     )
-    assert restored.get_layer("encoder_block_0").attention_window == 2
+    assert restored.get_layer("encoder_block_0").attention_settings.window == 2
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -288,20 +296,33 @@ def test_stack_attention_scores_and_last_position(variant):
 
 
 @pytest.mark.parametrize("append", [False, True])
-@pytest.mark.parametrize("window", [None, 1])
-@pytest.mark.parametrize("relative", [None, 2])
+@pytest.mark.parametrize(
+    ("window", "relative", "kv_heads"),
+    [
+        (None, None, None),
+        (1, None, None),
+        (None, 2, None),
+        (1, 2, None),
+        (None, None, 2),
+        (1, 2, 1),
+    ],
+)
 def test_stack_decode_beam_step_follows_each_hypothesis_history(
-    append, window, relative
+    append, window, relative, kv_heads
 ):
     """Hypotheses that branch off each other at random, as in beam search:
     each one's logits equal `decode` on its own prefix, although the caches
     are never reordered (only the history table of slots is); with relative
-    positions (Shaw et al., 2018) too."""
+    positions (Shaw et al., 2018) and grouped-query attention (Ainslie et
+    al., 2023) too."""
     model = build_transformer(
         presets["tiny"].replace(
-            attention_window=window,
-            relative_positions=relative,
-            relative_values=relative is not None,
+            attention_settings={
+                "window": window,
+                "relative_positions": relative,
+                "relative_values": relative is not None,
+                "num_key_value_heads": kv_heads,
+            }
         )
     )
     stack = TransformerStack.of(model)

@@ -340,7 +340,7 @@ def old_image_layout(config: TrainConfig) -> dict[str, Any]:
 
     model = config.model.to_dict()
     del model["generation_order"]
-    image = dataclasses.asdict(config.image)
+    image = dataclasses.asdict(config.options)
     train = {key: getattr(config.train, key) for key in _OLD_TRAIN_KEYS}
     train.update({key: image.pop(key) for key in _OLD_BATCH_KEYS})
     return {"model": model, "data": image, "train": train}

@@ -215,9 +215,9 @@ def test_a_model_too_large_for_memory_is_refused_from_its_config(
     is refused from the config, naming the setting, on a 16 GiB machine,
     before anything is built or written; the same config with a few layers
     fits."""
-    from keras_transformer.training import config as config_module
+    from keras_transformer.training import checks
 
-    monkeypatch.setattr(config_module, "physical_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(checks, "physical_memory", lambda: 16 * 2**30)
     path = write_config(tmp_path, SMALL_CONFIG)
     workdir = tmp_path / "run"
     argv = ["train", str(path), "--workdir", str(workdir)]
@@ -534,7 +534,8 @@ def test_evaluate_says_in_one_line_when_a_write_fails(
 
     import tensorflow as tf
 
-    from keras_transformer import files, translation
+    from keras_transformer import files
+    from keras_transformer.translation import lines
 
     def read_only_file(path, content):
         raise files.write_error(path, OSError(errno.EROFS, "Read-only file system"))
@@ -544,7 +545,7 @@ def test_evaluate_says_in_one_line_when_a_write_fails(
             None, None, f"{logdir}; Read-only file system [Op:CreateSummaryFileWriter]"
         )
 
-    monkeypatch.setattr(translation, "write_atomically", read_only_file)
+    monkeypatch.setattr(lines, "write_atomically", read_only_file)
     monkeypatch.setattr(tf.summary, "create_file_writer", denied_writer)
     assert cli.main(["evaluate", "--workdir", str(trained_run), *EVALUATE]) == 0
     captured = capsys.readouterr()

@@ -341,7 +341,7 @@ def test_task_names_need_no_tensorflow():
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True
     )
     assert out.stdout.strip() == "('dates', 'multi30k', 'tatoeba', 'files') False"
-    from keras_transformer.training.config import TASKS
+    from keras_transformer.training.sections import TASKS
 
     assert TASKS == ("dates", "multi30k", "tatoeba", "files")
 
@@ -371,7 +371,9 @@ BAD_VALUES = [
     ("model.max_length", -1),
     ("model.key_dim", 0),
     ("model.dropout", "abc"),
-    ("model.attention_dropout", float("inf")),
+    ("model.attention_settings.dropout", float("inf")),
+    ("model.attention_settings.window", 0),
+    ("model.attention_settings.num_key_value_heads", 3),
     ("model.ffn_dropout", -0.1),
     ("model.norm_first", 1),
     ("model.share_embeddings", "yes"),
@@ -546,7 +548,7 @@ def test_an_override_into_a_null_section_is_refused():
 
 
 def test_bucket_boundaries_are_bounded_in_number():
-    from keras_transformer.training.config import MAX_BUCKET_BOUNDARIES
+    from keras_transformer.training.sections import MAX_BUCKET_BOUNDARIES
 
     most = list(range(1, MAX_BUCKET_BOUNDARIES + 1))
     config = apply_overrides(SMALL_CONFIG, [f"data.bucket_boundaries={most}"])

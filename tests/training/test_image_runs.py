@@ -206,7 +206,7 @@ def test_only_a_stored_config_keeps_the_one_raster_order(tmp_path):
     old = load_stored_config(old_path)
     assert old.kind == "image" and old.model.generation_order == "image"
     assert old.model == dataclasses.replace(config.model, generation_order="image")
-    assert old.image == config.image
+    assert old.options == config.options
     with pytest.raises(ValueError, match="Set kind='image'"):
         TrainConfig.load(old_path)
 

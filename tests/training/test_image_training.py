@@ -25,7 +25,7 @@ from keras_transformer.training import (
     train,
 )
 from keras_transformer.training.checkpoints import load_stored_config
-from keras_transformer.training.kinds import ImageConfig
+from keras_transformer.training.image import ImageConfig
 from tests.training.helpers import old_image_layout, small_image_model
 
 
@@ -51,7 +51,7 @@ def _config(steps: int = 6, per_epoch: int = 3, **model_changes) -> TrainConfig:
     return TrainConfig(
         kind="image",
         model=small_image_model(**model_changes),
-        image=ImageConfig(batch_size=4, evaluation_batch_size=4),
+        options=ImageConfig(batch_size=4, evaluation_batch_size=4),
         train=TrainingConfig(
             train_steps=steps, steps_per_epoch=per_epoch, log_every=1, verbose=0
         ),

@@ -21,7 +21,8 @@ from keras_transformer.training.classification import (
     load_reviews,
     review_dataset,
 )
-from keras_transformer.training.recipes import Recipe, recipe_for, register_recipe
+from keras_transformer.training.kinds import recipe_for, register_recipe
+from keras_transformer.training.recipes import Recipe
 from keras_transformer.training.translation_recipe import TranslationRecipe
 from tests.training.helpers import (
     REPO_ROOT,
@@ -34,7 +35,7 @@ from tests.training.helpers import (
 
 def test_a_config_without_kind_is_translation_and_stays_without_it():
     config = TrainConfig.from_dict(SMALL_CONFIG)
-    assert config.kind == "translation" and config.classification is None
+    assert config.kind == "translation" and config.options is None
     assert "kind" not in config.to_dict() and "classification" not in config.to_dict()
     assert isinstance(recipe_for(config), TranslationRecipe)
     again = TrainConfig.from_json(config.to_json())
@@ -44,7 +45,7 @@ def test_a_config_without_kind_is_translation_and_stays_without_it():
 def test_the_imdb_config_round_trips_with_its_section():
     config = TrainConfig.load(REPO_ROOT / "configs" / "imdb.json")
     assert config.kind == "classification"
-    settings = config.classification
+    settings = config.options
     # The notebook's settings (examples/03_text_classification.ipynb).
     assert (settings.batch_size, settings.learning_rate) == (32, 1e-3)
     assert (config.model.d_model, config.model.num_heads, config.model.d_ff) == (
@@ -90,21 +91,41 @@ def test_overrides_reach_the_kind_and_its_section():
     config = apply_overrides(
         SMALL_CLASSIFICATION_CONFIG, ["classification.batch_size=8", "train.seed=3"]
     )
-    assert config.classification.batch_size == 8 and config.train.seed == 3
+    assert config.options.batch_size == 8 and config.train.seed == 3
     with pytest.raises(ValueError, match="Unknown config key 'classification.size'"):
         apply_overrides(SMALL_CLASSIFICATION_CONFIG, ["classification.size=8"])
     switched = apply_overrides(SMALL_CONFIG, ["kind=classification"])
     assert switched.kind == "classification"
-    assert switched.classification.batch_size == 32
+    assert switched.options.batch_size == 32
 
 
-def test_a_registered_recipe_is_found_and_an_unknown_kind_is_named():
+def test_a_registered_recipe_is_found_and_an_unknown_kind_is_named(monkeypatch):
+    """A kind is one module and one `register_recipe` line: the config and
+    its ``--set`` overrides find it (registered for this test only)."""
+    import dataclasses
+
+    from keras_transformer.training import kinds
+
+    monkeypatch.setattr(kinds, "_RECIPES", dict(kinds._RECIPES))
+
+    @dataclasses.dataclass(frozen=True)
+    class EchoConfig:
+        loudness: int = 3
+
     class Echo(Recipe):
         kind = "echo"
+        settings = EchoConfig
+        output_commands = "listen to it"
 
-    register_recipe("echo", Echo())
+    register_recipe(Echo())
     assert isinstance(recipe_for("echo"), Echo)
-    with pytest.raises(ValueError, match="No recipe for kind='sound'"):
+    config = apply_overrides(SMALL_CONFIG, ["kind=echo", "echo.loudness=5"])
+    assert config.options == EchoConfig(5) and config.to_dict()["echo"] == {
+        "loudness": 5
+    }
+    with pytest.raises(
+        ValueError, match="`kind` must be one of .*echo.*Received: 'sound'"
+    ):
         recipe_for("sound")
 
 
@@ -196,7 +217,7 @@ def test_the_image_config_round_trips_in_the_papers_order():
     assert config.kind == "image" and isinstance(recipe_for(config), ImageRecipe)
     assert config.model == kt.models.image_presets["small"]
     assert config.model.generation_order == "blocks"
-    assert (config.image.batch_size, config.image.flip) == (8, True)
+    assert (config.options.batch_size, config.options.flip) == (8, True)
     assert (config.train.train_steps, config.train.steps_per_epoch) == (12000, 400)
     # Evaluated as the paper evaluates (§6.1): the average of the last five
     # checkpoints (the last 2,000 updates).
@@ -207,7 +228,7 @@ def test_the_image_config_round_trips_in_the_papers_order():
     values = json.loads(config.to_json())
     assert "data" not in values and TrainConfig.from_dict(values) == config
     changed = apply_overrides(config, ["image.batch_size=4", "model.d_model=32"])
-    assert (changed.image.batch_size, changed.model.d_model) == (4, 32)
+    assert (changed.options.batch_size, changed.model.d_model) == (4, 32)
     with pytest.raises(ValueError, match="remove `data`"):
         TrainConfig.from_dict({**values, "data": {"task": "dates"}})
     with pytest.raises(ValueError, match="image.batch_size"):

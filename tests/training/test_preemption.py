@@ -29,13 +29,13 @@ import tensorflow as tf
 
 from keras_transformer.models import build_transformer, presets
 from keras_transformer.training import TranslationTrainer, checkpoint_paths, train
-from keras_transformer.training.callbacks import (
-    PlainProgressLogger,
+from keras_transformer.training.loop import _progress
+from keras_transformer.training.preemption import (
     PreemptionCheckpoint,
     TrainingAborted,
     TrainingPreempted,
 )
-from keras_transformer.training.loop import _progress
+from keras_transformer.training.progress_logger import PlainProgressLogger
 from tests.training.helpers import (
     REPO_ROOT,
     SMALL_CONFIG,

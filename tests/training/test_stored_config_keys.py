@@ -6,12 +6,20 @@ from __future__ import annotations
 import json
 
 from keras_transformer import cli
+from keras_transformer.layers import AttentionSettings
 from keras_transformer.training.config import TrainConfig
 
 #: The keys an earlier version stored (`config.RENAMED_KEYS`).
 OLD_LAYOUT = {
     "data": {"task": "dates", "max_length": 40},
-    "model": {"preset": "tiny", "label_smoothing": 0.2},
+    "model": {
+        "preset": "tiny",
+        "label_smoothing": 0.2,
+        "attention_dropout": 0.1,
+        "attention_window": 3,
+        "relative_positions": 4,
+        "relative_values": True,
+    },
     "train": {"train_steps": 5000, "decode_extra_length": 7},
 }
 
@@ -27,6 +35,9 @@ def test_the_runs_own_old_config_json_is_read_in_its_layout(tmp_path, capsys):
     assert config.data.max_sentence_length == 40
     assert config.train.label_smoothing == 0.2
     assert config.train.extra_length == 7
+    assert config.model.attention_settings == AttentionSettings(
+        dropout=0.1, window=3, relative_positions=4, relative_values=True
+    )
 
 
 def test_a_written_config_with_an_old_key_is_one_line_naming_the_new(tmp_path, capsys):

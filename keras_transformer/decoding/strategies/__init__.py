@@ -2,7 +2,11 @@
 
 A strategy decides which tokens a search keeps; `search.run_search` runs any
 of them over any step function. A new strategy is one new module here and
-one entry in `STRATEGIES`: a factory taking the `SearchOptions` of a call.
+one entry in `STRATEGIES`: a factory taking the `SearchOptions` of a call,
+which hold the settings and the call's own inputs (n-best lists, constraint
+phrases). Beam search builds its n-best variant (`NBestBeamSearch`) or its
+constrained one (`ConstrainedBeamSearch`, also greedy decoding's: a beam of
+one) from those inputs; sampling refuses constraints.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from keras_transformer.decoding.strategies.beam import (
     NBestBeamSearch,
     length_penalty,
 )
+from keras_transformer.decoding.strategies.constrained import ConstrainedBeamSearch
 from keras_transformer.decoding.strategies.greedy import GreedySearch, Sampling
 
 
 class SearchOptions(NamedTuple):
-    """The settings a strategy reads, as the search's graph holds them.
+    """The settings and per-call inputs a strategy reads, as the search's
+    graph holds them.
 
-    `beam_size` and `top_k` are Python values (they fix shapes); `alpha`,
-    `temperature` and `seed` may be scalar tensors (one trace for every
-    value).
+    `beam_size`, `top_k` and `n_best` are Python values (they fix shapes);
+    `alpha`, `temperature`, `seed` and `top_p` may be scalar tensors (one
+    trace for every value); `phrases` is int32 `(batch, phrases,
+    phrase_length)` or None (`constrained.pad_phrases`).
     """
 
     beam_size: int
@@ -33,17 +40,46 @@ class SearchOptions(NamedTuple):
     top_k: int | None
     seed: Any
     top_p: Any = None
+    n_best: int | None = None
+    phrases: Any = None
 
 
 StrategyFactory = Callable[[SearchOptions], Strategy]
 
+
+def _beam(options: SearchOptions) -> Strategy:
+    """Beam search; with the call's phrases constrained (Post and Vilar
+    2018), with its `n_best` the n-best lists."""
+    beam, alpha = options.beam_size, options.alpha
+    if options.phrases is not None:
+        return ConstrainedBeamSearch(beam, alpha, options.phrases)
+    if options.n_best is not None:
+        return NBestBeamSearch(beam, alpha, options.n_best)
+    return BeamSearch(beam, alpha)
+
+
+def _greedy(options: SearchOptions) -> Strategy:
+    """Greedy decoding; with the call's phrases a constrained beam of one."""
+    if options.phrases is not None:
+        return ConstrainedBeamSearch(1, options.alpha, options.phrases)
+    return GreedySearch()
+
+
+def _sample(options: SearchOptions) -> Strategy:
+    """Ancestral sampling (temperature, top-k, top-p)."""
+    if options.phrases is not None:
+        raise ValueError(
+            "constraints need a search (method='beam' or 'greedy'), not "
+            "sampling; drop the constraints or change the method."
+        )
+    return Sampling(options.seed, options.temperature, options.top_k, options.top_p)
+
+
 #: The registry: `DecodeSettings.method` -> factory.
 STRATEGIES: dict[str, StrategyFactory] = {
-    "greedy": lambda options: GreedySearch(),
-    "beam": lambda options: BeamSearch(options.beam_size, options.alpha),
-    "sample": lambda options: Sampling(
-        options.seed, options.temperature, options.top_k, options.top_p
-    ),
+    "greedy": _greedy,
+    "beam": _beam,
+    "sample": _sample,
 }
 
 
@@ -60,6 +96,7 @@ def get_strategy(name: str, options: SearchOptions) -> Strategy:
 __all__ = [
     "STRATEGIES",
     "BeamSearch",
+    "ConstrainedBeamSearch",
     "GreedySearch",
     "NBestBeamSearch",
     "Sampling",

@@ -1,222 +1,51 @@
-"""Text in, text out, scores: the one way to translate and to score (§6.1).
+"""`Translator`: text in, text out, scores (Vaswani et al. 2017, §6.1).
 
-"We used beam search with a beam size of 4 and length penalty alpha = 0.6
-... We set the maximum output length during inference to input length + 50,
-but terminate early when possible" (Vaswani et al. 2017, §6.1). These are
-the defaults here; ``beam_size=1`` decodes greedily (what validation during
-training reports).
-
-Every caller takes the same road, whoever it is (validation during training,
-``kt.evaluate``, ``keras-transformer evaluate`` and ``translate``, the
-notebooks):
-
-* `Translator` (model + tokenizer + decoding settings): text lines ->
-  subword ids once (`keras_transformer.data.batching.encode_sources`, the
-  source-cut rule shared with the exported SavedModel) -> batches sorted by
-  length -> greedy or beam search (`keras_transformer.decoding`) -> text.
-  `translate_lines` is the same as a function.
-* `score_translations`: corpus sacreBLEU and chrF with their signatures
-  (Post, 2018), on detokenized text against raw references (13a
-  tokenization, mixed case), not the tokenized BLEU of the paper's tables.
-* `EvaluationResult`: the scores and every translation (one dataclass for
-  training, ``evaluate`` and the command line).
-* `evaluate` (also ``kt.evaluate``): translate a test set, write the
-  hypotheses, score them, log them to TensorBoard.
-* `load_translator`: a model and tokenizer from a training run
-  (`keras_transformer.runs.RunFolder`) or an export folder.
-* `read_lines` / `write_lines`: line-aligned UTF-8 files.
-
-It is one module rather than a package because these pieces are small and
-always used together; argument parsing lives in `keras_transformer.cli`.
+Text lines -> subword ids once (`keras_transformer.data.batching.
+encode_sources`, the source-cut rule shared with the exported SavedModel)
+-> batches sorted by length -> the search of `keras_transformer.decoding`
+(greedy, beam search, sampling; n-best lists, prefixes, terminology
+constraints) -> text. `translate_lines` is the same as a function.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 
 from keras_transformer import validation
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
 from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES, encode_sources
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import DecodeResult, DecodeSettings, get_decoder
 from keras_transformer.decoding.settings import settings_with
-from keras_transformer.files import (
-    as_os_error,
-    write_atomically,
-    write_error,
-)
 from keras_transformer.progress import LineProgress
-from keras_transformer.runs import RunFolder, is_export_dir, load_export
-
-__all__ = [
-    "DEFAULT_MAX_INPUT_LENGTH",
-    "EvaluationResult",
-    "SourceCutWarning",
-    "TargetScore",
-    "Translation",
-    "Translator",
-    "evaluate",
-    "load_translator",
-    "log_scores",
-    "read_lines",
-    "score_translations",
-    "translate_lines",
-    "write_lines",
-]
+from keras_transformer.translation.lines import (
+    SOURCES_MISMATCH,
+    check_line_pairs,
+    check_lines,
+    describe_lines,
+    write_lines,
+)
+from keras_transformer.translation.loading import load_translator
+from keras_transformer.translation.scores import (
+    EvaluationResult,
+    TargetScore,
+    Translation,
+    log_scores,
+    score_translations,
+)
 
 
-# ----------------------------------------------------------------- results
-@dataclasses.dataclass(frozen=True)
-class Translation:
-    """One translated sentence with its reference."""
-
-    source: str
-    reference: str
-    hypothesis: str
-
-
-@dataclasses.dataclass(frozen=True)
-class EvaluationResult:
-    """Corpus scores of translated sentences, and the translations (§6.1).
-
-    Attributes:
-        split: which sentences were translated, e.g. ``"test_2016_flickr"``.
-        bleu: corpus sacreBLEU (0-100) of the detokenized outputs.
-        chrf: corpus chrF (0-100).
-        exact_match: share of outputs equal to their reference.
-        bleu_signature, chrf_signature: sacrebleu's signatures, to report
-            alongside the scores.
-        num_sentences: how many sentences were translated.
-        translations: every translation, in the order of the sources.
-        settings: the decoding settings used; ``to_dict`` writes their
-            ``method``, ``beam_size`` and ``alpha`` (``beam_size`` 1 for a
-            one-hypothesis search).
-        hypotheses_path: where the hypotheses were written, if anywhere.
-        log_dir: the TensorBoard folder the scores were logged to, if any.
-    """
-
-    split: str
-    bleu: float
-    chrf: float
-    exact_match: float
-    bleu_signature: str
-    chrf_signature: str
-    num_sentences: int
-    translations: tuple[Translation, ...] = dataclasses.field(repr=False)
-    settings: DecodeSettings = DecodeSettings(method="greedy")
-    hypotheses_path: str | None = None
-    log_dir: str | None = None
-
-    @property
-    def hypotheses(self) -> list[str]:
-        """The translations, in the order of the sources."""
-        return [t.hypothesis for t in self.translations]
-
-    @property
-    def beam_size(self) -> int:
-        """Hypotheses per sentence (1: greedy decoding or sampling)."""
-        return self.settings.beam_size if self.settings.strategy == "beam" else 1
-
-    @property
-    def alpha(self) -> float:
-        """The length-penalty alpha of the settings."""
-        return self.settings.alpha
-
-    @property
-    def decoding(self) -> str:
-        """``"greedy"`` or ``"beam 4, alpha 0.6"``."""
-        return self.settings.describe()
-
-    def summary(self) -> str:
-        """One line: the scores, their signatures and the decoding."""
-        return (
-            f"{self.split}: BLEU {self.bleu:.2f} ({self.bleu_signature}), chrF "
-            f"{self.chrf:.2f} ({self.chrf_signature}), exact match "
-            f"{100 * self.exact_match:.1f}% on {self.num_sentences} sentences; "
-            f"{self.decoding}"
-        )
-
-    def to_dict(self, num_translations: int = 0) -> dict[str, Any]:
-        """JSON-compatible values, with the first `num_translations` translations."""
-        values = dataclasses.asdict(self)
-        del values["settings"]
-        values["method"] = self.settings.strategy
-        values["beam_size"], values["alpha"] = self.beam_size, self.alpha
-        values["translations"] = [
-            dataclasses.asdict(t) for t in self.translations[:num_translations]
-        ]
-        return values
-
-
-@dataclasses.dataclass(frozen=True)
-class TargetScore:
-    """The log-probability of a given target (`Translator.score`).
-
-    Attributes:
-        log_prob: ``log P(Y | X)``, the sum of `token_log_probs`.
-        token_log_probs: ``log P(y_t | y_<t, X)`` per subword token, END last.
-    """
-
-    log_prob: float
-    token_log_probs: tuple[float, ...]
-
-
-# ------------------------------------------------------------- translating
 class SourceCutWarning(UserWarning):
     """Some sources were longer than `Translator.max_input_length` and were cut.
 
     `Translator.cut_lines` says which (their indices in the last call).
     """
-
-
-def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
-    """``"3, 17, 20"``, or the first `limit` numbers and ``", ..."``."""
-    shown = ", ".join(str(n) for n in numbers[:limit])
-    return shown + (", ..." if len(numbers) > limit else "")
-
-
-def _check_lines(name: str, lines: Any) -> list[str]:
-    if isinstance(lines, (str, bytes)):
-        raise TypeError(
-            f"`{name}` must be a list of strings; wrap one string in a list."
-        )
-    lines = list(lines)
-    for i, line in enumerate(lines):
-        if not isinstance(line, str):
-            raise TypeError(
-                f"`{name}[{i}]` is a {type(line).__name__}, not a str. Decode "
-                "bytes to str first."
-            )
-    return lines
-
-
-#: The error of `evaluate` (and `Translator.evaluate`) when the counts differ.
-_SOURCES_MISMATCH = (
-    "evaluate got {lines} source sentences but {references} references; pass one "
-    "reference per source, in the same order."
-)
-
-
-def _check_line_pairs(
-    name: str, lines: Any, references: Any, mismatch: str
-) -> tuple[list[str], list[str]]:
-    """`lines` and `references` as lists of strings (`_check_lines`), one
-    reference per line; else the `ValueError` `mismatch`, formatted with the
-    two counts (``{lines}``, ``{references}``)."""
-    lines = _check_lines(name, lines)
-    references = _check_lines("references", references)
-    if len(lines) != len(references):
-        raise ValueError(mismatch.format(lines=len(lines), references=len(references)))
-    return lines, references
 
 
 def _setting(name: str) -> property:
@@ -382,7 +211,7 @@ class Translator:
         The lines that were longer and cut are recorded in `cut_lines`, and
         a `SourceCutWarning` names them.
         """
-        lines = _check_lines("lines", lines)
+        lines = check_lines("lines", lines)
         self.cut_lines = ()
         if not lines:
             return []
@@ -419,15 +248,27 @@ class Translator:
         (each output starting with its `prefixes` ids, when given);
         `constraints`: per source, phrases of target ids its output must hold
         (`Decoder.decode`)."""
-        return self._decoder().decode(
+        return self._search(
             np.asarray(source_ids, "int32"),
             self.settings,
-            max_length=self.max_output_length,
+            prefixes=prefixes,
             seed=seed,
+            constraints=constraints,
+        )
+
+    def _search(
+        self, source_ids: np.ndarray, settings: DecodeSettings, **inputs: Any
+    ) -> Any:
+        """`Decoder.decode` of the model (or ensemble) with the tokenizer's
+        ids, the output cap and the call's `inputs` (prefixes, seed,
+        constraints, n_best)."""
+        return self._decoder().decode(
+            source_ids,
+            settings,
+            max_length=self.max_output_length,
             start_id=self.tokenizer.START_ID,
             end_id=self.tokenizer.END_ID,
-            prefixes=prefixes,
-            constraints=constraints,
+            **inputs,
         )
 
     def _decoder(self) -> Any:
@@ -479,7 +320,7 @@ class Translator:
         """The subword ids of each target prefix (no END), or None."""
         if prefixes is None:
             return None
-        prefixes = _check_lines("prefixes", prefixes)
+        prefixes = check_lines("prefixes", prefixes)
         if len(prefixes) != count:
             raise ValueError(
                 f"translate got {count} lines but {len(prefixes)} prefixes; pass "
@@ -624,30 +465,25 @@ class Translator:
     ) -> list[Any]:
         """The texts of one batch (lines `batch`), or with `n_best` their
         lists of ``(text, score)`` (`settings.n_best` each; `translate`)."""
-        decoder = self._decoder()
-        options = {
-            "max_length": self.max_output_length,
-            "start_id": self.tokenizer.START_ID,
-            "end_id": self.tokenizer.END_ID,
-            "prefixes": prefixes,
-        }
+        seed = None if self.seed is None else self.seed + batch[0]
+        result = self._search(
+            source_ids,
+            settings,
+            prefixes=prefixes,
+            seed=seed,
+            constraints=phrase_ids,
+            n_best=settings.n_best if n_best else None,
+        )
         if not n_best:
-            seed = None if self.seed is None else self.seed + batch[0]
-            result = decoder.decode(
-                source_ids, settings, seed=seed, constraints=phrase_ids, **options
-            )
             self._record_unmet(constraints, batch, result)
             return self.tokenizer.decode(result.token_ids.tolist())
-        lists = decoder.n_best(source_ids, settings, **options)
         return [
             list(
                 zip(
-                    self.tokenizer.decode(ids.tolist()),
-                    (float(score) for score in scores),
-                    strict=True,
+                    self.tokenizer.decode(ids.tolist()), map(float, scores), strict=True
                 )
             )
-            for ids, scores in zip(lists.token_ids, lists.scores, strict=True)
+            for ids, scores in zip(result.token_ids, result.scores, strict=True)
         ]
 
     def score(
@@ -672,7 +508,7 @@ class Translator:
         >>> translator.score(["Ein Hund."], ["A dog."])[0].log_prob  # doctest: +SKIP
         -0.38
         """
-        sources, targets = _check_line_pairs(
+        sources, targets = check_line_pairs(
             "sources",
             sources,
             targets,
@@ -726,8 +562,8 @@ class Translator:
 
         Reference: Vaswani et al. (2017), §6.1; Post (2018).
         """
-        sources, references = _check_line_pairs(
-            "sources", sources, references, _SOURCES_MISMATCH
+        sources, references = check_line_pairs(
+            "sources", sources, references, SOURCES_MISMATCH
         )
         hypotheses = self.translate(sources, progress=progress)
         if hypotheses_path is not None:
@@ -770,243 +606,8 @@ def translate_lines(
 
     Reference: Vaswani et al. (2017), §6.1.
     """
-    lines = _check_lines("lines", lines)
+    lines = check_lines("lines", lines)
     return Translator(model, tokenizer, **settings).translate(lines, progress)
 
 
-# ----------------------------------------------------------------- scoring
-def score_translations(
-    hypotheses: Sequence[str], references: Sequence[str]
-) -> dict[str, Any]:
-    """Corpus sacreBLEU and chrF of detokenized hypotheses against references.
-
-    sacrebleu's defaults (BLEU: 13a tokenization, mixed case, exp smoothing;
-    chrF: character 6-grams, beta 2), reported with their signatures so that
-    the numbers can be compared (Post, 2018). Note that §6.1 of the paper
-    reports tokenized BLEU.
-
-    Returns:
-        ``{"bleu", "chrf", "bleu_signature", "chrf_signature",
-        "exact_match"}``.
-    """
-    from sacrebleu.metrics import BLEU, CHRF
-
-    hypotheses, references = _check_line_pairs(
-        "hypotheses",
-        hypotheses,
-        references,
-        "There are {lines} hypotheses but {references} references; every "
-        "sentence needs one of each.",
-    )
-    bleu, chrf = BLEU(), CHRF()
-    matches = sum(
-        h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True)
-    )
-    return {
-        "bleu": float(bleu.corpus_score(hypotheses, [references]).score),
-        "chrf": float(chrf.corpus_score(hypotheses, [references]).score),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-        "exact_match": matches / max(1, len(references)),
-    }
-
-
-def log_scores(
-    result: EvaluationResult, log_dir: str | os.PathLike[str], step: int = 0
-) -> None:
-    """The scores of `result` in `log_dir` for TensorBoard: scalars, signatures.
-
-    Raises:
-        FileWriteError: one line naming `log_dir` when it cannot be written
-            (read-only, no permission, full disk).
-    """
-    import tensorflow as tf
-
-    log_dir = Path(log_dir)
-    try:
-        writer = tf.summary.create_file_writer(str(log_dir))
-        _write_scores(writer, result, step)
-    except (OSError, tf.errors.OpError) as e:
-        raise write_error(
-            log_dir, as_os_error(e), kept="no scores were logged there"
-        ) from e
-
-
-def _write_scores(writer: Any, result: EvaluationResult, step: int) -> None:
-    """The scores as TensorBoard scalars, the signatures as text."""
-    import tensorflow as tf
-
-    with writer.as_default(step=step):
-        tf.summary.scalar("bleu", result.bleu)
-        tf.summary.scalar("chrf", result.chrf)
-        tf.summary.scalar("exact_match", result.exact_match)
-        tf.summary.text("bleu_signature", result.bleu_signature)
-        tf.summary.text("chrf_signature", result.chrf_signature)
-        tf.summary.text(
-            "decoding",
-            f"{result.decoding} on {result.num_sentences} sentences of {result.split}",
-        )
-    writer.close()
-
-
-# ------------------------------------------------------------------ models
-def load_translator(
-    path: str | os.PathLike[str], weights: str = "last"
-) -> tuple[keras.Model, SubwordTokenizer]:
-    """The model and tokenizer of a training run or of an export folder.
-
-    Args:
-        path: a ``keras-transformer train`` work directory (read with
-            `keras_transformer.runs.RunFolder`), or a folder written by
-            ``keras-transformer export`` (its ``model.keras`` and
-            ``tokenizer/``, read with `keras_transformer.runs.load_export`).
-        weights: for a training run: ``"last"``, ``"best"``, ``"average"`` or
-            the path of a checkpoint or ``.weights.h5`` file.
-    """
-    path = Path(path)
-    if is_export_dir(path):
-        model, tokenizer, _ = load_export(path)
-        return model, tokenizer
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} does not exist. Pass the --workdir of a `keras-transformer "
-            "train` run or a folder written by `keras-transformer export`."
-        )
-    if not path.is_dir():
-        raise NotADirectoryError(
-            f"{path} is a file, not a folder. Pass the --workdir of a "
-            "`keras-transformer train` run or a folder written by "
-            "`keras-transformer export`."
-        )
-    folder = RunFolder(path)
-    if folder.config_file.is_file() and folder.kind() != "translation":
-        raise ValueError(
-            f"{path} is a run of kind {folder.kind()!r} (its config.json), not a "
-            "translation run: a Translator loads translation runs and exports."
-        )
-    return folder.load(weights)
-
-
-def evaluate(
-    model_or_workdir: keras.Model | str | os.PathLike[str],
-    source_sentences: Sequence[str],
-    references: Sequence[str],
-    *,
-    tokenizer: SubwordTokenizer | None = None,
-    weights: str = "last",
-    hypotheses_path: str | os.PathLike[str] | None = None,
-    log_dir: str | os.PathLike[str] | None = None,
-    step: int = 0,
-    split: str = "test",
-    progress: bool = False,
-    **settings: Any,
-) -> EvaluationResult:
-    """Translates a test set and scores it with sacreBLEU and chrF (§6.1).
-
-    Beam search with beam 4 and alpha 0.6, outputs up to the source length +
-    50 tokens, as in the paper (§6.1); ``beam_size=1`` decodes greedily.
-
-    Args:
-        model_or_workdir: a Keras model (then pass `tokenizer`), a training
-            work directory, or an export folder (see `load_translator`).
-        source_sentences: the test sources.
-        references: one reference translation per source.
-        tokenizer: the model's tokenizer (only with a model).
-        weights: which weights of a training run (``"last"``, ``"best"``,
-            ``"average"``, or a path).
-        hypotheses_path, log_dir, step, split, progress: as for
-            `Translator.evaluate`.
-        **settings: the decoding settings of `Translator` (``beam_size``,
-            ``alpha``, ``max_input_length``, ``extra_length``,
-            ``batch_size``, ...).
-
-    Returns:
-        An `EvaluationResult`: ``bleu``, ``chrf`` (0-100), their sacrebleu
-        signatures, ``exact_match``, and every translation.
-
-    Reference: Vaswani et al. (2017), §6.1; Post (2018), "A Call for Clarity
-    in Reporting BLEU Scores".
-    """
-    sources, references = _check_line_pairs(
-        "source_sentences", source_sentences, references, _SOURCES_MISMATCH
-    )
-    if isinstance(model_or_workdir, keras.Model):
-        if tokenizer is None:
-            raise ValueError(
-                "evaluate(model, ...) needs the model's tokenizer: pass "
-                "tokenizer=..., or pass the run's work directory instead of the "
-                "model."
-            )
-        model = model_or_workdir
-    else:
-        if tokenizer is not None:
-            raise ValueError(
-                "Pass `tokenizer` only with a model: a work directory or export "
-                "folder brings its own tokenizer."
-            )
-        model, tokenizer = load_translator(model_or_workdir, weights)
-    return Translator(model, tokenizer, **settings).evaluate(
-        sources,
-        references,
-        split=split,
-        hypotheses_path=hypotheses_path,
-        log_dir=log_dir,
-        step=step,
-        progress=progress,
-    )
-
-
-# ------------------------------------------------------------------- files
-def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
-    """The lines of a UTF-8 text file (or of standard input for None / "-").
-
-    Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is removed), so the
-    count matches ``wc -l``; a final line without newline counts too.
-    """
-    if path is None or str(path) == "-":
-        data = sys.stdin.buffer.read()
-        name = "standard input"
-    else:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist (or is not a file).")
-        data = path.read_bytes()
-        name = str(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ValueError(
-            f"{name} is not valid UTF-8 (line {line}, byte {e.start}). Convert it, "
-            "e.g. with `iconv -f latin1 -t utf-8`."
-        ) from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> None:
-    """Writes one line per string, UTF-8 (standard output for None / "-").
-
-    A file is written whole or not at all (`write_atomically`).
-
-    Raises:
-        FileWriteError: one line naming the file when it cannot be written.
-    """
-    data = "".join(f"{line}\n" for line in lines).encode("utf-8")
-    if path is None or str(path) == "-":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise write_error(path, e) from e
-    write_atomically(path, data)
+__all__ = ["SourceCutWarning", "Translator", "translate_lines"]

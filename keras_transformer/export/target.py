@@ -1,0 +1,204 @@
+"""Where an export is written: one check, one lock, one swap, for every format.
+
+An export folder appears whole or not at all: everything is written into a
+hidden temporary folder beside it (``.tmp-<pid>-<name>``) and swapped in by
+one rename when complete (`keras_transformer.files.atomic_directory`), so a
+crash, a kill or a full disk leaves the previous export (or none) intact,
+never half of one; TensorFlow Serving, which watches the numbered folders,
+sees the old version or the new one. One export into a folder at a time:
+the writer lock is the hidden file ``.<name>.lock`` beside the folder.
+``overwrite`` replaces only an earlier export of the same format; any other
+non-empty folder (a run folder, another format's export, someone's files)
+is refused and never deleted.
+
+`ExportFormat` is also the entry of a format in the registry
+(`keras_transformer.export.formats`): its kinds, quantizations, run export
+and translator loader. This module imports only the standard library and
+`keras_transformer.files`, so that a format module stays light to import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.files import TEMPORARY_PREFIX, FolderLock, atomic_directory
+
+__all__ = ["ExportFormat", "check_export_target", "lock_path", "writing_export"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportFormat:
+    """One export format: what marks its folders, and what it offers.
+
+    Every format writes its folder through `check_export_target` and
+    `writing_export`: one check of the target, one lock, one swap.
+    ``overwrite`` replaces only a folder that holds an export of the same
+    format (all of `marks`).
+
+    Attributes:
+        name: the format's name in messages (``"SavedModel"``).
+        marks: the files that every export of this format holds.
+        entries: everything the export writes into its folder; what else
+            an earlier export's folder holds is carried over into the new one.
+        new_folder: what to choose instead of an occupied folder.
+        option: its name for ``keras-transformer export --format``.
+        kinds: the kinds of run it exports.
+        quantizations: the weight types it writes, the default first (none:
+            ``--quantization`` is refused).
+        settings: the settings its run export takes (None: as the run's
+            kind says).
+        export_run: ``(workdir, output_dir, weights, *, overwrite,
+            [quantization,] **settings) -> Path``, the export of a run folder.
+        load_translator: ``(folder, weights, **settings) ->`` a
+            `keras_transformer.export.formats.TranslatorLike` serving an
+            export folder (``keras-transformer translate``); `settings` are
+            the `DecodeSettings` fields given and ``batch_size``, ``seed``.
+        serves: the options of ``translate`` beyond plain lines that its
+            translator takes (``n_best``, ``prefixes``, ``constraints``,
+            ``ensemble``, ``progress``).
+        summary: ``(path, kind, quantization) ->`` the closing line of
+            ``keras-transformer export``.
+    """
+
+    name: str
+    marks: tuple[str, ...]
+    entries: tuple[str, ...]
+    new_folder: str = "a new or empty folder"
+    option: str = ""
+    kinds: tuple[str, ...] = ("translation",)
+    quantizations: tuple[str, ...] = ()
+    settings: tuple[str, ...] | None = None
+    export_run: Callable[..., Path] | None = None
+    load_translator: Callable[..., Any] | None = None
+    serves: frozenset[str] = frozenset()
+    summary: Callable[[Path, str, str | None], str] | None = None
+
+    def holds_export(self, folder: str | os.PathLike[str]) -> bool:
+        """Whether `folder` holds an export of this format (all its marks)."""
+        return all((Path(folder) / mark).is_file() for mark in self.marks)
+
+
+def lock_path(export_dir: str | os.PathLike[str]) -> Path:
+    """The writer lock of an export folder: ``.<name>.lock`` beside it.
+
+    Outside the folder, so that the folder swapped in holds only the export
+    (TensorFlow Serving ignores the hidden, non-numeric name in the model's
+    base folder).
+    """
+    export_dir = Path(export_dir)
+    return export_dir.parent / f".{export_dir.name}.lock"
+
+
+def _check_target(
+    export_dir: Path, overwrite: bool, export_format: ExportFormat
+) -> None:
+    """Refuses a file, or a non-empty folder that is not to be replaced.
+
+    Deletes nothing: the earlier export is replaced by the swap at the end.
+    """
+    if export_dir.name.startswith(TEMPORARY_PREFIX):
+        raise FileExistsError(
+            f"{export_dir} is the name of an unfinished export's temporary folder; "
+            "choose another folder name."
+        )
+    if export_dir.exists() and not export_dir.is_dir():
+        raise FileExistsError(
+            f"{export_dir} is a file; pass the path of a (new) folder to export to."
+        )
+    if not export_dir.is_dir():
+        return
+    if Path.cwd().resolve().is_relative_to(export_dir.resolve()):
+        raise FileExistsError(
+            f"{export_dir} is (or holds) the current folder, which the export "
+            "would replace; run the command from another folder."
+        )
+    if not any(export_dir.iterdir()):
+        return
+    name = export_format.name
+    if not overwrite:
+        raise FileExistsError(
+            f"{export_dir} is not empty. Pass overwrite=True (--overwrite) to "
+            f"replace an earlier {name} export there, or choose "
+            f"{export_format.new_folder}."
+        )
+    if not export_format.holds_export(export_dir):
+        raise FileExistsError(
+            f"{export_dir} is not empty and holds no {name} export to replace "
+            f"({' and '.join(export_format.marks)}): refusing to delete it. "
+            f"Choose {export_format.new_folder}."
+        )
+
+
+def check_export_target(
+    export_dir: str | os.PathLike[str],
+    overwrite: bool,
+    export_format: ExportFormat,
+) -> Path:
+    """`export_dir` as a named `Path`, checked as a target of `export_format`.
+
+    For the check before the (slow) conversion; `writing_export` checks
+    again under the lock. Deletes nothing.
+
+    Raises:
+        FileExistsError: (one line) when `export_dir` is a file, the
+            current folder, or not empty and either `overwrite` is false or
+            it holds no export of `export_format`.
+    """
+    export_dir = Path(export_dir)
+    if export_dir.name in ("", ".", ".."):  # the swap needs the folder's name
+        export_dir = Path(os.path.abspath(export_dir))
+    _check_target(export_dir, overwrite, export_format)
+    return export_dir
+
+
+def _carry_over(old: Path, new: Path, entries: tuple[str, ...]) -> None:
+    """Copies what else an earlier export folder holds into the new one.
+
+    Files someone put beside an earlier export (notes, a README) were kept
+    when exports were overwritten in place; the swap keeps them too.
+    """
+    if not old.is_dir():
+        return
+    for entry in old.iterdir():
+        if entry.name in entries or (new / entry.name).exists():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, new / entry.name, symlinks=True)
+        else:
+            shutil.copy2(entry, new / entry.name, follow_symlinks=False)
+
+
+@contextlib.contextmanager
+def writing_export(
+    export_dir: Path, overwrite: bool, export_format: ExportFormat
+) -> Iterator[Path]:
+    """The one writer of every export format: yields the folder to write.
+
+    Takes the writer lock (`lock_path`), checks `export_dir` again now that
+    no one else writes, and yields a temporary folder beside it; when the
+    block ends, what else an earlier export's folder held is carried over,
+    its permissions copied, and the new folder swapped in whole
+    (`keras_transformer.files.atomic_directory`). A failure leaves the
+    earlier export (or nothing) as it was.
+
+    Raises:
+        FileExistsError: as `check_export_target`.
+        keras_transformer.files.FolderLockedError: when another export into
+            `export_dir` is running.
+        keras_transformer.files.FileWriteError: when a write fails.
+    """
+    with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
+        _check_target(export_dir, overwrite, export_format)
+        # Written beside export_dir and swapped in when complete: the earlier
+        # export (or nothing) until then, whatever happens.
+        with atomic_directory(export_dir) as temporary:
+            yield temporary
+            _carry_over(export_dir, temporary, export_format.entries)
+            if export_dir.is_dir():  # the earlier folder's permissions
+                shutil.copymode(export_dir, temporary)

@@ -1,0 +1,122 @@
+"""Line-aligned text: UTF-8 files and the checks on lists of lines.
+
+`read_lines` / `write_lines` read and write one sentence per line (standard
+input and output for ``-``); `check_lines` and `check_line_pairs` refuse,
+in one line, what is not a list of strings or not one reference per line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.files import write_atomically, write_error
+
+
+def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
+    """``"3, 17, 20"``, or the first `limit` numbers and ``", ..."``."""
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (", ..." if len(numbers) > limit else "")
+
+
+def check_lines(name: str, lines: Any) -> list[str]:
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(
+            f"`{name}` must be a list of strings; wrap one string in a list."
+        )
+    lines = list(lines)
+    for i, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(
+                f"`{name}[{i}]` is a {type(line).__name__}, not a str. Decode "
+                "bytes to str first."
+            )
+    return lines
+
+
+#: The error of `evaluate` (and `Translator.evaluate`) when the counts differ.
+SOURCES_MISMATCH = (
+    "evaluate got {lines} source sentences but {references} references; pass one "
+    "reference per source, in the same order."
+)
+
+
+def check_line_pairs(
+    name: str, lines: Any, references: Any, mismatch: str
+) -> tuple[list[str], list[str]]:
+    """`lines` and `references` as lists of strings (`check_lines`), one
+    reference per line; else the `ValueError` `mismatch`, formatted with the
+    two counts (``{lines}``, ``{references}``)."""
+    lines = check_lines(name, lines)
+    references = check_lines("references", references)
+    if len(lines) != len(references):
+        raise ValueError(mismatch.format(lines=len(lines), references=len(references)))
+    return lines, references
+
+
+def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
+    """The lines of a UTF-8 text file (or of standard input for None / "-").
+
+    Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is removed), so the
+    count matches ``wc -l``; a final line without newline counts too.
+    """
+    if path is None or str(path) == "-":
+        data = sys.stdin.buffer.read()
+        name = "standard input"
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist (or is not a file).")
+        data = path.read_bytes()
+        name = str(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ValueError(
+            f"{name} is not valid UTF-8 (line {line}, byte {e.start}). Convert it, "
+            "e.g. with `iconv -f latin1 -t utf-8`."
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> None:
+    """Writes one line per string, UTF-8 (standard output for None / "-").
+
+    A file is written whole or not at all (`write_atomically`).
+
+    Raises:
+        FileWriteError: one line naming the file when it cannot be written.
+    """
+    data = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    if path is None or str(path) == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from e
+    write_atomically(path, data)
+
+
+__all__ = [
+    "SOURCES_MISMATCH",
+    "check_line_pairs",
+    "check_lines",
+    "describe_lines",
+    "read_lines",
+    "write_lines",
+]

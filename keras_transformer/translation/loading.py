@@ -1,0 +1,51 @@
+"""A translation model and its tokenizer from a training run or an export."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import keras
+
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.runs import RunFolder, is_export_dir, load_export
+
+
+def load_translator(
+    path: str | os.PathLike[str], weights: str = "last"
+) -> tuple[keras.Model, SubwordTokenizer]:
+    """The model and tokenizer of a training run or of an export folder.
+
+    Args:
+        path: a ``keras-transformer train`` work directory (read with
+            `keras_transformer.runs.RunFolder`), or a folder written by
+            ``keras-transformer export`` (its ``model.keras`` and
+            ``tokenizer/``, read with `keras_transformer.runs.load_export`).
+        weights: for a training run: ``"last"``, ``"best"``, ``"average"`` or
+            the path of a checkpoint or ``.weights.h5`` file.
+    """
+    path = Path(path)
+    if is_export_dir(path):
+        model, tokenizer, _ = load_export(path)
+        return model, tokenizer
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} does not exist. Pass the --workdir of a `keras-transformer "
+            "train` run or a folder written by `keras-transformer export`."
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"{path} is a file, not a folder. Pass the --workdir of a "
+            "`keras-transformer train` run or a folder written by "
+            "`keras-transformer export`."
+        )
+    folder = RunFolder(path)
+    if folder.config_file.is_file() and folder.kind() != "translation":
+        raise ValueError(
+            f"{path} is a run of kind {folder.kind()!r} (its config.json), not a "
+            "translation run: a Translator loads translation runs and exports."
+        )
+    return folder.load(weights)
+
+
+__all__ = ["load_translator"]
