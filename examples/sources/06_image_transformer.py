@@ -221,7 +221,7 @@ if FAST:
     ]
 config = training.apply_overrides(raw_config, overrides)
 
-data = training.load_image_data(config.image)
+data = training.load_image_data(config.options)
 for name in ("train", "validation", "test"):
     split = getattr(data, name)
     print(f"{name:<10} {len(split):5d} patches from {sorted(set(split.sources))}")
