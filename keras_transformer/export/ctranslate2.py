@@ -69,6 +69,7 @@ from keras_transformer.export.ctranslate2_spec import (
 from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
+    export_translation_run,
     writing_export,
 )
 
@@ -251,17 +252,15 @@ def export_run_ctranslate2(
     Returns:
         The folder.
     """
-    from keras_transformer.translation import load_translator
-
     check_quantization(quantization)
-    check_export_target(output_dir, overwrite, FORMAT)  # before loading
-    model, tokenizer = load_translator(workdir, weights)
-    return export_ctranslate2(
-        model,
-        tokenizer,
+    return export_translation_run(
+        export_ctranslate2,
+        FORMAT,
+        workdir,
         output_dir,
+        weights,
+        overwrite,
         quantization=quantization,
-        overwrite=overwrite,
         **settings,
     )
 

@@ -61,6 +61,7 @@ from keras_transformer.export.settings import (
 from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
+    export_translation_run,
     writing_export,
 )
 
@@ -254,16 +255,14 @@ def export_litert_run(
         weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
         quantization, overwrite, **settings: as for `export_litert`.
     """
-    from keras_transformer.translation import load_translator
-
-    check_export_target(output_dir, overwrite, FORMAT)  # before loading
-    model, tokenizer = load_translator(workdir, weights)
-    return export_litert(
-        model,
-        tokenizer,
+    return export_translation_run(
+        export_litert,
+        FORMAT,
+        workdir,
         output_dir,
+        weights,
+        overwrite,
         quantization=quantization,
-        overwrite=overwrite,
         **settings,
     )
 

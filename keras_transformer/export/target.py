@@ -157,6 +157,26 @@ def check_export_target(
     return export_dir
 
 
+def export_translation_run(
+    export_model: Callable[..., Path],
+    export_format: ExportFormat,
+    workdir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    weights: str,
+    overwrite: bool,
+    **options: Any,
+) -> Path:
+    """A translation run (or a SavedModel export folder) through a format's
+    model exporter: checks the target before the slow load, loads the
+    `weights` and the tokenizer, and calls ``export_model(model, tokenizer,
+    output_dir, overwrite=..., **options)``."""
+    from keras_transformer.translation import load_translator
+
+    check_export_target(output_dir, overwrite, export_format)  # before loading
+    model, tokenizer = load_translator(workdir, weights)
+    return export_model(model, tokenizer, output_dir, overwrite=overwrite, **options)
+
+
 def _carry_over(old: Path, new: Path, entries: tuple[str, ...]) -> None:
     """Copies what else an earlier export folder holds into the new one.
 
