@@ -91,7 +91,10 @@ def test_bad_text_settings_get_one_line(changes, match):
         ({"relative_positions": 0}, r"relative_positions` must be a positive"),
         ({"relative_positions": "8"}, r"relative_positions='8'"),
         ({"window": 4}, r"not attention_settings.window"),
-        ({"num_key_value_heads": 3}, r"num_key_value_heads=3`? must divide num_heads=2"),
+        (
+            {"num_key_value_heads": 3},
+            r"num_key_value_heads=3`? must divide num_heads=2",
+        ),
     ],
 )
 def test_bad_image_settings_get_one_line(changes, match):
