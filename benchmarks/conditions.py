@@ -1,73 +1,29 @@
 """The conditions of a measurement: the CPU, its instruction sets, the load.
 
-`cpu_info` reads the CPU's model and the instruction sets that decide which
-int8 and float kernels CTranslate2 and oneDNN run (AVX2, AVX-512F, the VNNI
-int8 dot products, AMX) from ``/proc/cpuinfo``. `BackgroundLoad` runs busy
-processes beside a measurement, as other jobs on a shared machine would: each
-stops when the measurement ends, when its hard time limit passes, or when
-the process that started it is gone, and it is killed on Ctrl-C or any
-exception of the measurement.
+`cpu_info` (`keras_transformer.export.cpu`) reads the CPU's model and the
+instruction sets that decide which int8 and float kernels CTranslate2 and
+oneDNN run (AVX2, AVX-512F, the VNNI int8 dot products, AMX) from
+``/proc/cpuinfo``. `BackgroundLoad` runs busy processes beside a
+measurement, as other jobs on a shared machine would: each stops when the
+measurement ends, when its hard time limit passes, or when the process that
+started it is gone, and it is killed on Ctrl-C or any exception of the
+measurement.
 
 Example:
-    >>> parse_cpuinfo("model name : Some CPU\\nflags : fpu avx2 avx512f\\n")
-    CpuInfo(model='Some CPU', instruction_sets=('AVX2', 'AVX-512F'))
+    >>> with BackgroundLoad(2):  # doctest: +SKIP
+    ...     measure()
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import platform
 import time
-from dataclasses import dataclass
 from types import TracebackType
 
-#: Instruction sets by the ``/proc/cpuinfo`` flag that announces each.
-INSTRUCTION_SETS = {
-    "avx2": "AVX2",
-    "avx512f": "AVX-512F",
-    "avx512_vnni": "AVX512_VNNI",
-    "avx_vnni": "AVX_VNNI",
-    "amx_tile": "AMX-TILE",
-    "amx_int8": "AMX-INT8",
-    "amx_bf16": "AMX-BF16",
-}
+from keras_transformer.export.cpu import cpu_info
 
-
-@dataclass(frozen=True)
-class CpuInfo:
-    """A CPU's model name and which of `INSTRUCTION_SETS` it has."""
-
-    model: str
-    instruction_sets: tuple[str, ...]
-
-    def describe(self) -> str:
-        """One line: the model, then its instruction sets (or that it has none)."""
-        sets = ", ".join(self.instruction_sets) or "none of AVX2/AVX-512/VNNI/AMX"
-        return f"{self.model} ({sets})"
-
-
-def parse_cpuinfo(text: str) -> CpuInfo:
-    """The CPU of a ``/proc/cpuinfo`` text (its first processor's lines)."""
-    model, flags = "", set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and not model:
-            model = value.strip()
-        elif key in ("flags", "Features") and not flags:
-            flags = set(value.split())
-    found = tuple(name for flag, name in INSTRUCTION_SETS.items() if flag in flags)
-    return CpuInfo(model or platform.processor() or platform.machine(), found)
-
-
-def cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
-    """This machine's CPU (no instruction sets where `path` cannot be read)."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            return parse_cpuinfo(file.read())
-    except OSError:
-        return CpuInfo(platform.processor() or platform.machine(), ())
+__all__ = ["BackgroundLoad", "cpu_info", "load_average"]
 
 
 def load_average() -> float:

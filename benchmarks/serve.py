@@ -76,6 +76,8 @@ TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
 #: The same export with `jit_compile=True`: one sentence per call under XLA.
 CURRENT_JIT = "this version, beam {beam}, --jit-compile"
+#: The same with `export --quantization int8` (feed-forward layers in int8).
+CURRENT_JIT_INT8 = "this version, beam {beam}, --jit-compile, int8"
 #: CTranslate2's own ranking (log P / |Y|^alpha), not re-ranked: not identical.
 OWN_RANKING = "CTranslate2 float32, |Y|^alpha"
 #: Environment variables that set thread pools, recorded as they were.
@@ -440,6 +442,11 @@ def main() -> None:
         help="also write the figures and conditions as the results record "
         "docs/results/NAME.json",
     )
+    parser.add_argument(
+        "--no-int8-savedmodel",
+        action="store_true",
+        help="leave out the --jit-compile export with --quantization int8",
+    )
     parser.add_argument("--keep", help="write the exports here (default: a temp dir)")
     args = parser.parse_args()
     if args.background_load < 0 or args.background_limit <= 0:
@@ -468,16 +475,20 @@ def main() -> None:
         model, tokenizer = load_translator(args.workdir, args.weights)
         # The --jit-compile export first: the goals are measured on it (a
         # batch of several runs the same graph in both).
-        for label, name, jit_compile in (
-            (CURRENT_JIT, "current_jit", True),
-            (CURRENT, "current", False),
-        ):
+        variants = [
+            (CURRENT_JIT, "current_jit", True, "float32"),
+            (CURRENT, "current", False, "float32"),
+        ]
+        if not args.no_int8_savedmodel:
+            variants.append((CURRENT_JIT_INT8, "current_jit_int8", True, "int8"))
+        for label, name, jit_compile, quantization in variants:
             export_translator(
                 model,
                 tokenizer,
                 work / name,
                 beam_size=args.beam_size,
                 jit_compile=jit_compile,
+                quantization=quantization,
                 overwrite=True,
             )
             exports.append((label.format(beam=args.beam_size), str(work / name)))

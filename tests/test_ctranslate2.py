@@ -2,31 +2,42 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ctranslate2 = pytest.importorskip(
-    "ctranslate2", reason="the CTranslate2 export needs the ctranslate2 extra"
-)
+if importlib.util.find_spec("ctranslate2") is None:
+    pytest.skip(
+        "the CTranslate2 export needs the ctranslate2 extra", allow_module_level=True
+    )
 
 import sacrebleu  # noqa: E402
 
 from keras_transformer import cli  # noqa: E402
 from keras_transformer.data import SubwordTokenizer, synthetic_dates  # noqa: E402
+from keras_transformer.export.cpu import cpu_info  # noqa: E402
 from keras_transformer.export.ctranslate2 import (  # noqa: E402
     INFO_FILE,
+    INT8_IN_FLOAT32,
     TOKENIZER_FILE,
     CTranslate2Translator,
     export_ctranslate2,
     gnmt_length_penalty,
+    import_ctranslate2,
     is_ctranslate2_dir,
 )
 from keras_transformer.models import build_transformer, presets  # noqa: E402
 from keras_transformer.translation import Translator  # noqa: E402
 from tests.test_export import INPUTS, tiny_translator  # noqa: E402
+
+#: Imported after `prefer_exact_int8_gemm`, as the package imports it.
+ctranslate2 = import_ctranslate2()
 
 #: Dates the tiny model has not seen, then long and non-ASCII inputs. Blank
 #: lines are left out: CTranslate2 gives them an empty translation
@@ -191,6 +202,100 @@ def test_int8_within_half_a_bleu_point(folder: Path, tmp_path: Path) -> None:
     assert bleu["float32"] > 20  # a model that translates
     assert abs(bleu["int8"] - bleu["float32"]) <= 0.5
     assert (int8 / "model.bin").stat().st_size < (folder / "model.bin").stat().st_size
+
+
+#: The libraries held to AVX2, as on an x86 CPU without VNNI (an AMD EPYC of
+#: the Zen 2/3 generations, an Intel CPU before Cascade Lake).
+AVX2_ONLY = {
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "CT2_FORCE_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
+#: Translates the dates with each folder in a fresh process (CTranslate2
+#: chooses its GEMM backends on import); prints BLEU, compute type, warnings.
+_SERVE_SCRIPT = """
+import json, sys, warnings
+import sacrebleu
+from keras_transformer.data import synthetic_dates
+from keras_transformer.export.ctranslate2 import CTranslate2Translator, _summary
+pairs = synthetic_dates(96, seed=5)
+served = {}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for name, folder, compute_type in json.loads(sys.argv[1]):
+        translator = CTranslate2Translator(folder, compute_type=compute_type)
+        outputs = translator.translate(pairs.sources)
+        bleu = sacrebleu.corpus_bleu(outputs, [list(pairs.targets)]).score
+        served[name] = [bleu, translator.compute_type]
+summary = _summary(folder, "translation", "int8")
+print(json.dumps([served, [str(w.message) for w in caught], summary]))
+"""
+
+
+def _serve_in_process(calls: list, environ: dict[str, str]) -> tuple:
+    env = {k: v for k, v in os.environ.items() if k != "CT2_USE_MKL"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE_SCRIPT, json.dumps(calls)],
+        env={**env, **environ},
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def int8_folder(folder: Path) -> Path:
+    model, tokenizer = tiny_translator()
+    return export_ctranslate2(
+        model, tokenizer, folder.parent / "int8", quantization="int8"
+    )
+
+
+needs_avx2 = pytest.mark.skipif(
+    "AVX2" not in cpu_info().instruction_sets,
+    reason="reproduces an x86 CPU with AVX2 and without VNNI",
+)
+
+
+@needs_avx2
+def test_int8_within_half_a_bleu_point_on_a_cpu_without_vnni(
+    folder: Path, int8_folder: Path
+) -> None:
+    """With oneDNN and MKL held to AVX2, the package points CTranslate2 at
+    MKL's int8 GEMM, and int8 keeps float32's quality at int8 compute."""
+    served, caught, summary = _serve_in_process(
+        [["float32", str(folder), "default"], ["int8", str(int8_folder), "default"]],
+        AVX2_ONLY,
+    )
+    assert served["float32"][0] > 20
+    assert abs(served["int8"][0] - served["float32"][0]) <= 0.5
+    assert served["int8"][1] == "default"  # int8 compute, not the fallback
+    assert caught == [] and "float32" not in summary
+
+
+@needs_avx2
+def test_saturating_int8_computes_in_float32_and_says_so(
+    folder: Path, int8_folder: Path
+) -> None:
+    """Where CTranslate2 was told to use oneDNN on such a CPU, int8 compute
+    loses quality (the saturation, reproduced); the translator computes the
+    int8 weights in float32 instead, warns once, and the export says so."""
+    served, caught, summary = _serve_in_process(
+        [
+            ["float32", str(folder), "default"],
+            ["int8 forced", str(int8_folder), "int8"],
+            ["int8", str(int8_folder), "default"],
+        ],
+        {**AVX2_ONLY, "CT2_USE_MKL": "0"},
+    )
+    assert served["int8 forced"][0] < served["float32"][0] - 2
+    assert served["int8"][1] == "float32"
+    assert abs(served["int8"][0] - served["float32"][0]) <= 0.5
+    assert len(caught) == 1 and INT8_IN_FLOAT32 in caught[0]
+    assert "\n" not in caught[0] and INT8_IN_FLOAT32 in summary
 
 
 def test_pre_ln_learned_positions_untied_gelu_convert_exactly(tmp_path: Path) -> None:

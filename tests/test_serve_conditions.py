@@ -18,6 +18,8 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import conditions  # noqa: E402
 
+from keras_transformer.export import cpu  # noqa: E402
+
 # Abridged /proc/cpuinfo of three x86 CPUs and an ARM one.
 EPYC_AVX2 = """processor	: 0
 vendor_id	: AuthenticAMD
@@ -66,14 +68,14 @@ Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32
 def test_cpu_flags_name_the_instruction_sets(
     text: str, model: str, sets: tuple
 ) -> None:
-    info = conditions.parse_cpuinfo(text)
+    info = cpu.parse_cpuinfo(text)
     # Only the first processor's flags count (the EPYC's second lists avx512f).
-    assert info == conditions.CpuInfo(model, sets)
+    assert info == cpu.CpuInfo(model, sets)
     assert info.describe() == f"{model} ({', '.join(sets)})"
 
 
 def test_a_cpu_without_the_sets_says_so() -> None:
-    info = conditions.parse_cpuinfo(ARM)
+    info = cpu.parse_cpuinfo(ARM)
     assert info.instruction_sets == ()
     assert "none of AVX2/AVX-512/VNNI/AMX" in info.describe()
     assert info.model  # the platform's name stands in for a missing model name
@@ -82,7 +84,44 @@ def test_a_cpu_without_the_sets_says_so() -> None:
 def test_this_machines_cpu_line() -> None:
     info = conditions.cpu_info()
     assert info.model
-    assert conditions.cpu_info("/nonexistent/cpuinfo").instruction_sets == ()
+    assert cpu.cpu_info("/nonexistent/cpuinfo").instruction_sets == ()
+
+
+AVX2 = cpu.CpuInfo("AVX2 CPU", ("AVX2",))
+VNNI = cpu.CpuInfo("VNNI CPU", ("AVX2", "AVX-512F", "AVX512_VNNI"))
+
+
+@pytest.mark.parametrize(
+    ("info", "environ", "saturate"),
+    [
+        (AVX2, {}, True),
+        (VNNI, {}, False),
+        (cpu.CpuInfo("Alder Lake", ("AVX2", "AVX_VNNI")), {}, False),
+        (cpu.CpuInfo("ARM", ()), {}, False),
+        (VNNI, {"ONEDNN_MAX_CPU_ISA": "avx2"}, True),
+        (VNNI, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
+        (VNNI, {"CT2_FORCE_CPU_ISA": "AVX2"}, True),
+    ],
+)
+def test_which_cpus_saturate_int8_products(info, environ, saturate) -> None:
+    assert cpu.int8_products_saturate(info, environ) is saturate
+
+
+def test_mkl_is_preferred_only_where_needed_and_not_over_the_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "ctranslate2", raising=False)
+    capped = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    if "AVX2" in cpu.cpu_info().instruction_sets:
+        assert cpu.prefer_exact_int8_gemm(capped) is True
+        assert capped["CT2_USE_MKL"] == "1"
+    chosen = {"ONEDNN_MAX_CPU_ISA": "AVX2", "CT2_USE_MKL": "0"}
+    assert cpu.prefer_exact_int8_gemm(chosen) is False
+    assert chosen["CT2_USE_MKL"] == "0"  # the user's choice stands
+    monkeypatch.setitem(sys.modules, "ctranslate2", object())
+    late = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert cpu.prefer_exact_int8_gemm(late) is False  # read on import: too late
+    assert "CT2_USE_MKL" not in late
 
 
 def _alive(pid: int) -> bool:

@@ -55,6 +55,7 @@ _NAMES = {
     **dict.fromkeys(
         ("is_export_dir", "load_export", "run_kind"), "keras_transformer.runs"
     ),
+    "quantized": "keras_transformer.runs.exports",
 }
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ from keras_transformer.conventions import (
     UNK_ID,
 )
 from keras_transformer.decoding.settings import DecodeSettings
+from keras_transformer.export.cpu import int8_products_saturate, prefer_exact_int8_gemm
 from keras_transformer.export.ctranslate2_spec import (
     check_convertible,
     transformer_spec,
@@ -99,6 +101,37 @@ QUANTIZATIONS = (
     "int16",
     "float16",
     "bfloat16",
+)
+
+
+def import_ctranslate2() -> Any:
+    """``ctranslate2``, with an int8 GEMM that keeps its sums exact on this CPU.
+
+    On an x86 CPU without VNNI, oneDNN's int8 GEMM saturates its 16-bit pair
+    sums, so CTranslate2 is pointed at Intel MKL's before its first import
+    (`keras_transformer.export.cpu.prefer_exact_int8_gemm`).
+    """
+    prefer_exact_int8_gemm()
+    import ctranslate2
+
+    return ctranslate2
+
+
+def int8_gemm_is_exact(ctranslate2: Any) -> bool:
+    """Whether the imported CTranslate2 computes int8 on this CPU without
+    saturation: the CPU has VNNI or AMX, or CTranslate2 runs on Intel MKL
+    (the only CPU backend that also offers int16)."""
+    if not int8_products_saturate():
+        return True
+    return "int16" in ctranslate2.get_supported_compute_types("cpu")
+
+
+#: Why an int8 folder computes in float32 on this CPU (one line).
+INT8_IN_FLOAT32 = (
+    "this CPU has no VNNI and CTranslate2 was imported with oneDNN, whose int8 "
+    "products saturate here, so the int8 weights compute in float32 (same "
+    "translations as int8 should give, float32 speed); for int8 speed set "
+    "CT2_USE_MKL=1 before ctranslate2 is imported"
 )
 
 
@@ -200,7 +233,7 @@ def export_ctranslate2(
     >>> path = export_ctranslate2(  # doctest: +SKIP
     ...     model, tokenizer, "de_en_ct2", quantization="int8")
     """
-    import ctranslate2
+    ctranslate2 = import_ctranslate2()
 
     check_quantization(quantization)
     check_convertible(model)
@@ -304,7 +337,9 @@ class CTranslate2Translator:
         folder: the export folder.
         device: ``"cpu"`` (or ``"cuda"``).
         compute_type: CTranslate2's compute type; ``"default"`` computes in
-            the folder's weight type.
+            the folder's weight type, except int8 weights on a CPU whose
+            int8 products would saturate (`int8_gemm_is_exact`): those
+            compute in float32, with a warning that says why.
         inter_threads: batches translated at once.
         intra_threads: threads per batch (0: CTranslate2's default).
         beam_size, alpha: the search's (None: the folder's settings).
@@ -330,9 +365,9 @@ class CTranslate2Translator:
         alpha: float | None = None,
         batch_size: int = 64,
     ) -> None:
-        import ctranslate2
         import sentencepiece
 
+        ctranslate2 = import_ctranslate2()
         folder = Path(folder)
         if not is_ctranslate2_dir(folder):
             raise ValueError(
@@ -345,6 +380,16 @@ class CTranslate2Translator:
         self.processor = sentencepiece.SentencePieceProcessor(
             model_file=str(folder / TOKENIZER_FILE)
         )
+        quantization = str(self.info.get("quantization", "float32"))
+        if (
+            device == "cpu"
+            and compute_type == "default"
+            and quantization.startswith("int8")
+            and not int8_gemm_is_exact(ctranslate2)
+        ):
+            warnings.warn(f"{folder}: {INT8_IN_FLOAT32}.", stacklevel=2)
+            compute_type = "float32"
+        self.compute_type = compute_type
         self.engine = ctranslate2.Translator(
             str(folder),
             device=device,
@@ -519,11 +564,17 @@ def _load_translator(
 
 
 def _summary(path: Path, kind: str, quantization: str | None) -> str:
-    """The closing line of ``keras-transformer export --format ctranslate2``."""
-    return (
+    """The closing line of ``keras-transformer export --format ctranslate2``
+    (saying so where int8 weights will compute in float32 on this CPU)."""
+    line = (
         f"Exported the translation run to {path} for CTranslate2 ({quantization} "
         f"weights). Translate with: keras-transformer translate --workdir {path}"
     )
+    if str(quantization).startswith("int8") and not int8_gemm_is_exact(
+        import_ctranslate2()
+    ):
+        line += f" (On this machine: {INT8_IN_FLOAT32}.)"
+    return line
 
 
 #: The CTranslate2 model folder: the registry's ``ctranslate2`` (``overwrite``
@@ -552,5 +603,7 @@ __all__ = [
     "export_ctranslate2",
     "export_run_ctranslate2",
     "gnmt_length_penalty",
+    "import_ctranslate2",
+    "int8_gemm_is_exact",
     "is_ctranslate2_dir",
 ]

@@ -64,6 +64,7 @@ from keras_transformer.runs import (
     run_kind,
     weights_nbytes,
 )
+from keras_transformer.runs.exports import QUANTIZATIONS, quantized
 
 __all__ = [
     "CLASSIFY_SIGNATURE",
@@ -166,6 +167,7 @@ def export_translator(
     *,
     overwrite: bool = False,
     jit_compile: bool = False,
+    quantization: str = "float32",
     **decode_settings: Any,
 ) -> Path:
     """Writes a SavedModel translating raw strings, plus the Keras model.
@@ -192,6 +194,9 @@ def export_translator(
             Serving runs XLA-compiled functions only with its flag
             ``--xla_cpu_compilation_enabled=true``; without `jit_compile`
             the SavedModel needs no flag.
+        quantization: ``"int8"`` serves the model of `runs.exports.quantized` (its
+            feed-forward layers in int8); ``model.keras`` holds the float32
+            model, which `translation.load_translator` quantizes the same way.
         **decode_settings: `DecodeSettings` fields replacing those of
             `settings` (``beam_size``, ``alpha``, ``max_input_length``,
             ``extra_length``).
@@ -216,8 +221,11 @@ def export_translator(
         model, tokenizer, settings, decode_settings, jit_compile=jit_compile
     )
     export_dir = _target(export_dir, model, overwrite)
-    archive = translate_archive(model, tokenizer, export_settings)
-    info = export_settings.to_dict()
+    served = quantized(model, quantization)
+    archive = translate_archive(served, tokenizer, export_settings)
+    info = {**export_settings.to_dict(), "quantization": quantization}
+    # model.keras holds the float32 model: `load_translator` quantizes it again
+    # (the same int8 weights: the scales are the weights' absolute maxima).
     _write_export(archive, model, tokenizer, info, export_dir, overwrite)
     return export_dir
 
@@ -454,7 +462,7 @@ def _export_translation(
 ) -> Path:
     from keras_transformer.translation import load_translator
 
-    model, tokenizer = load_translator(workdir, weights)
+    model, tokenizer = load_translator(workdir, weights, as_served=False)
     return export_translator(
         model, tokenizer, export_dir, overwrite=overwrite, **settings
     )
@@ -499,10 +507,11 @@ _SIGNATURES = {
 
 def _summary(path: Path, kind: str, quantization: str | None) -> str:
     """The closing line of ``keras-transformer export``."""
+    weights = " (feed-forward layers in int8)" if quantization == "int8" else ""
     return (
-        f"Exported the {kind} run to {path}: signatures {_SIGNATURES[kind]}; Keras "
-        f"model in {path / MODEL_FILE}. Inspect it with: saved_model_cli show "
-        f"--dir {path} --all"
+        f"Exported the {kind} run to {path}{weights}: signatures "
+        f"{_SIGNATURES[kind]}; Keras model in {path / MODEL_FILE}. Inspect it "
+        f"with: saved_model_cli show --dir {path} --all"
     )
 
 
@@ -517,7 +526,10 @@ def _load_translator(
 
 #: kind -> (the export of a run of that kind, the settings it takes).
 RUN_EXPORTS: dict[str, tuple[Callable[..., Path], tuple[str, ...]]] = {
-    "translation": (_export_translation, (*SEARCH_SETTINGS, "jit_compile")),
+    "translation": (
+        _export_translation,
+        (*SEARCH_SETTINGS, "jit_compile", "quantization"),
+    ),
     "classification": (_export_classification, ()),
     "image": (_export_image, ("given_rows", "temperature")),
 }
@@ -562,6 +574,10 @@ def export_run(
             f"{', '.join(RUN_EXPORTS)}."
         )
     write, takes = RUN_EXPORTS[kind]
+    if settings.get("quantization", "float32") == "float32" and (
+        "quantization" not in takes
+    ):
+        settings.pop("quantization", None)  # the registry's default
     refused = [name for name in settings if name not in takes]
     if refused:
         flags = ", ".join(f"{n} (--{n.replace('_', '-')})" for n in refused)
@@ -583,6 +599,7 @@ FORMAT = ExportFormat(
     "a new or empty folder (e.g. the next version number for TensorFlow Serving)",
     option="savedmodel",
     kinds=tuple(RUN_EXPORTS),
+    quantizations=QUANTIZATIONS,
     export_run=export_run,
     load_translator=_load_translator,
     serves=frozenset({"n_best", "prefixes", "constraints", "ensemble", "progress"}),

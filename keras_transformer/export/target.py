@@ -173,7 +173,7 @@ def export_translation_run(
     from keras_transformer.translation import load_translator
 
     check_export_target(output_dir, overwrite, export_format)  # before loading
-    model, tokenizer = load_translator(workdir, weights)
+    model, tokenizer = load_translator(workdir, weights, as_served=False)
     return export_model(model, tokenizer, output_dir, overwrite=overwrite, **options)
 
 

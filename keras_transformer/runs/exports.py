@@ -4,13 +4,15 @@
 
 The folder holds a SavedModel plus ``model.keras``, ``tokenizer/`` and
 ``export.json``; `load_export` reads back the Keras model, the tokenizer
-and the settings.
+and the settings (whose ``quantization`` says how `quantized` the SavedModel
+serves it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,39 @@ from keras_transformer.runs.layout import (
     TOKENIZER_DIR,
 )
 
-__all__ = ["is_export_dir", "load_export", "run_kind"]
+__all__ = ["QUANTIZATIONS", "is_export_dir", "load_export", "quantized", "run_kind"]
+
+#: The weight types of a SavedModel export, the default first.
+QUANTIZATIONS = ("float32", "int8")
+
+
+def quantized(model: keras.Model, quantization: str = "float32") -> keras.Model:
+    """`model`, or for ``"int8"`` a copy whose Dense layers compute in int8.
+
+    Keras' ``Model.quantize("int8")`` gives each Dense layer (the
+    position-wise feed-forward networks of §3.3, two thirds of a block's
+    weights) int8 weights with one scale per output unit (its absolute
+    maximum), and quantizes its inputs per token at each call; attention
+    projections, embeddings and the tied output projection (§3.4) stay
+    float32. `model` itself is not changed.
+
+    Raises:
+        ValueError: (one line) for another quantization.
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization={quantization!r} is not a SavedModel weight type; "
+            f"use one of {', '.join(QUANTIZATIONS)}."
+        )
+    if quantization == "float32":
+        return model
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    with warnings.catch_warnings():
+        # Keras names every layer without int8 kernels; those stay float32.
+        warnings.filterwarnings("ignore", "Layer .* does not have a `quantize`")
+        copy.quantize(quantization)
+    return copy
 
 
 def is_export_dir(path: str | os.PathLike[str]) -> bool:
@@ -50,7 +84,8 @@ def load_export(
 
     Returns:
         ``(model, tokenizer, settings)``; `settings` is the content of
-        ``export.json`` (empty when the folder has none).
+        ``export.json`` (empty when the folder has none). The model is the
+        float32 one; an int8 export serves ``quantized(model, "int8")``.
     """
     export_dir = Path(export_dir)
     if not is_export_dir(export_dir):

@@ -9,10 +9,11 @@ import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
+from keras_transformer.runs.exports import quantized
 
 
 def load_translator(
-    path: str | os.PathLike[str], weights: str = "last"
+    path: str | os.PathLike[str], weights: str = "last", *, as_served: bool = True
 ) -> tuple[keras.Model, SubwordTokenizer]:
     """The model and tokenizer of a training run or of an export folder.
 
@@ -23,10 +24,15 @@ def load_translator(
             ``tokenizer/``, read with `keras_transformer.runs.load_export`).
         weights: for a training run: ``"last"``, ``"best"``, ``"average"`` or
             the path of a checkpoint or ``.weights.h5`` file.
+        as_served: for an int8 export, its model as the SavedModel serves it
+            (`keras_transformer.runs.exports.quantized`); False: float32, to
+            export again.
     """
     path = Path(path)
     if is_export_dir(path):
-        model, tokenizer, _ = load_export(path)
+        model, tokenizer, info = load_export(path)
+        if as_served:
+            model = quantized(model, info.get("quantization", "float32"))
         return model, tokenizer
     if not path.exists():
         raise FileNotFoundError(
