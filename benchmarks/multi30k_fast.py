@@ -140,8 +140,9 @@ def main() -> None:
         "updates": curve[-1][0],
         "command_minutes": round(minutes, 1),
     }
-    for step, bleu, _ in curve:
+    for step, bleu, wall in curve:
         figures[f"val_bleu_200_greedy_update_{step}"] = round(bleu, 2)
+        figures[f"minutes_update_{step}"] = round((wall - start) / 60, 1)
     if reached:
         figures["minutes_to_val_bleu_38"] = round((reached[0] - start) / 60, 1)
     path = write_record(
@@ -152,9 +153,10 @@ def main() -> None:
         + " ".join(overrides),
         what=f"{CONFIG}: the validation BLEU logged during training (greedy, the "
         "first 200 validation sentences) and the minutes since the command "
-        "started; the best weights on all 1,014 validation sentences (greedy, "
-        "and beam 4 with alpha 0.6); test_2016_flickr BLEU of the last weights "
-        "(beam 4, alpha 1.0); the whole command's minutes",
+        "started at each (minutes_update_N); the best weights on all 1,014 "
+        "validation sentences (greedy, and beam 4 with alpha 0.6); "
+        "test_2016_flickr BLEU of the last weights (beam 4, alpha 1.0); the "
+        "whole command's minutes",
         sample="val BLEU during training: the first 200 validation sentences, "
         "greedy; full validation: all 1,014 sentences; test: all 1,000 "
         "test_2016_flickr sentences",
