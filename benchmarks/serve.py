@@ -70,7 +70,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conditions import BackgroundLoad, cpu_info, load_average
+from conditions import BackgroundLoad, load_average
 
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
@@ -632,6 +632,14 @@ def main() -> None:
     del tf
 
 
+def _cpu_line() -> str:
+    """The CPU and its instruction sets (imported here: the serving process
+    must not import this package)."""
+    from keras_transformer.export.cpu import cpu_info
+
+    return cpu_info().describe()
+
+
 def _conditions(
     args: argparse.Namespace, threads: dict[str, Any], loads: dict[str, float]
 ) -> list[str]:
@@ -640,7 +648,7 @@ def _conditions(
     averages."""
     variables = ", ".join(f"{k}={v}" for k, v in threads.items() if k.isupper() and v)
     return [
-        f"cpu: {cpu_info().describe()}",
+        f"cpu: {_cpu_line()}",
         f"threads: TensorFlow intra-op {threads['tf_intra_op']}, inter-op "
         f"{threads['tf_inter_op']} (0: its default); CTranslate2 intra_threads "
         f"{args.ctranslate2_threads} (0: its default, up to 4)"

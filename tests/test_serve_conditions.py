@@ -82,7 +82,7 @@ def test_a_cpu_without_the_sets_says_so() -> None:
 
 
 def test_this_machines_cpu_line() -> None:
-    info = conditions.cpu_info()
+    info = cpu.cpu_info()
     assert info.model
     assert cpu.cpu_info("/nonexistent/cpuinfo").instruction_sets == ()
 
@@ -216,7 +216,7 @@ def test_serve_prints_and_records_its_conditions() -> None:
         {"tf_intra_op": 1, "tf_inter_op": 0, "OMP_NUM_THREADS": "1"},
         {"before the serving process": 0.5, "after the serving process": 3.25},
     )
-    assert lines[0] == f"cpu: {conditions.cpu_info().describe()}"
+    assert lines[0] == f"cpu: {cpu.cpu_info().describe()}"
     assert "TensorFlow intra-op 1, inter-op 0" in lines[1]
     assert "CTranslate2 intra_threads 2" in lines[1]
     assert "OMP_NUM_THREADS=1" in lines[1]
@@ -225,3 +225,21 @@ def test_serve_prints_and_records_its_conditions() -> None:
         "load average (1 min): 0.5 before the serving process, "
         "3.2 after the serving process"
     )
+
+
+def test_the_serving_process_module_imports_nothing_of_the_package() -> None:
+    """serve.py's child runs this module's top level: it must load the
+    SavedModels with TensorFlow alone (the benchmark refuses otherwise)."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import serve; "
+        "print(sorted(m for m in sys.modules if m.startswith('keras_transformer')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(BENCHMARKS)],
+        capture_output=True,
+        text=True,
+        cwd=BENCHMARKS,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
