@@ -29,8 +29,18 @@ default):
 * one sentence per call (the first `--latency-sentences` sentences): latency
   p50 and p90.
 
-Every call of every model is interleaved with the same call of the others
-(batch by batch), so that a busy machine slows all of them alike; each call
+The SavedModels and CTranslate2 float32 (the goals' reference) share one
+serving process; every other CTranslate2 model (int8, its own ranking)
+runs in a process of its own afterwards. Two CTranslate2 translators used in
+one process slow each other down by about 1.5x on 2 cores: each keeps an
+OpenMP team (libgomp), and once the teams' threads outnumber the cores
+libgomp stops spinning between parallel regions (256 test sentences at
+batch 64: float32 alone 0.94 s; after an int8 or a second float32
+translator of the same process was used, 1.51 s).
+
+Every call of every model of a process is interleaved with the same call of
+the others (batch by batch), so that a busy machine slows all of them
+alike; each call
 runs `--repeats` times and its best time counts ("best of N"). The first
 calls of every model (loading, tracing, and XLA's compilations: a batch,
 then the shortest and the longest sentence alone) are timed apart and printed after the
@@ -519,48 +529,33 @@ def main() -> None:
             model, tokenizer, sentences, args.beam_size, args.repeats
         )
 
-    config_path = work / "child.json"
-    config_path.write_text(
-        json.dumps(
-            {
-                "sentences": sentences,
-                "exports": exports,
-                "batch_size": args.batch_size,
-                "repeats": args.repeats,
-                "latency_sentences": min(args.latency_sentences, len(sentences)),
-                "ctranslate2": ctranslate2_exports,
-                "ctranslate2_threads": args.ctranslate2_threads,
-                "tf_intra_op": args.tf_intra_op_threads,
-                "tf_inter_op": args.tf_inter_op_threads,
-                "package_root": str(Path(__file__).resolve().parents[1]),
-            }
-        ),
-        encoding="utf-8",
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    child_config = {
+        "sentences": sentences,
+        "batch_size": args.batch_size,
+        "repeats": args.repeats,
+        "latency_sentences": min(args.latency_sentences, len(sentences)),
+        "ctranslate2_threads": args.ctranslate2_threads,
+        "tf_intra_op": args.tf_intra_op_threads,
+        "tf_inter_op": args.tf_inter_op_threads,
+        "package_root": str(Path(__file__).resolve().parents[1]),
+    }
+    # One CTranslate2 model per serving process: the SavedModels are
+    # interleaved with the first (float32, the goals' reference); every other
+    # CTranslate2 row runs alone in a process of its own (see the module's
+    # docstring: two translators in one process slow each other down).
+    groups = [(exports, ctranslate2_exports[:1])]
+    groups += [([], [row]) for row in ctranslate2_exports[1:]]
     started = time.perf_counter()
     loads = {"script start": load_start, "before the serving process": load_average()}
-    # The busy processes stop when the serving process has ended, on any
+    # The busy processes stop when the serving processes have ended, on any
     # exception or Ctrl-C, or at their time limit, whichever comes first.
     with BackgroundLoad(args.background_load, args.background_limit):
-        child = subprocess.run(
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--child",
-                str(config_path),
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=work,
-        )
+        parts = [
+            _serve(work / f"child_{i}.json", child_config, saved, engines)
+            for i, (saved, engines) in enumerate(groups)
+        ]
         loads["after the serving process"] = load_average()
-    if child.returncode:
-        raise SystemExit(f"the serving process failed:\n{child.stderr[-4000:]}")
-    results = json.loads(child.stdout.strip().splitlines()[-1])
-    if results["imported_package"]:
-        raise SystemExit("the serving process imported keras_transformer")
+    results = _merge(parts)
 
     print(
         f"model: {model.count_params() / 1e6:.1f}M parameters, vocabulary "
@@ -630,6 +625,47 @@ def main() -> None:
             args, summary, rows, ctranslate2_exports, len(sentences), conditions
         )
     del tf
+
+
+def _serve(
+    config_path: Path,
+    config: dict[str, Any],
+    exports: list[tuple[str, str]],
+    ctranslate2_exports: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """Runs one serving process (`_child`) on these SavedModels and
+    CTranslate2 models; returns its results."""
+    config = {**config, "exports": exports, "ctranslate2": ctranslate2_exports}
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    child = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", str(config_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=config_path.parent,
+    )
+    if child.returncode:
+        raise SystemExit(f"the serving process failed:\n{child.stderr[-4000:]}")
+    results = json.loads(child.stdout.strip().splitlines()[-1])
+    if results["imported_package"]:
+        raise SystemExit("the serving process imported keras_transformer")
+    return results
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The results of several serving processes as one: their rows side by
+    side, the load at the start of the first and the end of the last."""
+    merged = {**parts[0], "load_end": parts[-1]["load_end"]}
+    for part in parts[1:]:
+        for order in ("file_order", "sorted", "single"):
+            for key in ("seconds", "translations"):
+                merged[order][key].update(part[order][key])
+        merged["first_calls"].update(part["first_calls"])
+        merged["ctranslate2_imports"] = sorted(
+            {*merged["ctranslate2_imports"], *part["ctranslate2_imports"]}
+        )
+    return merged
 
 
 def _cpu_line() -> str:
