@@ -259,6 +259,9 @@ def test_bad_settings_are_one_line_each(
         (classification_run, ["--beam-size", "2"], "classification export takes no"),
         (classification_run, ["--given-rows", "2"], "given_rows (--given-rows)"),
         (image_run, ["--method", "greedy"], "image export takes no method"),
+        # The registry passes no quantization unless given; these kinds take none.
+        (classification_run, ["--quantization", "float32"], "takes no quantization"),
+        (image_run, ["--quantization", "int8"], "takes no quantization"),
         # Rows that are not whole rows of the 2 x 2 query blocks.
         (image_run, ["--given-rows", "1"], "multiple of the query block's height 2"),
         (image_run, ["--given-rows", "6"], "from 0 to the image height 4"),

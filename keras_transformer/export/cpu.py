@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -72,8 +73,10 @@ def parse_cpuinfo(text: str) -> CpuInfo:
     return CpuInfo(model or platform.processor() or platform.machine(), found)
 
 
+@functools.lru_cache(maxsize=4)
 def cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
-    """This machine's CPU (no instruction sets where `path` cannot be read)."""
+    """This machine's CPU (no instruction sets where `path` cannot be read);
+    read once per path."""
     try:
         with open(path, encoding="utf-8") as file:
             return parse_cpuinfo(file.read())

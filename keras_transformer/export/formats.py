@@ -129,8 +129,8 @@ def export_run_as(
             + (f" (--format {name} takes {', '.join(offered)})" if offered else "")
             + "; change it or leave --quantization out."
         )
-    if offered:
-        settings["quantization"] = quantization or offered[0]
+    if quantization is not None:  # else the format's own default
+        settings["quantization"] = quantization
     return export_format.export_run(
         workdir, output_dir, weights, overwrite=overwrite, **settings
     )

@@ -574,10 +574,6 @@ def export_run(
             f"{', '.join(RUN_EXPORTS)}."
         )
     write, takes = RUN_EXPORTS[kind]
-    if settings.get("quantization", "float32") == "float32" and (
-        "quantization" not in takes
-    ):
-        settings.pop("quantization", None)  # the registry's default
     refused = [name for name in settings if name not in takes]
     if refused:
         flags = ", ".join(f"{n} (--{n.replace('_', '-')})" for n in refused)
