@@ -459,6 +459,15 @@ def test_an_int8_export_keeps_float32_quality_and_reloads_as_served(
     }
     assert "int8" in modes
     assert translator.translate(list(pairs.sources[:8])) == served["int8"][:8]
+    # Re-exported without the flag, the folder's float32 model.keras is served.
+    again = tmp_path / "again"
+    assert (
+        export_command.run(
+            parser.parse_args(["--workdir", str(output), "--output", str(again)])
+        )
+        == 0
+    )
+    assert json.loads((again / "export.json").read_text())["quantization"] == "float32"
     model, _ = tiny_translator()
     assert export.quantized(model, "int8") is not model
     assert {getattr(x, "quantization_mode", None) for x in model._flatten_layers()} == {

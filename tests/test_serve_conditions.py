@@ -246,3 +246,33 @@ def test_the_serving_process_module_imports_nothing_of_the_package() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_serve_merges_the_rows_of_its_serving_processes() -> None:
+    """Each CTranslate2 model but float32 runs in a serving process of its
+    own; their rows are merged into one table, the load taken at the start
+    of the first process and the end of the last."""
+    import serve
+
+    def part(label: str, seconds: float, start: float, end: float) -> dict:
+        rows = {"seconds": {label: [seconds]}, "translations": {label: ["x"]}}
+        return {
+            "load_start": start,
+            "load_end": end,
+            "file_order": rows,
+            "sorted": {k: dict(v) for k, v in rows.items()},
+            "single": {k: dict(v) for k, v in rows.items()},
+            "first_calls": {label: 1.0},
+            "ctranslate2_imports": [f"keras_transformer.{label}"],
+        }
+
+    merged = serve._merge([part("a", 1.0, 0.5, 0.7), part("b", 2.0, 0.9, 1.4)])
+    assert merged["load_start"] == 0.5 and merged["load_end"] == 1.4
+    for order in ("file_order", "sorted", "single"):
+        assert merged[order]["seconds"] == {"a": [1.0], "b": [2.0]}
+        assert merged[order]["translations"] == {"a": ["x"], "b": ["x"]}
+    assert merged["first_calls"] == {"a": 1.0, "b": 1.0}
+    assert merged["ctranslate2_imports"] == [
+        "keras_transformer.a",
+        "keras_transformer.b",
+    ]
