@@ -33,10 +33,11 @@ module's own imports are light: the conventions, `ctranslate2_spec` and
 `target`; `CTranslate2Translator` imports neither).
 
 Example:
+>>> from keras_transformer.export import export_run_as  # doctest: +SKIP
 >>> from keras_transformer.export.ctranslate2 import (  # doctest: +SKIP
-...     CTranslate2Translator, export_run_ctranslate2)
->>> export_run_ctranslate2(  # doctest: +SKIP
-...     "runs/de_en", "exported/de_en_ct2", quantization="int8")
+...     CTranslate2Translator)
+>>> export_run_as(  # doctest: +SKIP
+...     "ctranslate2", "runs/de_en", "exported/de_en_ct2", quantization="int8")
 >>> CTranslate2Translator("exported/de_en_ct2").translate(  # doctest: +SKIP
 ...     ["Ein Hund."])
 
@@ -71,7 +72,6 @@ from keras_transformer.export.ctranslate2_spec import (
 from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
-    export_translation_run,
     writing_export,
 )
 
@@ -223,11 +223,8 @@ def export_ctranslate2(
     Raises:
         ValueError: (one line) for a model CTranslate2 cannot express
             (`check_convertible`), a bad setting or quantization.
-        FileExistsError: when `output_dir` is a file, or is not empty and
-            `overwrite` is false, or holds something other than an earlier
-            CTranslate2 export (never deleted).
-        keras_transformer.files.FolderLockedError: when another export
-            into `output_dir` is running.
+        FileExistsError, keras_transformer.files.FolderLockedError: as
+            `check_export_target` and `writing_export` say.
 
     Example:
     >>> path = export_ctranslate2(  # doctest: +SKIP
@@ -260,42 +257,6 @@ def export_ctranslate2(
             json.dumps(info, indent=2) + "\n", encoding="utf-8"
         )
     return output_dir
-
-
-def export_run_ctranslate2(
-    workdir: str | os.PathLike[str],
-    output_dir: str | os.PathLike[str],
-    weights: str = "last",
-    *,
-    quantization: str = "float32",
-    overwrite: bool = False,
-    **settings: Any,
-) -> Path:
-    """`export_ctranslate2` of a translation run (or a SavedModel export
-    folder): ``keras-transformer export --format ctranslate2``.
-
-    Args:
-        workdir: a translation run folder or an export folder.
-        output_dir: the folder to write.
-        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
-        quantization: one of `QUANTIZATIONS`.
-        overwrite: replace an earlier CTranslate2 export in `output_dir`.
-        **settings: `DecodeSettings` fields.
-
-    Returns:
-        The folder.
-    """
-    check_quantization(quantization)
-    return export_translation_run(
-        export_ctranslate2,
-        FORMAT,
-        workdir,
-        output_dir,
-        weights,
-        overwrite,
-        quantization=quantization,
-        **settings,
-    )
 
 
 def is_ctranslate2_dir(path: str | os.PathLike[str]) -> bool:
@@ -522,18 +483,11 @@ class CTranslate2Translator:
                 best.append(self._best(result, beam, ranking))
         return best
 
-    def translate(
-        self,
-        sentences: Sequence[str],
-        beam_size: int | None = None,
-        alpha: float | None = None,
-        batch_size: int | None = None,
-        rerank: bool = True,
-    ) -> list[str]:
-        """Translations of raw sentences (`translate_hypotheses`' texts)."""
-        hypotheses = self.translate_hypotheses(
-            sentences, beam_size, alpha, batch_size, rerank
-        )
+    def translate(self, sentences: Sequence[str], **options: Any) -> list[str]:
+        """Translations of raw sentences: the texts of `translate_hypotheses`,
+        which takes the same `options` (``beam_size``, ``alpha``,
+        ``batch_size``, ``rerank``)."""
+        hypotheses = self.translate_hypotheses(sentences, **options)
         return [hypothesis.text for hypothesis in hypotheses]
 
 
@@ -586,7 +540,7 @@ FORMAT = ExportFormat(
     option="ctranslate2",
     quantizations=QUANTIZATIONS,
     settings=tuple(DecodeSettings.__dataclass_fields__),
-    export_run=export_run_ctranslate2,
+    export_model=export_ctranslate2,
     load_translator=_load_translator,
     summary=_summary,
 )
@@ -601,7 +555,6 @@ __all__ = [
     "TOKENIZER_FILE",
     "check_quantization",
     "export_ctranslate2",
-    "export_run_ctranslate2",
     "gnmt_length_penalty",
     "import_ctranslate2",
     "int8_gemm_is_exact",

@@ -131,6 +131,6 @@ def export_run_as(
         )
     if quantization is not None:  # else the format's own default
         settings["quantization"] = quantization
-    return export_format.export_run(
+    return export_format.run_export(
         workdir, output_dir, weights, overwrite=overwrite, **settings
     )

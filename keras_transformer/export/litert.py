@@ -61,7 +61,6 @@ from keras_transformer.export.settings import (
 from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
-    export_translation_run,
     writing_export,
 )
 
@@ -75,7 +74,6 @@ __all__ = [
     "LiteRTTranslator",
     "convert_greedy",
     "export_litert",
-    "export_litert_run",
 ]
 
 MODEL_FILE = "model.tflite"
@@ -206,11 +204,8 @@ def export_litert(
     Raises:
         ValueError: for a setting other than the two lengths or another
             quantization.
-        FileExistsError: when `output_dir` is a file, or is not empty and
-            `overwrite` is false, or holds something other than an earlier
-            LiteRT export (never deleted).
-        keras_transformer.files.FolderLockedError: when another export
-            into `output_dir` is running.
+        FileExistsError, keras_transformer.files.FolderLockedError: as
+            `check_export_target` and `writing_export` say.
 
     Example:
     >>> path = export_litert(model, tokenizer, "de_en_litert")  # doctest: +SKIP
@@ -236,35 +231,6 @@ def export_litert(
         values = {"format_version": FORMAT_VERSION, **dataclasses.asdict(info)}
         (folder / INFO_FILE).write_text(json.dumps(values, indent=2) + "\n")
     return output_dir
-
-
-def export_litert_run(
-    workdir: str | os.PathLike[str],
-    output_dir: str | os.PathLike[str],
-    weights: str = "last",
-    *,
-    quantization: str = "int8",
-    overwrite: bool = False,
-    **settings: Any,
-) -> Path:
-    """`export_litert` of a translation run (``export --format litert``).
-
-    Args:
-        workdir: a translation run folder or a SavedModel export folder.
-        output_dir: the folder to write.
-        weights: ``"last"``, ``"best"``, ``"average"`` or a weights file.
-        quantization, overwrite, **settings: as for `export_litert`.
-    """
-    return export_translation_run(
-        export_litert,
-        FORMAT,
-        workdir,
-        output_dir,
-        weights,
-        overwrite,
-        quantization=quantization,
-        **settings,
-    )
 
 
 def _output_ids(row: np.ndarray, settings: LiteRTSettings) -> list[int]:
@@ -423,7 +389,7 @@ FORMAT = ExportFormat(
     option="litert",
     quantizations=QUANTIZATIONS,
     settings=("max_input_length", "extra_length"),
-    export_run=export_litert_run,
+    export_model=export_litert,
     load_translator=_load_translator,
     summary=_summary,
 )

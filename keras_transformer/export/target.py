@@ -53,8 +53,13 @@ class ExportFormat:
             ``--quantization`` is refused).
         settings: the settings its run export takes (None: as the run's
             kind says).
+        export_model: ``(model, tokenizer, output_dir, *, overwrite,
+            [quantization,] **settings) -> Path``, the export of a
+            translation model in memory; a run is exported through it by
+            `run_export` unless `export_run` is given.
         export_run: ``(workdir, output_dir, weights, *, overwrite,
-            [quantization,] **settings) -> Path``, the export of a run folder.
+            [quantization,] **settings) -> Path``, the export of a run
+            folder, for a format whose runs need more than `export_model`.
         load_translator: ``(folder, weights, **settings) ->`` a
             `keras_transformer.export.formats.TranslatorLike` serving an
             export folder (``keras-transformer translate``); `settings` are
@@ -74,6 +79,7 @@ class ExportFormat:
     kinds: tuple[str, ...] = ("translation",)
     quantizations: tuple[str, ...] = ()
     settings: tuple[str, ...] | None = None
+    export_model: Callable[..., Path] | None = None
     export_run: Callable[..., Path] | None = None
     load_translator: Callable[..., Any] | None = None
     serves: frozenset[str] = frozenset()
@@ -82,6 +88,34 @@ class ExportFormat:
     def holds_export(self, folder: str | os.PathLike[str]) -> bool:
         """Whether `folder` holds an export of this format (all its marks)."""
         return all((Path(folder) / mark).is_file() for mark in self.marks)
+
+    def run_export(
+        self,
+        workdir: str | os.PathLike[str],
+        output_dir: str | os.PathLike[str],
+        weights: str = "last",
+        *,
+        overwrite: bool = False,
+        **options: Any,
+    ) -> Path:
+        """Exports a run (or an export folder) in this format.
+
+        `export_run` where the format has one; else the target is checked
+        before the slow load, the translation model's `weights` and its
+        tokenizer are loaded, and ``export_model(model, tokenizer,
+        output_dir, overwrite=..., **options)`` writes the folder.
+        """
+        if self.export_run is not None:
+            return self.export_run(
+                workdir, output_dir, weights, overwrite=overwrite, **options
+            )
+        from keras_transformer.translation import load_translator
+
+        check_export_target(output_dir, overwrite, self)  # before loading
+        model, tokenizer = load_translator(workdir, weights, as_served=False)
+        return self.export_model(
+            model, tokenizer, output_dir, overwrite=overwrite, **options
+        )
 
 
 def lock_path(export_dir: str | os.PathLike[str]) -> Path:
@@ -155,26 +189,6 @@ def check_export_target(
         export_dir = Path(os.path.abspath(export_dir))
     _check_target(export_dir, overwrite, export_format)
     return export_dir
-
-
-def export_translation_run(
-    export_model: Callable[..., Path],
-    export_format: ExportFormat,
-    workdir: str | os.PathLike[str],
-    output_dir: str | os.PathLike[str],
-    weights: str,
-    overwrite: bool,
-    **options: Any,
-) -> Path:
-    """A translation run (or a SavedModel export folder) through a format's
-    model exporter: checks the target before the slow load, loads the
-    `weights` and the tokenizer, and calls ``export_model(model, tokenizer,
-    output_dir, overwrite=..., **options)``."""
-    from keras_transformer.translation import load_translator
-
-    check_export_target(output_dir, overwrite, export_format)  # before loading
-    model, tokenizer = load_translator(workdir, weights, as_served=False)
-    return export_model(model, tokenizer, output_dir, overwrite=overwrite, **options)
 
 
 def _carry_over(old: Path, new: Path, entries: tuple[str, ...]) -> None:

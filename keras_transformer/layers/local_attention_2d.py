@@ -607,12 +607,7 @@ class LocalAttention2D(MultiHeadAttention):
         return (*tuple(inputs_shape[:-1]), self.output_dim or inputs_shape[-1])
 
     def compute_output_spec(
-        self,
-        inputs: Any,
-        use_causal_mask: bool = False,
-        training: bool | None = None,
-        cache: tuple[Any, Any] | None = None,
-        cache_update_index: Any | None = None,
+        self, inputs: Any, cache: tuple[Any, Any] | None = None, **options: Any
     ) -> AttentionResult:
         if cache is not None:
             return super().compute_output_spec(inputs, cache=cache)
