@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -1008,6 +1009,9 @@ def test_the_format_registry_lists_the_three_formats() -> None:
     assert found["ctranslate2"].quantizations[0] == "float32"
     with pytest.raises(ValueError, match="formats are savedmodel, litert, ctranslate2"):
         formats.get_format("onnx")
+    bare = dataclasses.replace(found["litert"], export_model=None)
+    with pytest.raises(TypeError, match="LiteRT format registers no run export"):
+        bare.run_export("run", "folder")
 
 
 def test_cli_refuses_an_unknown_format_in_one_line(

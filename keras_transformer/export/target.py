@@ -109,6 +109,8 @@ class ExportFormat:
             return self.export_run(
                 workdir, output_dir, weights, overwrite=overwrite, **options
             )
+        if self.export_model is None:
+            raise TypeError(f"The {self.name} format registers no run export.")
         from keras_transformer.translation import load_translator
 
         check_export_target(output_dir, overwrite, self)  # before loading
