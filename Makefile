@@ -50,14 +50,16 @@ test: $(INSTALLED)
 coverage: $(INSTALLED)
 	$(PYTHON) -m pytest $(XDIST) -q --cov=keras_transformer --cov-report=term:skip-covered
 
-## The longer tests (multi-process training, notebooks, the wheel in a fresh venv).
+## The longer tests (multi-process training, notebooks, the wheel in a fresh
+## venv), on the same xdist workers as `make test`: most of their time is spent
+## in child processes, kernels and installs that leave a core idle.
 test-slow: $(INSTALLED)
-	$(PYTHON) -m pytest -m slow --durations=15
+	$(PYTHON) -m pytest $(XDIST) -m slow --durations=15
 
 ## The core's tests (layers, models, losses, schedules, metrics, backend) on
 ## the JAX backend; TensorFlow-only tests are skipped with their reason.
 test-jax: $(INSTALLED)
-	KERAS_BACKEND=jax $(PYTHON) -m pytest tests/layers tests/models tests/test_schedules_losses_metrics.py tests/backend -q
+	KERAS_BACKEND=jax $(PYTHON) -m pytest $(XDIST) tests/layers tests/models tests/test_schedules_losses_metrics.py tests/backend -q
 
 ## The package as users get it: build the sdist and the wheel, `twine check`
 ## them, install the wheel into a fresh venv with only keras, numpy and JAX
