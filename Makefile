@@ -39,9 +39,13 @@ demo: $(DEMO_INSTALLED)
 ## TEST_WORKERS pytest-xdist workers; `--dist loadfile` keeps each file on one
 ## worker, so a file's module fixtures (its trained runs) are built once and
 ## the session's shared runs (tests/conftest.py) at most once per worker.
-## TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+## TEST_WORKERS=0 runs in one process. Three workers on two cores, since much
+## of the default run waits on child processes and file writes; the JAX and
+## slow tests gain nothing from a third and run on LONG_TEST_WORKERS.
+TEST_WORKERS ?= 3
+LONG_TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile
+LONG_XDIST := -n $(LONG_TEST_WORKERS) --dist loadfile
 test: $(INSTALLED)
 	$(PYTHON) -m pytest $(XDIST) --durations=25
 
@@ -51,15 +55,14 @@ coverage: $(INSTALLED)
 	$(PYTHON) -m pytest $(XDIST) -q --cov=keras_transformer --cov-report=term:skip-covered
 
 ## The longer tests (multi-process training, notebooks, the wheel in a fresh
-## venv), on the same xdist workers as `make test`: most of their time is spent
-## in child processes, kernels and installs that leave a core idle.
+## venv).
 test-slow: $(INSTALLED)
-	$(PYTHON) -m pytest $(XDIST) -m slow --durations=15
+	$(PYTHON) -m pytest $(LONG_XDIST) -m slow --durations=15
 
 ## The core's tests (layers, models, losses, schedules, metrics, backend) on
 ## the JAX backend; TensorFlow-only tests are skipped with their reason.
 test-jax: $(INSTALLED)
-	KERAS_BACKEND=jax $(PYTHON) -m pytest $(XDIST) tests/layers tests/models tests/test_schedules_losses_metrics.py tests/backend -q
+	KERAS_BACKEND=jax $(PYTHON) -m pytest $(LONG_XDIST) tests/layers tests/models tests/test_schedules_losses_metrics.py tests/backend -q
 
 ## The package as users get it: build the sdist and the wheel, `twine check`
 ## them, install the wheel into a fresh venv with only keras, numpy and JAX
