@@ -58,6 +58,9 @@ measurements. `--background-load N` runs N busy processes beside the serving
 process, as other jobs on a shared machine would; they stop when it ends, on
 any error or Ctrl-C, when this script is gone, and at `--background-limit`.
 `--record NAME` writes the figures and these conditions as a results record.
+`--early-stop heuristic` exports the SavedModels with beam search's heuristic
+stopping rule (`DecodeSettings.early_stop`), nearer CTranslate2's own rule
+(it stops a sentence once its best candidate of a step ends).
 
 Usage:
     python benchmarks/serve.py --workdir runs/m30k_cpu [--weights last]
@@ -457,6 +460,14 @@ def main() -> None:
         action="store_true",
         help="leave out the --jit-compile export with --quantization int8",
     )
+    parser.add_argument(
+        "--early-stop",
+        choices=("exact", "heuristic"),
+        default="exact",
+        help="the SavedModel exports' stopping rule (DecodeSettings.early_stop; "
+        "default exact, §6.1); heuristic stops a sentence once no live "
+        "hypothesis would win if it ended now, closer to CTranslate2's rule",
+    )
     parser.add_argument("--keep", help="write the exports here (default: a temp dir)")
     args = parser.parse_args()
     if args.background_load < 0 or args.background_limit <= 0:
@@ -491,6 +502,7 @@ def main() -> None:
         ]
         if not args.no_int8_savedmodel:
             variants.append((CURRENT_JIT_INT8, "current_jit_int8", True, "int8"))
+        stop = "" if args.early_stop == "exact" else f", {args.early_stop} stop"
         for label, name, jit_compile, quantization in variants:
             export_translator(
                 model,
@@ -499,9 +511,10 @@ def main() -> None:
                 beam_size=args.beam_size,
                 jit_compile=jit_compile,
                 quantization=quantization,
+                early_stop=args.early_stop,
                 overwrite=True,
             )
-            exports.append((label.format(beam=args.beam_size), str(work / name)))
+            exports.append((label.format(beam=args.beam_size) + stop, str(work / name)))
     else:
         model, tokenizer, _ = load_export(args.export[0])
     exports += [(f"export {path}", str(path)) for path in args.export]

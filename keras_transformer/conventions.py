@@ -24,6 +24,9 @@ END_ID = 3
 
 #: Tokens allowed beyond the source length when decoding (§6.1).
 EXTRA_LENGTH = 50
+#: Beam search's stopping rules (`DecodeSettings.early_stop`): §6.1's
+#: "terminate early when possible", exactly or by a heuristic.
+EARLY_STOPS = ("exact", "heuristic")
 #: `epsilon_ls` of §5.4: "label smoothing of value epsilon_ls = 0.1" (the
 #: default of `train.label_smoothing`, and of the loss's `label_smoothing`).
 LABEL_SMOOTHING = 0.1
@@ -48,6 +51,7 @@ DISTRIBUTION = "keras3-transformer"
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",
     "DISTRIBUTION",
+    "EARLY_STOPS",
     "END_ID",
     "EXTRA_LENGTH",
     "LABEL_SMOOTHING",

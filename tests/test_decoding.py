@@ -71,9 +71,16 @@ def run_greedy(step_fn, state, limits, **options):
 
 
 def run_beam_search(
-    step_fn, state, limits, *, beam_size=4, length_penalty_alpha=0.6, **options
+    step_fn,
+    state,
+    limits,
+    *,
+    beam_size=4,
+    length_penalty_alpha=0.6,
+    early_stop="exact",
+    **options,
 ):
-    strategy = BeamSearch(beam_size, length_penalty_alpha)
+    strategy = BeamSearch(beam_size, length_penalty_alpha, early_stop)
     return run_search(strategy, step_fn, state, limits, **options)
 
 
@@ -525,6 +532,91 @@ def _exhaustive_best(table, code, limit, alpha):
     return best
 
 
+# A short hypothesis finishes at step 2 ([A, END], P = 0.198); a chain of Bs
+# (P = 0.1485 after two tokens, then 0.98 a token) ends at the limit with a
+# better normalised score: log(0.1485 * 0.98 ** 6) / lp(8) = -1.275 against
+# log(0.198) / lp(2) = -1.476 (alpha 0.6).
+_CHAIN = (B,) * 7
+STOP_TABLE = {
+    (): _probs(a=0.495, b=0.495),
+    (A,): _probs(end=0.4, a=0.29, b=0.29),
+    (B,): _probs(end=0.35, a=0.34, b=0.3),
+    **{_CHAIN[:k]: _probs(b=0.98, a=0.005, end=0.005) for k in range(2, 7)},
+    _CHAIN: _probs(end=0.98, a=0.005, b=0.005),
+}
+
+
+@pytest.mark.parametrize(
+    ("early_stop", "expected", "steps"),
+    [("exact", [*_CHAIN, END], 8), ("heuristic", [A, END], 2)],
+)
+def test_the_heuristic_stop_ends_sooner_and_may_miss_a_later_winner(
+    early_stop, expected, steps
+):
+    """Exact: after step 2 the best live [B, A] (log P -1.784) could still
+    win, since -1.784 / lp(8) = -1.121 > -1.476, and the chain does at step
+    8. Heuristic: no live hypothesis would win if it ended now (-1.784 /
+    lp(2) = -1.626), so the example stops after 2 steps with [A, END]."""
+    calls = []
+    table_step = _table_step(STOP_TABLE, _probs(end=0.1, a=0.445, b=0.445))
+
+    def step(*args):
+        calls.append(1)
+        return table_step(*args)
+
+    tokens, scores, lengths = run_beam_search(
+        step,
+        tf.constant([1, 1], tf.int64),
+        [8],
+        max_length=8,
+        beam_size=2,
+        early_stop=early_stop,
+    )
+    length = int(lengths.numpy()[0])
+    assert list(tokens.numpy()[0, :length]) == expected
+    probability = 0.495 * (0.4 if early_stop == "heuristic" else 0.3 * 0.98**6)
+    expected_score = math.log(probability) / ((5 + len(expected)) / 6) ** 0.6
+    assert scores.numpy()[0] == pytest.approx(expected_score, abs=1e-5)
+    assert len(calls) == steps
+
+
+def test_the_stopping_rule_reaches_every_beam_search(model, monkeypatch):
+    """`DecodeSettings.early_stop` reaches the registered strategy, its
+    n-best and constrained variants included; the heuristic stop gives the
+    beam search's output wherever a finished hypothesis already leads."""
+    options = decoding.strategies.SearchOptions(3, 0.6, 1.0, None, 0)
+    stop = options._replace(early_stop="heuristic")
+    assert decoding.get_strategy("beam", stop).early_stop == "heuristic"
+    assert decoding.get_strategy("beam", options).early_stop == "exact"
+    n_best = decoding.get_strategy("beam", stop._replace(n_best=2))
+    phrases = tf.constant([[[5, 0]]], tf.int32)
+    constrained = decoding.get_strategy("greedy", stop._replace(phrases=phrases))
+    assert (n_best.early_stop, constrained.early_stop) == ("heuristic",) * 2
+    tokens, scores, lengths = run_beam_search(
+        _table_step(GNMT_TABLE, GNMT_DEFAULT),
+        tf.constant([1, 1], tf.int64),
+        [8],
+        max_length=8,
+        beam_size=2,
+        early_stop="heuristic",
+    )
+    assert list(tokens.numpy()[0, : int(lengths.numpy()[0])]) == LONG
+    # `Decoder.decode` (eagerly and in its traced search) and `Decoder.search`
+    # build the strategy with the settings' rule.
+    seen = []
+
+    def spy(options):
+        seen.append(options.early_stop)
+        return BeamSearch(options.beam_size, options.alpha, options.early_stop)
+
+    monkeypatch.setitem(decoding.STRATEGIES, "beam", spy)
+    settings = DecodeSettings(beam_size=2, extra_length=EXTRA, early_stop="heuristic")
+    Decoder(model).decode(SOURCES, settings, end_id=None)
+    limits = tf.constant([3, 3, 3], tf.int32)
+    Decoder(model).search(tf.constant(SOURCES), limits, settings, max_length=3)
+    assert seen and set(seen) == {"heuristic"}
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_wide_beam_finds_the_exhaustive_optimum(alpha):
     """With a beam wider than all candidates, beam search is exact."""
@@ -695,6 +787,7 @@ def test_trained_copy_model_decodes_the_copy(copy_model):
         ("max_input_length", 1),
         ("temperature", 0.0),
         ("top_k", 0),
+        ("early_stop", "never"),
     ],
 )
 def test_decode_settings_refuse_bad_values_in_one_line(field, value):
@@ -709,6 +802,9 @@ def test_decode_settings_defaults_are_the_papers():
     assert (settings.method, settings.beam_size, settings.alpha) == ("beam", 4, 0.6)
     assert settings.extra_length == 50 and settings.strategy == "beam"
     assert settings.describe() == "beam 4, alpha 0.6"
+    assert settings.early_stop == "exact"  # §6.1's search, run to its bound
+    heuristic = settings.replace(early_stop="heuristic").describe()
+    assert heuristic == "beam 4, alpha 0.6, heuristic stop"
     assert DecodeSettings(method="greedy", beam_size=3).strategy == "greedy"
     assert settings.replace(beam_size=1).describe() == "greedy"
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -231,6 +231,20 @@ def test_jit_compile_is_refused_for_litert_and_ctranslate2(tmp_path: Path) -> No
             export_command.run(args)
 
 
+def test_the_heuristic_stop_is_refused_where_the_engine_has_its_own_rule(
+    tmp_path: Path,
+) -> None:
+    """CTranslate2 stops a sentence by its own rule, LiteRT decodes greedily:
+    `--early-stop heuristic` is refused in one line for both."""
+    for fmt in ("litert", "ctranslate2"):
+        argv = ["export", "--workdir", str(tmp_path), "--output", str(tmp_path / "x")]
+        args = cli.build_parser().parse_args(
+            [*argv, "--format", fmt, "--early-stop", "heuristic"]
+        )
+        with pytest.raises(ValueError, match=r"takes no early_stop \(--early-stop\)"):
+            export_command.run(args)
+
+
 def test_saved_model_cli_lists_both_signatures(exported: Path) -> None:
     cli = Path(sys.executable).with_name("saved_model_cli")
     if not cli.exists():

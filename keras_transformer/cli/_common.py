@@ -237,6 +237,7 @@ def add_search_arguments(
     (read from `DecodeSettings`, where every default is declared once);
     `search_settings` collects them.
     """
+    from keras_transformer.conventions import EARLY_STOPS
     from keras_transformer.decoding.settings import default_setting
 
     max_input_length = default_setting("max_input_length")
@@ -260,6 +261,14 @@ def add_search_arguments(
         type=float,
         default=default_setting("alpha"),
         help="Length penalty alpha (§6.1: %(default)s).",
+    )
+    group.add_argument(
+        "--early-stop",
+        choices=EARLY_STOPS,
+        default=default_setting("early_stop"),
+        help="When beam search stops a sentence: exact, once no live hypothesis "
+        "can still win (§6.1); heuristic, once none would win if it ended now "
+        "(fewer steps; default %(default)s).",
     )
     group.add_argument(
         "--max-input-length",
@@ -382,7 +391,14 @@ def _refuse_export_without_model(args: argparse.Namespace) -> None:
 def search_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `DecodeSettings` fields given by `add_search_arguments`' flags
     (``max_input_length`` left out when None: the command's own default)."""
-    names = ("method", "beam_size", "alpha", "max_input_length", "extra_length")
+    names = (
+        "method",
+        "beam_size",
+        "alpha",
+        "early_stop",
+        "max_input_length",
+        "extra_length",
+    )
     sampling = ("temperature", "n_best", "top_k", "top_p")
     settings = {name: getattr(args, name) for name in (*names, *sampling)}
     if settings["max_input_length"] is None:

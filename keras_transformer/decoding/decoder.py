@@ -183,6 +183,7 @@ class Decoder:
                 top_p,
                 n_best,
                 phrases,
+                settings.early_stop,
             ),
         )
         outputs = self._search_fn(
@@ -203,6 +204,7 @@ class Decoder:
             end_id=end_id,
             static_shapes=self.jit_compile,
             constraints=phrases,
+            early_stop=settings.early_stop,
         )
         outputs = [np.asarray(x) for x in outputs]
         if n_best is None:
@@ -337,6 +339,7 @@ class Decoder:
             end_id=end_id,
             static_shapes=static_shapes,
             constraints=None if constraints is None else tf.cast(constraints, tf.int32),
+            early_stop=settings.early_stop,
         )
 
     # ------------------------------------------------------------ internals
@@ -359,12 +362,21 @@ class Decoder:
         top_p: float | None = None,
         n_best: int | None = None,
         constraints: tf.Tensor | None = None,
+        early_stop: str = "exact",
     ) -> Outputs:
         """The search: the registered strategy (built with the call's
         inputs), the model step and the loop, with tensor settings."""
         beam = beam_size if strategy == "beam" else 1
         options = SearchOptions(
-            beam, alpha, temperature, top_k, seed, top_p, n_best, constraints
+            beam,
+            alpha,
+            temperature,
+            top_k,
+            seed,
+            top_p,
+            n_best,
+            constraints,
+            early_stop,
         )
         model_step = self._model_step(
             source_ids, max_length, beam, start_id, static_shapes

@@ -18,7 +18,11 @@ import dataclasses
 from typing import Any
 
 from keras_transformer import validation
-from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH, EXTRA_LENGTH
+from keras_transformer.conventions import (
+    DEFAULT_MAX_INPUT_LENGTH,
+    EARLY_STOPS,
+    EXTRA_LENGTH,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +50,14 @@ class DecodeSettings:
             `top_p`, renormalized (None or 1: all of them).
         n_best: how many hypotheses per source an n-best list holds (beam
             search: at most `beam_size`; `Decoder.decode(n_best=...)`).
+        early_stop: when beam search stops an example (§6.1: "terminate
+            early when possible"): ``"exact"``, once no live hypothesis can
+            still beat its best finished one at any length it may reach
+            (the bound of tensor2tensor's search: the same result as running
+            to the limit); ``"heuristic"``, once none would beat it if it
+            ended now (Hugging Face's ``early_stopping=False``): fewer steps,
+            a result that may differ where a live hypothesis would have
+            overtaken later.
 
     Raises:
         ValueError: (one line) on a setting out of range, naming it.
@@ -69,6 +81,7 @@ class DecodeSettings:
     # n-best lists and nucleus sampling.
     top_p: float | None = None
     n_best: int = 1
+    early_stop: str = "exact"
 
     def __post_init__(self) -> None:
         # Imported here: the command line reads these defaults (its flags)
@@ -83,6 +96,7 @@ class DecodeSettings:
         valid.check_int("max_input_length", self.max_input_length, 2)
         valid.check_number("temperature", self.temperature, above=0.0)
         valid.check_int("top_k", self.top_k, 1, allow_none=True)
+        valid.check_choice("early_stop", self.early_stop, EARLY_STOPS)
         self._check_n_best_and_top_p()
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "temperature", float(self.temperature))
@@ -120,7 +134,8 @@ class DecodeSettings:
     def describe(self) -> str:
         """``"greedy"``, ``"beam 4, alpha 0.6"`` or ``"sample, temperature 1"``."""
         if self.strategy == "beam":
-            return f"beam {self.beam_size}, alpha {self.alpha:g}"
+            stop = "" if self.early_stop == "exact" else f", {self.early_stop} stop"
+            return f"beam {self.beam_size}, alpha {self.alpha:g}{stop}"
         if self.strategy == "sample":
             top_k = "" if self.top_k is None else f", top {self.top_k}"
             top_p = "" if self.top_p is None else f", top-p {self.top_p:g}"

@@ -539,7 +539,8 @@ FORMAT = ExportFormat(
     _EXPORT_ENTRIES,
     option="ctranslate2",
     quantizations=QUANTIZATIONS,
-    settings=tuple(DecodeSettings.__dataclass_fields__),
+    # Not `early_stop`: CTranslate2 stops a sentence by its own rule.
+    settings=tuple(n for n in DecodeSettings.__dataclass_fields__ if n != "early_stop"),
     export_model=export_ctranslate2,
     load_translator=_load_translator,
     summary=_summary,

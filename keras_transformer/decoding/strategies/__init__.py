@@ -31,7 +31,8 @@ class SearchOptions(NamedTuple):
     `beam_size`, `top_k` and `n_best` are Python values (they fix shapes);
     `alpha`, `temperature`, `seed` and `top_p` may be scalar tensors (one
     trace for every value); `phrases` is int32 `(batch, phrases,
-    phrase_length)` or None (`constrained.pad_phrases`).
+    phrase_length)` or None (`constrained.pad_phrases`); `early_stop` is
+    beam search's stopping rule (`DecodeSettings.early_stop`).
     """
 
     beam_size: int
@@ -42,6 +43,7 @@ class SearchOptions(NamedTuple):
     top_p: Any = None
     n_best: int | None = None
     phrases: Any = None
+    early_stop: str = "exact"
 
 
 StrategyFactory = Callable[[SearchOptions], Strategy]
@@ -50,18 +52,20 @@ StrategyFactory = Callable[[SearchOptions], Strategy]
 def _beam(options: SearchOptions) -> Strategy:
     """Beam search; with the call's phrases constrained (Post and Vilar
     2018), with its `n_best` the n-best lists."""
-    beam, alpha = options.beam_size, options.alpha
+    beam, alpha, stop = options.beam_size, options.alpha, options.early_stop
     if options.phrases is not None:
-        return ConstrainedBeamSearch(beam, alpha, options.phrases)
+        return ConstrainedBeamSearch(beam, alpha, options.phrases, stop)
     if options.n_best is not None:
-        return NBestBeamSearch(beam, alpha, options.n_best)
-    return BeamSearch(beam, alpha)
+        return NBestBeamSearch(beam, alpha, options.n_best, stop)
+    return BeamSearch(beam, alpha, stop)
 
 
 def _greedy(options: SearchOptions) -> Strategy:
     """Greedy decoding; with the call's phrases a constrained beam of one."""
     if options.phrases is not None:
-        return ConstrainedBeamSearch(1, options.alpha, options.phrases)
+        return ConstrainedBeamSearch(
+            1, options.alpha, options.phrases, options.early_stop
+        )
     return GreedySearch()
 
 

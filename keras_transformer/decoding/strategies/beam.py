@@ -11,8 +11,14 @@ END). An example stops early (§6.1: "terminate early when possible") when
 its best finished score beats the best live log-probability divided by the
 largest penalty it may still get, `lp(limit)`: log-probabilities only
 decrease, so no live hypothesis can still beat it, and only the best
-hypothesis is returned. An example without any finished hypothesis returns
-its best live one, scored with `lp(limit)`.
+hypothesis is returned (``early_stop="exact"``, as tensor2tensor's search).
+With ``early_stop="heuristic"`` the best live log-probability is divided by
+the penalty of its current length instead (Hugging Face's
+``early_stopping=False``): an example stops once no live hypothesis would
+beat its best finished one if it ended now, fewer steps for a result that
+may differ where a live hypothesis would have overtaken later. An example
+without any finished hypothesis returns its best live one, scored with
+`lp(limit)`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.conventions import EARLY_STOPS
 from keras_transformer.decoding.search import Outputs, top_k, write_at
 
 
@@ -62,6 +69,9 @@ class BeamSearch:
         beam_size: hypotheses kept per example (§6.1: 4).
         alpha: the length-penalty alpha (§6.1: 0.6), a number or float32
             scalar; 0 ranks by raw log-probability.
+        early_stop: ``"exact"`` (§6.1's "terminate early when possible":
+            once no live hypothesis can still win) or ``"heuristic"`` (once
+            none would win if it ended now); see the module's docstring.
 
     Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
     """
@@ -72,9 +82,23 @@ class BeamSearch:
     #: stops early (the n-best list's length; `NBestBeamSearch`).
     n_best = 1
 
-    def __init__(self, beam_size: int, alpha: Any) -> None:
+    def __init__(self, beam_size: int, alpha: Any, early_stop: str = "exact") -> None:
+        if early_stop not in EARLY_STOPS:
+            raise ValueError(
+                f"early_stop must be one of {EARLY_STOPS}. Received: "
+                f"early_stop={early_stop!r}"
+            )
         self.beam_size = beam_size
         self.alpha = alpha
+        self.early_stop = early_stop
+
+    def stop_penalty(self, beams: Beams, index: tf.Tensor) -> tf.Tensor:
+        """The penalty that divides the best live log-probability when an
+        example may stop: `lp(limit)` (exact) or `lp(index + 1)`, the
+        penalty of the live hypotheses' current length (heuristic)."""
+        if self.early_stop == "exact":
+            return beams.max_penalty
+        return length_penalty(tf.cast(index + 1, tf.float32), self.alpha)
 
     def start(self, limits: tf.Tensor, max_length: Any, start_id: int) -> Beams:
         batch, beam = tf.shape(limits)[0], self.beam_size
@@ -127,8 +151,9 @@ class BeamSearch:
         )
         # Early stopping (§6.1: "terminate early when possible"): no live
         # hypothesis, nor any extension of one, can beat the best finished
-        # (the `n_best`-th best finished, for an n-best list).
-        best_possible = beams.alive_log_probs[:, 0] / beams.max_penalty
+        # (the `n_best`-th best finished, for an n-best list); heuristic: no
+        # live hypothesis would beat it if it ended now.
+        best_possible = beams.alive_log_probs[:, 0] / self.stop_penalty(beams, index)
         cannot_improve = beams.finished_scores[:, self.n_best - 1] > best_possible
         done = beams.done | cannot_improve | (index + 1 >= beams.limits)
         return beams._replace(done=done), new_parents
@@ -233,7 +258,7 @@ class NBestBeamSearch(BeamSearch):
     has score ``-inf``.
 
     Args:
-        beam_size, alpha: as for `BeamSearch`.
+        beam_size, alpha, early_stop: as for `BeamSearch`.
         n_best: hypotheses returned per example, 1 to `beam_size`.
 
     Returns (`result`): ``(token_ids (n, n_best, max_length), scores (n,
@@ -243,8 +268,10 @@ class NBestBeamSearch(BeamSearch):
     Reference: Wu et al. (2016), Eq. 14; Vaswani et al. (2017), §6.1.
     """
 
-    def __init__(self, beam_size: int, alpha: Any, n_best: int) -> None:
-        super().__init__(beam_size, alpha)
+    def __init__(
+        self, beam_size: int, alpha: Any, n_best: int, early_stop: str = "exact"
+    ) -> None:
+        super().__init__(beam_size, alpha, early_stop)
         if not 1 <= n_best <= beam_size:
             raise ValueError(
                 f"n_best must be in [1, beam_size={beam_size}]. Received: "

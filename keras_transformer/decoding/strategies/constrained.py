@@ -96,13 +96,16 @@ class ConstrainedBeamSearch(BeamSearch):
         phrases: int32 `(batch, phrases, phrase_length)`: the token ids of
             each example's phrases, 0 after a phrase's end; a row of zeros is
             no phrase.
+        early_stop: as for `BeamSearch`.
 
     Reference: Post and Vilar (2018), "Fast Lexically Constrained Decoding
     with Dynamic Beam Allocation", §3; Vaswani et al. (2017), §6.1.
     """
 
-    def __init__(self, beam_size: int, alpha: Any, phrases: Any) -> None:
-        super().__init__(beam_size, alpha)
+    def __init__(
+        self, beam_size: int, alpha: Any, phrases: Any, early_stop: str = "exact"
+    ) -> None:
+        super().__init__(beam_size, alpha, early_stop)
         self.phrases = tf.cast(phrases, tf.int32)
 
     def start(
@@ -237,7 +240,8 @@ class ConstrainedBeamSearch(BeamSearch):
         # Early stopping as in `BeamSearch`; the live hypotheses are in bank
         # order, so the best of them is their maximum.
         best_live = tf.reduce_max(beams.alive_log_probs, axis=1)
-        cannot_improve = beams.finished_scores[:, 0] > best_live / beams.max_penalty
+        penalty = self.stop_penalty(beams, index)
+        cannot_improve = beams.finished_scores[:, 0] > best_live / penalty
         done = beams.done | cannot_improve | (index + 1 >= beams.limits)
         return beams._replace(done=done), parents
 
