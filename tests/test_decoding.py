@@ -451,6 +451,18 @@ def _table_step(table, default):
     return step
 
 
+def _one_example_of_two_beams(step, limit=8, max_length=8, **options):
+    """`run_beam_search` of one example (two beams, one state row each)."""
+    return run_beam_search(
+        step,
+        tf.constant([1, 1], tf.int64),  # the two beams of one example
+        [limit],
+        max_length=max_length,
+        beam_size=2,
+        **options,
+    )
+
+
 def _probs(**named):
     """A distribution over (pad, unk, start, END, A, B); pad gets ~0."""
     ids = {"end": END, "a": A, "b": B}
@@ -489,13 +501,8 @@ def test_length_penalty_decides_which_finished_hypothesis_wins(
     long = math.log(0.16384) / ((5 + 5) / 6) ** alpha
     assert (short > long) == (alpha == 0.0)
 
-    tokens, scores, lengths = run_beam_search(
-        _table_step(GNMT_TABLE, GNMT_DEFAULT),
-        tf.constant([1, 1], tf.int64),  # the two beams of one example
-        [8],
-        max_length=8,
-        beam_size=2,
-        length_penalty_alpha=alpha,
+    tokens, scores, lengths = _one_example_of_two_beams(
+        _table_step(GNMT_TABLE, GNMT_DEFAULT), length_penalty_alpha=alpha
     )
     length = int(lengths.numpy()[0])
     assert list(tokens.numpy()[0, :length]) == expected
@@ -564,14 +571,7 @@ def test_the_heuristic_stop_ends_sooner_and_may_miss_a_later_winner(
         calls.append(1)
         return table_step(*args)
 
-    tokens, scores, lengths = run_beam_search(
-        step,
-        tf.constant([1, 1], tf.int64),
-        [8],
-        max_length=8,
-        beam_size=2,
-        early_stop=early_stop,
-    )
+    tokens, scores, lengths = _one_example_of_two_beams(step, early_stop=early_stop)
     length = int(lengths.numpy()[0])
     assert list(tokens.numpy()[0, :length]) == expected
     probability = 0.495 * (0.4 if early_stop == "heuristic" else 0.3 * 0.98**6)
@@ -592,13 +592,8 @@ def test_the_stopping_rule_reaches_every_beam_search(model, monkeypatch):
     phrases = tf.constant([[[5, 0]]], tf.int32)
     constrained = decoding.get_strategy("greedy", stop._replace(phrases=phrases))
     assert (n_best.early_stop, constrained.early_stop) == ("heuristic",) * 2
-    tokens, scores, lengths = run_beam_search(
-        _table_step(GNMT_TABLE, GNMT_DEFAULT),
-        tf.constant([1, 1], tf.int64),
-        [8],
-        max_length=8,
-        beam_size=2,
-        early_stop="heuristic",
+    tokens, scores, lengths = _one_example_of_two_beams(
+        _table_step(GNMT_TABLE, GNMT_DEFAULT), early_stop="heuristic"
     )
     assert list(tokens.numpy()[0, : int(lengths.numpy()[0])]) == LONG
     # `Decoder.decode` (eagerly and in its traced search) and `Decoder.search`
@@ -674,12 +669,8 @@ def test_beam_search_without_a_static_vocabulary_gives_the_same_outputs():
 def test_beam_without_finished_hypothesis_returns_the_best_live_one():
     table = {(): _probs(a=0.6, b=0.3)}
     default = _probs(a=0.6, b=0.3)  # END has probability 0
-    tokens, scores, lengths = run_beam_search(
-        _table_step(table, default),
-        tf.constant([1, 1], tf.int64),
-        [3],
-        max_length=5,
-        beam_size=2,
+    tokens, scores, lengths = _one_example_of_two_beams(
+        _table_step(table, default), limit=3, max_length=5
     )
     np.testing.assert_array_equal(tokens.numpy()[0], [A, A, A, PAD, PAD])
     assert lengths.numpy()[0] == 3

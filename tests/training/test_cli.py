@@ -39,7 +39,7 @@ def test_the_translating_commands_share_the_model_and_decoding_groups():
         for action in parser._actions
         if isinstance(action, argparse._SubParsersAction)
     )
-    decoding = ["--method", "--beam-size", "--alpha"]
+    decoding = ["--method", "--beam-size", "--alpha", "--early-stop"]
     decoding += ["--max-input-length", "--extra-length", "--temperature"]
     decoding += ["--n-best", "--sample", "--top-k", "--top-p", "--seed"]
     for name in ("evaluate", "translate", "export"):
