@@ -276,7 +276,7 @@ def test_the_export_folder_keeps_the_keras_model_tokenizer_and_settings(
         )
     assert restored_tokenizer.fingerprint == tokenizer.fingerprint
     assert info["beam_size"] == 4 and info["alpha"] == 0.6
-    assert info["method"] == "beam"
+    assert info["method"] == "beam" and info["early_stop"] == "exact"
     assert info["max_input_length"] == 128 and info["extra_length"] == 50
     assert info["max_output_length"] == 178
     assert info["tokenizer_fingerprint"] == tokenizer.fingerprint

@@ -160,6 +160,7 @@ def test_evaluate_writes_hypotheses_and_scores_like_sacrebleu(tmp_path: Path) ->
     assert result.num_sentences == 12 and result.beam_size == 4
     assert "beam 4, alpha 0.6" in result.summary()
     assert result.to_dict()["bleu"] == result.bleu
+    assert result.to_dict()["early_stop"] == "exact"  # the saved search says its rule
 
     events = EventAccumulator(str(tmp_path / "logs"))
     events.Reload()

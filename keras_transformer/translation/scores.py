@@ -98,6 +98,7 @@ class EvaluationResult:
         del values["settings"]
         values["method"] = self.settings.strategy
         values["beam_size"], values["alpha"] = self.beam_size, self.alpha
+        values["early_stop"] = self.settings.early_stop
         values["translations"] = [
             dataclasses.asdict(t) for t in self.translations[:num_translations]
         ]
