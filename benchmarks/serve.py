@@ -386,6 +386,10 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    # Here, not at the top: the serving child (this file too) imports only
+    # tensorflow and tensorflow_text.
+    from keras_transformer.conventions import EARLY_STOPS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", help="a training run to export and measure")
     parser.add_argument("--weights", default="last", help="weights of the run")
@@ -462,7 +466,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--early-stop",
-        choices=("exact", "heuristic"),
+        choices=EARLY_STOPS,
         default="exact",
         help="the SavedModel exports' stopping rule (DecodeSettings.early_stop; "
         "default exact, §6.1); heuristic stops a sentence once no live "

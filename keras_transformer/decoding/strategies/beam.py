@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import validation
 from keras_transformer.conventions import EARLY_STOPS
 from keras_transformer.decoding.search import Outputs, top_k, write_at
 
@@ -83,11 +84,7 @@ class BeamSearch:
     n_best = 1
 
     def __init__(self, beam_size: int, alpha: Any, early_stop: str = "exact") -> None:
-        if early_stop not in EARLY_STOPS:
-            raise ValueError(
-                f"early_stop must be one of {EARLY_STOPS}. Received: "
-                f"early_stop={early_stop!r}"
-            )
+        validation.check_choice("early_stop", early_stop, EARLY_STOPS)
         self.beam_size = beam_size
         self.alpha = alpha
         self.early_stop = early_stop
