@@ -417,6 +417,19 @@ def test_one_trace_serves_every_output_length(model):
     assert decoder._search_fn.experimental_get_tracing_count() <= 2
 
 
+def test_equal_settings_share_a_trace_and_a_new_rule_traces_again(model):
+    """The compiled search is traced by the values of the settings it reads
+    in Python, not by the `DecodeSettings` object: new objects and other
+    alphas (a tensor) reuse the trace; another stopping rule is a new one."""
+    decoder = Decoder(model)
+    for alpha in (0.6, 0.6, 1.0, 0.0):
+        settings = DecodeSettings(beam_size=2, alpha=alpha, extra_length=3)
+        decoder.decode(SOURCES, settings, end_id=None)
+    assert decoder._search_fn.experimental_get_tracing_count() == 1
+    decoder.decode(SOURCES, settings.replace(early_stop="heuristic"), end_id=None)
+    assert decoder._search_fn.experimental_get_tracing_count() == 2
+
+
 # ----------------------------------------------- beam search on fake models
 def _encode(prefix):
     code = 1
@@ -584,8 +597,8 @@ def test_the_stopping_rule_reaches_every_beam_search(model, monkeypatch):
     """`DecodeSettings.early_stop` reaches the registered strategy, its
     n-best and constrained variants included; the heuristic stop gives the
     beam search's output wherever a finished hypothesis already leads."""
-    options = decoding.strategies.SearchOptions(3, 0.6, 1.0, None, 0)
-    stop = options._replace(early_stop="heuristic")
+    options = decoding.strategies.SearchOptions(DecodeSettings(beam_size=3), 0.6, 1.0)
+    stop = options._replace(settings=options.settings.replace(early_stop="heuristic"))
     assert decoding.get_strategy("beam", stop).early_stop == "heuristic"
     assert decoding.get_strategy("beam", options).early_stop == "exact"
     n_best = decoding.get_strategy("beam", stop._replace(n_best=2))
@@ -601,8 +614,9 @@ def test_the_stopping_rule_reaches_every_beam_search(model, monkeypatch):
     seen = []
 
     def spy(options):
-        seen.append(options.early_stop)
-        return BeamSearch(options.beam_size, options.alpha, options.early_stop)
+        rule = options.settings.early_stop
+        seen.append(rule)
+        return BeamSearch(options.settings.beam_size, options.alpha, rule)
 
     monkeypatch.setitem(decoding.STRATEGIES, "beam", spy)
     settings = DecodeSettings(beam_size=2, extra_length=EXTRA, early_stop="heuristic")
@@ -804,7 +818,7 @@ def test_decode_settings_defaults_are_the_papers():
 
 def test_every_method_is_a_registered_strategy():
     assert set(decoding.STRATEGIES) == {"greedy", "beam", "sample"}
-    options = decoding.strategies.SearchOptions(3, 0.6, 1.0, None, 0)
+    options = decoding.strategies.SearchOptions(DecodeSettings(beam_size=3), 0.6, 1.0)
     assert decoding.get_strategy("beam", options).beam_size == 3
     with pytest.raises(ValueError, match="nucleus"):
         decoding.get_strategy("nucleus", options)
@@ -829,7 +843,7 @@ def test_n_best_and_constraints_reach_the_registered_strategy(model, monkeypatch
 
     def spy(options):
         seen.append((options.n_best, options.phrases is not None))
-        return BeamSearch(options.beam_size, options.alpha)
+        return BeamSearch(options.settings.beam_size, options.alpha)
 
     monkeypatch.setitem(decoding.STRATEGIES, "beam", spy)
     settings = DecodeSettings(beam_size=2, extra_length=EXTRA)

@@ -389,21 +389,19 @@ def _refuse_export_without_model(args: argparse.Namespace) -> None:
 
 
 def search_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The `DecodeSettings` fields given by `add_search_arguments`' flags
-    (``max_input_length`` left out when None: the command's own default)."""
-    names = (
-        "method",
-        "beam_size",
-        "alpha",
-        "early_stop",
-        "max_input_length",
-        "extra_length",
-    )
-    sampling = ("temperature", "n_best", "top_k", "top_p")
-    settings = {name: getattr(args, name) for name in (*names, *sampling)}
-    if settings["max_input_length"] is None:
-        del settings["max_input_length"]
-    return settings
+    """The `DecodeSettings` fields given by `add_search_arguments`' flags:
+    each field with a flag of its name whose value is not the field's
+    default, so that what a folder was exported with (`Translator.load`)
+    holds unless a flag changes it, and a run decodes with the defaults."""
+    import dataclasses
+
+    from keras_transformer.decoding.settings import DecodeSettings
+
+    return {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(DecodeSettings)
+        if getattr(args, field.name, field.default) not in (None, field.default)
+    }
 
 
 def load_search_translator(args: argparse.Namespace) -> Any:

@@ -83,11 +83,7 @@ def _settings(args: argparse.Namespace) -> dict:
     """The settings of the command line: the search flags given another
     value than their default (the format and kind refuse those they do not
     take), ``--given-rows`` and ``--jit-compile`` when given."""
-    from keras_transformer.decoding.settings import default_setting
-
-    settings = {
-        k: v for k, v in search_settings(args).items() if v != default_setting(k)
-    }
+    settings = search_settings(args)
     if args.given_rows is not None:
         settings["given_rows"] = args.given_rows
     if args.jit_compile:

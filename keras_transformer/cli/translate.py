@@ -139,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
     for path in args.ensemble:
         check_path(path, "folder", "--ensemble")
         check_run_kind(path, "translation", "--ensemble", NAME)
-    from keras_transformer.decoding.settings import default_setting
     from keras_transformer.export.formats import TranslatorLike, serving_format
     from keras_transformer.translation import read_lines, write_lines
 
@@ -167,9 +166,7 @@ def run(args: argparse.Namespace) -> int:
         for name, value in options.items()
         if value is not None and name in export_format.serves
     }
-    settings = {
-        k: v for k, v in search_settings(args).items() if v != default_setting(k)
-    }
+    settings = search_settings(args)
     translator: TranslatorLike
     if options.pop("ensemble", None):
         translator = _load_ensemble(args)

@@ -11,6 +11,7 @@ forced decoding (teacher forcing), not a search.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from keras_transformer import validation
 from keras_transformer.conventions import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.result import DecodeResult, NBestResult, ScoreResult
 from keras_transformer.decoding.search import Outputs, Prefix, run_search
-from keras_transformer.decoding.settings import DecodeSettings
+from keras_transformer.decoding.settings import DecodeSettings, default_setting
 from keras_transformer.decoding.steps import ModelStep, model_step
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
 from keras_transformer.decoding.strategies.constrained import (
@@ -85,7 +86,9 @@ class Decoder:
         self.vocabulary_size: int = self.stack.target_embedding.vocabulary_size
         self.max_supported_length: int | None = self.stack.max_target_length
         self._search_fn = tf.function(
-            self._search, jit_compile=self.jit_compile, reduce_retracing=True
+            self._search_with_fields,
+            jit_compile=self.jit_compile,
+            reduce_retracing=True,
         )
         self._score_fn = tf.function(self.forced_log_probs, reduce_retracing=True)
 
@@ -167,23 +170,13 @@ class Decoder:
         elif seed is None:
             seed = int(np.random.randint(0, 2**31 - 1))
         validation.check_int("seed", seed, 0)
-        sample = strategy == "sample"
-        beam = settings.beam_size if strategy == "beam" else 1
-        top_k, top_p = (settings.top_k, settings.top_p) if sample else (None, None)
         phrases = self._phrases(constraints, len(source))
+        traced = _traced_settings(settings)
         # Built once eagerly: a strategy refuses the call's inputs in one line.
         get_strategy(
             strategy,
             SearchOptions(
-                beam,
-                settings.alpha,
-                settings.temperature,
-                top_k,
-                seed,
-                top_p,
-                n_best,
-                phrases,
-                settings.early_stop,
+                traced, settings.alpha, settings.temperature, seed, n_best, phrases
             ),
         )
         outputs = self._search_fn(
@@ -193,10 +186,7 @@ class Decoder:
             tf.constant(settings.temperature, tf.float32),
             tf.constant(seed, tf.int32),
             self._prefix(prefixes, len(source)),
-            strategy=strategy,
-            beam_size=beam,
-            top_k=top_k,
-            top_p=top_p,
+            fields=dataclasses.astuple(traced),
             n_best=n_best,
             # Shapes may change in a graph: one trace serves every length.
             max_length=length if self.jit_compile else tf.constant(length, tf.int32),
@@ -204,7 +194,6 @@ class Decoder:
             end_id=end_id,
             static_shapes=self.jit_compile,
             constraints=phrases,
-            early_stop=settings.early_stop,
         )
         outputs = [np.asarray(x) for x in outputs]
         if n_best is None:
@@ -329,20 +318,22 @@ class Decoder:
             tf.constant(settings.temperature, tf.float32),
             tf.cast(seed, tf.int32),
             prefix,
-            strategy=settings.strategy,
-            beam_size=settings.beam_size,
-            top_k=settings.top_k,
-            top_p=settings.top_p,
+            settings=settings,
             n_best=n_best,
             max_length=max_length,
             start_id=start_id,
             end_id=end_id,
             static_shapes=static_shapes,
             constraints=None if constraints is None else tf.cast(constraints, tf.int32),
-            early_stop=settings.early_stop,
         )
 
     # ------------------------------------------------------------ internals
+    def _search_with_fields(self, *args: Any, fields: tuple, **kwargs: Any) -> Outputs:
+        """`_search` with its settings given as their field values: the
+        compiled search's trace key (a `tf.function` traces again for every
+        new `DecodeSettings` object, but not for an equal tuple)."""
+        return self._search(*args, settings=DecodeSettings(*fields), **kwargs)
+
     def _search(
         self,
         source_ids: tf.Tensor,
@@ -352,32 +343,19 @@ class Decoder:
         seed: tf.Tensor,
         prefix: Prefix | None = None,
         *,
-        strategy: str,
-        beam_size: int,
-        top_k: int | None,
+        settings: DecodeSettings,
         max_length: int | tf.Tensor,
         start_id: int,
         end_id: int | None,
         static_shapes: bool,
-        top_p: float | None = None,
         n_best: int | None = None,
         constraints: tf.Tensor | None = None,
-        early_stop: str = "exact",
     ) -> Outputs:
         """The search: the registered strategy (built with the call's
         inputs), the model step and the loop, with tensor settings."""
-        beam = beam_size if strategy == "beam" else 1
-        options = SearchOptions(
-            beam,
-            alpha,
-            temperature,
-            top_k,
-            seed,
-            top_p,
-            n_best,
-            constraints,
-            early_stop,
-        )
+        strategy = settings.strategy
+        beam = settings.beam_size if strategy == "beam" else 1
+        options = SearchOptions(settings, alpha, temperature, seed, n_best, constraints)
         model_step = self._model_step(
             source_ids, max_length, beam, start_id, static_shapes
         )
@@ -557,6 +535,24 @@ def get_decoder(
     if key not in decoders:
         decoders[key] = Decoder(model, jit_compile=jit_compile, use_cache=use_cache)
     return decoders[key]
+
+
+def _traced_settings(settings: DecodeSettings) -> DecodeSettings:
+    """`settings` as the compiled search's trace key: what the search does
+    not read as a Python value at its default, so that calls differing only
+    there share a trace (`alpha` and `temperature` are tensors, `limits`
+    hold the lengths, `n_best` is the call's input; the beam size outside
+    beam search, top-k and top-p outside sampling). A setting added later
+    is part of the key."""
+    unread = ("alpha", "temperature", "extra_length", "max_input_length", "n_best")
+    strategy, sample = settings.strategy, settings.strategy == "sample"
+    return settings.replace(
+        method=strategy,
+        beam_size=settings.beam_size if strategy == "beam" else 1,
+        top_k=settings.top_k if sample else None,
+        top_p=settings.top_p if sample else None,
+        **{name: default_setting(name) for name in unread},
+    )
 
 
 __all__ = ["Decoder", "get_decoder"]

@@ -32,6 +32,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.decoding.search import StepFunction, run_search
+from keras_transformer.decoding.settings import DecodeSettings
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
 from keras_transformer.layers.pixel_outputs import (
     NUM_INTENSITIES,
@@ -239,10 +240,11 @@ def sample_intensities(
     """
     batch = tf.shape(given)[0]
     length = given.shape[1]
+    method = "greedy" if greedy else "sample"
     options = SearchOptions(
-        beam_size=1, alpha=0.0, temperature=temperature, top_k=None, seed=seed
+        DecodeSettings(method=method), alpha=0.0, temperature=temperature, seed=seed
     )
-    strategy = get_strategy("greedy" if greedy else "sample", options)
+    strategy = get_strategy(method, options)
     step_fn, state = image_search_step(stack, batch, labels, jit_compile)
     given_lengths = tf.broadcast_to(tf.cast(given_length, tf.int32), [batch])
     token_ids, _, _ = run_search(

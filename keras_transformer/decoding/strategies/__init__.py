@@ -3,10 +3,11 @@
 A strategy decides which tokens a search keeps; `search.run_search` runs any
 of them over any step function. A new strategy is one new module here and
 one entry in `STRATEGIES`: a factory taking the `SearchOptions` of a call,
-which hold the settings and the call's own inputs (n-best lists, constraint
-phrases). Beam search builds its n-best variant (`NBestBeamSearch`) or its
-constrained one (`ConstrainedBeamSearch`, also greedy decoding's: a beam of
-one) from those inputs; sampling refuses constraints.
+which hold its `DecodeSettings` and its own inputs (n-best lists, constraint
+phrases); a new setting is a `DecodeSettings` field its strategy reads.
+Beam search builds its n-best variant (`NBestBeamSearch`) or its constrained
+one (`ConstrainedBeamSearch`, also greedy decoding's: a beam of one) from
+those inputs; sampling refuses constraints.
 """
 
 from __future__ import annotations
@@ -25,25 +26,25 @@ from keras_transformer.decoding.strategies.greedy import GreedySearch, Sampling
 
 
 class SearchOptions(NamedTuple):
-    """The settings and per-call inputs a strategy reads, as the search's
-    graph holds them.
+    """What a strategy is built from: the call's settings and its own
+    inputs, as the search's graph holds them.
 
-    `beam_size`, `top_k` and `n_best` are Python values (they fix shapes);
-    `alpha`, `temperature`, `seed` and `top_p` may be scalar tensors (one
-    trace for every value); `phrases` is int32 `(batch, phrases,
-    phrase_length)` or None (`constrained.pad_phrases`); `early_stop` is
-    beam search's stopping rule (`DecodeSettings.early_stop`).
+    `settings` is the call's `DecodeSettings` (not imported here: the
+    settings import this registry): a strategy reads every setting from it
+    (beam size, top-k, top-p, the stopping rule, and any setting added
+    later), except `alpha` and `temperature`, which it reads from these
+    fields (scalar tensors in a search: one trace for every value). `seed`
+    is an int32 scalar (sampling); `n_best` asks beam search for n-best
+    lists; `phrases` is int32 `(batch, phrases, phrase_length)` or None
+    (`constrained.pad_phrases`).
     """
 
-    beam_size: int
+    settings: Any
     alpha: Any
     temperature: Any
-    top_k: int | None
-    seed: Any
-    top_p: Any = None
+    seed: Any = 0
     n_best: int | None = None
     phrases: Any = None
-    early_stop: str = "exact"
 
 
 StrategyFactory = Callable[[SearchOptions], Strategy]
@@ -52,7 +53,8 @@ StrategyFactory = Callable[[SearchOptions], Strategy]
 def _beam(options: SearchOptions) -> Strategy:
     """Beam search; with the call's phrases constrained (Post and Vilar
     2018), with its `n_best` the n-best lists."""
-    beam, alpha, stop = options.beam_size, options.alpha, options.early_stop
+    settings, alpha = options.settings, options.alpha
+    beam, stop = settings.beam_size, settings.early_stop
     if options.phrases is not None:
         return ConstrainedBeamSearch(beam, alpha, options.phrases, stop)
     if options.n_best is not None:
@@ -64,7 +66,7 @@ def _greedy(options: SearchOptions) -> Strategy:
     """Greedy decoding; with the call's phrases a constrained beam of one."""
     if options.phrases is not None:
         return ConstrainedBeamSearch(
-            1, options.alpha, options.phrases, options.early_stop
+            1, options.alpha, options.phrases, options.settings.early_stop
         )
     return GreedySearch()
 
@@ -76,7 +78,8 @@ def _sample(options: SearchOptions) -> Strategy:
             "constraints need a search (method='beam' or 'greedy'), not "
             "sampling; drop the constraints or change the method."
         )
-    return Sampling(options.seed, options.temperature, options.top_k, options.top_p)
+    settings = options.settings
+    return Sampling(options.seed, options.temperature, settings.top_k, settings.top_p)
 
 
 #: The registry: `DecodeSettings.method` -> factory.
