@@ -33,7 +33,7 @@ from keras_transformer.data import (
 from keras_transformer.data.batching import encode_sources
 from keras_transformer.losses import MaskedSparseCrossEntropy
 from keras_transformer.models import build_transformer, presets
-from keras_transformer.translation import translate_lines
+from keras_transformer.translation import Translator, translate_lines
 from tests.former_decoding import former_beam_search_graph
 from tests.training.helpers import REPO_ROOT, holding_lock, subprocess_env
 
@@ -435,6 +435,17 @@ def test_export_command_reexports_greedy_and_overwrites(
     assert texts == translate_lines(model, tokenizer, INPUTS, beam_size=1)
     assert json.loads((output / "export.json").read_text())["beam_size"] == 1
 
+    # The export folder keeps its settings: its translator decodes with them
+    # and an export of it without a decoding flag exports them again.
+    assert Translator.load(output).settings.beam_size == 1
+    assert Translator.load(output, alpha=1.0).settings.describe() == "greedy"
+    assert Translator.load(output, beam_size=3).settings.beam_size == 3
+    again = tmp_path / "again"
+    argv = ["--workdir", str(output), "--output", str(again), "--alpha", "1"]
+    assert export_command.run(parser.parse_args(argv)) == 0
+    info = json.loads((again / "export.json").read_text())
+    assert (info["beam_size"], info["alpha"]) == (1, 1.0)
+
 
 def test_an_int8_export_keeps_float32_quality_and_reloads_as_served(
     exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -444,8 +455,6 @@ def test_an_int8_export_keeps_float32_quality_and_reloads_as_served(
     dates; ``Translator.load`` of the folder serves the same int8 model;
     the model it was made from is left float32."""
     import sacrebleu
-
-    from keras_transformer.translation import Translator
 
     parser = argparse.ArgumentParser()
     export_command.add_arguments(parser)

@@ -60,8 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hypotheses",
         help="Where to write the translations (default for a training run: "
-        "<workdir>/translations/<split>.beam<K>.<weights>.txt; not saved, with a "
-        "warning, when the run folder cannot be written).",
+        "<workdir>/translations/<split>.beam<K>.<weights>.txt, with .alpha<A> and "
+        "the stopping rule after beam<K> when they are not the defaults; not "
+        "saved, with a warning, when the run folder cannot be written).",
     )
     parser.add_argument(
         "--log-dir",
@@ -181,6 +182,23 @@ class _Output:
     run_folder: Path | None = None  # locked while writing into it
 
 
+def _search_label(args: argparse.Namespace) -> str:
+    """The search in a default file name: ``beam4`` (§6.1's alpha and exact
+    stop), ``beam4.alpha1``, ``beam4.heuristic``, ``greedy`` or ``sample``:
+    alpha and the stopping rule only where they differ from the defaults,
+    so that evaluations with other settings never replace each other's."""
+    from keras_transformer.decoding.settings import default_setting
+
+    if args.method != "beam":
+        return args.method
+    label = f"beam{args.beam_size}"
+    if args.alpha != default_setting("alpha"):
+        label += f".alpha{args.alpha:g}"
+    if args.early_stop != default_setting("early_stop"):
+        label += f".{args.early_stop}"
+    return label
+
+
 def _outputs(
     args: argparse.Namespace, workdir: Path, split: str
 ) -> tuple[_Output, _Output, int | None]:
@@ -207,7 +225,7 @@ def _outputs(
     if not is_export_dir(workdir):
         run_folder = RunFolder(workdir)
         label = args.weights if args.weights in WEIGHTS else "custom"
-        beam = f"beam{args.beam_size}" if args.method == "beam" else args.method
+        beam = _search_label(args)
         if hypotheses.path is None:
             name = f"{split}.{beam}.{label}.txt"
             hypotheses.path = run_folder.translations_dir / name

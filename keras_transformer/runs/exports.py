@@ -95,7 +95,13 @@ def load_export(
         )
     model = keras.saving.load_model(export_dir / EXPORT_MODEL_FILE, compile=False)
     tokenizer = SubwordTokenizer.load(export_dir / TOKENIZER_DIR)
-    info_path = export_dir / EXPORT_INFO_FILE
+    return model, tokenizer, read_export_info(export_dir)
+
+
+def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The content of an export folder's ``export.json`` (empty when it has
+    none), with the names of earlier exports made current."""
+    info_path = Path(export_dir) / EXPORT_INFO_FILE
     info = (
         json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
     )
@@ -104,7 +110,7 @@ def load_export(
         info.setdefault("extra_length", info.pop("max_output_extra"))
     if "length_penalty" in info:  # exports written before alpha had one name
         info.setdefault("alpha", info.pop("length_penalty"))
-    return model, tokenizer, info
+    return info
 
 
 def run_kind(path: str | os.PathLike[str]) -> str:

@@ -11,7 +11,6 @@ import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.translation.lines import SOURCES_MISMATCH, check_line_pairs
-from keras_transformer.translation.loading import load_translator
 from keras_transformer.translation.scores import EvaluationResult
 from keras_transformer.translation.translator import Translator
 
@@ -47,7 +46,8 @@ def evaluate(
             `Translator.evaluate`.
         **settings: the decoding settings of `Translator` (``beam_size``,
             ``alpha``, ``max_input_length``, ``extra_length``,
-            ``batch_size``, ...).
+            ``batch_size``, ...); an export folder starts from those it was
+            exported with (`Translator.load`).
 
     Returns:
         An `EvaluationResult`: ``bleu``, ``chrf`` (0-100), their sacrebleu
@@ -66,15 +66,15 @@ def evaluate(
                 "tokenizer=..., or pass the run's work directory instead of the "
                 "model."
             )
-        model = model_or_workdir
+        translator = Translator(model_or_workdir, tokenizer, **settings)
     else:
         if tokenizer is not None:
             raise ValueError(
                 "Pass `tokenizer` only with a model: a work directory or export "
                 "folder brings its own tokenizer."
             )
-        model, tokenizer = load_translator(model_or_workdir, weights)
-    return Translator(model, tokenizer, **settings).evaluate(
+        translator = Translator.load(model_or_workdir, weights, **settings)
+    return translator.evaluate(
         sources,
         references,
         split=split,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.decoding.settings import DecodeSettings
 from keras_transformer.runs import RunFolder, is_export_dir, load_export
-from keras_transformer.runs.exports import quantized
+from keras_transformer.runs.exports import quantized, read_export_info
 
 
 def load_translator(
@@ -55,3 +58,14 @@ def load_translator(
 
 
 __all__ = ["load_translator"]
+
+
+def export_decode_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The `DecodeSettings` fields an export folder was written with (its
+    ``export.json``: beam size, alpha, stopping rule, lengths): what a
+    translator of the folder decodes with unless told otherwise, as its
+    SavedModel does. Empty for a training run."""
+    if not is_export_dir(path):
+        return {}
+    names = {field.name for field in dataclasses.fields(DecodeSettings)}
+    return {k: v for k, v in read_export_info(path).items() if k in names}

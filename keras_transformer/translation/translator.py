@@ -31,7 +31,10 @@ from keras_transformer.translation.lines import (
     describe_lines,
     write_lines,
 )
-from keras_transformer.translation.loading import load_translator
+from keras_transformer.translation.loading import (
+    export_decode_settings,
+    load_translator,
+)
 from keras_transformer.translation.scores import (
     EvaluationResult,
     TargetScore,
@@ -170,8 +173,15 @@ class Translator:
     def load(
         cls, path: str | os.PathLike[str], weights: str = "last", **settings: Any
     ) -> Translator:
-        """A translator for a training run or an export folder (`load_translator`)."""
+        """A translator for a training run or an export folder (`load_translator`).
+
+        An export folder decodes with the settings it was exported with
+        (`export_decode_settings`), as its SavedModel does; the `settings`
+        given here (`DecodeSettings` fields, or a whole ``settings=``
+        object) replace them."""
         model, tokenizer = load_translator(path, weights)
+        if "settings" not in settings:
+            settings = {**export_decode_settings(path), **settings}
         return cls(model, tokenizer, **settings)
 
     @classmethod

@@ -491,6 +491,32 @@ def test_evaluate_run_again_replaces_its_saved_translations(
         assert len(saved.read_text(encoding="utf-8").splitlines()) == count
 
 
+def test_evaluations_with_other_search_settings_keep_their_own_files(
+    trained_run: Path, capsys
+) -> None:
+    """An alpha or stopping rule other than the defaults joins the default
+    file name: each evaluation's saved translations stay beside the others."""
+    argv = ["evaluate", "--workdir", str(trained_run), "--max-sentences", "1"]
+    runs = {
+        "test.beam2.last.txt": [],
+        "test.beam2.alpha1.last.txt": ["--alpha", "1"],
+        "test.beam2.heuristic.last.txt": ["--early-stop", "heuristic"],
+        "test.beam2.alpha0.heuristic.last.txt": [
+            "--alpha",
+            "0",
+            "--early-stop",
+            "heuristic",
+        ],
+    }
+    for name, flags in runs.items():
+        assert cli.main([*argv, "--beam-size", "2", *flags, "--no-progress"]) == 0
+        saved = trained_run / "translations" / name
+        assert f"Hypotheses: {saved}" in capsys.readouterr().out
+    for name in runs:
+        assert (trained_run / "translations" / name).is_file()
+    assert (trained_run / "logs" / "evaluate_test_beam2.alpha1").is_dir()
+
+
 def test_evaluate_progress_into_a_pipe_is_plain_lines(
     trained_run: Path, tmp_path: Path, capsys
 ) -> None:
