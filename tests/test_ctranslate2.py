@@ -422,6 +422,9 @@ def test_refuses_bad_quantization_sampling_and_occupied_folder(
         export_ctranslate2(model, tokenizer, tmp_path / "a", quantization="int4")
     with pytest.raises(ValueError, match="method='sample'"):
         export_ctranslate2(model, tokenizer, tmp_path / "b", method="sample")
+    with pytest.raises(ValueError, match="not early_stop='heuristic'"):
+        export_ctranslate2(model, tokenizer, tmp_path / "b", early_stop="heuristic")
+    assert not (tmp_path / "b").exists()
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not empty"):

@@ -159,6 +159,11 @@ def _folder_info(model: Any, tokenizer: Any, settings: Any, changes: dict) -> di
         model, tokenizer, settings, changes, strategies=strategies, export=export
     )
     decode = resolved.decode
+    if decode.early_stop != "exact":
+        raise ValueError(
+            f"{export} stops each sentence by CTranslate2's own rule, not "
+            f"early_stop={decode.early_stop!r}; export without early_stop."
+        )
     return {
         "format_version": FORMAT_VERSION,
         "kind": "translation",
