@@ -225,6 +225,24 @@ def weights_policy(args: argparse.Namespace) -> Iterator[None]:
         yield
 
 
+class GivenSetting(argparse.Action):
+    """Stores a decoding flag's value and notes that it was given
+    (``given_settings``): `search_settings` passes a given flag on even at
+    its default value, so ``--beam-size 4`` replaces an export folder's own
+    beam (`Translator.load`)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        given = getattr(namespace, "given_settings", frozenset())
+        namespace.given_settings = given | {self.dest}
+
+
 def add_search_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -246,24 +264,28 @@ def add_search_arguments(
     )
     group.add_argument(
         "--method",
+        action=GivenSetting,
         default=default_setting("method"),
         help="The search: a strategy of keras_transformer.decoding.STRATEGIES, "
         "e.g. beam (§6.1), greedy, sample (default %(default)s).",
     )
     group.add_argument(
         "--beam-size",
+        action=GivenSetting,
         type=int,
         default=default_setting("beam_size"),
         help="Beam size (§6.1: %(default)s); 1: greedy.",
     )
     group.add_argument(
         "--alpha",
+        action=GivenSetting,
         type=float,
         default=default_setting("alpha"),
         help="Length penalty alpha (§6.1: %(default)s).",
     )
     group.add_argument(
         "--early-stop",
+        action=GivenSetting,
         choices=EARLY_STOPS,
         default=default_setting("early_stop"),
         help="When beam search stops a sentence: exact, once no live hypothesis "
@@ -272,6 +294,7 @@ def add_search_arguments(
     )
     group.add_argument(
         "--max-input-length",
+        action=GivenSetting,
         type=int,
         default=None if max_input_length_help else max_input_length,
         help="Longest source in subword ids, END included; longer ones are cut "
@@ -282,6 +305,7 @@ def add_search_arguments(
     )
     group.add_argument(
         "--extra-length",
+        action=GivenSetting,
         type=int,
         default=default_setting("extra_length"),
         help="An output may be this many tokens longer than its source "
@@ -289,6 +313,7 @@ def add_search_arguments(
     )
     group.add_argument(
         "--temperature",
+        action=GivenSetting,
         type=float,
         default=default_setting("temperature"),
         help="Sampling temperature (--method sample; default %(default)s).",
@@ -306,6 +331,7 @@ def _add_n_best_and_sampling_arguments(group: Any) -> None:
 
     group.add_argument(
         "--n-best",
+        action=GivenSetting,
         type=int,
         default=default_setting("n_best"),
         help="Hypotheses per source from beam search (at most --beam-size); "
@@ -315,19 +341,22 @@ def _add_n_best_and_sampling_arguments(group: Any) -> None:
     group.add_argument(
         "--sample",
         dest="method",
-        action="store_const",
+        action=GivenSetting,
+        nargs=0,
         const="sample",
         help="Sample (same as --method sample), with --temperature, --top-k, "
         "--top-p and --seed.",
     )
     group.add_argument(
         "--top-k",
+        action=GivenSetting,
         type=int,
         default=default_setting("top_k"),
         help="Sample among the K most likely tokens only (default: all).",
     )
     group.add_argument(
         "--top-p",
+        action=GivenSetting,
         type=float,
         default=default_setting("top_p"),
         help="Sample from the nucleus: the fewest most likely tokens whose "
@@ -390,18 +419,21 @@ def _refuse_export_without_model(args: argparse.Namespace) -> None:
 
 def search_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `DecodeSettings` fields given by `add_search_arguments`' flags:
-    each field with a flag of its name whose value is not the field's
-    default, so that what a folder was exported with (`Translator.load`)
-    holds unless a flag changes it, and a run decodes with the defaults."""
+    each flag the command line gave (`GivenSetting`) or whose value is not
+    the field's default, so that what a folder was exported with
+    (`Translator.load`) holds unless a flag changes it, and a run decodes
+    with the defaults."""
     import dataclasses
 
     from keras_transformer.decoding.settings import DecodeSettings
 
-    return {
-        field.name: getattr(args, field.name)
-        for field in dataclasses.fields(DecodeSettings)
-        if getattr(args, field.name, field.default) not in (None, field.default)
-    }
+    given = getattr(args, "given_settings", frozenset())
+    settings = {}
+    for field in dataclasses.fields(DecodeSettings):
+        value = getattr(args, field.name, None)
+        if value is not None and (field.name in given or value != field.default):
+            settings[field.name] = value
+    return settings
 
 
 def load_search_translator(args: argparse.Namespace) -> Any:

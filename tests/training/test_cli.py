@@ -55,6 +55,23 @@ def test_the_translating_commands_share_the_model_and_decoding_groups():
         assert "--workdir" not in groups[command._optionals.title], name
 
 
+def test_a_given_decoding_flag_is_passed_on_even_at_its_default():
+    """`search_settings` passes the flags the command line gave, default
+    values included (they replace an export folder's own settings), and
+    any value that is not the default; nothing for an empty command line."""
+    from keras_transformer.cli._common import search_settings
+
+    parser = cli.build_parser()
+    run = ["translate", "--workdir", "w"]
+    assert search_settings(parser.parse_args(run)) == {}
+    given = parser.parse_args([*run, "--beam-size", "4", "--sample", "--top-k", "5"])
+    assert search_settings(given) == {"beam_size": 4, "method": "sample", "top_k": 5}
+    alpha = parser.parse_args(
+        ["export", "--workdir", "w", "--output", "o", "--alpha", "0.6"]
+    )
+    assert search_settings(alpha) == {"alpha": 0.6}
+
+
 def test_a_new_subcommand_plugs_in(monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
 
