@@ -49,7 +49,7 @@ class TransformerBlockBase(keras.layers.Layer):
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
         self.attention_settings = AttentionSettings.of(attention_settings)
-        self.attention_settings.key_value_heads(num_heads)
+        self.attention_settings.check_sizes(num_heads)
         check_positive_int("d_ff", d_ff)
         for name, size in (("key_dim", key_dim), ("value_dim", value_dim)):
             check_positive_int(name, size, allow_none=True)

@@ -100,6 +100,13 @@ class AttentionSettings:
             )
         return heads
 
+    def check_sizes(self, num_heads: int) -> None:
+        """Checks the fields that depend on the layer's sizes (one-line
+        `ValueError`, as `key_value_heads`). The model configs and blocks
+        call it where they are made, so that a bad value is refused before
+        a model is built; an option's check of that kind goes here."""
+        self.key_value_heads(num_heads)
+
     def for_cross_attention(self) -> AttentionSettings:
         """The settings of encoder-decoder attention: no window and no
         relative positions (those are self-attention options)."""

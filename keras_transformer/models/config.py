@@ -106,7 +106,7 @@ class TransformerConfig:
         check_fields(check_positive_int, self, sizes, section="model")
         try:
             settings = AttentionSettings.of(self.attention_settings)
-            settings.key_value_heads(self.num_heads)
+            settings.check_sizes(self.num_heads)
         except ValueError as error:  # named by its config key
             message = str(error).replace(
                 "attention_settings.", "model.attention_settings."

@@ -147,7 +147,7 @@ class ImageTransformerConfig:
             )
         check_choice("generation_order", self.generation_order, GENERATION_ORDERS)
         check_image_attention(self.attention, settings)
-        settings.key_value_heads(self.num_heads)
+        settings.check_sizes(self.num_heads)
         if self.key_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads="
