@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -262,81 +263,47 @@ def add_search_arguments(
     group = parser.add_argument_group(
         "decoding", "The search and its settings (§6.1; DecodeSettings)."
     )
-    group.add_argument(
+    setting = functools.partial(_add_setting, group)
+    setting(
         "--method",
-        action=GivenSetting,
-        default=default_setting("method"),
-        help="The search: a strategy of keras_transformer.decoding.STRATEGIES, "
+        "The search: a strategy of keras_transformer.decoding.STRATEGIES, "
         "e.g. beam (§6.1), greedy, sample (default %(default)s).",
     )
-    group.add_argument(
-        "--beam-size",
-        action=GivenSetting,
-        type=int,
-        default=default_setting("beam_size"),
-        help="Beam size (§6.1: %(default)s); 1: greedy.",
-    )
-    group.add_argument(
-        "--alpha",
-        action=GivenSetting,
-        type=float,
-        default=default_setting("alpha"),
-        help="Length penalty alpha (§6.1: %(default)s).",
-    )
-    group.add_argument(
+    setting("--beam-size", "Beam size (§6.1: %(default)s); 1: greedy.", type=int)
+    setting("--alpha", "Length penalty alpha (§6.1: %(default)s).", type=float)
+    setting(
         "--early-stop",
-        action=GivenSetting,
-        choices=EARLY_STOPS,
-        default=default_setting("early_stop"),
-        help="When beam search stops a sentence: exact, once no live hypothesis "
+        "When beam search stops a sentence: exact, once no live hypothesis "
         "can still win (§6.1); heuristic, once none would win if it ended now "
         "(fewer steps; default %(default)s).",
+        choices=EARLY_STOPS,
     )
-    group.add_argument(
+    setting(
         "--max-input-length",
-        action=GivenSetting,
-        type=int,
-        default=None if max_input_length_help else max_input_length,
-        help="Longest source in subword ids, END included; longer ones are cut "
+        "Longest source in subword ids, END included; longer ones are cut "
         + (max_input_length_help or "(default {default})").format(
             default=max_input_length
         )
         + ".",
+        type=int,
+        default=None if max_input_length_help else max_input_length,
     )
-    group.add_argument(
+    setting(
         "--extra-length",
-        action=GivenSetting,
+        "An output may be this many tokens longer than its source (§6.1: %(default)s).",
         type=int,
-        default=default_setting("extra_length"),
-        help="An output may be this many tokens longer than its source "
-        "(§6.1: %(default)s).",
     )
-    group.add_argument(
+    setting(
         "--temperature",
-        action=GivenSetting,
+        "Sampling temperature (--method sample; default %(default)s).",
         type=float,
-        default=default_setting("temperature"),
-        help="Sampling temperature (--method sample; default %(default)s).",
     )
-    _add_n_best_and_sampling_arguments(group)
-    if batch_size:
-        group.add_argument(
-            "--batch-size", type=int, default=32, help="Sentences decoded together."
-        )
-
-
-def _add_n_best_and_sampling_arguments(group: Any) -> None:
-    """``--n-best``, ``--sample``, ``--top-k``, ``--top-p`` and ``--seed``."""
-    from keras_transformer.decoding.settings import default_setting
-
-    group.add_argument(
+    setting(
         "--n-best",
-        action=GivenSetting,
-        type=int,
-        default=default_setting("n_best"),
-        help="Hypotheses per source from beam search (at most --beam-size); "
+        "Hypotheses per source from beam search (at most --beam-size); "
         "translate prints each as 'index ||| translation ||| score' (default "
         "%(default)s: the best translation only).",
+        type=int,
     )
     group.add_argument(
         "--sample",
@@ -347,20 +314,16 @@ def _add_n_best_and_sampling_arguments(group: Any) -> None:
         help="Sample (same as --method sample), with --temperature, --top-k, "
         "--top-p and --seed.",
     )
-    group.add_argument(
+    setting(
         "--top-k",
-        action=GivenSetting,
+        "Sample among the K most likely tokens only (default: all).",
         type=int,
-        default=default_setting("top_k"),
-        help="Sample among the K most likely tokens only (default: all).",
     )
-    group.add_argument(
+    setting(
         "--top-p",
-        action=GivenSetting,
-        type=float,
-        default=default_setting("top_p"),
-        help="Sample from the nucleus: the fewest most likely tokens whose "
+        "Sample from the nucleus: the fewest most likely tokens whose "
         "probability reaches P (Holtzman et al. 2020; default: all).",
+        type=float,
     )
     group.add_argument(
         "--seed",
@@ -368,6 +331,19 @@ def _add_n_best_and_sampling_arguments(group: Any) -> None:
         default=None,
         help="Seed of sampling, for reproducible samples (default: random).",
     )
+    if batch_size:
+        group.add_argument(
+            "--batch-size", type=int, default=32, help="Sentences decoded together."
+        )
+
+
+def _add_setting(group: Any, flag: str, description: str, **options: Any) -> None:
+    """The flag of the `DecodeSettings` field named like it (``--beam-size``:
+    ``beam_size``), with the field's default unless `options` give one."""
+    from keras_transformer.decoding.settings import default_setting
+
+    options.setdefault("default", default_setting(flag[2:].replace("-", "_")))
+    group.add_argument(flag, action=GivenSetting, help=description, **options)
 
 
 def add_translator_arguments(
