@@ -445,6 +445,11 @@ def test_export_command_reexports_greedy_and_overwrites(
     assert export_command.run(parser.parse_args(argv)) == 0
     info = json.loads((again / "export.json").read_text())
     assert (info["beam_size"], info["alpha"]) == (1, 1.0)
+    ct2 = tmp_path / "ct2"
+    argv = ["--workdir", str(again), "--output", str(ct2), "--format", "ctranslate2"]
+    assert export_command.run(parser.parse_args(argv)) == 0
+    info = json.loads((ct2 / "keras_transformer.json").read_text())
+    assert (info["beam_size"], info["alpha"]) == (1, 1.0)
 
 
 def test_an_int8_export_keeps_float32_quality_and_reloads_as_served(

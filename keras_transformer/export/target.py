@@ -103,7 +103,9 @@ class ExportFormat:
         `export_run` where the format has one; else the target is checked
         before the slow load, the translation model's `weights` and its
         tokenizer are loaded, and ``export_model(model, tokenizer,
-        output_dir, overwrite=..., **options)`` writes the folder.
+        output_dir, overwrite=..., **options)`` writes the folder; from an
+        export folder, with those of its decoding settings this format
+        takes (`settings`), unless `options` replace them.
         """
         if self.export_run is not None:
             return self.export_run(
@@ -112,9 +114,13 @@ class ExportFormat:
         if self.export_model is None:
             raise TypeError(f"The {self.name} format registers no run export.")
         from keras_transformer.translation import load_translator
+        from keras_transformer.translation.loading import export_decode_settings
 
         check_export_target(output_dir, overwrite, self)  # before loading
         model, tokenizer = load_translator(workdir, weights, as_served=False)
+        if "settings" not in options:  # an export folder keeps its settings
+            kept = export_decode_settings(workdir).items()
+            options = {k: v for k, v in kept if k in (self.settings or ())} | options
         return self.export_model(
             model, tokenizer, output_dir, overwrite=overwrite, **options
         )
