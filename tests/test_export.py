@@ -516,6 +516,28 @@ def test_int8_is_refused_where_the_savedmodel_has_no_such_weights(
         export.export_run(run, tmp_path / "out", quantization="int8")
 
 
+def test_a_damaged_export_json_is_one_line_naming_the_file(
+    exported: Path, tmp_path: Path
+) -> None:
+    """A hand-edited or truncated ``export.json`` is refused with its path
+    and the fix, before the model is loaded."""
+    copy = tmp_path / "copy"
+    shutil.copytree(exported, copy)
+    info_path = copy / "export.json"
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps({**info, "beam_size": 0}))
+    with pytest.raises(
+        ValueError, match=r"export.json holds decoding settings .*beam_size"
+    ):
+        Translator.load(copy)
+    info_path.write_text('{"beam_size": 4,')
+    with pytest.raises(ValueError, match="is not a JSON object of export settings"):
+        Translator.load(copy)
+    info_path.write_text("[4]")
+    with pytest.raises(ValueError, match="holds list, not a JSON object"):
+        export.load_export(copy)
+
+
 def test_an_export_json_with_the_old_allowance_name_still_loads(
     tmp_path: Path,
 ) -> None:

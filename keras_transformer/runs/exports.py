@@ -102,9 +102,20 @@ def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The content of an export folder's ``export.json`` (empty when it has
     none), with the names of earlier exports made current."""
     info_path = Path(export_dir) / EXPORT_INFO_FILE
-    info = (
-        json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-    )
+    if not info_path.is_file():
+        return {}
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{info_path} is not a JSON object of export settings ({error}); "
+            "export the run again to rewrite it."
+        ) from None
+    if not isinstance(info, dict):
+        raise ValueError(
+            f"{info_path} holds {type(info).__name__}, not a JSON object of export "
+            "settings; export the run again to rewrite it."
+        )
     if "max_output_extra" in info:
         # Exports written before the §6.1 allowance had one name.
         info.setdefault("extra_length", info.pop("max_output_extra"))

@@ -11,7 +11,12 @@ import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding.settings import DecodeSettings
-from keras_transformer.runs import RunFolder, is_export_dir, load_export
+from keras_transformer.runs import (
+    EXPORT_INFO_FILE,
+    RunFolder,
+    is_export_dir,
+    load_export,
+)
 from keras_transformer.runs.exports import quantized, read_export_info
 
 
@@ -68,4 +73,12 @@ def export_decode_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not is_export_dir(path):
         return {}
     names = {field.name for field in dataclasses.fields(DecodeSettings)}
-    return {k: v for k, v in read_export_info(path).items() if k in names}
+    settings = {k: v for k, v in read_export_info(path).items() if k in names}
+    try:
+        DecodeSettings(**settings)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"{Path(path) / EXPORT_INFO_FILE} holds decoding settings this version "
+            f"cannot use ({error}); export the run again to rewrite it."
+        ) from None
+    return settings

@@ -179,9 +179,9 @@ class Translator:
         (`export_decode_settings`), as its SavedModel does; the `settings`
         given here (`DecodeSettings` fields, or a whole ``settings=``
         object) replace them."""
-        model, tokenizer = load_translator(path, weights)
-        if "settings" not in settings:
+        if "settings" not in settings:  # checked before the slow load
             settings = {**export_decode_settings(path), **settings}
+        model, tokenizer = load_translator(path, weights)
         return cls(model, tokenizer, **settings)
 
     @classmethod
