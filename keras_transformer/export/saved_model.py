@@ -461,11 +461,10 @@ def _export_translation(
     workdir: Path, weights: str, export_dir: Path, overwrite: bool, **settings: Any
 ) -> Path:
     from keras_transformer.translation import load_translator
-    from keras_transformer.translation.loading import export_decode_settings
+    from keras_transformer.translation.loading import with_export_settings
 
+    settings = with_export_settings(workdir, settings)  # an export keeps its own
     model, tokenizer = load_translator(workdir, weights, as_served=False)
-    if "settings" not in settings:  # an export folder keeps its own settings
-        settings = {**export_decode_settings(workdir), **settings}
     return export_translator(
         model, tokenizer, export_dir, overwrite=overwrite, **settings
     )

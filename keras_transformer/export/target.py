@@ -114,13 +114,12 @@ class ExportFormat:
         if self.export_model is None:
             raise TypeError(f"The {self.name} format registers no run export.")
         from keras_transformer.translation import load_translator
-        from keras_transformer.translation.loading import export_decode_settings
+        from keras_transformer.translation.loading import with_export_settings
 
         check_export_target(output_dir, overwrite, self)  # before loading
+        # An export folder keeps those of its settings that this format takes.
+        options = with_export_settings(workdir, options, self.settings or ())
         model, tokenizer = load_translator(workdir, weights, as_served=False)
-        if "settings" not in options:  # an export folder keeps its settings
-            kept = export_decode_settings(workdir).items()
-            options = {k: v for k, v in kept if k in (self.settings or ())} | options
         return self.export_model(
             model, tokenizer, output_dir, overwrite=overwrite, **options
         )

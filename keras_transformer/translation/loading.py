@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -65,20 +66,32 @@ def load_translator(
 __all__ = ["load_translator"]
 
 
-def export_decode_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The `DecodeSettings` fields an export folder was written with (its
-    ``export.json``: beam size, alpha, stopping rule, lengths): what a
-    translator of the folder decodes with unless told otherwise, as its
-    SavedModel does. Empty for a training run."""
-    if not is_export_dir(path):
-        return {}
-    names = {field.name for field in dataclasses.fields(DecodeSettings)}
-    settings = {k: v for k, v in read_export_info(path).items() if k in names}
+def with_export_settings(
+    path: str | os.PathLike[str],
+    given: dict[str, Any],
+    names: Collection[str] | None = None,
+) -> dict[str, Any]:
+    """`given` (a call's settings) over the `DecodeSettings` fields that the
+    export folder `path` was written with (its ``export.json``: beam size,
+    alpha, stopping rule, lengths), so that a translator or a new export of
+    the folder decodes as its SavedModel does unless told otherwise; with
+    `names`, only those fields (what an export format takes). `given` alone
+    for a training run, or when it holds a whole ``settings`` object.
+
+    Raises:
+        ValueError: (one line, naming the file) on an ``export.json`` whose
+            settings this version cannot use.
+    """
+    if "settings" in given or not is_export_dir(path):
+        return dict(given)
+    fields = {field.name for field in dataclasses.fields(DecodeSettings)}
+    stored = {k: v for k, v in read_export_info(path).items() if k in fields}
     try:
-        DecodeSettings(**settings)
+        DecodeSettings(**stored)
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"{Path(path) / EXPORT_INFO_FILE} holds decoding settings this version "
             f"cannot use ({error}); export the run again to rewrite it."
         ) from None
-    return settings
+    kept = {k: v for k, v in stored.items() if names is None or k in names}
+    return {**kept, **given}

@@ -32,8 +32,8 @@ from keras_transformer.translation.lines import (
     write_lines,
 )
 from keras_transformer.translation.loading import (
-    export_decode_settings,
     load_translator,
+    with_export_settings,
 )
 from keras_transformer.translation.scores import (
     EvaluationResult,
@@ -176,11 +176,10 @@ class Translator:
         """A translator for a training run or an export folder (`load_translator`).
 
         An export folder decodes with the settings it was exported with
-        (`export_decode_settings`), as its SavedModel does; the `settings`
+        (`with_export_settings`), as its SavedModel does; the `settings`
         given here (`DecodeSettings` fields, or a whole ``settings=``
         object) replace them."""
-        if "settings" not in settings:  # checked before the slow load
-            settings = {**export_decode_settings(path), **settings}
+        settings = with_export_settings(path, settings)  # before the slow load
         model, tokenizer = load_translator(path, weights)
         return cls(model, tokenizer, **settings)
 
