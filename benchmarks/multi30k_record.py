@@ -15,7 +15,9 @@ alpha (0.6 or 1.0, §6.1) by the BLEU of the averaged weights on all 1,014
 validation sentences (beam 4), decodes all 1,000 test_2016_flickr sentences
 with each alpha (the chosen one is the record's ``test_bleu``) and writes the
 record ``docs/results/multi30k_<source>_<target>.json`` with the command,
-commit, machine and the files whose change makes it stale.
+commit, machine (its CPU and its float32 matmul peak, measured first, so
+that minutes from machines of different speed can be told apart) and the
+files whose change makes it stale.
 
 ``--set KEY=VALUE`` passes settings to ``train`` (a smoke run:
 ``--set train.train_steps=20 --set train.steps_per_epoch=10 --record NAME``).
@@ -30,6 +32,8 @@ import time
 from pathlib import Path
 
 from multi30k_fast import _run, _validation_curve
+
+from keras_transformer.export.cpu import cpu_info
 
 #: The files besides the config whose change makes the record stale.
 DATA_FILES = [
@@ -69,6 +73,9 @@ def main() -> None:
             f"{workdir} is not empty: the record's minutes are those of one "
             "command from scratch; pass another --workdir"
         )
+    from train_step import matmul_peak_flops
+
+    peak = matmul_peak_flops(2048, 10) / 1e9
     load_before = os.getloadavg()[0]
     start = time.time()
     overrides = [word for item in args.set for word in ("--set", item)]
@@ -128,7 +135,9 @@ def main() -> None:
         "validation sentences; validation BLEU during training: the first 200 "
         "validation sentences, greedy",
         timing="measured",
-        machine=f"{describe_machine()} after; load average {load_before:.1f} before",
+        machine=f"{cpu_info().describe()}, {describe_machine()} after; load "
+        f"average {load_before:.1f} before; float32 matmul peak {peak:.0f} GFLOP/s "
+        "(benchmarks/train_step.py's matmul_peak_flops, before the run)",
         depends_on=[args.config, *DATA_FILES],
     )
     print(json.dumps(figures, indent=1))

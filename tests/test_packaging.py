@@ -42,7 +42,15 @@ DISTRIBUTIONS = {
     "yaml": "pyyaml",
 }
 #: Modules of this repository that the scripts import by path.
-LOCAL = {"keras_transformer", "tests", "train_step", "conditions", "gpu_check", "serve"}
+LOCAL = {
+    "keras_transformer",
+    "tests",
+    "train_step",
+    "conditions",
+    "gpu_check",
+    "serve",
+    "multi30k_fast",
+}
 
 
 def _setup() -> dict:
