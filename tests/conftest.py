@@ -102,3 +102,19 @@ def shared_image_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = tmp_path_factory.mktemp("shared_image") / "run"
     train(small_image_config(*SHARED_RUN_OVERRIDES), workdir, printer=None)
     return workdir
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SavedModel export (beam 4) of `tests.export_helpers.tiny_translator`.
+
+    Tests only read it; one that overwrites or damages an export works on a
+    copy (``shutil.copytree(exported, tmp_path / "1")``)."""
+    from keras_transformer import export
+    from tests.export_helpers import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    directory = tmp_path_factory.mktemp("export") / "1"
+    path = export.export_translator(model, tokenizer, directory)
+    assert path == directory
+    return directory

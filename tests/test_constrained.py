@@ -201,7 +201,7 @@ def _years(count):
 @pytest.mark.slow  # trains the tiny translator (~10 s quiet), decodes
 def test_translator_meets_terminology_constraints_of_a_trained_model():
     from keras_transformer.translation import Translator
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     model, tokenizer = tiny_translator()
     sources, references, years = _years(6)
@@ -220,7 +220,7 @@ def test_translate_command_reads_constraints_and_warns_of_unmet_ones(tmp_path, c
 
     from keras_transformer import export
     from keras_transformer.cli import translate as translate_command
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     model, tokenizer = tiny_translator()
     model_dir = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "m")
@@ -286,7 +286,7 @@ def test_phrases_met_as_ops_equals_unmet_phrases():
 def test_saved_model_translate_constrained_signature(tmp_path):
     from keras_transformer import export
     from keras_transformer.translation import Translator
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     model, tokenizer = tiny_translator()
     directory = export.export_translator(

@@ -34,7 +34,7 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 )
 from keras_transformer.models import build_transformer, presets  # noqa: E402
 from keras_transformer.translation import Translator  # noqa: E402
-from tests.test_export import INPUTS, tiny_translator  # noqa: E402
+from tests.export_helpers import INPUTS, tiny_translator  # noqa: E402
 
 #: Imported after `prefer_exact_int8_gemm`, as the package imports it.
 ctranslate2 = import_ctranslate2()

@@ -167,7 +167,7 @@ def test_n_best_settings_explain_bad_values() -> None:
 
 @pytest.fixture(scope="module")
 def trained():
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     return tiny_translator()
 

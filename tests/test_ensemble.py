@@ -115,7 +115,7 @@ def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
     from keras_transformer import export
     from keras_transformer.data import SubwordTokenizer, synthetic_dates
     from keras_transformer.translation import Translator
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     model, tokenizer = tiny_translator()
     first = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "a")
@@ -139,7 +139,7 @@ def test_translate_command_ensemble_flag(tmp_path, capsys):
     from keras_transformer import export
     from keras_transformer.cli import translate as translate_command
     from keras_transformer.data import synthetic_dates
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     model, tokenizer = tiny_translator()
     run = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "a")

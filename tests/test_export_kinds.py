@@ -21,7 +21,7 @@ from keras_transformer.image_sampling import ImageSampler
 from keras_transformer.runs import RunFolder
 from keras_transformer.training.classification import Reviews, encode_reviews
 from keras_transformer.training.config import TrainConfig
-from tests.test_export import _child_env
+from tests.export_helpers import child_env
 
 #: Reviews of the synthetic set's words, then an empty one, upper case,
 #: non-ASCII, and one longer than ``data.max_sentence_length`` (24).
@@ -129,7 +129,7 @@ def served(exports: dict[str, Path]) -> dict:
         capture_output=True,
         text=True,
         timeout=300,
-        env=_child_env(),
+        env=child_env(),
     )
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])

@@ -15,7 +15,7 @@ pytest.importorskip(
 from keras_transformer.data import synthetic_dates  # noqa: E402
 from keras_transformer.export import litert  # noqa: E402
 from keras_transformer.translation import Translator, score_translations  # noqa: E402
-from tests.test_export import tiny_translator  # noqa: E402
+from tests.export_helpers import tiny_translator  # noqa: E402
 
 #: Validation sources of the tiny dates model (not its training pairs).
 VALIDATION = synthetic_dates(24, seed=7)

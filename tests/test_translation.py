@@ -19,7 +19,7 @@ from keras_transformer.cli import export as export_command
 from keras_transformer.cli import translate as translate_command
 from keras_transformer.data import TextPairs, batch_for_eval, synthetic_dates
 from keras_transformer.training.evaluation import translate as training_translate
-from tests.test_export import tiny_translator
+from tests.export_helpers import tiny_translator
 
 TEST = synthetic_dates(12, seed=21)
 SOURCES, REFERENCES = list(TEST.sources), list(TEST.targets)

@@ -155,7 +155,7 @@ def test_the_export_translates_like_the_library(tmp_path: Path):
     from keras_transformer import export
     from keras_transformer.data import SubwordTokenizer, synthetic_dates
     from keras_transformer.translation import translate_lines
-    from tests.test_export import _translations
+    from tests.export_helpers import served_translations
 
     keras.utils.set_random_seed(0)
     pairs = synthetic_dates(200, seed=0)
@@ -176,7 +176,7 @@ def test_the_export_translates_like_the_library(tmp_path: Path):
     path = export.export_translator(model, tokenizer, tmp_path / "1")
     loaded = tf.saved_model.load(str(path))
     expected = translate_lines(model, tokenizer, sentences)
-    assert _translations(loaded, sentences) == expected
+    assert served_translations(loaded, sentences) == expected
     assert any(expected)
 
 

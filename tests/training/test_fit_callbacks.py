@@ -120,12 +120,12 @@ def test_checkpoint_averaging_without_an_epoch_says_so() -> None:
         CheckpointAveraging(last_n=0)
 
 
-@pytest.mark.slow  # trains tests.test_export's tiny model (~25 s) unless cached
+@pytest.mark.slow  # trains tests.export_helpers' tiny model (~25 s) unless cached
 def test_bleu_early_stopping_logs_the_translator_bleu() -> None:
     import sacrebleu
 
     from keras_transformer.translation import translate_lines
-    from tests.test_export import tiny_translator
+    from tests.export_helpers import tiny_translator
 
     trained, tokenizer = tiny_translator()  # shared: fit a copy of it
     model = keras.models.clone_model(trained)
