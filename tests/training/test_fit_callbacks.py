@@ -18,16 +18,7 @@ from keras_transformer.training import (
     CheckpointAveraging,
     fit_callbacks,
 )
-
-START, END = SubwordTokenizer.START_ID, SubwordTokenizer.END_ID
-
-
-def _pad(rows: list[list[int]]) -> np.ndarray:
-    width = max(len(row) for row in rows)
-    padded = np.zeros((len(rows), width), "int32")
-    for i, row in enumerate(rows):
-        padded[i, : len(row)] = row
-    return padded
+from tests.export_helpers import END, START, pad_rows
 
 
 @functools.cache
@@ -37,10 +28,10 @@ def _dates() -> tuple[SubwordTokenizer, tuple[np.ndarray, np.ndarray], np.ndarra
     tokenizer = SubwordTokenizer.train(
         [*pairs.sources, *pairs.targets], vocabulary_size=120
     )
-    sources = _pad([ids + [END] for ids in tokenizer.encode(pairs.sources)])
+    sources = pad_rows([ids + [END] for ids in tokenizer.encode(pairs.sources)])
     targets = tokenizer.encode(pairs.targets)
-    inputs = _pad([[START, *ids] for ids in targets])
-    labels = _pad([[*ids, END] for ids in targets])
+    inputs = pad_rows([[START, *ids] for ids in targets])
+    labels = pad_rows([[*ids, END] for ids in targets])
     return tokenizer, (sources, inputs), labels
 
 
@@ -141,10 +132,10 @@ def test_bleu_early_stopping_logs_the_translator_bleu() -> None:
     )
     snapshots = _Snapshots()
     pairs = synthetic_dates(100, seed=3)
-    sources = _pad([ids + [END] for ids in tokenizer.encode(pairs.sources)])
+    sources = pad_rows([ids + [END] for ids in tokenizer.encode(pairs.sources)])
     targets = tokenizer.encode(pairs.targets)
-    inputs = _pad([[START, *ids] for ids in targets])
-    labels = _pad([[*ids, END] for ids in targets])
+    inputs = pad_rows([[START, *ids] for ids in targets])
+    labels = pad_rows([[*ids, END] for ids in targets])
     history = model.fit(
         (sources, inputs),
         labels,
