@@ -93,7 +93,7 @@ def main() -> None:
     chosen = max(ALPHAS, key=lambda alpha: val[alpha][0])
     test = {
         a: _scores(_run([*evaluate, "--split", "test_2016_flickr", "--alpha", a]))
-        for a in sorted(ALPHAS, key=lambda alpha: alpha != chosen)
+        for a in ALPHAS
     }
     updates = curve[-1][0]
     figures: dict[str, float | int] = {

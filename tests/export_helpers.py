@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_transformer.data import (
     SubwordTokenizer,
+    TextPairs,
     synthetic_dates,
 )
 from keras_transformer.losses import MaskedSparseCrossEntropy
@@ -43,6 +44,18 @@ def pad_rows(rows: list[list[int]]) -> np.ndarray:
     return padded
 
 
+def fit_arrays(
+    tokenizer: SubwordTokenizer, pairs: TextPairs
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """`model.fit` arrays of `pairs`: ((sources + END, START + targets),
+    targets + END), each padded with `pad_rows`."""
+    sources = pad_rows([ids + [END] for ids in tokenizer.encode(pairs.sources)])
+    targets = tokenizer.encode(pairs.targets)
+    inputs = pad_rows([[START, *ids] for ids in targets])
+    labels = pad_rows([[*ids, END] for ids in targets])
+    return (sources, inputs), labels
+
+
 @functools.cache
 def tiny_translator() -> tuple[keras.Model, SubwordTokenizer]:
     """A one-layer model fit for ~190 steps on 400 synthetic dates (~10 s).
@@ -65,15 +78,12 @@ def tiny_translator() -> tuple[keras.Model, SubwordTokenizer]:
         dropout=0.0,
     )
     model = build_transformer(config)
-    sources = pad_rows([ids + [END] for ids in tokenizer.encode(pairs.sources)])
-    targets = tokenizer.encode(pairs.targets)
-    inputs = pad_rows([[START, *ids] for ids in targets])
-    labels = pad_rows([[*ids, END] for ids in targets])
+    features, labels = fit_arrays(tokenizer, pairs)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
     )
-    model.fit((sources, inputs), labels, batch_size=32, epochs=15, verbose=0)
+    model.fit(features, labels, batch_size=32, epochs=15, verbose=0)
     return model, tokenizer
 
 

@@ -18,7 +18,7 @@ from keras_transformer.training import (
     CheckpointAveraging,
     fit_callbacks,
 )
-from tests.export_helpers import END, START, pad_rows
+from tests.export_helpers import fit_arrays
 
 
 @functools.cache
@@ -28,11 +28,7 @@ def _dates() -> tuple[SubwordTokenizer, tuple[np.ndarray, np.ndarray], np.ndarra
     tokenizer = SubwordTokenizer.train(
         [*pairs.sources, *pairs.targets], vocabulary_size=120
     )
-    sources = pad_rows([ids + [END] for ids in tokenizer.encode(pairs.sources)])
-    targets = tokenizer.encode(pairs.targets)
-    inputs = pad_rows([[START, *ids] for ids in targets])
-    labels = pad_rows([[*ids, END] for ids in targets])
-    return tokenizer, (sources, inputs), labels
+    return tokenizer, *fit_arrays(tokenizer, pairs)
 
 
 def _model(tokenizer: SubwordTokenizer) -> keras.Model:
@@ -132,12 +128,9 @@ def test_bleu_early_stopping_logs_the_translator_bleu() -> None:
     )
     snapshots = _Snapshots()
     pairs = synthetic_dates(100, seed=3)
-    sources = pad_rows([ids + [END] for ids in tokenizer.encode(pairs.sources)])
-    targets = tokenizer.encode(pairs.targets)
-    inputs = pad_rows([[START, *ids] for ids in targets])
-    labels = pad_rows([[*ids, END] for ids in targets])
+    features, labels = fit_arrays(tokenizer, pairs)
     history = model.fit(
-        (sources, inputs),
+        features,
         labels,
         batch_size=50,
         epochs=2,
