@@ -22,6 +22,27 @@ from keras import ops
 MASK_FILL_VALUE = -65504.0
 
 
+# ------------------------------------------------------------------- reshapes
+def reshape_target(tensor: Any, count: int) -> tuple[Any, ...]:
+    """The first `count` sizes of `tensor`, written as a reshape target.
+
+    Sizes known when the graph is traced stay Python ints. When exactly one
+    size is known only at run time (the batch of a decoding step, say), it
+    becomes `-1`, so the target is a constant and a traced graph needs no
+    `Shape` / `StridedSlice` / `Pack` ops to build it (three fewer ops per
+    reshape, on every step of a cached search). With more than one unknown
+    size, or a static size of 0 (where `-1` cannot be inferred), the sizes
+    come from `ops.shape`.
+    """
+    sizes = tuple(tensor.shape[:count])
+    unknown = [axis for axis, size in enumerate(sizes) if size is None]
+    if len(unknown) == 1 and 0 not in sizes:
+        return tuple(-1 if size is None else size for size in sizes)
+    if not unknown:
+        return sizes
+    return tuple(ops.shape(tensor)[:count])
+
+
 # ----------------------------------------------------------------- linear maps
 def flatten_tokens(
     inputs: Any, kernel: Any, bias: Any | None
@@ -36,7 +57,7 @@ def flatten_tokens(
     if bias is not None:
         bias = ops.cast(bias, inputs.dtype)
     d_in, d_out = kernel.shape
-    leading_shape = ops.shape(inputs)[:-1]
+    leading_shape = reshape_target(inputs, len(inputs.shape) - 1)
     tokens = ops.reshape(inputs, (-1, d_in))
     return tokens, kernel, bias, leading_shape, d_out
 

@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from keras_transformer.backend import linear
+from keras_transformer.backend.portable import reshape_target
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention_settings import AttentionSettings
 from keras_transformer.layers.scaled_attention import (
@@ -227,8 +228,7 @@ class MultiHeadAttention(keras.layers.Layer):
     @staticmethod
     def _split_heads(outputs: Any, heads: int, head_dim: int) -> Any:
         """(batch, length, heads * head_dim) -> (batch, heads, length, head_dim)."""
-        batch, length = ops.shape(outputs)[0], ops.shape(outputs)[1]
-        outputs = ops.reshape(outputs, (batch, length, heads, head_dim))
+        outputs = ops.reshape(outputs, (*reshape_target(outputs, 2), heads, head_dim))
         return ops.transpose(outputs, (0, 2, 1, 3))
 
     @property
@@ -332,8 +332,9 @@ class MultiHeadAttention(keras.layers.Layer):
         (count, batch, heads, length, dim), then slices along the first axis
         (which TensorFlow takes without copying).
         """
-        batch, length = ops.shape(outputs)[0], ops.shape(outputs)[1]
-        outputs = ops.reshape(outputs, (batch, length, count, heads, self.key_dim))
+        outputs = ops.reshape(
+            outputs, (*reshape_target(outputs, 2), count, heads, self.key_dim)
+        )
         return tuple(ops.unstack(ops.transpose(outputs, (2, 0, 3, 1, 4)), count))
 
     def combine_heads(self, heads_output: Any) -> Any:
@@ -345,11 +346,12 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             `(batch, query_length, output_dim)`.
         """
-        batch, length = ops.shape(heads_output)[0], ops.shape(heads_output)[2]
         # (batch, query_length, heads, value_dim)
         outputs = ops.transpose(heads_output, (0, 2, 1, 3))
         # (batch, query_length, heads * value_dim)
-        outputs = ops.reshape(outputs, (batch, length, self.num_heads * self.value_dim))
+        outputs = ops.reshape(
+            outputs, (*reshape_target(outputs, 2), self.num_heads * self.value_dim)
+        )
         return linear(outputs, self.output_kernel, self.output_bias)
 
     def attend(

@@ -22,6 +22,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer.backend.portable import reshape_target
 from keras_transformer.conventions import PAD_ID
 from keras_transformer.layers import (
     DecoderBlock,
@@ -389,13 +390,13 @@ class TransformerStack:
                 "decode_beam_step needs a static number of hypotheses. Received: "
                 f"token_ids.shape={tuple(token_ids.shape)}"
             )
-        batch = ops.shape(token_ids)[0]
         # Every hypothesis sits at the same position: embed them as `batch *
         # beam` sequences of one token. (batch * beam, 1, d_model)
         hidden = self.target_embedding(ops.reshape(token_ids, (-1, 1)))
         hidden = self.target_position(hidden, start_index=index)
-        # (batch, beam, d_model)
-        hidden = ops.reshape(hidden, (batch, beam, hidden.shape[-1]))
+        # (batch, beam, d_model); the batch is the one size not known when
+        # traced, so the target is a constant (see `reshape_target`).
+        hidden = ops.reshape(hidden, (*reshape_target(token_ids, 2), hidden.shape[-1]))
         index = ops.cast(index, "int32")
         if append:  # room for this step's rows at the end of the caches
             caches = [_grown(cache, beam) for cache in caches]
@@ -450,13 +451,11 @@ class TransformerStack:
 
 def _grown(cache: dict[str, Any], rows: int) -> dict[str, Any]:
     """A decoder block's cache with `rows` zero rows appended to its
-    self-attention keys and values."""
+    self-attention keys and values (one `Pad` op each, whose widths are
+    constants, instead of building a block of zeros of the cache's shape)."""
 
     def grown(x: Any) -> Any:
-        shape = ops.shape(x)
-        return ops.concatenate(
-            [x, ops.zeros((shape[0], shape[1], rows, x.shape[-1]), x.dtype)], axis=2
-        )
+        return ops.pad(x, ((0, 0), (0, 0), (0, rows), (0, 0)))
 
     return {
         **cache,

@@ -417,3 +417,52 @@ def test_fused_self_attention_projection_equals_separate_projections():
         np.testing.assert_allclose(
             ops.convert_to_numpy(fused), ops.convert_to_numpy(separate), atol=1e-6
         )
+
+
+@pytest.mark.tensorflow_only  # traced tf.function graphs
+def test_reshape_target_makes_the_one_unknown_size_minus_one():
+    import tensorflow as tf
+
+    from keras_transformer.backend.portable import reshape_target
+
+    seen = {}
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 3, 8))])
+    def one_unknown(x):
+        seen["one"] = reshape_target(x, 2)
+        return x
+
+    @tf.function(input_signature=[tf.TensorSpec((None, None, 8))])
+    def two_unknown(x):
+        target = reshape_target(x, 2)
+        seen["two"] = target
+        return ops.reshape(x, (*target, 2, 4))
+
+    one_unknown.get_concrete_function()
+    assert seen["one"] == (-1, 3)
+    assert tuple(two_unknown(tf.zeros((2, 0, 8))).shape) == (2, 0, 2, 4)
+    assert all(isinstance(size, tf.Tensor) for size in seen["two"])
+    assert reshape_target(np.zeros((2, 5, 8), "float32"), 2) == (2, 5)
+
+
+@pytest.mark.tensorflow_only  # traced tf.function graphs
+def test_a_decoding_step_splits_and_merges_heads_without_shape_ops():
+    """With the batch the only size unknown when traced (one decoding
+    step), the reshapes of the head split and merge are constants: the
+    traced graph reads no shape, and the result equals the eager one."""
+    import tensorflow as tf
+
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.random.rand(3, 1, 8).astype("float32")
+    attention(x, x)
+
+    def step(inputs):
+        queries, keys, values = attention.project_self_attention(inputs)
+        return attention.combine_heads(queries + keys + values)
+
+    traced = tf.function(step, input_signature=[tf.TensorSpec((None, 1, 8))])
+    graph = traced.get_concrete_function().graph
+    assert "Shape" not in {op.type for op in graph.get_operations()}
+    np.testing.assert_allclose(
+        traced(x).numpy(), ops.convert_to_numpy(step(x)), rtol=1e-6, atol=1e-6
+    )
