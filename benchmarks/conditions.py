@@ -1,6 +1,6 @@
 """The conditions of a measurement: the CPU, its instruction sets, the load.
 
-`keras_transformer.export.cpu.cpu_info` reads the CPU's model and the
+`keras_transformer.cpu.cpu_info` reads the CPU's model and the
 instruction sets that decide which int8 and float kernels CTranslate2 and
 oneDNN run (AVX2, AVX-512F, the VNNI int8 dot products, AMX) from
 ``/proc/cpuinfo``. `BackgroundLoad` runs busy processes beside a

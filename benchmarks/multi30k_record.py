@@ -33,8 +33,6 @@ from pathlib import Path
 
 from multi30k_fast import _run, _validation_curve
 
-from keras_transformer.export.cpu import cpu_info
-
 #: The files besides the config whose change makes the record stale.
 DATA_FILES = [
     "keras_transformer/data/tokenizer.py",
@@ -135,7 +133,7 @@ def main() -> None:
         "validation sentences; validation BLEU during training: the first 200 "
         "validation sentences, greedy",
         timing="measured",
-        machine=f"{cpu_info().describe()}, {describe_machine()} after; load "
+        machine=f"{describe_machine()} after; load "
         f"average {load_before:.1f} before; float32 matmul peak {peak:.0f} GFLOP/s "
         "(benchmarks/train_step.py's matmul_peak_flops, before the run)",
         depends_on=[args.config, *DATA_FILES],

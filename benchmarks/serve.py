@@ -688,7 +688,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def _cpu_line() -> str:
     """The CPU and its instruction sets (imported here: the serving process
     must not import this package)."""
-    from keras_transformer.export.cpu import cpu_info
+    from keras_transformer.cpu import cpu_info
 
     return cpu_info().describe()
 
@@ -750,7 +750,8 @@ def _write_record(
         f"and sorted), batch 1 on the first {args.latency_sentences}; best of "
         f"{args.repeats} interleaved calls; first row: {rows[0][0]}",
         timing="measured",
-        machine=f"{describe_machine()}; " + "; ".join(conditions),
+        # describe_machine names the CPU: the conditions after their cpu line.
+        machine=f"{describe_machine()}; " + "; ".join(conditions[1:]),
         what="serving speed of the SavedModel exports against CTranslate2 on the "
         "same weights, with the CPU, thread settings and load it ran under",
         depends_on=["benchmarks/serve.py", "keras_transformer/export"],

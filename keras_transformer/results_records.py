@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from keras_transformer.cpu import cpu_info
 from keras_transformer.files import write_atomically
 
 #: Whether a record's times were measured, estimated, or it holds no time.
@@ -126,7 +127,8 @@ def _git_commit() -> str:
 
 
 def describe_machine() -> str:
-    """This machine in words: CPU cores, memory, and the load average now."""
+    """This machine in words: the CPU and its instruction sets
+    (`keras_transformer.cpu`), its cores, memory, and the load average now."""
     memory = ""
     try:
         with open("/proc/meminfo", encoding="utf-8") as lines:
@@ -139,7 +141,8 @@ def describe_machine() -> str:
     load = ""
     if hasattr(os, "getloadavg"):
         load = f", load average {os.getloadavg()[0]:.1f}"
-    return f"{platform.machine()}, {os.cpu_count()} CPU cores{memory}{load}"
+    cpu = cpu_info().describe()
+    return f"{cpu}, {platform.machine()}, {os.cpu_count()} CPU cores{memory}{load}"
 
 
 def write_record(

@@ -20,8 +20,8 @@ if importlib.util.find_spec("ctranslate2") is None:
 import sacrebleu  # noqa: E402
 
 from keras_transformer import cli  # noqa: E402
+from keras_transformer.cpu import cpu_info  # noqa: E402
 from keras_transformer.data import SubwordTokenizer, synthetic_dates  # noqa: E402
-from keras_transformer.export.cpu import cpu_info  # noqa: E402
 from keras_transformer.export.ctranslate2 import (  # noqa: E402
     INFO_FILE,
     INT8_IN_FLOAT32,

@@ -38,6 +38,7 @@ LEVELS: dict[str, int] = {
             "optimizers",
             "validation",
             "results_records",
+            "cpu",
             "progress",
         ),
         0,

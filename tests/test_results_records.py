@@ -349,3 +349,12 @@ def test_the_checkouts_stale_records_are_all_marked():
         "`checked` entry saying why they still hold, or mark them `stale` "
         "(python -m keras_transformer.results_records)"
     )
+
+
+def test_the_machine_line_names_the_cpu_and_its_instruction_sets():
+    from keras_transformer.cpu import cpu_info
+    from keras_transformer.results_records import describe_machine
+
+    line = describe_machine()
+    assert line.startswith(f"{cpu_info().describe()}, ")
+    assert " CPU cores" in line.partition(")")[2]

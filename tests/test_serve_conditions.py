@@ -18,7 +18,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import conditions  # noqa: E402
 
-from keras_transformer.export import cpu  # noqa: E402
+from keras_transformer import cpu  # noqa: E402
 
 # Abridged /proc/cpuinfo of three x86 CPUs and an ARM one.
 EPYC_AVX2 = """processor	: 0

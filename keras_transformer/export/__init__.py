@@ -8,7 +8,7 @@
 * `keras_transformer.export.ctranslate2`: a CTranslate2 model folder
   (`export_ctranslate2`, `CTranslate2Translator`; the weights copied by
   `keras_transformer.export.ctranslate2_spec`); which int8 kernels this CPU
-  runs exactly is `keras_transformer.export.cpu`'s (`cpu_info`);
+  runs exactly is `keras_transformer.cpu`'s (`cpu_info`);
 * `keras_transformer.export.settings`: the one resolver of the decoding
   settings an export bakes in (`resolve_settings`, `ExportSettings`);
 * `keras_transformer.export.target`: the one writer of every format (the

@@ -63,8 +63,8 @@ from keras_transformer.conventions import (
     START_ID,
     UNK_ID,
 )
+from keras_transformer.cpu import int8_products_saturate, prefer_exact_int8_gemm
 from keras_transformer.decoding.settings import DecodeSettings
-from keras_transformer.export.cpu import int8_products_saturate, prefer_exact_int8_gemm
 from keras_transformer.export.ctranslate2_spec import (
     check_convertible,
     transformer_spec,
@@ -109,7 +109,7 @@ def import_ctranslate2() -> Any:
 
     On an x86 CPU without VNNI, oneDNN's int8 GEMM saturates its 16-bit pair
     sums, so CTranslate2 is pointed at Intel MKL's before its first import
-    (`keras_transformer.export.cpu.prefer_exact_int8_gemm`).
+    (`keras_transformer.cpu.prefer_exact_int8_gemm`).
     """
     prefer_exact_int8_gemm()
     import ctranslate2

@@ -1,4 +1,4 @@
-"""The CPU that serves an export: its instruction sets and its int8 products.
+"""This machine's CPU: its model, its instruction sets and its int8 products.
 
 int8 serving multiplies 8-bit activations by 8-bit weights and adds the
 products in 32 bits. CPUs with VNNI (AVX512_VNNI, AVX_VNNI) or AMX do this in
@@ -10,8 +10,10 @@ AVX2: BLEU 15.8 against 27.7 in float32). Intel MKL's packed int8 GEMM keeps
 those sums exact (27.2 on the same model and ISA), so `prefer_exact_int8_gemm`
 points CTranslate2 at MKL on such CPUs before it is imported.
 
-`cpu_info` names the CPU and which of `INSTRUCTION_SETS` it has (the serving
-benchmark's conditions line).
+`cpu_info` names the CPU and which of `INSTRUCTION_SETS` it has (the machine
+line of every results record, `results_records.describe_machine`). Standard
+library only: the lowest floor of the package, below the records and the
+exports.
 
 Example:
     >>> parse_cpuinfo("model name : Some CPU\\nflags : fpu avx2 avx512f\\n")
