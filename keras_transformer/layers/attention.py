@@ -463,14 +463,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 ops.slice_update(old, (0, 0, index, 0), new)
                 for old, new in zip((keys, values), step, strict=True)
             )
-            if positions is None:
-                positions = (
-                    ops.arange(ops.shape(query)[1], dtype="int32") + index,
-                    ops.arange(ops.shape(keys)[2], dtype="int32"),
-                )
-        mask = self._cache_mask(
-            ops.shape(query)[1], ops.shape(keys)[2], positions, call.masks
-        )
+        # Static in a decoding step (one position): no Shape op to read it.
+        query_length = query.shape[1] or ops.shape(query)[1]
+        if call.cache_update_index is not None and positions is None:
+            positions = (
+                ops.arange(query_length, dtype="int32") + index,
+                ops.arange(ops.shape(keys)[2], dtype="int32"),
+            )
+        mask = self._cache_mask(query_length, ops.shape(keys)[2], positions, call.masks)
         output, scores = self.attend(
             self.project_query(query), keys, values, mask, False, positions
         )

@@ -12,7 +12,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer.backend.portable import MASK_FILL_VALUE, flatten_tokens
+from keras_transformer.backend.portable import (
+    MASK_FILL_VALUE,
+    flatten_tokens,
+    reshape_target,
+)
 
 # Dropout compares 16 random bits per element with a threshold, so the drop
 # probability is the requested rate rounded to a multiple of 2^-16.
@@ -89,8 +93,8 @@ def matmul_transposed(hidden: Any, embeddings: Any) -> Any:
     embedding_dim = embeddings.shape[-1]
     flat = tf.reshape(hidden, [-1, embedding_dim])
     logits = tf.matmul(flat, embeddings, transpose_b=True)
-    output_shape = tf.concat([tf.shape(hidden)[:-1], tf.shape(embeddings)[:1]], 0)
-    return tf.reshape(logits, output_shape)
+    leading = reshape_target(hidden, len(hidden.shape) - 1)
+    return tf.reshape(logits, [*leading, embeddings.shape[0]])
 
 
 # ------------------------------------------------------- residual and norm
