@@ -66,6 +66,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
             "validation",
             "backend",
             "results_records",
+            "cpu",
             "progress",
         ),
         "keras + numpy only, every Keras backend",
