@@ -68,6 +68,16 @@ def tiny_translator() -> tuple[keras.Model, SubwordTokenizer]:
     tokenizer = SubwordTokenizer.train(
         [*pairs.sources, *pairs.targets], vocabulary_size=120
     )
+    model = tiny_model(tokenizer)
+    features, labels = fit_arrays(tokenizer, pairs)
+    model.fit(features, labels, batch_size=32, epochs=15, verbose=0)
+    return model, tokenizer
+
+
+def tiny_model(tokenizer: SubwordTokenizer, **compile_options: Any) -> keras.Model:
+    """The tiny translator's untrained model (one layer each side, d_model
+    32), compiled for a plain `fit`: Adam 3e-3, no label smoothing;
+    `compile_options` go on to `Model.compile`."""
     config = presets["tiny"].replace(
         vocabulary_size=tokenizer.vocabulary_size,
         num_encoder_layers=1,
@@ -78,13 +88,12 @@ def tiny_translator() -> tuple[keras.Model, SubwordTokenizer]:
         dropout=0.0,
     )
     model = build_transformer(config)
-    features, labels = fit_arrays(tokenizer, pairs)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
+        **compile_options,
     )
-    model.fit(features, labels, batch_size=32, epochs=15, verbose=0)
-    return model, tokenizer
+    return model
 
 
 def child_env() -> dict[str, str]:

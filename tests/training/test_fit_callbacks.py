@@ -12,13 +12,12 @@ import pytest
 
 from keras_transformer.data import SubwordTokenizer, synthetic_dates
 from keras_transformer.losses import MaskedSparseCrossEntropy
-from keras_transformer.models import build_transformer, presets
 from keras_transformer.training import (
     BleuEarlyStopping,
     CheckpointAveraging,
     fit_callbacks,
 )
-from tests.export_helpers import fit_arrays
+from tests.export_helpers import fit_arrays, tiny_model
 
 
 @functools.cache
@@ -29,25 +28,6 @@ def _dates() -> tuple[SubwordTokenizer, tuple[np.ndarray, np.ndarray], np.ndarra
         [*pairs.sources, *pairs.targets], vocabulary_size=120
     )
     return tokenizer, *fit_arrays(tokenizer, pairs)
-
-
-def _model(tokenizer: SubwordTokenizer) -> keras.Model:
-    config = presets["tiny"].replace(
-        vocabulary_size=tokenizer.vocabulary_size,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        d_model=32,
-        d_ff=64,
-        num_heads=2,
-        dropout=0.0,
-    )
-    model = build_transformer(config)
-    model.compile(
-        optimizer=keras.optimizers.Adam(3e-3),
-        loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
-        jit_compile=False,
-    )
-    return model
 
 
 class _Snapshots(keras.callbacks.Callback):
@@ -74,7 +54,7 @@ def test_checkpoint_averaging_sets_the_mean_of_the_last_epochs(
     tmp_path: Path,
 ) -> None:
     tokenizer, _, _ = _dates()
-    model = _model(tokenizer)
+    model = tiny_model(tokenizer, jit_compile=False)
     snapshots = _Snapshots()
     in_memory = CheckpointAveraging(last_n=3, apply_on_train_end=False)
     on_disk = CheckpointAveraging(last_n=3, directory=tmp_path / "avg")
@@ -157,7 +137,7 @@ def test_bleu_early_stopping_stops_after_patience_and_restores_the_best(
     monkeypatch.setattr(
         fit_callbacks.BleuEarlyStopping, "score", lambda self: next(scores)
     )
-    model = _model(tokenizer)
+    model = tiny_model(tokenizer, jit_compile=False)
     stopping = BleuEarlyStopping(
         held_out.sources, held_out.targets, tokenizer, patience=2
     )
