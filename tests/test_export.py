@@ -475,19 +475,18 @@ def test_a_damaged_export_json_is_one_line_naming_the_file(
 
 
 def test_an_export_json_with_the_old_allowance_name_still_loads(
-    tmp_path: Path,
+    exported: Path, tmp_path: Path
 ) -> None:
-    model, tokenizer = tiny_translator()
-    path = export.export_translator(
-        model, tokenizer, tmp_path / "old", beam_size=1, extra_length=7
-    )
-    info_path = path / "export.json"
+    copy = Path(shutil.copytree(exported, tmp_path / "old"))
+    info_path = copy / "export.json"
     info = json.loads(info_path.read_text(encoding="utf-8"))
-    assert info["extra_length"] == 7 and "max_output_extra" not in info
-    # An export.json written under the old name reads under the new one.
-    info["max_output_extra"] = info.pop("extra_length")
+    assert info["extra_length"] == 50 and "max_output_extra" not in info
+    # An export.json written under the old name (another value than the
+    # default's) reads under the new one.
+    del info["extra_length"]
+    info["max_output_extra"] = 7
     info_path.write_text(json.dumps(info), encoding="utf-8")
-    assert export.load_export(path)[2]["extra_length"] == 7
+    assert export.load_export(copy)[2]["extra_length"] == 7
 
 
 _TWO_EXPORTS_CHILD = """
