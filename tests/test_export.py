@@ -112,12 +112,27 @@ def test_a_fresh_process_with_only_tensorflow_translates_like_beam_search(
         assert out["token_ids"][i][length - 1] == END
 
 
-def test_a_jit_compiled_export_translates_one_sentence_like_the_graph(
+def _compiled_source_shapes(path: Path) -> set[tuple[int, ...]]:
+    """The static source-id shapes of the XLA programs of an export."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((path / "saved_model.pb").read_bytes())
+    shapes = set()
+    for function in saved.meta_graphs[0].graph_def.library.function:
+        if function.attr["_XlaMustCompile"].b:
+            first = function.arg_attr[0].attr["_output_shapes"].list.shape[0]
+            shapes.add(tuple(dim.size for dim in first.dim))
+    return shapes
+
+
+def test_a_jit_compiled_export_translates_small_batches_like_the_graph(
     exported: Path, tmp_path: Path
 ) -> None:
-    """`jit_compile=True`: one sentence per call runs the search compiled
-    with XLA (a short and a long source width), a batch runs the graph; the
-    translations, lengths and scores are the plain export's."""
+    """`jit_compile=True`: a call with 1 to 4 sentences runs the search
+    compiled with XLA (1, 2 and 4 rows; a short and a long source width;
+    3 sentences padded with an empty one), a larger batch runs the graph;
+    the translations, lengths and scores are the plain export's."""
     model, tokenizer = tiny_translator()
     path = export.export_translator(
         model, tokenizer, tmp_path / "jit", jit_compile=True
@@ -126,14 +141,23 @@ def test_a_jit_compiled_export_translates_one_sentence_like_the_graph(
     plain = tf.saved_model.load(str(exported)).signatures["translate_ids"]
     jitted = tf.saved_model.load(str(path)).signatures["translate_ids"]
     widths = [len(ids) + 1 for ids in tokenizer.encode(INPUTS)]
-    # Both compiled programs are used: sources up to 32 ids and longer ones.
-    assert min(widths) <= export.SINGLE_SENTENCE_WIDTHS[0] < max(widths)
-    for sentences in [[text] for text in INPUTS] + [INPUTS]:
+    # Both source widths are compiled: sources up to 32 ids and longer ones.
+    assert min(widths) <= export.COMPILED_SOURCE_WIDTHS[0] < max(widths)
+    assert export.COMPILED_BATCH_SIZES == (1, 2, 4)
+    # One XLA program per batch size and source width, its shapes static.
+    assert _compiled_source_shapes(path) == {
+        (rows, width) for rows in (1, 2, 4) for width in (32, 128)
+    }
+    batches = [[text] for text in INPUTS]
+    batches += [INPUTS[:2], INPUTS[6:9], INPUTS[:4], INPUTS[:5], INPUTS]
+    for sentences in batches:
         want = plain(sentences=tf.constant(sentences))
         got = jitted(sentences=tf.constant(sentences))
         np.testing.assert_array_equal(got["token_ids"], want["token_ids"])
         np.testing.assert_array_equal(got["lengths"], want["lengths"])
         np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-5, atol=1e-5)
+    empty = jitted(sentences=tf.constant([], tf.string))
+    assert empty["token_ids"].shape[0] == 0 and empty["lengths"].shape == (0,)
 
 
 def test_jit_compile_is_refused_for_litert_and_ctranslate2(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jit-compile",
         action="store_true",
-        help="Translation runs: a call with one sentence runs its search "
+        help="Translation runs: a call with 1 to 4 sentences runs its search "
         "compiled with XLA (same translations, lower latency; TensorFlow Serving "
         "then needs --xla_cpu_compilation_enabled=true).",
     )

@@ -36,8 +36,8 @@ _MODULE_NAMES = {
     "saved_model": "CLASSIFY_SIGNATURE COMPLETE_SIGNATURE INFO_FILE MODEL_FILE "
     "RUN_EXPORTS default_given_rows export_classifier export_image_completer "
     "export_run export_translator save_model_and_tokenizer",
-    "signatures": "BATCH_SHAPE_MESSAGE IDS_SIGNATURE INPUT_NAME "
-    "SINGLE_SENTENCE_WIDTHS TRANSLATE_SIGNATURE check_sentence_batch "
+    "signatures": "BATCH_SHAPE_MESSAGE COMPILED_BATCH_SIZES COMPILED_SOURCE_WIDTHS "
+    "IDS_SIGNATURE INPUT_NAME TRANSLATE_SIGNATURE check_sentence_batch "
     "checked_shape export_n_best phrases_met source_ids_from_strings",
     "settings": "ExportSettings resolve_settings",
     "target": "ExportFormat check_export_target lock_path writing_export",

@@ -190,10 +190,11 @@ def export_translator(
             128, or the model's learned source positions if fewer.
         overwrite: replace an earlier export in `export_dir`; it stays
             whole until the new one is complete, then the two are swapped.
-        jit_compile: run the search of a call with one sentence compiled
-            with XLA (`SINGLE_SENTENCE_WIDTHS`): the same translations, at a
-            fraction of the latency (docs/export.md). Each of its two
-            programs is compiled at its first call (seconds). TensorFlow
+        jit_compile: run the search of a call with 1 to 4 sentences
+            compiled with XLA (`COMPILED_BATCH_SIZES`,
+            `COMPILED_SOURCE_WIDTHS`): the same translations, at a fraction
+            of the latency (docs/export.md). Each of its programs is
+            compiled at its first call (seconds). TensorFlow
             Serving runs XLA-compiled functions only with its flag
             ``--xla_cpu_compilation_enabled=true``; without `jit_compile`
             the SavedModel needs no flag.

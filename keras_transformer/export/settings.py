@@ -50,8 +50,8 @@ class ExportSettings:
         vocabulary_size: the tokenizer's number of ids.
         tokenizer_fingerprint: `SubwordTokenizer.fingerprint`.
         start_id, end_id: the special ids of the tokenizer.
-        jit_compile: whether a call of one sentence runs the search
-            compiled with XLA (`SINGLE_SENTENCE_WIDTHS`).
+        jit_compile: whether a call of 1 to 4 sentences runs the search
+            compiled with XLA (`COMPILED_BATCH_SIZES`).
     """
 
     decode: DecodeSettings
@@ -92,7 +92,7 @@ def resolve_settings(
             None value is not given. Without a `max_input_length` (in
             `settings` or `changes`) the default is capped at the model's
             learned source positions.
-        jit_compile: the SavedModel's XLA search of one sentence.
+        jit_compile: the SavedModel's XLA search of a few sentences.
         strategies: the search strategies the format serves (None: all).
         export: the format's export, for the messages.
 

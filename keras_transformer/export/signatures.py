@@ -10,11 +10,12 @@ that imports only ``tensorflow`` and ``tensorflow_text`` (for the
 SentencePiece op), and TensorFlow Serving serves it as it is.
 
 With ``jit_compile=True`` (``keras-transformer export --jit-compile``) a call
-with one sentence runs its search compiled with XLA: the same translations
-at a fraction of the single-sentence latency, a compilation of a few seconds
-at the first call of each of two source widths (`SINGLE_SENTENCE_WIDTHS`),
-and TensorFlow Serving then needs ``--xla_cpu_compilation_enabled=true``.
-Batches of several sentences run the same graph either way.
+with 1 to 4 sentences runs its search compiled with XLA: the same
+translations at a fraction of the latency, a compilation of a few seconds at
+the first call of each batch size and source width (`COMPILED_BATCH_SIZES`,
+`COMPILED_SOURCE_WIDTHS`), and TensorFlow Serving then needs
+``--xla_cpu_compilation_enabled=true``. Larger batches run the same graph
+either way.
 
 Signatures (each takes ``sentences``, a ``tf.string`` tensor of shape
 ``[batch]``; any other shape, a scalar or a ``[batch, n]`` matrix, is
@@ -84,13 +85,14 @@ from keras_transformer.export.settings import ExportSettings
 
 __all__ = [
     "BATCH_SHAPE_MESSAGE",
+    "COMPILED_BATCH_SIZES",
+    "COMPILED_SOURCE_WIDTHS",
     "CONSTRAINED_SIGNATURE",
     "IDS_SIGNATURE",
     "INPUT_NAME",
     "N_BEST_SIGNATURE",
     "PREFIX_SIGNATURE",
     "SCORE_SIGNATURE",
-    "SINGLE_SENTENCE_WIDTHS",
     "TRANSLATE_SIGNATURE",
     "check_sentence_batch",
     "checked_shape",
@@ -201,26 +203,34 @@ def _sources_and_limits(
     return source, tf.where(is_empty, 0, limits)
 
 
-#: Source widths of the XLA-compiled searches of one sentence per call
-#: (`export_translator(jit_compile=True)`): a source is padded to the first
-#: width that holds it, or to `max_input_length`, and its search is sized
-#: for that width + `extra_length`; so at most two programs are compiled,
-#: each at its first call. XLA needs static shapes; at one sentence per call
-#: the graph's per-op cost, not the arithmetic, is what the search spends
-#: (`benchmarks/serve.py`), and XLA removes most of it.
-SINGLE_SENTENCE_WIDTHS = (32,)
+#: Sentences per call of the XLA-compiled searches
+#: (`export_translator(jit_compile=True)`): a call with at most the last
+#: count is padded with empty sentences to the first count that holds it
+#: (an empty sentence costs no step of its own); larger batches run the
+#: graph. XLA needs static shapes; for a few sentences per call the graph's
+#: per-op cost, not the arithmetic, is what the search spends, and XLA removes
+#: most of it; from about 8 sentences on the graph's matrix products are the
+#: faster ones (`benchmarks/small_batches.py`).
+COMPILED_BATCH_SIZES = (1, 2, 4)
+
+#: Source widths of the XLA-compiled searches: a source is padded to the
+#: first width that holds it, or to `max_input_length`, and its search is
+#: sized for that width + `extra_length`. With `COMPILED_BATCH_SIZES`, at
+#: most six programs are compiled, each at its first call.
+COMPILED_SOURCE_WIDTHS = (32,)
 
 
-def _single_sentence_search(
+def _compiled_search(
     decoder: Decoder, settings: ExportSettings
 ) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, ...]]:
-    """`(source_ids (1, width), limits (1,)) -> Decoder.search outputs`
-    (`max_output_length` wide), searched with static shapes under XLA."""
+    """`(source_ids (batch, width), limits (batch,)) -> Decoder.search
+    outputs` (`max_output_length` wide) for 1 to `COMPILED_BATCH_SIZES[-1]`
+    sentences, searched with static shapes under XLA."""
     max_input = settings.decode.max_input_length
-    widths = sorted({w for w in SINGLE_SENTENCE_WIDTHS if w < max_input} | {max_input})
+    widths = sorted({w for w in COMPILED_SOURCE_WIDTHS if w < max_input} | {max_input})
     length = settings.max_output_length
 
-    def compiled(width: int) -> Callable[[tf.Tensor, tf.Tensor], Any]:
+    def compiled(rows: int, width: int) -> Callable[[tf.Tensor, tf.Tensor], Any]:
         max_length = min(width + settings.decode.extra_length, length)
         jitted = tf.function(
             functools.partial(
@@ -236,20 +246,30 @@ def _single_sentence_search(
         )
 
         def search(source: tf.Tensor, limits: tf.Tensor) -> tuple[tf.Tensor, ...]:
-            source = tf.pad(source, [[0, 0], [0, width - tf.shape(source)[1]]])
-            token_ids, scores, lengths = jitted(
-                tf.reshape(source, [1, width]), tf.reshape(limits, [1])
+            batch = tf.shape(source)[0]
+            # Empty sentences fill the batch: limit 0, done before the first step.
+            source = tf.pad(
+                source, [[0, rows - batch], [0, width - tf.shape(source)[1]]]
             )
-            padding = [[0, 0], [0, length - max_length]]
-            return tf.pad(token_ids, padding), scores, lengths
+            limits = tf.pad(limits, [[0, rows - batch]])
+            token_ids, scores, lengths = jitted(
+                tf.reshape(source, [rows, width]), tf.reshape(limits, [rows])
+            )
+            token_ids = tf.pad(token_ids, [[0, 0], [0, length - max_length]])
+            return token_ids[:batch], scores[:batch], lengths[:batch]
 
         return search
 
-    searches = [compiled(width) for width in widths]
+    searches = [
+        compiled(rows, width) for rows in COMPILED_BATCH_SIZES for width in widths
+    ]
 
     def search(source: tf.Tensor, limits: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        width = tf.shape(source)[1]
-        branch = tf.reduce_sum(tf.cast(tf.constant(widths[:-1]) < width, tf.int32))
+        def bucket(sizes: list[int], size: tf.Tensor) -> tf.Tensor:
+            return tf.reduce_sum(tf.cast(tf.constant(sizes[:-1]) < size, tf.int32))
+
+        rows = bucket(list(COMPILED_BATCH_SIZES), tf.shape(source)[0])
+        branch = rows * len(widths) + bucket(widths, tf.shape(source)[1])
         return tf.switch_case(branch, [lambda f=f: f(source, limits) for f in searches])
 
     return search
@@ -257,24 +277,25 @@ def _single_sentence_search(
 
 def _either_search(
     decoder: Decoder,
-    single: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, ...]],
+    compiled: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, ...]],
     settings: ExportSettings,
     source: tf.Tensor,
     limits: tf.Tensor,
 ) -> tuple[tf.Tensor, ...]:
-    """The XLA search of `single` for one sentence, the graph's for a batch.
+    """The XLA search of `compiled` for a few sentences, the graph's for a
+    larger batch.
 
     Both run, one of them on no rows: the graph search on every row unless
-    there is one, the compiled one (in an `If` whose branches stay functions,
-    `_functional_cond`) on the one row or on none; their outputs are
-    stacked. A `tf.cond` between the two searches ran the graph search as
-    a function called at every step (its loop not lowered: 1.3x slower) or,
-    lowered, let Grappler's constant folding give it the compiled search's
-    batch of 1.
+    there are 1 to `COMPILED_BATCH_SIZES[-1]`, the compiled one (in an `If`
+    whose branches stay functions, `_functional_cond`) on those rows or on
+    none; their outputs are stacked. A `tf.cond` between the two searches ran
+    the graph search as a function called at every step (its loop not
+    lowered: 1.3x slower) or, lowered, let Grappler's constant folding give
+    it the compiled search's batch size.
     """
     batch = tf.shape(source)[0]
-    is_single = tf.equal(batch, 1)
-    rows = tf.where(is_single, 0, batch)
+    is_small = (batch >= 1) & (batch <= COMPILED_BATCH_SIZES[-1])
+    rows = tf.where(is_small, 0, batch)
     graph_outputs = decoder.search(
         source[:rows],
         limits[:rows],
@@ -291,11 +312,12 @@ def _either_search(
             tf.zeros([0], tf.int32),
         )
 
-    single_outputs = _functional_cond(
-        is_single, lambda: single(source, limits), nothing
+    compiled_outputs = _functional_cond(
+        is_small, lambda: compiled(source, limits), nothing
     )
     return tuple(
-        tf.concat([a, b], 0) for a, b in zip(graph_outputs, single_outputs, strict=True)
+        tf.concat([a, b], 0)
+        for a, b in zip(graph_outputs, compiled_outputs, strict=True)
     )
 
 
@@ -365,19 +387,17 @@ def _decode_function(
     length `settings.max_output_length`.
     """
     decoder = Decoder(model)
-    single = (
-        _single_sentence_search(decoder, settings) if settings.jit_compile else None
-    )
+    compiled = _compiled_search(decoder, settings) if settings.jit_compile else None
 
     def decode(sentences: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        if single is None:
+        if compiled is None:
             token_ids, scores, lengths = _search_graph(
                 decoder, tokenizer, settings, sentences
             )
         else:
             token_ids, scores, lengths = _either_search(
                 decoder,
-                single,
+                compiled,
                 settings,
                 *_sources_and_limits(tokenizer, settings, sentences),
             )
