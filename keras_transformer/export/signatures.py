@@ -206,11 +206,11 @@ def _sources_and_limits(
 #: Sentences per call of the XLA-compiled searches
 #: (`export_translator(jit_compile=True)`): a call with at most the last
 #: count is padded with empty sentences to the first count that holds it
-#: (an empty sentence costs no step of its own); larger batches run the
-#: graph. XLA needs static shapes; for a few sentences per call the graph's
-#: per-op cost, not the arithmetic, is what the search spends, and XLA removes
-#: most of it; from about 8 sentences on the graph's matrix products are the
-#: faster ones (`benchmarks/small_batches.py`).
+#: (finished before the first step: they add rows, never steps); larger
+#: batches run the graph. XLA needs static shapes; for a few sentences per
+#: call the graph's per-op cost, not the arithmetic, is what the search
+#: spends, and XLA removes most of it; from about 8 sentences on the graph's
+#: matrix products are the faster ones (`benchmarks/small_batches.py`).
 COMPILED_BATCH_SIZES = (1, 2, 4)
 
 #: Source widths of the XLA-compiled searches: a source is padded to the
