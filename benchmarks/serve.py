@@ -5,7 +5,7 @@ A trained run (`--workdir`) is exported three times from the same weights:
 * with `keras_transformer.export.export_translator` (the SentencePiece
   tokenizer, beam search with beam 4 and alpha 0.6 over key/value caches, and
   the detokenizer in one graph; Vaswani et al. 2017, §6.1), once with
-  ``jit_compile=True`` (one sentence per call searched under XLA; the first
+  ``jit_compile=True`` (1 to 4 sentences per call searched under XLA; the first
   row, on which the goals are measured) and once without;
 * as the TensorFlow tutorial "Neural machine translation with a Transformer
   and Keras" exports its translator: the same tokenizer, then greedy decoding
@@ -87,7 +87,7 @@ from conditions import BackgroundLoad, load_average
 
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
-#: The same export with `jit_compile=True`: one sentence per call under XLA.
+#: The same export with `jit_compile=True`: 1 to 4 sentences per call under XLA.
 CURRENT_JIT = "this version, beam {beam}, --jit-compile"
 #: The same with `export --quantization int8` (feed-forward layers in int8).
 CURRENT_JIT_INT8 = "this version, beam {beam}, --jit-compile, int8"
@@ -623,7 +623,7 @@ def main() -> None:
     if ctranslate2_exports:
         ours, engine = summary[first], summary[ctranslate2_exports[0][0]]
         print(
-            f"goals (issue 23, item 2): {first} / CTranslate2 float32 at batch "
+            f"goals: {first} / CTranslate2 float32 at batch "
             f"{args.batch_size} in file order {ours[0] / engine[0]:.2f}x (goal <= "
             f"1.3x); batch-1 p50 {ours[2] / engine[2]:.2f}x (goal <= 1.1x)"
         )
