@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
@@ -112,14 +113,19 @@ def test_a_fresh_process_with_only_tensorflow_translates_like_beam_search(
         assert out["token_ids"][i][length - 1] == END
 
 
-def _compiled_source_shapes(path: Path) -> set[tuple[int, ...]]:
-    """The static source-id shapes of the XLA programs of an export."""
+def _function_library(path: Path) -> list[Any]:
+    """The `FunctionDef`s of an export's ``saved_model.pb``."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved = saved_model_pb2.SavedModel()
     saved.ParseFromString((path / "saved_model.pb").read_bytes())
+    return list(saved.meta_graphs[0].graph_def.library.function)
+
+
+def _compiled_source_shapes(path: Path) -> set[tuple[int, ...]]:
+    """The static source-id shapes of the XLA programs of an export."""
     shapes = set()
-    for function in saved.meta_graphs[0].graph_def.library.function:
+    for function in _function_library(path):
         if function.attr["_XlaMustCompile"].b:
             first = function.arg_attr[0].attr["_output_shapes"].list.shape[0]
             shapes.add(tuple(dim.size for dim in first.dim))
@@ -215,11 +221,7 @@ def test_the_saved_model_holds_no_gradient_functions(exported: Path) -> None:
     """An export serves and nothing differentiates it: `tf.saved_model.save`
     is told not to trace the layers' gradient functions, which were two
     thirds of the function library and a sixth of an export's time."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    saved = saved_model_pb2.SavedModel()
-    saved.ParseFromString((exported / "saved_model.pb").read_bytes())
-    names = [f.signature.name for f in saved.meta_graphs[0].graph_def.library.function]
+    names = [function.signature.name for function in _function_library(exported)]
     assert any("translate" in name for name in names)
     assert not [name for name in names if "grad_fn" in name]
 
