@@ -61,13 +61,16 @@ def main() -> None:
     sentences = list(task.load_split(task.test_split, data).sources)
     sentences = sentences[: args.sentences]
     model, tokenizer = load_translator(args.workdir, args.weights)
-    folder = Path(tempfile.mkdtemp(prefix="small_batches-"))
     signatures = {}
-    for name, jit_compile in (("plain", False), ("jit", True)):
-        path = export.export_translator(
-            model, tokenizer, folder / name, jit_compile=jit_compile
-        )
-        signatures[name] = tf.saved_model.load(str(path)).signatures["serving_default"]
+    # The loaded SavedModels hold their graphs and weights in memory; the
+    # two export folders are removed once both are loaded.
+    with tempfile.TemporaryDirectory(prefix="small_batches-") as folder:
+        for name, jit_compile in (("plain", False), ("jit", True)):
+            path = export.export_translator(
+                model, tokenizer, Path(folder) / name, jit_compile=jit_compile
+            )
+            loaded = tf.saved_model.load(str(path))
+            signatures[name] = loaded.signatures["serving_default"]
     print(f"{cpu_info().describe()}; load average {os.getloadavg()[0]:.2f}")
     print(f"{len(sentences)} {data.task} test sources, beam 4, alpha 0.6")
     print("sentences per call | plain s | jit s | plain / jit | same")
