@@ -2,13 +2,15 @@
 
 int8 serving multiplies 8-bit activations by 8-bit weights and adds the
 products in 32 bits. CPUs with VNNI (AVX512_VNNI, AVX_VNNI) or AMX do this in
-one instruction. Without them, oneDNN's u8s8 GEMM (CTranslate2's int8 backend
-on every CPU that is not Intel's) multiplies with AVX2's ``vpmaddubsw``,
-which adds each pair of products into 16 bits and saturates: the int8 model
-then translates measurably worse (on the tiny test model with oneDNN held to
-AVX2: BLEU 15.8 against 27.7 in float32). Intel MKL's packed int8 GEMM keeps
-those sums exact (27.2 on the same model and ISA), so `prefer_exact_int8_gemm`
-points CTranslate2 at MKL on such CPUs before it is imported.
+one instruction. Without them, the int8 GEMMs of oneDNN and of Intel MKL
+(CTranslate2's two x86 backends) multiply with AVX2's ``vpmaddubsw``, which
+adds each pair of products into 16 bits and saturates: the int8 model then
+translates measurably worse (on the tiny test model with the libraries held
+to AVX2, an Intel Xeon with AMX: BLEU 19.7 through either library against
+24.5 in float32). MKL's int16 GEMM adds int16 products in 32 bits and keeps
+them exact (24.6 on the same model and ISA), so `prefer_mkl_for_int8` points
+CTranslate2 at MKL on such CPUs before it is imported, and the CTranslate2
+translator computes int8 weights in int16 there.
 
 `cpu_info` names the CPU and which of `INSTRUCTION_SETS` it has (the machine
 line of every results record, `results_records.describe_machine`). Standard
@@ -46,6 +48,8 @@ EXACT_INT8_SETS = ("AVX512_VNNI", "AVX_VNNI", "AMX-INT8")
 #: ``ONEDNN_MAX_CPU_ISA`` values that hold oneDNN below VNNI (how a machine
 #: with VNNI reproduces one without: ``ONEDNN_MAX_CPU_ISA=AVX2``).
 _ONEDNN_ISAS_WITHOUT_VNNI = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
+#: ``MKL_ENABLE_INSTRUCTIONS`` values that hold Intel MKL below VNNI.
+_MKL_ISAS_WITHOUT_VNNI = ("SSE4_2", "AVX", "AVX2", "AVX512")
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,13 @@ def cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
 def int8_products_saturate(
     info: CpuInfo | None = None, environ: Mapping[str, str] | None = None
 ) -> bool:
-    """Whether oneDNN's int8 GEMM would saturate its sums on this x86 CPU.
+    """Whether the int8 GEMMs of oneDNN and MKL would saturate on this x86 CPU.
 
     True on an x86 CPU with AVX2 and none of `EXACT_INT8_SETS`, or where
-    ``ONEDNN_MAX_CPU_ISA`` (or ``CT2_FORCE_CPU_ISA``) holds the libraries
+    ``ONEDNN_MAX_CPU_ISA`` or ``MKL_ENABLE_INSTRUCTIONS`` holds a library
     below VNNI. False elsewhere (ARM CPUs multiply int8 with other kernels).
+    ``CT2_FORCE_CPU_ISA`` does not count: it picks CTranslate2's own
+    kernels, not its GEMM library's (measured: no saturation with it alone).
     """
     info = cpu_info() if info is None else info
     environ = os.environ if environ is None else environ
@@ -102,17 +108,19 @@ def int8_products_saturate(
     capped = environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", ""))
     if capped.upper() in _ONEDNN_ISAS_WITHOUT_VNNI:
         return True
-    if environ.get("CT2_FORCE_CPU_ISA", "").upper() in ("GENERIC", "AVX", "AVX2"):
+    if environ.get("MKL_ENABLE_INSTRUCTIONS", "").upper() in _MKL_ISAS_WITHOUT_VNNI:
         return True
     return not set(EXACT_INT8_SETS) & set(info.instruction_sets)
 
 
-def prefer_exact_int8_gemm(environ: dict[str, str] | None = None) -> bool:
-    """Points CTranslate2 at Intel MKL's int8 GEMM where oneDNN's saturates.
+def prefer_mkl_for_int8(environ: dict[str, str] | None = None) -> bool:
+    """Points CTranslate2 at Intel MKL where int8 products saturate.
 
-    Sets ``CT2_USE_MKL=1`` when `int8_products_saturate` and neither the
-    variable is set already nor ``ctranslate2`` imported (CTranslate2 reads it
-    once, on import). Returns whether the variable was set by this call.
+    MKL is CTranslate2's only CPU backend with an int16 GEMM, which keeps
+    the sums exact where the int8 one saturates. Sets ``CT2_USE_MKL=1``
+    when `int8_products_saturate` and neither the variable is set already
+    nor ``ctranslate2`` imported (CTranslate2 reads it once, on import).
+    Returns whether the variable was set by this call.
     """
     environ = os.environ if environ is None else environ
     if "CT2_USE_MKL" in environ or "ctranslate2" in sys.modules:
@@ -130,5 +138,5 @@ __all__ = [
     "cpu_info",
     "int8_products_saturate",
     "parse_cpuinfo",
-    "prefer_exact_int8_gemm",
+    "prefer_mkl_for_int8",
 ]

@@ -100,11 +100,44 @@ VNNI = cpu.CpuInfo("VNNI CPU", ("AVX2", "AVX-512F", "AVX512_VNNI"))
         (cpu.CpuInfo("ARM", ()), {}, False),
         (VNNI, {"ONEDNN_MAX_CPU_ISA": "avx2"}, True),
         (VNNI, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
-        (VNNI, {"CT2_FORCE_CPU_ISA": "AVX2"}, True),
+        (VNNI, {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, True),
+        (VNNI, {"MKL_ENABLE_INSTRUCTIONS": "avx512"}, True),  # AVX-512, no VNNI
+        (VNNI, {"MKL_ENABLE_INSTRUCTIONS": "AVX512_E1"}, False),  # with VNNI
+        (VNNI, {"CT2_FORCE_CPU_ISA": "AVX2"}, False),  # CTranslate2's own kernels
     ],
 )
 def test_which_cpus_saturate_int8_products(info, environ, saturate) -> None:
     assert cpu.int8_products_saturate(info, environ) is saturate
+
+
+class _FakeCTranslate2:
+    def __init__(self, *types: str) -> None:
+        self.types = set(types)
+
+    def get_supported_compute_types(self, device: str) -> set[str]:
+        assert device == "cpu"
+        return self.types
+
+
+@pytest.mark.parametrize(
+    ("saturate", "backend_types", "expected"),
+    [
+        (False, ("int8", "float32"), "default"),  # VNNI or AMX: int8 itself
+        (True, ("int8", "int16", "float32"), "int16"),  # MKL: its int16 GEMM
+        (True, ("int8", "float32"), "float32"),  # oneDNN only: no int16
+    ],
+)
+def test_int8_weights_compute_in_a_type_that_does_not_saturate(
+    saturate: bool,
+    backend_types: tuple[str, ...],
+    expected: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from keras_transformer.export import ctranslate2 as ct2_export
+
+    monkeypatch.setattr(ct2_export, "int8_products_saturate", lambda: saturate)
+    fake = _FakeCTranslate2(*backend_types)
+    assert ct2_export.int8_compute_type(fake) == expected
 
 
 def test_mkl_is_preferred_only_where_needed_and_not_over_the_user(
@@ -113,14 +146,14 @@ def test_mkl_is_preferred_only_where_needed_and_not_over_the_user(
     monkeypatch.delitem(sys.modules, "ctranslate2", raising=False)
     capped = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
     if "AVX2" in cpu.cpu_info().instruction_sets:
-        assert cpu.prefer_exact_int8_gemm(capped) is True
+        assert cpu.prefer_mkl_for_int8(capped) is True
         assert capped["CT2_USE_MKL"] == "1"
     chosen = {"ONEDNN_MAX_CPU_ISA": "AVX2", "CT2_USE_MKL": "0"}
-    assert cpu.prefer_exact_int8_gemm(chosen) is False
+    assert cpu.prefer_mkl_for_int8(chosen) is False
     assert chosen["CT2_USE_MKL"] == "0"  # the user's choice stands
     monkeypatch.setitem(sys.modules, "ctranslate2", object())
     late = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
-    assert cpu.prefer_exact_int8_gemm(late) is False  # read on import: too late
+    assert cpu.prefer_mkl_for_int8(late) is False  # read on import: too late
     assert "CT2_USE_MKL" not in late
 
 

@@ -63,7 +63,7 @@ from keras_transformer.conventions import (
     START_ID,
     UNK_ID,
 )
-from keras_transformer.cpu import int8_products_saturate, prefer_exact_int8_gemm
+from keras_transformer.cpu import int8_products_saturate, prefer_mkl_for_int8
 from keras_transformer.decoding.settings import DecodeSettings
 from keras_transformer.export.ctranslate2_spec import (
     check_convertible,
@@ -105,33 +105,44 @@ QUANTIZATIONS = (
 
 
 def import_ctranslate2() -> Any:
-    """``ctranslate2``, with an int8 GEMM that keeps its sums exact on this CPU.
+    """``ctranslate2``, with Intel MKL where this CPU's int8 products saturate.
 
-    On an x86 CPU without VNNI, oneDNN's int8 GEMM saturates its 16-bit pair
-    sums, so CTranslate2 is pointed at Intel MKL's before its first import
-    (`keras_transformer.cpu.prefer_exact_int8_gemm`).
+    On an x86 CPU without VNNI, int8 GEMMs saturate their 16-bit pair sums,
+    so CTranslate2 is pointed at MKL, whose int16 GEMM keeps them exact,
+    before its first import (`keras_transformer.cpu.prefer_mkl_for_int8`).
     """
-    prefer_exact_int8_gemm()
+    prefer_mkl_for_int8()
     import ctranslate2
 
     return ctranslate2
 
 
-def int8_gemm_is_exact(ctranslate2: Any) -> bool:
-    """Whether the imported CTranslate2 computes int8 on this CPU without
-    saturation: the CPU has VNNI or AMX, or CTranslate2 runs on Intel MKL
-    (the only CPU backend that also offers int16)."""
+def int8_compute_type(ctranslate2: Any) -> str:
+    """The CPU compute type that serves int8 weights exactly on this CPU.
+
+    ``"default"`` (int8) where the CPU adds int8 products in 32 bits (VNNI
+    or AMX); elsewhere on x86 the int8 GEMMs of oneDNN and MKL alike
+    saturate, so ``"int16"`` where CTranslate2 runs on MKL (its only backend
+    with an int16 GEMM), else ``"float32"``.
+    """
     if not int8_products_saturate():
-        return True
-    return "int16" in ctranslate2.get_supported_compute_types("cpu")
+        return "default"
+    if "int16" in ctranslate2.get_supported_compute_types("cpu"):
+        return "int16"
+    return "float32"
 
 
+#: Why an int8 folder computes in int16 on this CPU (one line).
+INT8_IN_INT16 = (
+    "this CPU has no VNNI, so its int8 products saturate; the int8 weights "
+    "compute in int16 (Intel MKL), which keeps float32's translations"
+)
 #: Why an int8 folder computes in float32 on this CPU (one line).
 INT8_IN_FLOAT32 = (
-    "this CPU has no VNNI and CTranslate2 was imported with oneDNN, whose int8 "
-    "products saturate here, so the int8 weights compute in float32 (same "
-    "translations as int8 should give, float32 speed); for int8 speed set "
-    "CT2_USE_MKL=1 before ctranslate2 is imported"
+    "this CPU has no VNNI, so its int8 products saturate, and CTranslate2 was "
+    "imported without Intel MKL's int16 GEMM, so the int8 weights compute in "
+    "float32 (same translations as int8 should give, float32 speed); for "
+    "faster exact compute set CT2_USE_MKL=1 before ctranslate2 is imported"
 )
 
 
@@ -304,8 +315,9 @@ class CTranslate2Translator:
         device: ``"cpu"`` (or ``"cuda"``).
         compute_type: CTranslate2's compute type; ``"default"`` computes in
             the folder's weight type, except int8 weights on a CPU whose
-            int8 products would saturate (`int8_gemm_is_exact`): those
-            compute in float32, with a warning that says why.
+            int8 products would saturate (`int8_compute_type`): those
+            compute in int16 (Intel MKL), or in float32 with a warning that
+            says why where CTranslate2 runs without MKL.
         inter_threads: batches translated at once.
         intra_threads: threads per batch (0: CTranslate2's default).
         beam_size, alpha: the search's (None: the folder's settings).
@@ -347,14 +359,11 @@ class CTranslate2Translator:
             model_file=str(folder / TOKENIZER_FILE)
         )
         quantization = str(self.info.get("quantization", "float32"))
-        if (
-            device == "cpu"
-            and compute_type == "default"
-            and quantization.startswith("int8")
-            and not int8_gemm_is_exact(ctranslate2)
-        ):
-            warnings.warn(f"{folder}: {INT8_IN_FLOAT32}.", stacklevel=2)
-            compute_type = "float32"
+        int8_weights = quantization.startswith("int8")
+        if device == "cpu" and compute_type == "default" and int8_weights:
+            compute_type = int8_compute_type(ctranslate2)
+            if compute_type == "float32":
+                warnings.warn(f"{folder}: {INT8_IN_FLOAT32}.", stacklevel=2)
         self.compute_type = compute_type
         self.engine = ctranslate2.Translator(
             str(folder),
@@ -524,15 +533,16 @@ def _load_translator(
 
 def _summary(path: Path, kind: str, quantization: str | None) -> str:
     """The closing line of ``keras-transformer export --format ctranslate2``
-    (saying so where int8 weights will compute in float32 on this CPU)."""
+    (saying so where int8 weights will compute in int16 or float32 here)."""
     line = (
         f"Exported the translation run to {path} for CTranslate2 ({quantization} "
         f"weights). Translate with: keras-transformer translate --workdir {path}"
     )
-    if str(quantization).startswith("int8") and not int8_gemm_is_exact(
-        import_ctranslate2()
-    ):
-        line += f" (On this machine: {INT8_IN_FLOAT32}.)"
+    if str(quantization).startswith("int8"):
+        compute_type = int8_compute_type(import_ctranslate2())
+        why = {"int16": INT8_IN_INT16, "float32": INT8_IN_FLOAT32}
+        if compute_type in why:
+            line += f" (On this machine: {why[compute_type]}.)"
     return line
 
 
@@ -563,6 +573,6 @@ __all__ = [
     "export_ctranslate2",
     "gnmt_length_penalty",
     "import_ctranslate2",
-    "int8_gemm_is_exact",
+    "int8_compute_type",
     "is_ctranslate2_dir",
 ]
