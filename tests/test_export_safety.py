@@ -24,6 +24,7 @@ from keras_transformer import cli, export, files
 from keras_transformer.data import (
     synthetic_dates,
 )
+from keras_transformer.export import saved_model
 from keras_transformer.translation import translate_lines
 from tests.export_helpers import (
     INPUTS,
@@ -55,6 +56,31 @@ def earlier(exported: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     target = tmp_path / "models" / "1"
     shutil.copytree(exported, target)
     return target, _tree(target)
+
+
+#: Traced archives of this process, by model, tokenizer and settings.
+_TRACED_ARCHIVES: dict[tuple[int, int, Any], Any] = {}
+
+
+@pytest.fixture
+def traced_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exports of one model with one set of settings share one traced archive.
+
+    These tests check how an export's folder is written (crashes, a full
+    disk, leftovers, locks), not the tracing, which takes three quarters of
+    an export's time and which tests/test_export.py checks; each export still
+    writes its own SavedModel, and the tests translate with what it wrote.
+    """
+    traced = saved_model.translate_archive
+
+    def translate_archive(model: Any, tokenizer: Any, settings: Any) -> Any:
+        # The cache holds the model, so its id() is not reused.
+        key = (id(model), id(tokenizer), settings)
+        if key not in _TRACED_ARCHIVES:
+            _TRACED_ARCHIVES[key] = traced(model, tokenizer, settings)
+        return _TRACED_ARCHIVES[key]
+
+    monkeypatch.setattr(saved_model, "translate_archive", translate_archive)
 
 
 def _assert_whole_earlier(target: Path, tree: dict[str, str]) -> None:
@@ -94,6 +120,7 @@ def _crash_after(where: str, error: BaseException, patch: pytest.MonkeyPatch) ->
     "where, existing",
     [("saved_model", True), ("model_and_tokenizer", True), ("saved_model", False)],
 )
+@pytest.mark.usefixtures("traced_once")
 def test_a_failed_export_leaves_the_earlier_one_whole_and_a_retry_succeeds(
     earlier: tuple[Path, dict[str, str]],
     where: str,
@@ -151,6 +178,7 @@ def test_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(
 
 
 @pytest.mark.parametrize("kind", ["tensorflow", "free_space"])
+@pytest.mark.usefixtures("traced_once")
 def test_full_disk_in_the_library_is_a_file_write_error(
     earlier: tuple[Path, dict[str, str]], kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,6 +209,7 @@ def test_full_disk_in_the_library_is_a_file_write_error(
     assert not target.with_name("2").exists() and _leftovers(target.parent) == []
 
 
+@pytest.mark.usefixtures("traced_once")
 def test_a_leftover_temporary_folder_is_no_export_and_blocks_nothing(
     earlier: tuple[Path, dict[str, str]],
 ) -> None:
@@ -218,6 +247,7 @@ def test_a_leftover_temporary_folder_is_no_export_and_blocks_nothing(
     )
 
 
+@pytest.mark.usefixtures("traced_once")
 def test_an_overwrite_keeps_what_else_the_earlier_export_folder_held(
     earlier: tuple[Path, dict[str, str]],
 ) -> None:
@@ -391,6 +421,7 @@ def test_sigkill_during_export_overwrite_keeps_the_earlier_export(
     assert _leftovers(target.parent) == []
 
 
+@pytest.mark.usefixtures("traced_once")
 def test_an_empty_folder_is_filled_and_keeps_its_permissions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
