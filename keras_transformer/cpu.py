@@ -2,15 +2,16 @@
 
 int8 serving multiplies 8-bit activations by 8-bit weights and adds the
 products in 32 bits. CPUs with VNNI (AVX512_VNNI, AVX_VNNI) or AMX do this in
-one instruction. Without them, the int8 GEMMs of oneDNN and of Intel MKL
-(CTranslate2's two x86 backends) multiply with AVX2's ``vpmaddubsw``, which
-adds each pair of products into 16 bits and saturates: the int8 model then
-translates measurably worse (on the tiny test model with the libraries held
-to AVX2, an Intel Xeon with AMX: BLEU 19.7 through either library against
-24.5 in float32). MKL's int16 GEMM adds int16 products in 32 bits and keeps
-them exact (24.6 on the same model and ISA), so `prefer_mkl_for_int8` points
-CTranslate2 at MKL on such CPUs before it is imported, and the CTranslate2
-translator computes int8 weights in int16 there.
+one instruction. Without them, oneDNN's int8 GEMM (CTranslate2's backend on
+CPUs that are not Intel's) multiplies with AVX2's ``vpmaddubsw``, which adds
+each pair of products into 16 bits and saturates, and Intel MKL's does the
+same on Intel CPUs: the int8 model then translates measurably worse (on the
+tiny test model with the libraries held to AVX2, an Intel Xeon with AMX:
+BLEU 19.7 through either library against 24.5 in float32). MKL's int16 GEMM
+adds int16 products in 32 bits and keeps them exact (24.6 on the same model
+and ISA), so `prefer_mkl_for_int8` points CTranslate2 at MKL on such CPUs
+before it is imported, and the CTranslate2 translator computes int8 weights
+in int16 there.
 
 `cpu_info` names the CPU and which of `INSTRUCTION_SETS` it has (the machine
 line of every results record, `results_records.describe_machine`). Standard
@@ -93,7 +94,7 @@ def cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
 def int8_products_saturate(
     info: CpuInfo | None = None, environ: Mapping[str, str] | None = None
 ) -> bool:
-    """Whether the int8 GEMMs of oneDNN and MKL would saturate on this x86 CPU.
+    """Whether int8 GEMMs (oneDNN's; MKL's on Intel) would saturate on this CPU.
 
     True on an x86 CPU with AVX2 and none of `EXACT_INT8_SETS`, or where
     ``ONEDNN_MAX_CPU_ISA`` or ``MKL_ENABLE_INSTRUCTIONS`` holds a library

@@ -265,16 +265,18 @@ needs_avx2 = pytest.mark.skipif(
 def test_int8_within_half_a_bleu_point_on_a_cpu_without_vnni(
     folder: Path, int8_folder: Path
 ) -> None:
-    """With oneDNN and MKL held to AVX2, int8 GEMMs saturate in both; the
-    package points CTranslate2 at MKL and computes the int8 weights in
-    int16, which keeps float32's quality, and the export says so.
+    """With oneDNN and MKL held to AVX2, the package points CTranslate2 at
+    MKL and computes the int8 weights in int16, which keeps float32's
+    quality, and the export says so.
 
     Reported: on an Intel Xeon (AMX) held to AVX2, MKL's int8 GEMM scored
-    19.7 BLEU against float32's 24.5 (this test computed in int8 then)."""
+    19.7 BLEU against float32's 24.5 (this test computed in int8 then). On
+    an AMD EPYC held to AVX2 the same GEMM had kept its sums (27.2 against
+    27.7), so whether MKL's int8 saturates depends on the CPU's maker; its
+    int16 GEMM adds in 32 bits on both."""
     served, caught, summary = _serve_in_process(
         [
             ["float32", str(folder), "default"],
-            ["int8 forced", str(int8_folder), "int8"],
             ["int8", str(int8_folder), "default"],
         ],
         AVX2_ONLY,
@@ -283,8 +285,6 @@ def test_int8_within_half_a_bleu_point_on_a_cpu_without_vnni(
     assert served["int8"][1] == "int16"  # exact integer compute, no fallback
     assert abs(served["int8"][0] - served["float32"][0]) <= 0.5
     assert caught == [] and INT8_IN_INT16 in summary and INT8_IN_FLOAT32 not in summary
-    # What int16 avoids: MKL's int8 GEMM saturating, measurably worse.
-    assert served["int8 forced"][0] < served["float32"][0] - 1
 
 
 @needs_avx2

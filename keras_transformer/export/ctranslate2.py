@@ -121,9 +121,9 @@ def int8_compute_type(ctranslate2: Any) -> str:
     """The CPU compute type that serves int8 weights exactly on this CPU.
 
     ``"default"`` (int8) where the CPU adds int8 products in 32 bits (VNNI
-    or AMX); elsewhere on x86 the int8 GEMMs of oneDNN and MKL alike
-    saturate, so ``"int16"`` where CTranslate2 runs on MKL (its only backend
-    with an int16 GEMM), else ``"float32"``.
+    or AMX); elsewhere on x86 oneDNN's int8 GEMM saturates (and MKL's does on
+    Intel CPUs), so ``"int16"`` where CTranslate2 runs on MKL (its only
+    backend with an int16 GEMM, exact on every x86 CPU), else ``"float32"``.
     """
     if not int8_products_saturate():
         return "default"
