@@ -74,7 +74,7 @@ def traced_once(monkeypatch: pytest.MonkeyPatch) -> None:
     traced = saved_model.translate_archive
 
     def translate_archive(model: Any, tokenizer: Any, settings: Any) -> Any:
-        # The cache holds the model, so its id() is not reused.
+        # The cached archive tracks the model, so its id() is not reused.
         key = (id(model), id(tokenizer), settings)
         if key not in _TRACED_ARCHIVES:
             _TRACED_ARCHIVES[key] = traced(model, tokenizer, settings)
