@@ -34,6 +34,7 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+from tensorflow.python.saved_model import save_context
 
 from keras_transformer import validation
 from keras_transformer.conventions import PAD_ID
@@ -138,6 +139,34 @@ def _target(
     return export_dir
 
 
+def _write_saved_model(
+    archive: keras.export.ExportArchive, path: Path, options: tf.saved_model.SaveOptions
+) -> None:
+    """`archive.write_out(path)`, each endpoint traced once instead of twice.
+
+    Keras lists the variables the endpoints use by tracing them, outside a
+    save context; `tf.saved_model.save` then traces them again, inside one,
+    because a `tf.function`'s cache key holds the save options' variable
+    policy. Listing them inside a save context with the same options lets the
+    save reuse those traces (tracing is most of an export's time). With a
+    Keras that no longer has that step, `write_out` as it is.
+    """
+    list_variables = getattr(archive, "_filter_and_track_resources", None)
+    if list_variables is None:
+        archive.write_out(str(path), options=options, verbose=False)
+        return
+
+    def in_save_context() -> None:
+        with save_context.save_context(options):
+            list_variables()
+
+    archive._filter_and_track_resources = in_save_context
+    try:
+        archive.write_out(str(path), options=options, verbose=False)
+    finally:
+        del archive._filter_and_track_resources
+
+
 def _write_export(
     archive: keras.export.ExportArchive,
     model: keras.Model,
@@ -155,7 +184,7 @@ def _write_export(
         # No gradient functions: an export serves, nothing differentiates it
         # (tracing them took a sixth of an export's time).
         options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-        archive.write_out(str(temporary), options=options, verbose=False)
+        _write_saved_model(archive, temporary, options)
         save_model_and_tokenizer(model, tokenizer, temporary)
         (temporary / INFO_FILE).write_text(
             json.dumps(info, indent=2) + "\n", encoding="utf-8"
