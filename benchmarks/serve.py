@@ -130,7 +130,8 @@ def _child(config_path: str) -> None:
         return translate
 
     models = {label: saved_model(sig) for label, sig in signatures.items()}
-    models.update(_ctranslate2_models(config))
+    ctranslate2_models, compute_types = _ctranslate2_models(config)
+    models.update(ctranslate2_models)
 
     def call(label: str, batch: list[str]) -> tuple[float, list[str]]:
         start = time.perf_counter()
@@ -183,6 +184,7 @@ def _child(config_path: str) -> None:
             **{name: os.environ.get(name, "") for name in THREAD_VARIABLES},
         },
         "first_calls": first_calls,
+        "compute_types": compute_types,
         "imported_package": imported_package,
         "ctranslate2_imports": sorted(
             m for m in sys.modules if m.startswith("keras_transformer")
@@ -192,25 +194,30 @@ def _child(config_path: str) -> None:
     print(json.dumps(results))
 
 
-def _ctranslate2_models(config: dict[str, Any]) -> dict[str, Any]:
+def _ctranslate2_models(
+    config: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The CTranslate2 rows: `CTranslate2Translator` (ctranslate2 and
     sentencepiece; of this package only `keras_transformer.export.ctranslate2`
-    and the light modules it reads), one call per batch as given."""
+    and the light modules it reads), one call per batch as given; and the
+    compute type each runs (int8 weights compute in int16 or float32 on a CPU
+    whose int8 products saturate)."""
     if not config["ctranslate2"]:
-        return {}
+        return {}, {}
     sys.path.insert(0, config["package_root"])
     from keras_transformer.export.ctranslate2 import CTranslate2Translator
 
-    models = {}
+    models, compute_types = {}, {}
     for label, path in config["ctranslate2"]:
         translator = CTranslate2Translator(
             path, intra_threads=config["ctranslate2_threads"]
         )
+        compute_types[label] = translator.compute_type
         rerank = label != OWN_RANKING
         models[label] = lambda batch, t=translator, r=rerank: t.translate(
             batch, batch_size=len(batch), rerank=r
         )
-    return models
+    return models, compute_types
 
 
 # ------------------------------------------------------------------ exports
@@ -632,6 +639,10 @@ def main() -> None:
             f"{', '.join(results['ctranslate2_imports'])} (after the SavedModels "
             "were loaded and checked to need none)"
         )
+        print(
+            "  CTranslate2 compute types ('default': as the weights are stored): "
+            + ", ".join(f"{k} {v}" for k, v in results["compute_types"].items())
+        )
     print(
         "first calls (loading, tracing, compiling; not in the table): "
         + ", ".join(f"{k} {v:.1f} s" for k, v in results["first_calls"].items())
@@ -679,6 +690,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             for key in ("seconds", "translations"):
                 merged[order][key].update(part[order][key])
         merged["first_calls"].update(part["first_calls"])
+        merged["compute_types"].update(part["compute_types"])
         merged["ctranslate2_imports"] = sorted(
             {*merged["ctranslate2_imports"], *part["ctranslate2_imports"]}
         )

@@ -296,6 +296,7 @@ def test_serve_merges_the_rows_of_its_serving_processes() -> None:
             "sorted": {k: dict(v) for k, v in rows.items()},
             "single": {k: dict(v) for k, v in rows.items()},
             "first_calls": {label: 1.0},
+            "compute_types": {label: {"a": "default", "b": "int16"}[label]},
             "ctranslate2_imports": [f"keras_transformer.{label}"],
         }
 
@@ -305,6 +306,7 @@ def test_serve_merges_the_rows_of_its_serving_processes() -> None:
         assert merged[order]["seconds"] == {"a": [1.0], "b": [2.0]}
         assert merged[order]["translations"] == {"a": ["x"], "b": ["x"]}
     assert merged["first_calls"] == {"a": 1.0, "b": 1.0}
+    assert merged["compute_types"] == {"a": "default", "b": "int16"}
     assert merged["ctranslate2_imports"] == [
         "keras_transformer.a",
         "keras_transformer.b",
