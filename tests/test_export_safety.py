@@ -67,8 +67,8 @@ def traced_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Exports of one model with one set of settings share one traced archive.
 
     These tests check how an export's folder is written (crashes, a full
-    disk, leftovers, locks), not the tracing, which takes three quarters of
-    an export's time and which tests/test_export.py checks; each export still
+    disk, leftovers, locks), not the tracing, which takes most of an
+    export's time and which tests/test_export.py checks; each export still
     writes its own SavedModel, and the tests translate with what it wrote.
     """
     traced = saved_model.translate_archive
