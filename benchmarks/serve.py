@@ -697,6 +697,16 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+#: Variables that hold the math libraries to fewer instruction sets than the
+#: CPU has (how a CPU without VNNI is reproduced; docs/export.md).
+ISA_CAPS = (
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "CT2_FORCE_CPU_ISA",
+)
+
+
 def _cpu_line() -> str:
     """The CPU and its instruction sets (imported here: the serving process
     must not import this package)."""
@@ -712,8 +722,12 @@ def _conditions(
     instruction sets, the thread settings and the background load, the load
     averages."""
     variables = ", ".join(f"{k}={v}" for k, v in threads.items() if k.isupper() and v)
+    caps = ", ".join(
+        f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)
+    )
     return [
-        f"cpu: {_cpu_line()}",
+        f"cpu: {_cpu_line()}"
+        + (f"; the libraries held below it by {caps}" if caps else ""),
         f"threads: TensorFlow intra-op {threads['tf_intra_op']}, inter-op "
         f"{threads['tf_inter_op']} (0: its default); CTranslate2 intra_threads "
         f"{args.ctranslate2_threads} (0: its default, up to 4)"

@@ -242,11 +242,15 @@ def test_bad_arguments_are_refused() -> None:
         conditions.BackgroundLoad(1, time_limit=0)
 
 
-def test_serve_prints_and_records_its_conditions() -> None:
+def test_serve_prints_and_records_its_conditions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import argparse
 
     import serve
 
+    for name in serve.ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
     lines = serve._conditions(
         argparse.Namespace(ctranslate2_threads=2, background_load=3),
         {"tf_intra_op": 1, "tf_inter_op": 0, "OMP_NUM_THREADS": "1"},
@@ -260,6 +264,18 @@ def test_serve_prints_and_records_its_conditions() -> None:
     assert lines[2] == (
         "load average (1 min): 0.5 before the serving process, "
         "3.2 after the serving process"
+    )
+    # A run with the libraries held to fewer instruction sets says so.
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    held = serve._conditions(
+        argparse.Namespace(ctranslate2_threads=0, background_load=0),
+        {"tf_intra_op": 0, "tf_inter_op": 0},
+        {},
+    )[0]
+    assert held == (
+        f"cpu: {cpu.cpu_info().describe()}; the libraries held below it by "
+        "ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2"
     )
 
 
