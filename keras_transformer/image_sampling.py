@@ -96,7 +96,10 @@ class ImageSampler:
                 )
 
             self._searches[key] = tf.function(
-                search, jit_compile=self.jit_compile, reduce_retracing=True
+                search,
+                jit_compile=self.jit_compile,
+                reduce_retracing=True,
+                autograph=False,
             )
         return self._searches[key]
 

@@ -49,6 +49,28 @@ def _seed_and_restore_policy():
     keras.config.set_dtype_policy(policy)
 
 
+@pytest.fixture
+def autograph_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions AutoGraph converts while the test runs (it should
+    convert none of the package's searches: they are traced as written)."""
+    import tensorflow as tf
+    from tensorflow.python.autograph.impl import api
+
+    calls: list[str] = []
+    original = api.converted_call
+
+    def counting(function, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls.append(getattr(function, "__qualname__", repr(function)))
+        return original(function, *args, **kwargs)
+
+    monkeypatch.setattr(api, "converted_call", counting)
+    # The counter sees AutoGraph when it runs.
+    tf.function(lambda x: x + 1)(tf.constant(1))
+    assert calls, "AutoGraph's entry point moved: update this fixture"
+    calls.clear()
+    return calls
+
+
 # ------------------------------------------------ trained runs the session shares
 # One tiny finished run of each kind, trained once per test process (once per
 # pytest-xdist worker) for every test file that uses it. Tests only READ these

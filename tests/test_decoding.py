@@ -417,6 +417,24 @@ def test_one_trace_serves_every_output_length(model):
     assert decoder._search_fn.experimental_get_tracing_count() <= 2
 
 
+def test_searches_and_scores_are_traced_without_autograph(model, autograph_calls):
+    """The search is TensorFlow ops as written: AutoGraph, which would
+    rewrite every package function the search reaches (about 270) on a
+    process's first search, is never called by a search or a score."""
+    decoder = Decoder(model)
+    for settings in (
+        DecodeSettings(method="greedy", extra_length=3),
+        DecodeSettings(beam_size=2, extra_length=3),
+        DecodeSettings(method="sample", top_k=5, extra_length=3),
+    ):
+        decoder.decode(SOURCES, settings, seed=1)
+    decoder.decode(SOURCES, DecodeSettings(beam_size=2, extra_length=3), n_best=2)
+    decoder.decode(SOURCES, DecodeSettings(beam_size=2), constraints=[[[A]]] * 3)
+    decoder.score(SOURCES, [[A, B]] * 3)
+    assert decoder._search_fn.experimental_get_tracing_count() == 5
+    assert autograph_calls == []
+
+
 def test_equal_settings_share_a_trace_and_a_new_rule_traces_again(model):
     """The compiled search is traced by the values of the settings it reads
     in Python, not by the `DecodeSettings` object: new objects and other

@@ -202,7 +202,8 @@ def test_low_temperature_approaches_the_argmax() -> None:
     assert not np.array_equal(warm, greedy)
 
 
-def test_seeds_make_draws_reproducible() -> None:
+def test_seeds_make_draws_reproducible(autograph_calls: list[str]) -> None:
+    """Same seed, same draws; the search is traced without AutoGraph."""
     model = _model("dmol", "local_2d", seed=6)
     images = _images(seed=7)
     sampler = ImageSampler(model)
@@ -211,6 +212,7 @@ def test_seeds_make_draws_reproducible() -> None:
     other = sampler.complete(images, 2, temperature=1.0, seed=12)
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
+    assert autograph_calls == []
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])

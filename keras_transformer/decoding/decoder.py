@@ -49,7 +49,8 @@ class Decoder:
     static: caches of the maximum length written by index, rounded up to a
     multiple of 16 so that nearby source lengths share a compilation. Both
     give the same outputs. One `tf.function` serves every search, traced
-    again only for new static arguments (method, beam size, top-k, ids).
+    again only for new static arguments (method, beam size, top-k, ids),
+    without AutoGraph: the search is TensorFlow ops as written.
 
     Args:
         model: a model from `build_transformer` (or loaded from its file).
@@ -89,8 +90,11 @@ class Decoder:
             self._search_with_fields,
             jit_compile=self.jit_compile,
             reduce_retracing=True,
+            autograph=False,
         )
-        self._score_fn = tf.function(self.forced_log_probs, reduce_retracing=True)
+        self._score_fn = tf.function(
+            self.forced_log_probs, reduce_retracing=True, autograph=False
+        )
 
     # ---------------------------------------------------------- public API
     def decode(
