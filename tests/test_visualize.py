@@ -97,6 +97,28 @@ def test_plot_attention_and_image(maps):
     assert image.dtype == np.uint8 and image.max() > 0
 
 
+def test_figure_to_image_gives_the_png_pixels_and_keeps_the_figures_dpi(maps):
+    """The Agg buffer holds what ``savefig(format="png")`` writes of the
+    same figure (drawn once: constrained layout moves on a second draw)."""
+    import io
+
+    from matplotlib.image import imread
+
+    def figure():
+        return visualize.plot_heads(maps, 0, "encoder_decoder", list("abcd"), None)
+
+    for dpi in (None, 45):
+        saved = figure()
+        buffer = io.BytesIO()
+        saved.savefig(buffer, format="png", dpi=dpi or saved.dpi)
+        buffer.seek(0)
+        png = np.round(imread(buffer, format="png") * 255).astype("uint8")
+        drawn = figure()
+        own_dpi = drawn.dpi
+        np.testing.assert_array_equal(visualize.figure_to_image(drawn, dpi), png)
+        assert drawn.dpi == own_dpi
+
+
 def test_plot_attention_into_given_axes(maps):
     figure = Figure()
     ax = figure.add_subplot()
