@@ -361,8 +361,9 @@ def plot_heads(
 def figure_to_image(figure: Figure, dpi: float | None = None) -> np.ndarray:
     """Draws `figure` with Agg and returns its pixels, for TensorBoard.
 
-    The pixels are those of ``figure.savefig(..., format="png")`` at the same
-    resolution, without encoding and decoding a PNG.
+    The pixels are those ``figure.savefig(..., format="png")`` writes at
+    the same resolution (with Matplotlib's default ``savefig.*`` settings),
+    without encoding and decoding a PNG.
 
     Args:
         figure: a Matplotlib figure (e.g. from `plot_heads`).
