@@ -38,17 +38,18 @@ TRAIN_REQUIRES = [
     "sentencepiece>=0.2,<0.3",
     "babel>=2.12,<3",
     "matplotlib>=3.8,<4",
-    # The photographs that image training learns from by default (bundled in
-    # its wheel; nothing is downloaded).
-    "scikit-image>=0.24,<0.27",
 ]
+#: Image runs on the photographs bundled in scikit-image's wheel (the image
+#: kind's default data; nothing is downloaded). Kept out of `train`: it adds
+#: SciPy and about 170 MB that translation and classification never read.
+IMAGE_REQUIRES = [*TRAIN_REQUIRES, "scikit-image>=0.24,<0.27"]
 #: The LiteRT export (`export --format litert`) and its interpreter.
 LITERT_REQUIRES = [*TRAIN_REQUIRES, "ai-edge-litert>=2.3,<3"]
 #: The JAX backend for the core (CPU wheel).
 JAX_REQUIRES = ["jax[cpu]>=0.10,<0.11"]
 #: The notebooks of examples/ in JupyterLab (`jupyter lab examples/`).
 EXAMPLES_REQUIRES = [
-    *TRAIN_REQUIRES,
+    *IMAGE_REQUIRES,
     "jupyterlab>=4,<5",
     "ipykernel>=6.29,<8",
 ]
@@ -98,7 +99,8 @@ setup(
     install_requires=CORE_REQUIRES,
     extras_require={
         "train": TRAIN_REQUIRES,
-        "all": TRAIN_REQUIRES,
+        "image": IMAGE_REQUIRES,
+        "all": IMAGE_REQUIRES,
         "jax": JAX_REQUIRES,
         "examples": EXAMPLES_REQUIRES,
         "benchmark": BENCHMARK_REQUIRES,
@@ -108,6 +110,7 @@ setup(
         "dev": sorted(
             {
                 *EXAMPLES_REQUIRES,
+                *IMAGE_REQUIRES,
                 *LITERT_REQUIRES,
                 *BENCHMARK_REQUIRES,
                 *PICTURES_REQUIRES,

@@ -129,14 +129,25 @@ def test_the_train_extra_covers_every_import_of_the_package() -> None:
     extras = setup["extras_require"]
     declared = _names(setup["install_requires"] + extras["train"])
     # Optional modules import their extra's packages (kt.litert: litert,
-    # kt.ctranslate2: ctranslate2).
-    declared |= _names(extras["litert"]) | _names(extras["ctranslate2"])
+    # kt.ctranslate2: ctranslate2, the sample photographs: image).
+    for extra in ("litert", "ctranslate2", "image"):
+        declared |= _names(extras[extra])
     imported = _third_party_imports(list(PACKAGE.rglob("*.py")))
     missing = {name: files for name, files in imported.items() if name not in declared}
     assert not missing, f"imported but not in install_requires or train: {missing}"
     unused = declared - set(imported)
     assert not unused, f"declared but never imported: {unused}"
-    assert setup["extras_require"]["all"] == setup["extras_require"]["train"]
+    assert setup["extras_require"]["all"] == setup["extras_require"]["image"]
+
+
+def test_the_train_extra_leaves_out_what_only_image_runs_need() -> None:
+    """`make demo` installs `train`; scikit-image (and SciPy with it) comes
+    with `image`, which `all`, `examples` and `dev` include."""
+    extras = _setup()["extras_require"]
+    assert "scikit-image" not in _names(extras["train"])
+    assert _names(extras["image"]) == _names(extras["train"]) | {"scikit-image"}
+    for extra in ("all", "examples", "dev"):
+        assert "scikit-image" in _names(extras[extra]), extra
 
 
 def test_the_dev_extra_covers_tests_notebooks_benchmarks_and_docs() -> None:
@@ -155,7 +166,15 @@ def test_the_dev_extra_covers_tests_notebooks_benchmarks_and_docs() -> None:
         if name not in dev
     }
     assert not missing, f"imported but not in the dev extra: {missing}"
-    for extra in ("train", "jax", "examples", "benchmark", "litert", "ctranslate2"):
+    for extra in (
+        "train",
+        "image",
+        "jax",
+        "examples",
+        "benchmark",
+        "litert",
+        "ctranslate2",
+    ):
         assert _names(extras[extra]) <= dev, extra
     # What the Makefile, the docs build and the release need besides imports.
     assert {"mkdocs-jupyter", "mkdocstrings", "build", "twine", "ruff"} <= dev

@@ -123,19 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Top-level modules of the `train` extra (setup.py), which the commands need
-#: and a core-only install lacks.
-TRAIN_EXTRA_MODULES = frozenset(
-    {
-        "babel",
-        "matplotlib",
-        "sacrebleu",
-        "sentencepiece",
-        "tensorboard",
-        "tensorflow",
-        "tensorflow_text",
-    }
-)
+#: The extra that installs each top-level module the commands may import
+#: and a smaller install lacks (setup.py): `train` for every command, `image`
+#: for image runs on the bundled photographs.
+EXTRA_OF_MODULE = {
+    **dict.fromkeys(
+        (
+            "babel",
+            "matplotlib",
+            "sacrebleu",
+            "sentencepiece",
+            "tensorboard",
+            "tensorflow",
+            "tensorflow_text",
+        ),
+        "train",
+    ),
+    "skimage": "image",
+}
 
 
 # ------------------------------------------------------------------ signals
@@ -267,12 +272,14 @@ def _run(args: argparse.Namespace) -> int:
         with weights_policy(args):
             return int(args.handler(args) or 0)
     except ModuleNotFoundError as e:
-        if e.name is None or e.name.split(".")[0] not in TRAIN_EXTRA_MODULES:
+        extra = EXTRA_OF_MODULE.get((e.name or "").split(".")[0])
+        if extra is None:
             raise
+        needs = "the command line needs" if extra == "train" else "this run needs"
         print(
             f"keras-transformer {args.command}: error: {e.name!r} is not "
-            "installed; the command line needs the `train` extra: "
-            f"pip install '{DISTRIBUTION}[train]'",
+            f"installed; {needs} the `{extra}` extra: "
+            f"pip install '{DISTRIBUTION}[{extra}]'",
             file=sys.stderr,
         )
         return 2

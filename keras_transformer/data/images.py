@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.conventions import DISTRIBUTION
 from keras_transformer.validation import check_positive_int
 
 __all__ = [
@@ -250,15 +251,16 @@ def load_sample_images(names: Sequence[str]) -> dict[str, np.ndarray]:
     `skimage.data`. The files are inside the wheel: nothing is downloaded.
 
     Raises:
-        ImportError: without scikit-image (``pip install scikit-image``).
+        ModuleNotFoundError: without scikit-image (the `image` extra).
         ValueError: an unknown name, or an image that is not RGB.
     """
     try:
         import skimage.data
     except ImportError as e:
-        raise ImportError(
-            "The sample photographs come with scikit-image: pip install "
-            "scikit-image (or keras-transformer[train])."
+        raise ModuleNotFoundError(
+            "The sample photographs come with scikit-image, which the `image` "
+            f"extra installs: pip install '{DISTRIBUTION}[image]'",
+            name="skimage",
         ) from e
     found = {}
     for name in names:

@@ -15,6 +15,7 @@ from keras_transformer import cli
 from tests.training.helpers import (
     REPO_ROOT,
     SMALL_CONFIG,
+    SMALL_IMAGE_CONFIG,
     small_config,
     subprocess_env,
     write_config,
@@ -401,6 +402,23 @@ def test_a_missing_train_extra_is_named_with_the_install_command(monkeypatch, ca
     error = capsys.readouterr().err
     assert "'sacrebleu' is not installed" in error
     assert "pip install 'keras3-transformer[train]'" in error
+
+
+def test_an_image_run_without_scikit_image_names_the_image_extra(
+    monkeypatch, capsys, tmp_path
+):
+    """The `train` extra leaves scikit-image out; an image run on the bundled
+    photographs says which extra brings it, in one line, before training."""
+    monkeypatch.setitem(sys.modules, "skimage", None)
+    monkeypatch.setitem(sys.modules, "skimage.data", None)
+    config = write_config(tmp_path, SMALL_IMAGE_CONFIG)
+    workdir = tmp_path / "run"
+    assert cli.main(["train", str(config), "--workdir", str(workdir)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0, error
+    assert "'skimage' is not installed" in error
+    assert "pip install 'keras3-transformer[image]'" in error
+    assert not list(workdir.glob("checkpoints/ckpt-*"))
 
 
 def test_other_missing_modules_keep_their_traceback(monkeypatch):
