@@ -37,8 +37,8 @@ demo: $(DEMO_INSTALLED)
 ## The default test run (slow tests excluded); the 25 slowest tests are
 ## listed at the end (what to speed up or mark slow when CI grows). It runs on
 ## TEST_WORKERS pytest-xdist workers; `--dist loadfile` keeps each file on one
-## worker, so a file's module fixtures (its trained runs) are built once and
-## the session's shared runs (tests/conftest.py) at most once per worker.
+## worker, so a file's module fixtures (its trained runs) are built once; the
+## session's shared runs (tests/conftest.py) are built once for all workers.
 ## TEST_WORKERS=0 runs in one process. Three workers on two cores, since much
 ## of the default run waits on child processes and file writes; the JAX and
 ## slow tests gain nothing from a third and run on LONG_TEST_WORKERS.

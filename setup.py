@@ -64,7 +64,9 @@ CTRANSLATE2_REQUIRES = ["ctranslate2>=4.5,<5"]
 #: Tests, linters, the documentation site and the release tools.
 TOOLS_REQUIRES = [
     "pytest>=8,<10",
-    "pytest-xdist>=3.5,<4",  # `make test` runs the suite on 2 workers
+    "pytest-xdist>=3.5,<4",  # `make test` runs the suite on 3 workers
+    # the workers build the shared tiny runs once (tests/shared_builds.py)
+    "filelock>=3.12,<4",
     "pytest-cov>=5,<8",  # `make coverage`: line coverage of the package
     "ruff>=0.6,<1",
     "mkdocs>=1.6,<2",

@@ -8,7 +8,9 @@ marker and are skipped on other backends.
 """
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -72,71 +74,89 @@ def autograph_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 # ------------------------------------------------ trained runs the session shares
-# One tiny finished run of each kind, trained once per test process (once per
-# pytest-xdist worker) for every test file that uses it. Tests only READ these
-# folders; a test that writes into a run (damage, resume, average into the run)
-# works on its own copy: ``shutil.copytree(shared_run, tmp_path / "run")``.
+# One tiny finished run of each kind, trained once per session and read by
+# every pytest-xdist worker (`tests.shared_builds.built_once`), for every test
+# file that uses it. Tests only READ these folders; a test that writes into a
+# run (damage, resume, average into the run) works on its own copy:
+# ``shutil.copytree(shared_run, tmp_path / "run")``.
 # Their settings: tests/training/helpers.py `SHARED_RUN_OVERRIDES`.
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_builds_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Builds of `built_once` go to this session's folder (all workers')."""
+    from tests.shared_builds import use_session_folder
+
+    use_session_folder(tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
-def shared_reviews(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_reviews() -> Path:
     """Synthetic reviews (``data.data_dir``) of the shared classification run."""
+    from tests.shared_builds import built_once
     from tests.training.helpers import write_reviews
 
-    return write_reviews(tmp_path_factory.mktemp("shared_reviews"))
+    return built_once("shared_reviews", write_reviews)
+
+
+def _train_into(config_of: Callable[[], Any]) -> Callable[[Path], None]:
+    """A `built_once` build: train `config_of()` into ``folder / "run"``."""
+
+    def build(folder: Path) -> None:
+        from keras_transformer.training import train
+
+        train(config_of(), folder / "run", printer=None)
+
+    return build
 
 
 @pytest.fixture(scope="session")
-def shared_translation_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_translation_run() -> Path:
     """A finished tiny translation run (`SMALL_CONFIG`), checkpoints 3, 6, 9."""
-    from keras_transformer.training import train
+    from tests.shared_builds import built_once
     from tests.training.helpers import SHARED_RUN_OVERRIDES, small_config
 
-    workdir = tmp_path_factory.mktemp("shared_translation") / "run"
-    train(small_config(*SHARED_RUN_OVERRIDES), workdir, printer=None)
-    return workdir
+    build = _train_into(lambda: small_config(*SHARED_RUN_OVERRIDES))
+    return built_once("shared_translation", build) / "run"
 
 
 @pytest.fixture(scope="session")
-def shared_classification_run(
-    tmp_path_factory: pytest.TempPathFactory, shared_reviews: Path
-) -> Path:
+def shared_classification_run(shared_reviews: Path) -> Path:
     """The classification twin of `shared_translation_run` (on `shared_reviews`)."""
-    from keras_transformer.training import train
+    from tests.shared_builds import built_once
     from tests.training.helpers import (
         SHARED_RUN_OVERRIDES,
         small_classification_config,
     )
 
-    workdir = tmp_path_factory.mktemp("shared_classification") / "run"
-    config = small_classification_config(shared_reviews, *SHARED_RUN_OVERRIDES)
-    train(config, workdir, printer=None)
-    return workdir
+    build = _train_into(
+        lambda: small_classification_config(shared_reviews, *SHARED_RUN_OVERRIDES)
+    )
+    return built_once("shared_classification", build) / "run"
 
 
 @pytest.fixture(scope="session")
-def shared_image_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_image_run() -> Path:
     """The image twin of `shared_translation_run`: checkpoints 3, 6 and 9."""
-    from keras_transformer.training import train
+    from tests.shared_builds import built_once
     from tests.training.helpers import SHARED_RUN_OVERRIDES, small_image_config
 
-    workdir = tmp_path_factory.mktemp("shared_image") / "run"
-    train(small_image_config(*SHARED_RUN_OVERRIDES), workdir, printer=None)
-    return workdir
+    build = _train_into(lambda: small_image_config(*SHARED_RUN_OVERRIDES))
+    return built_once("shared_image", build) / "run"
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def exported() -> Path:
     """The SavedModel export (beam 4) of `tests.export_helpers.tiny_translator`.
 
     Tests only read it; one that overwrites or damages an export works on a
     copy (``shutil.copytree(exported, tmp_path / "1")``)."""
     from keras_transformer import export
     from tests.export_helpers import tiny_translator
+    from tests.shared_builds import built_once
 
-    model, tokenizer = tiny_translator()
-    directory = tmp_path_factory.mktemp("export") / "1"
-    path = export.export_translator(model, tokenizer, directory)
-    assert path == directory
-    return directory
+    def build(folder: Path) -> None:
+        model, tokenizer = tiny_translator()
+        assert export.export_translator(model, tokenizer, folder / "1") == folder / "1"
+
+    return built_once("exported", build) / "1"
