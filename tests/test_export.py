@@ -133,20 +133,35 @@ def _compiled_source_shapes(path: Path) -> set[tuple[int, ...]]:
     return shapes
 
 
-def test_a_jit_compiled_export_translates_small_batches_like_the_graph(
-    exported: Path, tmp_path: Path
-) -> None:
-    """`jit_compile=True`: a call with 1 to 4 sentences runs the search
-    compiled with XLA (1, 2 and 4 rows; a short and a long source width;
-    3 sentences padded with an empty one), a larger batch runs the graph;
-    the translations, lengths and scores are the plain export's."""
+@pytest.fixture(scope="module")
+def jit_exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny translator exported with ``jit_compile=True``."""
     model, tokenizer = tiny_translator()
-    path = export.export_translator(
-        model, tokenizer, tmp_path / "jit", jit_compile=True
-    )
+    directory = tmp_path_factory.mktemp("jit") / "1"
+    return export.export_translator(model, tokenizer, directory, jit_compile=True)
+
+
+def _assert_same_outputs(plain: Any, jitted: Any, batches: list[list[str]]) -> None:
+    """The two `translate_ids` signatures give the same ids, lengths and
+    scores for each batch."""
+    for sentences in batches:
+        want = plain(sentences=tf.constant(sentences))
+        got = jitted(sentences=tf.constant(sentences))
+        np.testing.assert_array_equal(got["token_ids"], want["token_ids"])
+        np.testing.assert_array_equal(got["lengths"], want["lengths"])
+        np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_jit_compiled_export_holds_one_xla_program_per_small_shape(
+    exported: Path, jit_exported: Path
+) -> None:
+    """`jit_compile=True` writes an XLA program for each small batch (1, 2
+    and 4 rows) and source width (up to 32 ids, up to 128); a larger batch
+    runs the graph, with the plain export's outputs, and so does an empty
+    one. (The compiled programs run in the slow test below.)"""
+    path = jit_exported
     assert json.loads((path / export.INFO_FILE).read_text())["jit_compile"] is True
-    plain = tf.saved_model.load(str(exported)).signatures["translate_ids"]
-    jitted = tf.saved_model.load(str(path)).signatures["translate_ids"]
+    _, tokenizer = tiny_translator()
     widths = [len(ids) + 1 for ids in tokenizer.encode(INPUTS)]
     # Both source widths are compiled: sources up to 32 ids and longer ones.
     assert min(widths) <= export.COMPILED_SOURCE_WIDTHS[0] < max(widths)
@@ -155,16 +170,26 @@ def test_a_jit_compiled_export_translates_small_batches_like_the_graph(
     assert _compiled_source_shapes(path) == {
         (rows, width) for rows in (1, 2, 4) for width in (32, 128)
     }
-    batches = [[text] for text in INPUTS]
-    batches += [INPUTS[:2], INPUTS[6:9], INPUTS[:4], INPUTS[:5], INPUTS]
-    for sentences in batches:
-        want = plain(sentences=tf.constant(sentences))
-        got = jitted(sentences=tf.constant(sentences))
-        np.testing.assert_array_equal(got["token_ids"], want["token_ids"])
-        np.testing.assert_array_equal(got["lengths"], want["lengths"])
-        np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-5, atol=1e-5)
+    plain = tf.saved_model.load(str(exported)).signatures["translate_ids"]
+    jitted = tf.saved_model.load(str(path)).signatures["translate_ids"]
+    _assert_same_outputs(plain, jitted, [INPUTS[:5], INPUTS])
     empty = jitted(sentences=tf.constant([], tf.string))
     assert empty["token_ids"].shape[0] == 0 and empty["lengths"].shape == (0,)
+
+
+@pytest.mark.slow  # XLA compiles six searches (about 30 s)
+def test_a_jit_compiled_export_translates_small_batches_like_the_graph(
+    exported: Path, jit_exported: Path
+) -> None:
+    """A call with 1 to 4 sentences runs the search compiled with XLA (1, 2
+    and 4 rows; a short and a long source width; 3 sentences padded with an
+    empty one): the translations, lengths and scores are the plain
+    export's."""
+    plain = tf.saved_model.load(str(exported)).signatures["translate_ids"]
+    jitted = tf.saved_model.load(str(jit_exported)).signatures["translate_ids"]
+    batches = [[text] for text in INPUTS]
+    batches += [INPUTS[:2], INPUTS[6:9], INPUTS[:4]]
+    _assert_same_outputs(plain, jitted, batches)
 
 
 def test_jit_compile_is_refused_for_litert_and_ctranslate2(tmp_path: Path) -> None:

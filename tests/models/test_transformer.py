@@ -175,6 +175,9 @@ def test_training_reduces_the_loss():
         loss=kt.losses.MaskedSparseCrossEntropy(),
         metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity()],
     )
+    # Slots built before fit, not inside its first traced step (which
+    # Keras would then trace twice): the same updates, about 5 s sooner.
+    model.optimizer.build(model.trainable_variables)
     history = model.fit([SOURCE, TARGET], LABELS, epochs=15, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < 0.6 * losses[0]

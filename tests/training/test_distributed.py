@@ -38,13 +38,22 @@ from tests.training.helpers import (
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
+#: Translation runs with the default tests; the other kinds (the same strategy
+#: code under their recipes, each run in child processes) with the slow ones.
+KINDS = [
+    "translation",
+    pytest.param("classification", marks=pytest.mark.slow),
+    pytest.param("image", marks=pytest.mark.slow),
+]
+
+
 def _result_line(output: str) -> dict:
     lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
     assert lines, output[-3000:]
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-@pytest.mark.parametrize("kind", ["translation", "classification", "image"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_mirrored_on_two_cpu_devices_matches_one_device(kind):
     """Same global batches, dropout 0: 3 updates on 1 and on 2 replicas.
 
@@ -218,7 +227,7 @@ def _final_learning_rate(values: dict, steps: int) -> float:
     )
 
 
-@pytest.mark.parametrize("kind", ["translation", "classification", "image"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_killed_run_resumes_with_the_same_command(tmp_path, kind):
     """SIGKILL after a checkpoint exists; the same command finishes the run.
 

@@ -102,6 +102,7 @@ def test_bleu_early_stopping_logs_the_translator_bleu() -> None:
         loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
         jit_compile=False,
     )
+    model.optimizer.build(model.trainable_variables)  # as `tiny_model` does
     held_out = synthetic_dates(12, seed=5)
     stopping = BleuEarlyStopping(
         held_out.sources, held_out.targets, tokenizer, patience=10

@@ -129,6 +129,7 @@ def test_mixed_precision_step(precision):
     assert all(w.dtype == "float32" for w in trainer.transformer.trainable_weights)
 
 
+@pytest.mark.slow  # XLA compiles two training steps (about 15 s)
 def test_xla_compiled_accumulation_step_matches_the_plain_one():
     (source, target), labels = _batch(6)
     element = next(
