@@ -177,7 +177,7 @@ def test_a_jit_compiled_export_holds_one_xla_program_per_small_shape(
     assert empty["token_ids"].shape[0] == 0 and empty["lengths"].shape == (0,)
 
 
-@pytest.mark.slow  # XLA compiles six searches (about 30 s)
+@pytest.mark.slow  # XLA compiles six searches (18 s here, with -n 2)
 def test_a_jit_compiled_export_translates_small_batches_like_the_graph(
     exported: Path, jit_exported: Path
 ) -> None:
