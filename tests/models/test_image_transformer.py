@@ -318,7 +318,7 @@ def test_one_fit_step_trains(tmp_path: Path) -> None:
     stack = ImageTransformerStack.of(model)
     images = _images(4)
     before = image_bits_per_dim(model, images)
-    optimizer = keras.optimizers.Adam(1e-2)
+    optimizer = kt.optimizers.Adam(1e-2)
     model.compile(
         optimizer=optimizer,
         loss=lambda target, params: stack.head.bits_per_dim(

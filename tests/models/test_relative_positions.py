@@ -215,7 +215,7 @@ def test_image_model_with_relative_positions_trains_and_reloads(tmp_path: Path):
     images = _images(4)
     before = image_bits_per_dim(model, images)
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-2),
+        optimizer=kt.optimizers.Adam(1e-2),
         loss=lambda target, params: stack.head.bits_per_dim(
             params, keras.ops.cast(target, "int32")
         ),

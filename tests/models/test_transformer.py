@@ -1,6 +1,7 @@
 """build_transformer: parameter counts (Table 3), sharing, caching, saving."""
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -73,8 +74,15 @@ def test_parameter_counts_match_table_3(name):
     """Absolute counts with a 37,000-token shared vocabulary agree with the
     paper within 5%: the paper rounds to millions and its rows imply an
     embedding of 36k-42k rows (see docs/architecture.md)."""
-    millions = build_transformer(presets[name]).count_params() / 1e6
+    millions = _millions_of_parameters(name)
     assert millions == pytest.approx(PAPER_PARAMETER_COUNTS_M[name], rel=0.05)
+
+
+@functools.cache
+def _millions_of_parameters(name: str) -> float:
+    """The built preset's parameter count in millions, built once per name
+    (the base model is every difference's reference)."""
+    return build_transformer(presets[name]).count_params() / 1e6
 
 
 @pytest.mark.parametrize(
@@ -89,8 +97,8 @@ def test_parameter_differences_to_base_match_table_3(name):
     """Rows that keep d_model share the embedding with `base`: their difference
     to base must match the paper's to within its rounding (two numbers each
     rounded to 1M)."""
-    base = build_transformer(presets["base"]).count_params() / 1e6
-    row = build_transformer(presets[name]).count_params() / 1e6
+    base = _millions_of_parameters("base")
+    row = _millions_of_parameters(name)
     paper = PAPER_PARAMETER_COUNTS_M[name] - PAPER_PARAMETER_COUNTS_M["base"]
     assert row - base == pytest.approx(paper, abs=1.0)
 

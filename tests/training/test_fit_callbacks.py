@@ -12,6 +12,7 @@ import pytest
 
 from keras_transformer.data import SubwordTokenizer, synthetic_dates
 from keras_transformer.losses import MaskedSparseCrossEntropy
+from keras_transformer.optimizers import Adam
 from keras_transformer.training import (
     BleuEarlyStopping,
     CheckpointAveraging,
@@ -98,7 +99,7 @@ def test_bleu_early_stopping_logs_the_translator_bleu() -> None:
     model = keras.models.clone_model(trained)
     model.set_weights(trained.get_weights())
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
+        optimizer=Adam(1e-3),
         loss=MaskedSparseCrossEntropy(label_smoothing=0.0),
         jit_compile=False,
     )
