@@ -24,7 +24,7 @@ from keras_transformer.conventions import END_ID, PAD_ID, START_ID
 from keras_transformer.decoding.result import DecodeResult, NBestResult, ScoreResult
 from keras_transformer.decoding.search import Outputs, Prefix, run_search
 from keras_transformer.decoding.settings import DecodeSettings, default_setting
-from keras_transformer.decoding.steps import ModelStep, model_step
+from keras_transformer.decoding.steps import ModelStep, cached_step, uncached_step
 from keras_transformer.decoding.strategies import SearchOptions, get_strategy
 from keras_transformer.decoding.strategies.constrained import (
     check_phrase_ids,
@@ -388,15 +388,9 @@ class Decoder:
         """The model's step function (cached or not) of `beam` rows per
         example: one per stack of `stacks`, put together by `_combine`."""
         steps = [
-            model_step(
-                stack,
-                source_ids,
-                max_length,
-                beam,
-                start_id,
-                static_shapes,
-                cached=self.use_cache,
-            )
+            cached_step(stack, source_ids, max_length, beam, static_shapes)
+            if self.use_cache
+            else uncached_step(stack, source_ids, max_length, beam, start_id)
             for stack in self.stacks
         ]
         return self._combine(steps, beam)

@@ -185,20 +185,4 @@ def uncached_step(
     return ModelStep(step, prefix, None, None)
 
 
-def model_step(
-    stack: TransformerStack,
-    source_ids: tf.Tensor,
-    max_length: int | tf.Tensor,
-    beam_size: int,
-    start_id: int,
-    static_shapes: bool,
-    *,
-    cached: bool = True,
-) -> ModelStep:
-    """`cached_step` (the default) or the reference `uncached_step`."""
-    if cached:
-        return cached_step(stack, source_ids, max_length, beam_size, static_shapes)
-    return uncached_step(stack, source_ids, max_length, beam_size, start_id)
-
-
-__all__ = ["ModelStep", "cached_step", "model_step", "uncached_step"]
+__all__ = ["ModelStep", "cached_step", "uncached_step"]
