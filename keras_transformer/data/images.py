@@ -22,6 +22,7 @@ import io
 import os
 import pickle
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -405,10 +406,15 @@ def lossless_bits_per_dim(images: Any, image_format: str = "PNG") -> float:
             "`image_format` must be 'PNG' or 'WEBP'. Received: "
             f"image_format={image_format!r}"
         )
-    total = 0
-    for image in images.astype(np.uint8):
+
+    def file_bytes(image: np.ndarray) -> int:
         buffer = io.BytesIO()
         picture = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
         picture.save(buffer, format=image_format, **options)
-        total += len(buffer.getvalue())
+        return len(buffer.getvalue())
+
+    # Pillow's encoders release the GIL: one thread per core (WebP method 6
+    # takes about 50 ms a 32 x 32 patch).
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        total = sum(pool.map(file_bytes, images.astype(np.uint8)))
     return 8.0 * total / images.size
