@@ -98,10 +98,29 @@ class Sizes:
     serve_sentences: int
     vocabulary: int
     device: str
+    #: Encoder and decoder layers each; None: the preset's. The dry run
+    #: takes one: its XLA compilations then take about half as long.
+    layers: int | None = None
+
+    def model_config(self, **changes: Any) -> Any:
+        """The preset's `TransformerConfig`, with `layers` and `changes`."""
+        import keras_transformer as kt
+
+        if self.layers is not None:
+            changes.update(
+                num_encoder_layers=self.layers, num_decoder_layers=self.layers
+            )
+        return kt.models.presets[self.preset].replace(**changes)
+
+    def describe_model(self) -> str:
+        layers = (
+            "" if self.layers is None else f" with {self.layers} layer(s) each side"
+        )
+        return f"preset {self.preset}{layers}"
 
 
 GPU_SIZES = Sizes("base", 256, 64, 30, 2, 32, 64, 64, 512, 8000, "cuda")
-DRY_SIZES = Sizes("tiny", 8, 16, 3, 1, 8, 4, 8, 16, 200, "cpu")
+DRY_SIZES = Sizes("tiny", 8, 16, 3, 1, 8, 4, 8, 16, 200, "cpu", layers=1)
 
 
 # ------------------------------------------------------------------ helpers
@@ -227,9 +246,7 @@ def check_training(sizes: Sizes, peaks: dict[str, float] | None) -> list[dict]:
     """Tokens/s and share of the peak for every precision, without/with XLA."""
     import keras
 
-    import keras_transformer as kt
-
-    config = kt.models.presets[sizes.preset]
+    config = sizes.model_config()
     batches = random_batches(config.vocabulary_size, sizes.batch, sizes.length, 4)
     dataset = _repeated_dataset(batches)
     flops = training_flops(config, sizes.batch, sizes.length)
@@ -306,7 +323,7 @@ def check_two_devices(sizes: Sizes, dry_run: bool) -> dict[str, Any]:
         )
         one_device = "/gpu:0"
     tf.config.experimental.enable_tensor_float_32_execution(False)
-    config = kt.models.presets[sizes.preset].replace(dropout=0.0)
+    config = sizes.model_config(dropout=0.0)
     batches = random_batches(
         config.vocabulary_size, sizes.mirrored_batch, sizes.length, MIRRORED_UPDATES, 1
     )
@@ -367,7 +384,7 @@ def check_decoding(sizes: Sizes) -> list[dict]:
     from keras_transformer.decoding import Decoder, DecodeSettings
 
     keras.utils.set_random_seed(0)
-    config = kt.models.presets[sizes.preset].replace(dropout=0.0)
+    config = sizes.model_config(dropout=0.0)
     model = kt.models.build_transformer(config)
     sources = np.random.default_rng(0).integers(
         4, config.vocabulary_size, (sizes.decode_batch, sizes.length), dtype="int32"
@@ -439,9 +456,7 @@ def check_serving(sizes: Sizes, work: Path) -> list[dict]:
     corpus = pseudo_sentences(max(400, sizes.vocabulary * 3), sizes.vocabulary, 0)
     tokenizer = SubwordTokenizer.train(corpus, vocabulary_size=sizes.vocabulary)
     keras.utils.set_random_seed(0)
-    config = kt.models.presets[sizes.preset].replace(
-        dropout=0.0, vocabulary_size=tokenizer.vocabulary_size
-    )
+    config = sizes.model_config(dropout=0.0, vocabulary_size=tokenizer.vocabulary_size)
     model = kt.models.build_transformer(config)
     saved = export_translator(model, tokenizer, work / "saved_model", beam_size=4)
     engine = export_ctranslate2(
@@ -671,7 +686,7 @@ def write(
         args.record,
         figures,
         command="bash benchmarks/gpu_check.sh" + (" --dry-run" if args.dry_run else ""),
-        sample=f"preset {sizes.preset}: training batches of {sizes.batch} x "
+        sample=f"{sizes.describe_model()}: training batches of {sizes.batch} x "
         f"{sizes.length} random tokens, best of {sizes.rounds} x {sizes.steps} "
         f"updates; decoding {sizes.decode_batch} sources, {sizes.decode_length} "
         f"tokens; serving {sizes.serve_sentences} pseudo-word sentences",

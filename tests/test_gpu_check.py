@@ -101,6 +101,7 @@ def test_dry_run_prints_every_row_and_passes(tmp_path: Path) -> None:
     assert "two-device check: passed" in lines
     record = json.loads((tmp_path / "gpu_check.json").read_text(encoding="utf-8"))
     assert record["machine"].startswith("no GPU (dry run)")
+    assert record["sample"].startswith("preset tiny with 1 layer(s) each side:")
     assert record["figures"]["two_devices_passed"] == 1
     for key in (
         "training_mixed_bfloat16_xla_tokens_per_s",
