@@ -414,13 +414,15 @@ def test_export_command_reexports_greedy_and_overwrites(
 ) -> None:
     parser = argparse.ArgumentParser()
     export_command.add_arguments(parser)
+    # An earlier export (beam 4) in the output folder: refused, then replaced.
     output = tmp_path / "greedy"
+    shutil.copytree(exported, output)
     argv = ["--workdir", str(exported), "--output", str(output), "--beam-size", "1"]
-    assert export_command.run(parser.parse_args(argv)) == 0
-    assert "serving_default" in capsys.readouterr().out
     with pytest.raises(ValueError, match="overwrite"):
         export_command.run(parser.parse_args(argv))
+    assert json.loads((output / "export.json").read_text())["beam_size"] == 4
     assert export_command.run(parser.parse_args([*argv, "--overwrite"])) == 0
+    assert "serving_default" in capsys.readouterr().out
 
     model, tokenizer = tiny_translator()
     loaded = tf.saved_model.load(str(output))
