@@ -111,6 +111,7 @@ RESUMABLE_CHANGES = frozenset(
         "train.extra_length",
         "train.log_every",
         "train.attention_example",
+        "train.attention_images",
     }
 )
 

@@ -326,6 +326,10 @@ class TrainingConfig:
             not a terminal (see `verbose`).
         attention_example: index of the validation pair whose attention maps
             are drawn into TensorBoard.
+        attention_images: draw those maps at every validation, one image
+            per layer and kind of attention (Matplotlib, on the CPU, what
+            ever the model's size); ``false`` skips them. The validation
+            scores and the example's translation are logged either way.
         test_samples: test pairs translated at the end (``None``: all).
         evaluate_with: the weights evaluated at the end: ``"last"``,
             ``"best"`` (best validation BLEU) or ``"average"`` (the average
@@ -354,6 +358,7 @@ class TrainingConfig:
     extra_length: int = default_setting("extra_length")
     log_every: int = 50
     attention_example: int = 0
+    attention_images: bool = True
     test_samples: int | None = None
     evaluate_with: str = "last"
     num_translations: int = 5
@@ -382,7 +387,7 @@ class TrainingConfig:
         at_least_zero = ("extra_length", "attention_example", "num_translations")
         check_fields(check_int, self, at_least_zero, section="train", minimum=0)
         check_int("train.seed", self.seed, 0, MAX_SEED)
-        switches = ("jit_compile", "keep_best")
+        switches = ("jit_compile", "keep_best", "attention_images")
         check_fields(check_bool, self, switches, section="train")
         check_choice("train.verbose", self.verbose, (0, 1, 2))
         check_choice("train.precision", self.precision, PRECISIONS)

@@ -144,8 +144,9 @@ class TranslationRecipe(Recipe):
     def chief_callbacks(
         self, run: RunContext, validation: ValidationTranslations
     ) -> list[keras.callbacks.Callback]:
-        """The attention maps of one validation pair, drawn into TensorBoard."""
-        if not len(validation.pairs):
+        """The attention maps of one validation pair, drawn into TensorBoard
+        (none with ``train.attention_images=false``)."""
+        if not len(validation.pairs) or not run.config.train.attention_images:
             return []
         example = min(run.config.train.attention_example, len(validation.pairs) - 1)
         return [

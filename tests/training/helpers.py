@@ -47,6 +47,9 @@ SMALL_CONFIG: dict[str, Any] = {
         "keep_checkpoints": 5,
         "num_translations": 2,
         "verbose": 0,
+        # Drawing them is most of a validation of this model: only the tests
+        # of the images (test_monitoring.py, test_train_run.py) turn them on.
+        "attention_images": False,
     },
 }
 

@@ -74,7 +74,8 @@ def _files_config(corpus: dict[str, str], *overrides: str):
 def run(corpus, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("monitored")
     printed: list[str] = []
-    result = train(_files_config(corpus), workdir, printer=printed.append)
+    config = _files_config(corpus, "train.attention_images=true")
+    result = train(config, workdir, printer=printed.append)
     return workdir, result, printed
 
 

@@ -33,9 +33,10 @@ from tests.training.helpers import small_config
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One short run: 6 updates in 2 epochs of 3, validation after each."""
+    """One short run: 6 updates in 2 epochs of 3, validation (and attention
+    images) after each."""
     workdir = tmp_path_factory.mktemp("run")
-    config = small_config()
+    config = small_config("train.attention_images=true")
     result = train(config, workdir, printer=None)
     return config, workdir, result
 
