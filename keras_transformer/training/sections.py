@@ -327,8 +327,8 @@ class TrainingConfig:
         attention_example: index of the validation pair whose attention maps
             are drawn into TensorBoard.
         attention_images: draw those maps at every validation, one image
-            per layer and kind of attention (Matplotlib, on the CPU, what
-            ever the model's size); ``false`` skips them. The validation
+            per layer and kind of attention (Matplotlib, on the CPU,
+            whatever the model's size); ``false`` skips them. The validation
             scores and the example's translation are logged either way.
         test_samples: test pairs translated at the end (``None``: all).
         evaluate_with: the weights evaluated at the end: ``"last"``,

@@ -404,6 +404,7 @@ BAD_VALUES = [
     ("train.verbose", 3),
     ("train.jit_compile", "true"),
     ("train.keep_best", 1),
+    ("train.attention_images", "false"),
     ("train.label_smoothing", float("nan")),
     ("train.label_smoothing", "0.1"),
     ("train.extra_length", -1),

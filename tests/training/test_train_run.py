@@ -170,11 +170,25 @@ def test_resume_a_finished_run_for_more_steps(run, tmp_path):
     config, workdir, _ = run
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy)
+    # Leaving the attention images out is a change a resumed run accepts.
     longer = apply_overrides(
-        config, ["train.train_steps=9", "train.evaluate_with=best"]
+        config,
+        [
+            "train.train_steps=9",
+            "train.evaluate_with=best",
+            "train.attention_images=false",
+        ],
     )
     result = train(longer, copy, printer=None)
     assert result.initial_step == 6 and result.steps == 9
+    # The validation at update 9 logged its scores but drew no image.
+    accumulator = EventAccumulator(
+        str(copy / "logs" / "validation"), size_guidance={"tensors": 0}
+    )
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Tensors("bleu")] == [3, 6, 9]
+    images = accumulator.Tensors("attention/encoder_decoder/layer_0")
+    assert [e.step for e in images] == [3, 6]
     assert result.history["loss"] and len(result.history["loss"]) == 1
     # The final evaluation used the weights with the best validation BLEU.
     best = json.loads((copy / "best.json").read_text())
