@@ -99,10 +99,16 @@ def test_logged_scalars_reads_every_point_of_a_long_curve(tmp_path):
     np.testing.assert_allclose(values, [10_000.0 / step for step in steps], rtol=1e-6)
 
 
-def _tags(directory: Path) -> dict[str, set[str]]:
-    """Tags by plugin (scalars, images, text, hparams) in one log folder."""
+def _events(directory: Path) -> EventAccumulator:
+    """Every event of one log folder, loaded (no sampling of tensors)."""
     accumulator = EventAccumulator(str(directory), size_guidance={"tensors": 0})
     accumulator.Reload()
+    return accumulator
+
+
+def _tags(directory: Path) -> dict[str, set[str]]:
+    """Tags by plugin (scalars, images, text, hparams) in one log folder."""
+    accumulator = _events(directory)
     found: dict[str, set[str]] = {}
     for tag in accumulator.Tags()["tensors"]:
         plugin = accumulator.SummaryMetadata(tag).plugin_data.plugin_name
@@ -137,10 +143,7 @@ def test_tensorboard_events(run):
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
 
     # Summaries are indexed by optimizer step; the image is a real RGBA picture.
-    accumulator = EventAccumulator(
-        str(logs / "validation"), size_guidance={"tensors": 0}
-    )
-    accumulator.Reload()
+    accumulator = _events(logs / "validation")
     assert [e.step for e in accumulator.Tensors("bleu")] == [3, 6]
     image = accumulator.Tensors("attention/encoder_decoder/layer_0")[-1]
     width, height = (int(v) for v in tf.make_ndarray(image.tensor_proto)[:2])
@@ -151,10 +154,7 @@ def test_hparams_record_the_config(run):
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     config, workdir, _ = run
-    accumulator = EventAccumulator(
-        str(workdir / "logs" / "validation"), size_guidance={"tensors": 0}
-    )
-    accumulator.Reload()
+    accumulator = _events(workdir / "logs" / "validation")
     content = accumulator.SummaryMetadata(
         "_hparams_/session_start_info"
     ).plugin_data.content
@@ -182,10 +182,7 @@ def test_resume_a_finished_run_for_more_steps(run, tmp_path):
     result = train(longer, copy, printer=None)
     assert result.initial_step == 6 and result.steps == 9
     # The validation at update 9 logged its scores but drew no image.
-    accumulator = EventAccumulator(
-        str(copy / "logs" / "validation"), size_guidance={"tensors": 0}
-    )
-    accumulator.Reload()
+    accumulator = _events(copy / "logs" / "validation")
     assert [e.step for e in accumulator.Tensors("bleu")] == [3, 6, 9]
     images = accumulator.Tensors("attention/encoder_decoder/layer_0")
     assert [e.step for e in images] == [3, 6]
