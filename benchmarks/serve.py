@@ -288,11 +288,12 @@ def _test_sources(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     from keras_transformer.data.tasks import get_task
     from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig
-    from keras_transformer.training.checkpoints import CONFIG_FILE, load_stored_config
+    from keras_transformer.training.checkpoints import CONFIG_FILE
+    from keras_transformer.training.config import TrainConfig
 
     data = DataConfig(task="multi30k", data_dir=args.data_dir)
     if args.workdir and is_run_dir(args.workdir):
-        data = load_stored_config(Path(args.workdir) / CONFIG_FILE).data
+        data = TrainConfig.load(Path(args.workdir) / CONFIG_FILE).data
         if args.data_dir:
             data = data.replace(data_dir=args.data_dir)
     task = get_task(data.task)

@@ -53,10 +53,11 @@ def main() -> None:
     from keras_transformer import export
     from keras_transformer.cpu import cpu_info
     from keras_transformer.data.tasks import get_task
-    from keras_transformer.training.checkpoints import CONFIG_FILE, load_stored_config
+    from keras_transformer.training.checkpoints import CONFIG_FILE
+    from keras_transformer.training.config import TrainConfig
     from keras_transformer.translation import load_translator
 
-    data = load_stored_config(Path(args.workdir) / CONFIG_FILE).data
+    data = TrainConfig.load(Path(args.workdir) / CONFIG_FILE).data
     task = get_task(data.task)
     sentences = list(task.load_split(task.test_split, data).sources)
     sentences = sentences[: args.sentences]

@@ -534,19 +534,22 @@ def test_a_damaged_export_json_is_one_line_naming_the_file(
         export.load_export(copy)
 
 
-def test_an_export_json_with_the_old_allowance_name_still_loads(
+def test_an_export_json_of_before_0_1_0_is_refused_in_one_line(
     exported: Path, tmp_path: Path
 ) -> None:
+    """``max_output_extra`` and ``length_penalty`` (the names of
+    ``extra_length`` and ``alpha`` before 0.1.0) are refused, not dropped
+    for the defaults."""
     copy = Path(shutil.copytree(exported, tmp_path / "old"))
     info_path = copy / "export.json"
     info = json.loads(info_path.read_text(encoding="utf-8"))
     assert info["extra_length"] == 50 and "max_output_extra" not in info
-    # An export.json written under the old name (another value than the
-    # default's) reads under the new one.
     del info["extra_length"]
     info["max_output_extra"] = 7
     info_path.write_text(json.dumps(info), encoding="utf-8")
-    assert export.load_export(copy)[2]["extra_length"] == 7
+    for load in (export.load_export, Translator.load):
+        with pytest.raises(ValueError, match=r"\['max_output_extra'\].*before 0.1.0"):
+            load(copy)
 
 
 _TWO_EXPORTS_CHILD = """

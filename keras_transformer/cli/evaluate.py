@@ -89,9 +89,10 @@ def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
     from keras_transformer.data.tasks import get_task
     from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig
-    from keras_transformer.training.checkpoints import CONFIG_FILE, load_stored_config
+    from keras_transformer.training.checkpoints import CONFIG_FILE
+    from keras_transformer.training.config import TrainConfig
 
-    config = load_stored_config(workdir / CONFIG_FILE) if is_run_dir(workdir) else None
+    config = TrainConfig.load(workdir / CONFIG_FILE) if is_run_dir(workdir) else None
     data_config = config.data if config is not None else None
     name = args.task or (data_config.task if data_config is not None else None)
     if name is None:

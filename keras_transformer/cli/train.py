@@ -78,16 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _load_raw_config(args: argparse.Namespace) -> dict:
     """The settings of the config file (and --preset, --task), before the
-    overrides. The run's own stored ``config.json`` (``train
-    WORKDIR/config.json --workdir WORKDIR``, resuming a run) is read in the
-    layout it was written in (`upgrade_stored_config`); any other config
-    file must use today's keys."""
-    from pathlib import Path
-
-    from keras_transformer.training.config import (
-        read_config_file,
-        upgrade_stored_config,
-    )
+    overrides."""
+    from keras_transformer.training.config import read_config_file
 
     raw: dict = {}
     if args.config:
@@ -95,9 +87,6 @@ def _load_raw_config(args: argparse.Namespace) -> dict:
             raw = read_config_file(args.config)
         except FileNotFoundError:
             raise CommandError(f"Config file {args.config} does not exist.") from None
-        stored = Path(args.workdir) / "config.json"
-        if stored.is_file() and stored.resolve() == Path(args.config).resolve():
-            raw = upgrade_stored_config(raw)
     if args.preset:
         raw["model"] = {"preset": args.preset}
     if args.task:

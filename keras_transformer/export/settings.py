@@ -38,8 +38,7 @@ class ExportSettings:
 
     ``export.json`` holds them flat: the `DecodeSettings` fields (``method``,
     ``beam_size``, ``alpha``, ``max_input_length``, ``extra_length``, ...)
-    and the others below. Exports written before these names call
-    ``extra_length`` ``max_output_extra`` and ``alpha`` ``length_penalty``.
+    and the others below.
 
     Attributes:
         decode: the decoding settings (§6.1: beam 4, alpha 0.6, +50); a

@@ -204,16 +204,11 @@ class ImageTransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ImageTransformerConfig:
-        """The config of a stored dict (`to_dict`, a run's config.json).
-
-        A dict without `generation_order` was written before the setting
-        existed, by code that generated in one raster order over the image:
-        it is read as `generation_order="image"`, so that its model keeps
-        the order it was trained with. Give the key to get `"blocks"`.
-        """
+        """The config of a stored dict (`to_dict`, a run's config.json);
+        fields left out take their defaults."""
         known = [field.name for field in dataclasses.fields(cls)]
         check_known_names(values, known, "ImageTransformerConfig fields")
-        values = {"generation_order": "image", **values}
+        values = dict(values)
         for name in ("image_shape", "query_block", "memory_flange"):
             if isinstance(values.get(name), list):  # JSON has no tuples
                 values[name] = tuple(values[name])

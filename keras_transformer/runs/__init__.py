@@ -42,8 +42,6 @@ before it:
   one (`restore_newest_checkpoint`, `restore_checkpoint`);
 * `keras_transformer.runs.weights`: ``.weights.h5`` files (`save_weights`,
   `weights_file_problem`, `weights_file_fingerprint`);
-* `keras_transformer.runs.stored_config`: the ``config.json`` of earlier
-  code (`upgrade_stored_config`, `RENAMED_KEYS`);
 * `keras_transformer.runs.folder`: `RunFolder` and `is_run_dir`;
 * `keras_transformer.runs.exports`: `is_export_dir`, `load_export` and
   `run_kind`;
@@ -123,11 +121,6 @@ from keras_transformer.runs.logs import (
     logged_scalars,
     logged_training_seconds,
 )
-from keras_transformer.runs.stored_config import (
-    RENAMED_KEYS,
-    is_image_run_layout,
-    upgrade_stored_config,
-)
 from keras_transformer.runs.weights import (
     WEIGHTS_FINGERPRINT_ATTRIBUTE,
     save_weights,
@@ -137,9 +130,6 @@ from keras_transformer.runs.weights import (
 )
 
 __all__ = [
-    "RENAMED_KEYS",
-    "is_image_run_layout",
-    "upgrade_stored_config",
     "logged_scalars",
     "logged_training_seconds",
     "AVERAGED_WEIGHTS",

@@ -116,11 +116,13 @@ def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
             f"{info_path} holds {type(info).__name__}, not a JSON object of export "
             "settings; export the run again to rewrite it."
         )
-    if "max_output_extra" in info:
-        # Exports written before the §6.1 allowance had one name.
-        info.setdefault("extra_length", info.pop("max_output_extra"))
-    if "length_penalty" in info:  # exports written before alpha had one name
-        info.setdefault("alpha", info.pop("length_penalty"))
+    # The names of two settings before 0.1.0: refused, not silently dropped.
+    stale = sorted({"max_output_extra", "length_penalty"} & info.keys())
+    if stale:
+        raise ValueError(
+            f"{info_path} holds {stale}, settings of an export written before "
+            "0.1.0; export the run again to rewrite it."
+        )
     return info
 
 

@@ -54,7 +54,6 @@ from keras_transformer.runs.layout import (
     checkpoint_prefix,
     checkpoint_step,
 )
-from keras_transformer.runs.stored_config import upgrade_stored_config
 from keras_transformer.runs.weights import (
     WEIGHTS_CHECKSUM_ATTRIBUTE,
     WEIGHTS_LAYOUT_ATTRIBUTE,
@@ -205,9 +204,7 @@ class RunFolder:
         return self
 
     def raw_config(self) -> dict[str, Any]:
-        """The content of ``config.json`` in today's layout (one written by
-        earlier code is upgraded: `upgrade_stored_config`);
-        `kt.training.checkpoints.load_stored_config` parses it."""
+        """The content of ``config.json``; `TrainConfig.load` parses it."""
         self.check()
         try:
             values = json.loads(self.config_file.read_text(encoding="utf-8"))
@@ -215,16 +212,12 @@ class RunFolder:
             raise ValueError(f"{self.config_file} is not valid JSON: {e}") from e
         if not isinstance(values, dict):
             raise ValueError(f"{self.config_file} must hold a JSON object.")
-        return upgrade_stored_config(values)
+        return values
 
     def kind(self) -> str:
         """The run's kind: ``config.json``'s ``kind`` (translation without
-        one), or ``"image"`` for an image run written before kinds."""
-        values = self.raw_config()
-        model = values.get("model")
-        if "kind" not in values and isinstance(model, Mapping):
-            return "image" if "image_shape" in model else "translation"
-        return str(values.get("kind", "translation"))
+        one)."""
+        return str(self.raw_config().get("kind", "translation"))
 
     def model_config(
         self, tokenizer: SubwordTokenizer | None = None

@@ -58,7 +58,6 @@ from keras_transformer.runs import (
     run_fingerprint,
     save_checkpoint,
     save_weights,
-    upgrade_stored_config,
     write_checkpoint_metadata,
 )
 from keras_transformer.runs import (
@@ -75,7 +74,6 @@ from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
     TrainConfig,
     config_differences,
-    read_config_file,
 )
 from keras_transformer.training.kinds import recipe_for
 from keras_transformer.validation import check_positive_int
@@ -91,7 +89,6 @@ __all__ = [
     "checkpoint_step",
     "check_tokenizer",
     "check_vocabulary_size",
-    "load_stored_config",
     "load_trained_model",
     "mean_of_weights",
     "prepare_run_config",
@@ -107,21 +104,6 @@ logger = logging.getLogger(__name__)
 # The layout of a run folder and the checkpoint helpers live in
 # `keras_transformer.runs`; they stay importable from here.
 _METADATA = CHECKPOINT_METADATA
-
-
-def load_stored_config(path: str | os.PathLike[str]) -> TrainConfig:
-    """The config that a run folder stores (its ``config.json``).
-
-    As `TrainConfig.load`, except that a ``config.json`` written by an
-    earlier version is read in today's layout (`upgrade_stored_config`: old
-    key names, the image layout before kinds, an image model without
-    ``generation_order``), so that its run resumes and loads unchanged.
-    """
-    values = read_config_file(Path(path))
-    try:
-        return TrainConfig.from_dict(upgrade_stored_config(values))
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
 
 
 def weights_checksum(model: keras.Model) -> str:
@@ -160,7 +142,7 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
     resumed = bool(checkpoint_paths(directory / CHECKPOINT_DIR))
     if path.is_file():
         try:
-            stored = load_stored_config(path)
+            stored = TrainConfig.load(path)
         except ValueError as e:
             if resumed and not force:
                 raise ConfigMismatchError(
@@ -564,6 +546,6 @@ def load_trained_model(
         ``(model, tokenizer, config)``.
     """
     run = RunFolder(workdir).check()
-    config = load_stored_config(run.config_file)
+    config = TrainConfig.load(run.config_file)
     model, tokenizer = run.load(weights)
     return model, tokenizer, config

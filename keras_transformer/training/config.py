@@ -28,12 +28,6 @@ output allowance (§6.1, +50)    ``train.extra_length``
 longest training sentence       ``data.max_sentence_length``
 positions the model supports    ``model.max_length``
 ==============================  ==========================================
-
-A config file or ``--set`` override that uses a key of an earlier version
-(`RENAMED_KEYS`) is refused with a one-line error naming the new key. The
-``config.json`` that an earlier version stored in a run folder is read
-with its old keys renamed (`upgrade_stored_config`), so that run resumes
-and loads unchanged.
 """
 
 from __future__ import annotations
@@ -51,11 +45,6 @@ from keras_transformer.conventions import (
 from keras_transformer.files import write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
-from keras_transformer.runs import (
-    RENAMED_KEYS,
-    is_image_run_layout,
-    upgrade_stored_config,
-)
 from keras_transformer.training.kinds import DEFAULT_KIND, known_kinds, recipe_for
 from keras_transformer.training.sections import DataConfig, TrainingConfig, shorten
 from keras_transformer.validation import (
@@ -65,7 +54,6 @@ from keras_transformer.validation import (
 
 __all__ = [
     "MAX_CONFIG_BYTES",
-    "RENAMED_KEYS",
     "RESUMABLE_CHANGES",
     "TrainConfig",
     "config_differences",
@@ -73,12 +61,9 @@ __all__ = [
     "option_sections",
     "read_config_file",
     "reconcile_vocabulary_size",
-    "refuse_renamed_keys",
-    "renamed_key_error",
     "resolve_text_sections",
     "resolve_train_section",
     "section_from_mapping",
-    "upgrade_stored_config",
 ]
 
 #: The largest config file read (1 MB; the largest valid config is a few kB).
@@ -116,24 +101,6 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-def renamed_key_error(old: str) -> ValueError:
-    """The one-line error for the old config key `old` (`RENAMED_KEYS`)."""
-    return ValueError(
-        f"The config key {old!r} was renamed: use {RENAMED_KEYS[old]!r} instead."
-    )
-
-
-def refuse_renamed_keys(values: Mapping[str, Any]) -> None:
-    """Raises `renamed_key_error` when a raw config mapping (sections of
-    settings) uses an old key of `RENAMED_KEYS`. Sections that are not
-    mappings (e.g. a preset name as ``"model"``) are left alone."""
-    for old in RENAMED_KEYS:
-        section, name = old.split(".")
-        settings = values.get(section)
-        if isinstance(settings, Mapping) and name in settings:
-            raise renamed_key_error(old)
-
-
 def section_from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
     """The dataclass `cls` of a config section from its JSON object `values`,
     its keys checked (one-line errors naming the section)."""
@@ -147,7 +114,6 @@ def section_from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> 
             f"The `{section}` section must be a JSON object of settings. "
             f"Received: {shorten(values)}"
         )
-    refuse_renamed_keys({section: values})
     known = {field.name for field in dataclasses.fields(cls)}
     check_known_names(values, known, f"`{section}` settings", listing="Known settings")
     return cls(**values)
@@ -168,7 +134,7 @@ class TrainConfig:
     Resolving fills in what follows from other settings: the vocabulary size
     (`reconcile_vocabulary_size`), `data.max_sentence_length` (from
     `model.max_length` and the buckets) and `train.label_smoothing` (from
-    the preset, or 0.1). Old key names (`RENAMED_KEYS`) are refused.
+    the preset, or 0.1).
 
     Example:
     >>> from keras_transformer.training.overrides import apply_overrides
@@ -234,13 +200,6 @@ class TrainConfig:
             raise ValueError(
                 f"A training config must be a JSON object. Received: {shorten(values)}"
             )
-        if is_image_run_layout(values):
-            raise ValueError(
-                "This is the layout of an image run of an earlier version "
-                "(model, data, train; no kind). Set kind='image' and give the "
-                "images and batches as the `image` section (image.source, "
-                "image.batch_size, ...) instead of `data`."
-            )
         sections = option_sections()
         check_known_names(
             values,
@@ -262,7 +221,6 @@ class TrainConfig:
                 f"A {kind} run (kind={kind!r}) reads its data from the `{kind}` "
                 f"section ({kind}.batch_size, ...); remove `data`."
             )
-        refuse_renamed_keys(values)
         model_values = values.get("model", recipe.default_model)
         data = section_from_mapping(DataConfig, "data", values.get("data", {}))
         if isinstance(model_values, Mapping) and "vocabulary_size" in model_values:
@@ -501,8 +459,6 @@ def _resolve_model(model: Any) -> TransformerConfig:
                 "big, table3_*), or left out for the defaults. Received: "
                 f"model.preset={shorten(preset)}"
             )
-        if "label_smoothing" in values:
-            raise renamed_key_error("model.label_smoothing")
         if preset is None:
             return TransformerConfig.from_dict(values)
         base = get_preset(preset)

@@ -188,10 +188,7 @@ class ImageRecipe(Recipe):
                     "ImageTransformerConfig settings (image_shape, attention, "
                     "...), not a text preset."
                 )
-            # A written config without `generation_order` gets the paper's
-            # order; a stored one keeps "image" (`upgrade_stored_config`).
-            default = {"generation_order": ImageTransformerConfig.generation_order}
-            model = ImageTransformerConfig.from_dict({**default, **model})
+            model = ImageTransformerConfig.from_dict(dict(model))
         if not isinstance(model, ImageTransformerConfig):
             raise ValueError(
                 "The `model` section of an image run must be an "

@@ -6,8 +6,7 @@ Example:
     ```
 
 `known_keys` lists the valid keys at each level (the error messages show
-them). An old key name (`config.RENAMED_KEYS`, e.g. ``data.max_length``)
-is refused with an error naming the new one.
+them).
 """
 
 from __future__ import annotations
@@ -19,13 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from keras_transformer.models import TransformerConfig
-from keras_transformer.training.config import (
-    RENAMED_KEYS,
-    TrainConfig,
-    option_sections,
-    refuse_renamed_keys,
-    renamed_key_error,
-)
+from keras_transformer.training.config import TrainConfig, option_sections
 from keras_transformer.training.kinds import DEFAULT_KIND, recipe_for
 from keras_transformer.training.sections import DataConfig, TrainingConfig
 
@@ -95,12 +88,9 @@ def apply_overrides(
     if isinstance(config, TrainConfig):
         raw = config.to_dict()
     else:
-        refuse_renamed_keys(config)
         raw = copy.deepcopy(dict(config))
     for text in overrides:
         path, value = parse_override(text)
-        if ".".join(path) in RENAMED_KEYS:
-            raise renamed_key_error(".".join(path))
         if path == ["model", "vocabulary_size"]:
             raise ValueError(
                 "Set the vocabulary size with data.vocabulary_size: the learned "

@@ -31,7 +31,7 @@ from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.models import TransformerConfig
 from keras_transformer.training import checks
-from keras_transformer.training.config import resolve_text_sections
+from keras_transformer.training.config import TrainConfig, resolve_text_sections
 from keras_transformer.training.kinds import recipe_for
 
 __all__ = [
@@ -275,10 +275,8 @@ def stored_run(
     """(a run folder, its stored `TrainConfig`) for ``evaluate``: with
     ``train.test_samples=max_examples`` and, when given, `data_dir` as the
     folder of its data (the recipe's `Recipe.data_folder`)."""
-    from keras_transformer.training.checkpoints import load_stored_config
-
     folder = runs.RunFolder(workdir).check()
-    config = load_stored_config(folder.config_file)
+    config = TrainConfig.load(folder.config_file)
     changes: dict[str, Any] = {}
     section, field = recipe_for(config).data_folder
     if data_dir is not None:

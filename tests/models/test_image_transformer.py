@@ -80,15 +80,13 @@ def test_config_defaults_are_the_paper_model_and_round_trip() -> None:
     assert config.replace(attention="full").generation_query_block is None
 
 
-def test_a_stored_config_without_the_order_keeps_the_raster_order() -> None:
-    """Configs written before `generation_order` existed (runs, checkpoints)
-    were trained in one raster order over the image: from_dict reads them
-    with it; a stored order is kept."""
+def test_a_dict_without_the_order_gets_the_papers_and_a_stored_one_is_kept() -> None:
+    """from_dict fills a missing `generation_order` with the paper's block
+    order (§3.2), as the dataclass does; a stored order is kept."""
     stored = ImageTransformerConfig().to_dict()
     del stored["generation_order"]
-    old = ImageTransformerConfig.from_dict(stored)
-    assert old.generation_order == "image"
-    assert old == ImageTransformerConfig(generation_order="image")
+    assert ImageTransformerConfig.from_dict(stored) == ImageTransformerConfig()
+    assert ImageTransformerConfig().generation_order == "blocks"
     for order in GENERATION_ORDERS:
         config = ImageTransformerConfig(generation_order=order)
         assert ImageTransformerConfig.from_json(config.to_json()) == config

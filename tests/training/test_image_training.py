@@ -24,9 +24,8 @@ from keras_transformer.training import (
     load_image_data,
     train,
 )
-from keras_transformer.training.checkpoints import load_stored_config
 from keras_transformer.training.image import ImageConfig
-from tests.training.helpers import old_image_layout, small_image_model
+from tests.training.helpers import small_image_model
 
 
 def _data(seed: int = 0, classes: bool = False) -> ImageData:
@@ -95,7 +94,7 @@ def test_a_run_trains_logs_and_evaluates(tmp_path: Path) -> None:
     assert [step for step, _ in validation["bits_per_dim"]] == [10, 20, 30]
     test = _scalars(result.log_dir, "test")
     assert test["bits_per_dim"][0][1] == pytest.approx(test_bits_per_dim)
-    assert load_stored_config(tmp_path / "run" / "config.json") == config
+    assert TrainConfig.load(tmp_path / "run" / "config.json") == config
 
 
 @pytest.mark.slow
@@ -149,28 +148,6 @@ def test_another_config_in_the_same_folder_is_refused(tmp_path: Path) -> None:
     wider = _config(2, 2, d_model=32)
     with pytest.raises(ConfigMismatchError, match="model.d_model"):
         train(wider, tmp_path / "run", data=data, printer=None)
-
-
-def test_a_run_of_0_1_0_resumes_in_its_generation_order(tmp_path: Path) -> None:
-    """A config.json written before `generation_order` existed (a run in one
-    raster order over the image) resumes with generation_order="image" and
-    refuses the new default, "blocks"."""
-    data = _data(3)
-    old = _config(2, 2, generation_order="image")
-    train(old, tmp_path / "run", data=data, printer=None)
-    path = tmp_path / "run" / "config.json"
-    stored = json.loads(path.read_text())
-    del stored["model"]["generation_order"]
-    path.write_text(json.dumps(stored))
-    with pytest.raises(ConfigMismatchError, match="model.generation_order"):
-        train(_config(4, 2), tmp_path / "run", data=data, printer=None)
-    resumed = train(
-        _config(4, 2, generation_order="image"),
-        tmp_path / "run",
-        data=data,
-        printer=None,
-    )
-    assert resumed.initial_step == 2 and resumed.steps == 4
 
 
 def test_class_conditional_training(tmp_path: Path) -> None:
@@ -241,23 +218,3 @@ def test_a_second_writer_of_an_image_run_is_refused(tmp_path):
         assert not (workdir / "config.json").exists()
     result = train(_config(), workdir, data=_data(), printer=None)
     assert result.steps == 6
-
-
-def test_a_run_folder_of_the_layout_before_kinds_resumes(tmp_path: Path) -> None:
-    """A run folder written before the image kind (its config.json in the
-    layout of model, data and train, no ``kind``) resumes through `train`,
-    and a changed setting is still refused."""
-    data = _data(5)
-    train(_config(2, 2), tmp_path / "run", data=data, printer=None)
-    path = tmp_path / "run" / "config.json"
-    old = old_image_layout(_config(2, 2, generation_order="image"))
-    path.write_text(json.dumps(old))
-    wider = _config(4, 2, d_model=32, generation_order="image")
-    with pytest.raises(ConfigMismatchError, match="model.d_model"):
-        train(wider, tmp_path / "run", data=data, printer=None)
-    config = _config(4, 2, generation_order="image")
-    resumed = train(config, tmp_path / "run", data=data, printer=None)
-    assert resumed.initial_step == 2 and resumed.steps == 4
-    stored = json.loads(path.read_text())
-    assert stored["kind"] == "image" and stored["image"]["batch_size"] == 4
-    assert load_stored_config(path) == config
