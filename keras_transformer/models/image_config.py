@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from keras_transformer.layers.attention_settings import AttentionSettings
@@ -203,7 +204,7 @@ class ImageTransformerConfig:
         return values
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ImageTransformerConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> ImageTransformerConfig:
         """The config of a stored dict (`to_dict`, a run's config.json);
         fields left out take their defaults."""
         known = [field.name for field in dataclasses.fields(cls)]

@@ -188,7 +188,7 @@ class ImageRecipe(Recipe):
                     "ImageTransformerConfig settings (image_shape, attention, "
                     "...), not a text preset."
                 )
-            model = ImageTransformerConfig.from_dict(dict(model))
+            model = ImageTransformerConfig.from_dict(model)
         if not isinstance(model, ImageTransformerConfig):
             raise ValueError(
                 "The `model` section of an image run must be an "
