@@ -100,7 +100,8 @@ def load_export(
 
 def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The content of an export folder's ``export.json`` (empty when it has
-    none), with the names of earlier exports made current."""
+    none); a damaged file, or one that holds the setting names of before
+    0.1.0, is one line naming it."""
     info_path = Path(export_dir) / EXPORT_INFO_FILE
     if not info_path.is_file():
         return {}
