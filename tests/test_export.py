@@ -513,7 +513,7 @@ def test_int8_is_refused_where_the_savedmodel_has_no_such_weights(
 
 
 def test_a_damaged_export_json_is_one_line_naming_the_file(
-    exported: Path, tmp_path: Path
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A hand-edited or truncated ``export.json`` is refused with its path
     and the fix, before the model is loaded."""
@@ -529,9 +529,20 @@ def test_a_damaged_export_json_is_one_line_naming_the_file(
     info_path.write_text('{"beam_size": 4,')
     with pytest.raises(ValueError, match="is not a JSON object of export settings"):
         Translator.load(copy)
+    # The export command reads the folder's kind first: the same line.
+    argv = ["export", "--workdir", str(copy), "--output", str(tmp_path / "out")]
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{info_path} is not a JSON object of export settings" in err
     info_path.write_text("[4]")
     with pytest.raises(ValueError, match="holds list, not a JSON object"):
         export.load_export(copy)
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{info_path} holds list, not a JSON object" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_export_json_of_before_0_1_0_is_refused_in_one_line(

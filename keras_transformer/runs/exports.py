@@ -129,12 +129,10 @@ def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 def run_kind(path: str | os.PathLike[str]) -> str:
     """The kind of a run folder (its ``config.json``) or of an export folder
-    (its ``export.json``); translation when neither says."""
+    (its ``export.json``, read by `read_export_info`: a damaged one is one
+    line naming it); translation when neither says."""
     if is_run_dir(path):
         return RunFolder(path).kind()
-    info = Path(path) / EXPORT_INFO_FILE
-    if is_export_dir(path) and info.is_file():
-        return str(
-            json.loads(info.read_text(encoding="utf-8")).get("kind", "translation")
-        )
+    if is_export_dir(path):
+        return str(read_export_info(path).get("kind", "translation"))
     return "translation"
