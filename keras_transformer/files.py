@@ -15,7 +15,8 @@ this module:
 
 A write that fails (a full disk, a read-only folder, an I/O error) raises
 `FileWriteError`: one line that names the file, what went wrong, and says
-that the previous file is intact.
+that the previous file is intact. `read_json_object` reads back the JSON
+records those writes leave (a damaged one is one line naming the file).
 
 Pure Python (standard library only): every level of the package may use it.
 """
@@ -44,6 +45,7 @@ __all__ = [
     "atomic_file",
     "check_free_space",
     "fsync_directory",
+    "read_json_object",
     "write_atomically",
 ]
 
@@ -64,6 +66,43 @@ class FileWriteError(OSError):
         # OSError would print "[Errno 28] None: '<file>'" once errno and
         # filename are set (as `write_error` does): the message is the line.
         return str(self.args[0]) if self.args else super().__str__()
+
+
+_JSON_TYPE_NAMES = {
+    "list": "array",
+    "str": "string",
+    "int": "number",
+    "float": "number",
+    "bool": "boolean",
+    "NoneType": "null",
+}
+
+
+def read_json_object(path: str | os.PathLike[str], remedy: str) -> dict:
+    """The JSON object a file holds (a run's or an export's record).
+
+    Args:
+        path: the file.
+        remedy: what the user can do when it is damaged (one sentence).
+
+    Raises:
+        ValueError: one line naming the file, saying what is wrong (not UTF-8,
+            not JSON, a JSON array or string instead of an object) and ending
+            in `remedy`.
+        OSError: the file cannot be read (missing, permission denied).
+    """
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        problem = f"is not valid JSON ({reason})"
+    else:
+        if isinstance(value, dict):
+            return value
+        kind = _JSON_TYPE_NAMES.get(type(value).__name__, type(value).__name__)
+        problem = f"holds a JSON {kind}, not an object"
+    raise ValueError(f"{path} {problem}: {remedy}")
 
 
 def _reason(error: BaseException) -> str:

@@ -64,6 +64,31 @@ def test_folder_holds_model_tokenizer_and_settings(folder: Path) -> None:
     assert info["quantization"] == "float32"
 
 
+def test_a_damaged_settings_file_is_one_line_naming_it(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A truncated or hand-cut settings file is refused in one line naming it
+    and the export command (was a bare JSONDecodeError or a KeyError)."""
+    import shutil
+
+    copy = Path(shutil.copytree(folder, tmp_path / "ct2"))
+    info = copy / INFO_FILE
+    info.write_text('{"beam_size": 4,')
+    with pytest.raises(ValueError, match="is not valid JSON.*--format ctranslate2"):
+        CTranslate2Translator(copy)
+    info.write_text('{"beam_size": 4}')
+    missing = "alpha, extra_length, max_input_length, max_output_length"
+    with pytest.raises(ValueError, match=f"lacks {missing}"):
+        CTranslate2Translator(copy)
+    source = tmp_path / "in.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    argv = ["translate", "--workdir", str(copy), "--input", str(source)]
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{info} lacks {missing}" in err
+
+
 @pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
 def test_translations_identical_to_translator(folder: Path, beam_size: int) -> None:
     """Greedy outputs, and beam-4 outputs re-ranked by the GNMT penalty."""

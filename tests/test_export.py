@@ -527,21 +527,21 @@ def test_a_damaged_export_json_is_one_line_naming_the_file(
     ):
         Translator.load(copy)
     info_path.write_text('{"beam_size": 4,')
-    with pytest.raises(ValueError, match="is not a JSON object of export settings"):
+    with pytest.raises(ValueError, match="is not valid JSON.*export the run again"):
         Translator.load(copy)
     # The export command reads the folder's kind first: the same line.
     argv = ["export", "--workdir", str(copy), "--output", str(tmp_path / "out")]
     assert cli.main(argv) != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert f"{info_path} is not a JSON object of export settings" in err
+    assert f"{info_path} is not valid JSON" in err and "export the run again" in err
     info_path.write_text("[4]")
-    with pytest.raises(ValueError, match="holds list, not a JSON object"):
+    with pytest.raises(ValueError, match="holds a JSON array, not an object"):
         export.load_export(copy)
     assert cli.main(argv) != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert f"{info_path} holds list, not a JSON object" in err
+    assert f"{info_path} holds a JSON array, not an object" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -95,6 +95,23 @@ def test_litert_translator_names_a_wrong_folder(tmp_path: Path) -> None:
         litert.LiteRTTranslator(tmp_path)
 
 
+def test_a_damaged_litert_json_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A truncated ``litert.json``, or one that lacks a setting, is refused
+    before the model is read (was a bare JSONDecodeError or TypeError)."""
+    for name in (litert.MODEL_FILE, litert.TOKENIZER_FILE):
+        (tmp_path / name).write_bytes(b"not read")
+    info = tmp_path / litert.INFO_FILE
+    info.write_text('{"max_input_length": 12,')
+    with pytest.raises(ValueError, match="is not valid JSON") as error:
+        litert.LiteRTTranslator(tmp_path)
+    message = str(error.value)
+    assert str(info) in message and "--format litert" in message
+    assert len(message.splitlines()) == 1
+    info.write_text('{"max_input_length": 12, "quantization": "int8"}')
+    with pytest.raises(ValueError, match=r"lacks extra_length, max_output_length"):
+        litert.LiteRTTranslator(tmp_path)
+
+
 @pytest.mark.slow  # a SavedModel export of the tiny model, then its conversion
 def test_cli_export_format_litert(
     tmp_path: Path, capsys: pytest.CaptureFixture

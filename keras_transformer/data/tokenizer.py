@@ -573,19 +573,11 @@ class SubwordTokenizer(tf.Module):
 def _read_tokenizer_config(path: Path) -> dict[str, Any]:
     """The content of a ``tokenizer.json``; a damaged one (not UTF-8 JSON
     text holding an object) is a one-line `ValueError` naming the file."""
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        problem = f"is not valid JSON ({e})"
-    else:
-        if isinstance(config, dict):
-            return config
-        problem = f"holds a JSON {type(config).__name__}, not an object"
-    raise ValueError(
-        f"{path} {problem}: the tokenizer's record is damaged. Restore the "
-        "run's tokenizer folder from a copy; while the run has no checkpoint, "
-        "deleting the folder is safe too (training learns the same tokenizer "
-        "again)."
+    return files.read_json_object(
+        path,
+        "the tokenizer's record is damaged. Restore the run's tokenizer folder "
+        "from a copy; while the run has no checkpoint, deleting the folder is "
+        "safe too (training learns the same tokenizer again).",
     )
 
 

@@ -72,6 +72,7 @@ from keras_transformer.export.ctranslate2_spec import (
 from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
+    read_export_record,
     writing_export,
 )
 
@@ -354,7 +355,17 @@ class CTranslate2Translator:
                 "ctranslate2."
             )
         self.folder = folder
-        self.info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+        self.info = read_export_record(
+            folder / INFO_FILE,
+            (
+                "beam_size",
+                "alpha",
+                "extra_length",
+                "max_input_length",
+                "max_output_length",
+            ),
+            "ctranslate2",
+        )
         self.processor = sentencepiece.SentencePieceProcessor(
             model_file=str(folder / TOKENIZER_FILE)
         )

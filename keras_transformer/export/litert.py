@@ -61,6 +61,7 @@ from keras_transformer.export.settings import (
 from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
+    read_export_record,
     writing_export,
 )
 
@@ -281,9 +282,9 @@ class LiteRTTranslator:
                 f"{path} is not a LiteRT export (it lacks {', '.join(missing)}); "
                 "write one with keras-transformer export --format litert."
             )
-        values = json.loads((path / INFO_FILE).read_text())
-        values.pop("format_version", None)
-        self.settings = LiteRTSettings(**values)
+        names = [field.name for field in dataclasses.fields(LiteRTSettings)]
+        values = read_export_record(path / INFO_FILE, names, "litert")
+        self.settings = LiteRTSettings(**{name: values[name] for name in names})
         self.sentencepiece = spm.SentencePieceProcessor(
             model_proto=(path / TOKENIZER_FILE).read_bytes()
         )

@@ -23,13 +23,24 @@ import contextlib
 import dataclasses
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.files import TEMPORARY_PREFIX, FolderLock, atomic_directory
+from keras_transformer.files import (
+    TEMPORARY_PREFIX,
+    FolderLock,
+    atomic_directory,
+    read_json_object,
+)
 
-__all__ = ["ExportFormat", "check_export_target", "lock_path", "writing_export"]
+__all__ = [
+    "ExportFormat",
+    "check_export_target",
+    "lock_path",
+    "read_export_record",
+    "writing_export",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +134,22 @@ class ExportFormat:
         return self.export_model(
             model, tokenizer, output_dir, overwrite=overwrite, **options
         )
+
+
+def read_export_record(
+    path: str | os.PathLike[str], required: Iterable[str], format_name: str
+) -> dict[str, Any]:
+    """The settings file of an export folder (``ctranslate2.json``,
+    ``litert.json``); one that is damaged or lacks a `required` setting is
+    one line naming it and the command that writes it again."""
+    remedy = (
+        f"write the export again with keras-transformer export --format {format_name}."
+    )
+    record = read_json_object(path, remedy)
+    missing = [name for name in required if name not in record]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}: {remedy}")
+    return record
 
 
 def lock_path(export_dir: str | os.PathLike[str]) -> Path:

@@ -10,7 +10,6 @@ serves it).
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.files import TEMPORARY_PREFIX
+from keras_transformer.files import TEMPORARY_PREFIX, read_json_object
 from keras_transformer.runs.folder import RunFolder, is_run_dir
 from keras_transformer.runs.layout import (
     EXPORT_INFO_FILE,
@@ -105,18 +104,7 @@ def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     info_path = Path(export_dir) / EXPORT_INFO_FILE
     if not info_path.is_file():
         return {}
-    try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{info_path} is not a JSON object of export settings ({error}); "
-            "export the run again to rewrite it."
-        ) from None
-    if not isinstance(info, dict):
-        raise ValueError(
-            f"{info_path} holds {type(info).__name__}, not a JSON object of export "
-            "settings; export the run again to rewrite it."
-        )
+    info = read_json_object(info_path, "export the run again to rewrite it.")
     # The names of two settings before 0.1.0: refused, not silently dropped.
     stale = sorted({"max_output_extra", "length_penalty"} & info.keys())
     if stale:

@@ -17,6 +17,7 @@ from typing import Any
 import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.files import read_json_object
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
 from keras_transformer.models.classifier import build_classifier
 from keras_transformer.models.image_config import ImageTransformerConfig
@@ -206,13 +207,10 @@ class RunFolder:
     def raw_config(self) -> dict[str, Any]:
         """The content of ``config.json``; `TrainConfig.load` parses it."""
         self.check()
-        try:
-            values = json.loads(self.config_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{self.config_file} is not valid JSON: {e}") from e
-        if not isinstance(values, dict):
-            raise ValueError(f"{self.config_file} must hold a JSON object.")
-        return values
+        return read_json_object(
+            self.config_file,
+            "restore it from a copy of the run; it holds the run's settings.",
+        )
 
     def kind(self) -> str:
         """The run's kind: ``config.json``'s ``kind`` (translation without

@@ -7,7 +7,6 @@ updates, which survives a restart) rather than Keras' epoch or batch index.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, TextPairs
 from keras_transformer.data.batching import encode_sources
+from keras_transformer.files import read_json_object
 from keras_transformer.runs import (
     BEST_WEIGHTS,
     RunFingerprint,
@@ -214,6 +214,28 @@ class TrainingSummaries(keras.callbacks.Callback):
         self.validation_writer.flush()
 
 
+def _best_so_far(weights: Path, name: str) -> tuple[float | None, int | None]:
+    """The value `name` and its step in the info file of `weights` (None,
+    None when it has no value of that name); a damaged file is one line
+    naming it and saying what to do."""
+    info = weights_info_file(weights)
+    remedy = (
+        f"restore it from a copy, or delete it and {weights.name} to keep the "
+        "best weights from the next validation on."
+    )
+    saved = read_json_object(info, remedy)
+    if name not in saved:
+        return None, None
+    value, step = saved[name], saved.get("step")
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not numeric or not isinstance(step, int) or isinstance(step, bool):
+        raise ValueError(
+            f"{info} holds {name}={value!r} at step={step!r}, not a number at a "
+            f"step: {remedy}"
+        )
+    return float(value), step
+
+
 class BestWeights:
     """The best validation value so far and, with a `path`, its weights.
 
@@ -252,9 +274,7 @@ class BestWeights:
         self.step: int | None = None
         info = None if path is None else weights_info_file(path)
         if info is not None and info.is_file() and path.is_file():
-            saved = json.loads(info.read_text())
-            if name in saved:
-                self.value, self.step = saved[name], saved["step"]
+            self.value, self.step = _best_so_far(path, name)
 
     @classmethod
     def of_run(

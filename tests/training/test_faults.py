@@ -697,8 +697,23 @@ def test_a_damaged_tokenizer_record_names_its_file(run, tmp_path, capsys):
     assert cli.main(["translate", "--workdir", str(run), "--input", str(source)]) == 1
     _one_line_error(capsys, f"{record} is not valid JSON", "Restore")
     record.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="holds a JSON list, not an object"):
+    with pytest.raises(ValueError, match="holds a JSON array, not an object"):
         load_translator(run)
+
+
+def test_a_damaged_run_config_names_its_file(run, tmp_path, capsys):
+    """A run's config.json that is not a JSON object: one line naming it and
+    saying to restore it, for the readers of the run."""
+    record = run / "config.json"
+    record.write_text('{"model": ')
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    argv = ["translate", "--workdir", str(run), "--input", str(source)]
+    assert cli.main(argv) != 0
+    _one_line_error(capsys, f"{record} is not valid JSON", "restore it from a copy")
+    record.write_text('"model"')
+    with pytest.raises(ValueError, match="holds a JSON string, not an object"):
+        RunFolder(run).load()
 
 
 def test_a_folder_in_place_of_the_writer_lock_says_what_to_do(run, capsys):

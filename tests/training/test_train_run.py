@@ -199,6 +199,41 @@ def test_resume_a_finished_run_for_more_steps(run, tmp_path):
     np.testing.assert_allclose(result.learning_rate, float(rate), rtol=1e-6)
 
 
+def test_a_damaged_best_json_stops_a_resume_in_one_line(run, tmp_path, capsys):
+    """best.json holds the value a resumed run must beat to replace the best
+    weights: a garbled one is refused naming it and the fix (was a bare
+    JSONDecodeError), before an update; doing what it says resumes."""
+    from keras_transformer.cli import main
+
+    config, workdir, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    best, weights = copy / "best.json", copy / "best.weights.h5"
+    kept = weights.read_bytes()
+    longer = apply_overrides(config, ["train.train_steps=9"])
+    best.write_text('{"bleu": 12.5, "step"')
+    remedy = "delete it and best.weights.h5"
+    with pytest.raises(ValueError, match=f"best.json is not valid JSON.*{remedy}"):
+        train(longer, copy, printer=None)
+    best.write_text('{"bleu": "high", "step": 3}')
+    with pytest.raises(ValueError, match="holds bleu='high' at step=3, not a number"):
+        train(longer, copy, printer=None)
+    config_file = tmp_path / "config.json"
+    config_file.write_text(longer.to_json(), encoding="utf-8")
+    assert main(["train", str(config_file), "--workdir", str(copy)]) != 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert str(best) in lines[0] and remedy in lines[0]
+    names = [Path(p).name for p in checkpoint_paths(copy / "checkpoints")]
+    assert names == ["ckpt-3", "ckpt-6"] and weights.read_bytes() == kept
+    best.unlink()
+    weights.unlink()
+    result = train(longer, copy, printer=None)
+    assert result.initial_step == 6 and result.steps == 9
+    assert json.loads(best.read_text())["step"] == 9 and weights.is_file()
+
+
 def test_changed_config_is_refused(run):
     _, workdir, _ = run
     with pytest.raises(ConfigMismatchError, match="model.d_ff: 64 -> 128"):
