@@ -207,9 +207,9 @@ def add_weights_without_fingerprint_argument(parser: Any) -> None:
     parser.add_argument(
         "--weights-without-fingerprint",
         action="store_true",
-        help="Load weights that carry no run fingerprint (written by other code "
-        "or an earlier release), which are refused otherwise; weights of another "
-        "run are refused even so.",
+        help="Load weights that carry no run fingerprint (written by other code), "
+        "which are refused otherwise; train resumes from such checkpoints and "
+        "adopts them. Weights of another run are refused even so.",
     )
 
 

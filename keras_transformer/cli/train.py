@@ -10,7 +10,11 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from keras_transformer.cli._common import CommandError, check_paths
+from keras_transformer.cli._common import (
+    CommandError,
+    add_weights_without_fingerprint_argument,
+    check_paths,
+)
 from keras_transformer.conventions import STRATEGIES, TASK_NAMES
 
 NAME = "train"
@@ -69,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "start it again from step 0 when all its checkpoints are damaged (their "
         "files stay moved aside as *.corrupt).",
     )
+    add_weights_without_fingerprint_argument(parser)
     parser.add_argument(
         "--print-config",
         action="store_true",
@@ -149,4 +154,6 @@ def resume_command(args: argparse.Namespace) -> str:
         words += ["--cpu-devices", str(args.cpu_devices)]
     if args.force:
         words.append("--force")
+    if args.weights_without_fingerprint:
+        words.append("--weights-without-fingerprint")
     return shlex.join(words)

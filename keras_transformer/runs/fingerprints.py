@@ -30,7 +30,6 @@ from keras_transformer.runs.layout import (
     RECORDED_CHECKPOINTS,
     _checkpoint_prefixes_on_disk,
     _short,
-    checkpoint_step,
 )
 
 __all__ = [
@@ -230,8 +229,9 @@ def run_fingerprint(checkpoint_dir: str | os.PathLike[str]) -> RunFingerprint | 
 
     When that file is deleted or garbled, the fingerprint that the run's
     own checkpoints carry (every checkpoint holds it), so that losing the
-    file never turns the checks off. None for a run written before
-    fingerprints (nothing records one).
+    file never turns the checks off. None when nothing records one (no
+    checkpoint yet, or only checkpoints without one, which every reader
+    refuses: `check_fingerprint`).
 
     Raises:
         ForeignCheckpointError: when ``checkpoints.json`` is lost and the
@@ -309,10 +309,10 @@ def accepting_weights_without_fingerprint() -> Iterator[None]:
 
     The command line's ``--weights-without-fingerprint``. Every checkpoint
     and weights file this package writes carries its run's fingerprint, so
-    weights without one come from elsewhere (another program, a release
-    before fingerprints): nothing shows they belong to the run, and they are
-    refused unless the user says so. Weights of another run (a different
-    fingerprint) are refused even here.
+    weights without one come from elsewhere (another program, code before
+    fingerprints): nothing shows they belong to the run, and they are
+    refused unless the user says so; a run resumed within it adopts them.
+    Weights of another run (a different fingerprint) are refused even here.
 
     Example:
     >>> with accepting_weights_without_fingerprint():  # doctest: +SKIP
@@ -323,28 +323,6 @@ def accepting_weights_without_fingerprint() -> Iterator[None]:
         yield
     finally:
         _ACCEPT_WITHOUT_FINGERPRINT.reset(token)
-
-
-def _predates_fingerprints(prefix: Path, expected: RunFingerprint) -> bool:
-    """Whether `prefix` is a checkpoint of the run that `expected` is, written
-    before the run had a fingerprint (a run of an earlier release, resumed).
-
-    It must lie in the run's own checkpoint folder (its ``checkpoints.json``
-    names the run) and be older than every checkpoint there that carries a
-    fingerprint: one copied in later would be newer than them.
-    """
-    folder = prefix.parent
-    if not prefix.name.startswith("ckpt-") or not prefix.name[5:].isdigit():
-        return False
-    recorded = _read_metadata(folder).get("run_id")
-    if recorded != expected.run_id:
-        return False
-    step = checkpoint_step(str(prefix))
-    return all(
-        checkpoint_step(other) > step
-        for other in _checkpoint_prefixes_on_disk(folder)
-        if checkpoint_fingerprint(other) is not None
-    )
 
 
 def _inside(path: Path, folder: str) -> bool:
@@ -361,27 +339,28 @@ def check_fingerprint(
     """Refuses weights that are not the run's own.
 
     Weights of another run (another fingerprint) are refused. So are
-    weights without a fingerprint, since every checkpoint and weights file
-    of a run carries it, unless the user accepts them
+    weights without a fingerprint, with or without a run to compare them
+    with (`expected` None), since every checkpoint and weights file this
+    package writes carries one, unless the user accepts them
     (`accepting_weights_without_fingerprint`, the command line's
-    ``--weights-without-fingerprint``) or they are checkpoints the run wrote
-    before it had a fingerprint (an earlier release's run, resumed). A run
-    without a fingerprint (written before them) has nothing to compare.
+    ``--weights-without-fingerprint``; resuming a run with it adopts its
+    checkpoints).
 
     Raises:
         ForeignCheckpointError: saying whose the weights are, and what to do.
     """
-    if expected is None or (found is not None and found.same_run(expected)):
+    if found is not None and (expected is None or found.same_run(expected)):
         return
     what = Path(what)
     if found is None:
-        if _ACCEPT_WITHOUT_FINGERPRINT.get() or _predates_fingerprints(what, expected):
+        if _ACCEPT_WITHOUT_FINGERPRINT.get():
             return
+        run = "this run" if expected is None else f"this run ({expected.describe()})"
         raise ForeignCheckpointError(
             f"{what} carries no run fingerprint, so nothing shows that it belongs "
-            f"to this run ({expected.describe()}): every checkpoint and weights "
-            "file a run writes carries one. If you know these weights fit this "
-            "run, pass --weights-without-fingerprint (in Python: with "
+            f"to {run}: every checkpoint and weights file a run writes carries "
+            "one. If you know these weights fit this run, pass "
+            "--weights-without-fingerprint (in Python: with "
             "keras_transformer.runs.accepting_weights_without_fingerprint())."
         )
     if _inside(what, expected.workdir):

@@ -310,7 +310,7 @@ class RunFolder:
             restore_checkpoint(model, checkpoint_prefix(weights), expected, config)
 
     def fingerprint(self) -> RunFingerprint | None:
-        """The run's fingerprint (None for runs written before fingerprints)."""
+        """The run's fingerprint (`run_fingerprint`; None when nothing records one)."""
         return run_fingerprint(self.checkpoint_dir)
 
     def _load_weights_file(

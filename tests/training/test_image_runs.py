@@ -26,7 +26,9 @@ import tensorflow as tf
 
 from keras_transformer import cli
 from keras_transformer.runs import (
+    ForeignCheckpointError,
     RunFolder,
+    accepting_weights_without_fingerprint,
     checkpoint_fingerprint,
     checkpoint_paths,
     restore_checkpoint,
@@ -224,10 +226,11 @@ def _strip_fingerprints(workdir: Path, config: TrainConfig) -> None:
         (workdir / name).unlink(missing_ok=True)
 
 
-def test_an_image_run_without_fingerprints_resumes(tmp_path):
-    """Checkpoints without a fingerprint have nothing to compare, so they are
-    restored; the resumed run then fingerprints its folder and its new
-    checkpoints."""
+def test_an_image_run_without_fingerprints_resumes_only_when_accepted(tmp_path, capsys):
+    """Checkpoints without a fingerprint (a run of the code before them) are
+    refused in one line by the readers and by train; with
+    --weights-without-fingerprint the run resumes from them and then
+    fingerprints its folder and its new checkpoints."""
     # Trains its own: the raster order, which no shared run uses.
     order = "model.generation_order=image"
     first = small_image_config(order, "train.train_steps=3")
@@ -236,10 +239,28 @@ def test_an_image_run_without_fingerprints_resumes(tmp_path):
     _strip_fingerprints(workdir, first)
     folder = RunFolder(workdir)
     assert folder.fingerprint() is None
-    old_weights = _weights(folder.load("last")[0])
+    with pytest.raises(ForeignCheckpointError, match="ckpt-3 carries no run finger"):
+        folder.load("last")
+    with accepting_weights_without_fingerprint():
+        old_weights = _weights(folder.load("last")[0])
+    second = small_image_config(order)
+    with pytest.raises(ForeignCheckpointError, match="--weights-without-fingerprint"):
+        train(second, workdir, printer=None)
+    config_file = tmp_path / "image.json"
+    config_file.write_text(second.to_json(), encoding="utf-8")
+    argv = ["train", str(config_file), "--workdir", str(workdir)]
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert "ckpt-3 carries no run fingerprint" in lines[0]
+    assert [Path(p).name for p in checkpoint_paths(workdir / "checkpoints")] == [
+        "ckpt-3"
+    ]
 
-    result = train(small_image_config(order), workdir, printer=None)
-    assert (result.initial_step, result.steps) == (3, 6)
+    assert cli.main([*argv, "--weights-without-fingerprint"]) == 0
+    assert "from step 3" in capsys.readouterr().out
+    assert json.loads((workdir / "result.json").read_text())["steps"] == 6
     assert [Path(p).name for p in checkpoint_paths(workdir / "checkpoints")] == [
         "ckpt-3",
         "ckpt-6",
@@ -249,7 +270,9 @@ def test_an_image_run_without_fingerprints_resumes(tmp_path):
     assert expected is not None
     assert checkpoint_fingerprint(workdir / "checkpoints" / "ckpt-6") == expected
     assert checkpoint_fingerprint(workdir / "checkpoints" / "ckpt-3") is None
+    resumed.load("last")  # ckpt-6, the run's own
     # The old checkpoint is the one that was resumed, unchanged.
     at_3 = resumed.build_model()
-    restore_checkpoint(at_3, str(workdir / "checkpoints" / "ckpt-3"))
+    with accepting_weights_without_fingerprint():
+        restore_checkpoint(at_3, str(workdir / "checkpoints" / "ckpt-3"))
     _assert_same(_weights(at_3), old_weights)

@@ -341,8 +341,10 @@ def test_the_runs_own_checkpoints_still_load(run):
     folder.restore(folder.build_model(), "average")
 
 
-def test_checkpoints_written_before_fingerprints_still_load(run):
-    """Older runs have no run id and checkpoints without a fingerprint."""
+def test_the_run_id_comes_from_the_checkpoints_when_checkpoints_json_lacks_it(run):
+    """Without the run id in checkpoints.json, the one its checkpoints carry
+    is the run's; `restore_checkpoint` loads a checkpoint without one (written
+    by other code) when given no fingerprint, and refuses it against one."""
     workdir, _ = run
     metadata_file = workdir / "checkpoints" / "checkpoints.json"
     metadata = json.loads(metadata_file.read_text())
@@ -354,12 +356,16 @@ def test_checkpoints_written_before_fingerprints_still_load(run):
     carried = checkpoint_fingerprint(checkpoint_paths(workdir / "checkpoints")[-1])
     assert folder.fingerprint() == carried is not None
     model = folder.build_model()
-    # Write a checkpoint without a fingerprint, as the previous release did.
+    # A checkpoint without a fingerprint, as code before them wrote.
     folder.restore(model, "last")
-    legacy = tf.train.Checkpoint(model=model).write(str(workdir / "legacy" / "ckpt"))
-    assert checkpoint_fingerprint(legacy) is None
+    bare = tf.train.Checkpoint(model=model).write(str(workdir / "bare" / "ckpt"))
+    assert checkpoint_fingerprint(bare) is None
     other = folder.build_model()
-    runs.restore_checkpoint(other, legacy)
+    # restore_checkpoint checks only against a given fingerprint; a run
+    # folder's readers refuse it (test_weights_without_a_fingerprint_need_the_option).
+    runs.restore_checkpoint(other, bare)
+    with pytest.raises(ForeignCheckpointError, match="carries no run fingerprint"):
+        runs.restore_checkpoint(other, bare, folder.fingerprint())
     for a, b in zip(model.get_weights(), other.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
