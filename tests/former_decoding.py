@@ -1,11 +1,11 @@
-"""The beam search of the previous release, the reference of the tests.
+"""The beam search of an earlier version, the reference of the tests.
 
 Every hypothesis had its own key/value caches (its example's, repeated
 `beam_size` times, encoder-decoder keys and values included), the driver
 gathered all of them by parent after every step, kept every example in the
 batch until all had finished, and stopped an example only once its *worst*
 kept finished hypothesis could no longer be beaten. `former_run_beam_search`
-is that driver as it was released. Today's search
+is that driver as it was. Today's search
 (`keras_transformer.decoding`) must give the same outputs.
 """
 
