@@ -91,6 +91,8 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
                 f"{argument} {path} cannot be {what} (permission denied): fix its "
                 f"permissions or pass another {noun}."
             )
+        if kind == "new file":
+            _check_output_spares_runs_and_exports(path, argument)
         return path
     if not kind.startswith("new"):
         raise CommandError(
@@ -107,7 +109,47 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
             f"{argument} {path} cannot be created: {parent} is not writable "
             f"(permission denied). Pass a {noun} in a folder you can write to."
         )
+    if kind == "new file":
+        _check_output_spares_runs_and_exports(path, argument)
     return path
+
+
+def _check_output_spares_runs_and_exports(path: Path, argument: str) -> None:
+    """Refuses an output file that would replace what a run or an export
+    holds: one of a run folder's own entries (`runs.layout.RUN_ENTRIES`, or
+    a file in one of its folders; its ``translations/`` and other names are
+    free), or anything in an export folder, which an export writes whole."""
+    from keras_transformer.export.formats import FORMATS, get_format
+    from keras_transformer.runs.layout import (
+        CHECKPOINT_DIR,
+        CONFIG_FILE,
+        RUN_ENTRIES,
+        TOKENIZER_DIR,
+    )
+
+    target = path.resolve()
+    for folder in target.parents:
+        holds_run = any(
+            (folder / name).is_dir() for name in (CHECKPOINT_DIR, TOKENIZER_DIR)
+        )
+        if (folder / CONFIG_FILE).is_file() and holds_run:
+            entry = target.relative_to(folder).parts[0]
+            if entry not in RUN_ENTRIES:
+                return
+            where = f"into {entry}/" if (folder / entry).is_dir() else f"over {entry}"
+            raise CommandError(
+                f"{argument} {path} would write {where} of the run {folder}, "
+                "which the run needs: pass a file outside it (or in its "
+                "translations/ folder)."
+            )
+        for name in FORMATS:
+            export_format = get_format(name)
+            if export_format.holds_export(folder):
+                raise CommandError(
+                    f"{argument} {path} lies in the {export_format.name} export "
+                    f"{folder}, which keras-transformer export writes whole: pass "
+                    "a file outside it."
+                )
 
 
 def check_paths(args: argparse.Namespace, **kinds: str) -> None:

@@ -50,6 +50,7 @@ from keras_transformer.runs.layout import (
     CONFIG_FILE,
     LOG_DIR,
     RESULT_FILE,
+    RUN_ENTRIES,
     TOKENIZER_DIR,
     TRANSLATIONS_DIR,
     checkpoint_prefix,
@@ -201,6 +202,30 @@ class RunFolder:
             raise FileNotFoundError(
                 f"{self.path} is not a training work directory: {CONFIG_FILE} is "
                 "missing. Pass the --workdir of a `keras-transformer train` run."
+            )
+        return self
+
+    def check_trainable(self) -> RunFolder:
+        """Returns self if `train` may write the folder: it is new, empty, a
+        run, or holds only what a run writes (a run killed before its
+        ``config.json``) and hidden files (temporary ones, ``.DS_Store``); one
+        that holds other files (an export, a run's ``checkpoints/``, someone's
+        files) is refused in one line naming them.
+        """
+        if not self.path.is_dir() or self.config_file.is_file():
+            return self
+        run_names = {*RUN_ENTRIES, TRANSLATIONS_DIR}
+        others = sorted(
+            entry.name
+            for entry in self.path.iterdir()
+            if entry.name not in run_names and not entry.name.startswith(".")
+        )
+        if others:
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise ValueError(
+                f"{self.path} holds {shown} but no run ({CONFIG_FILE}): train "
+                "writes a run folder of its own. Pass a new or empty folder, or "
+                "the --workdir of a run to resume."
             )
         return self
 

@@ -15,6 +15,8 @@ import os
 import re
 from pathlib import Path
 
+from keras_transformer.files import LOCK_FILE
+
 __all__ = [
     "AVERAGED_INFO",
     "AVERAGED_WEIGHTS",
@@ -30,9 +32,11 @@ __all__ = [
     "LOG_DIR",
     "RECORDED_CHECKPOINTS",
     "RESULT_FILE",
+    "RUN_ENTRIES",
     "TOKENIZER_DIR",
     "TRANSLATIONS_DIR",
     "WEIGHTS",
+    "WORKERS_DIR",
     "checkpoint_files",
     "checkpoint_prefix",
     "checkpoint_step",
@@ -50,9 +54,26 @@ AVERAGED_INFO = "averaged.json"
 LOG_DIR = "logs"
 TRANSLATIONS_DIR = "translations"
 RESULT_FILE = "result.json"
+#: The folders of the other workers of a multi-worker run (``worker_<i>/``).
+WORKERS_DIR = "workers"
 #: The Keras model and settings next to an exported SavedModel.
 EXPORT_MODEL_FILE = "model.keras"
 EXPORT_INFO_FILE = "export.json"
+#: What a run folder holds of the run itself: no command writes an output
+#: file over one of these (``translations/`` and other names are free).
+RUN_ENTRIES = (
+    CONFIG_FILE,
+    TOKENIZER_DIR,
+    CHECKPOINT_DIR,
+    BEST_WEIGHTS,
+    BEST_INFO,
+    AVERAGED_WEIGHTS,
+    AVERAGED_INFO,
+    LOG_DIR,
+    RESULT_FILE,
+    LOCK_FILE,
+    WORKERS_DIR,
+)
 #: The named weights of a run (anything else is a path).
 WEIGHTS = ("last", "best", "average")
 #: The suffix of a damaged checkpoint file moved aside (never deleted).

@@ -143,7 +143,8 @@ def _directories(root: Path, strategy: tf.distribute.Strategy) -> tuple[Path, Pa
     """(this process's folder, the TensorBoard folder): the chief writes into
     the run folder, every other worker into ``workers/worker_<i>/``."""
     chief = is_chief(strategy)
-    directory = root if chief else root / "workers" / f"worker_{worker_index(strategy)}"
+    workers = root / runs.WORKERS_DIR
+    directory = root if chief else workers / f"worker_{worker_index(strategy)}"
     directory.mkdir(parents=True, exist_ok=True)
     return directory, root / runs.LOG_DIR
 
@@ -410,6 +411,8 @@ def train(
         CheckpointWriteError: when a checkpoint cannot be written (full
             disk); the previous one stays intact and the latest.
         NotADirectoryError: when `workdir` is a file.
+        ValueError: when `workdir` holds files but no run (an export folder,
+            a run's checkpoints folder, someone's files).
         FolderLockedError: when another process writes `workdir` (a second
             `train`, `average-checkpoints`, ...); its PID and host are named.
         ForeignCheckpointError: when the newest checkpoint in `workdir`
@@ -425,8 +428,9 @@ def train(
     # that cannot fit in memory) is refused before the run folder is made.
     check_before_training(config)
     strategy = make_strategy(strategy or "default") if _named(strategy) else strategy
-    # RunFolder refuses a workdir that is a file (NotADirectoryError).
-    root = runs.RunFolder(workdir).path
+    # RunFolder refuses a workdir that is a file (NotADirectoryError), and
+    # one that holds files but no run.
+    root = runs.RunFolder(workdir).check_trainable().path
     directory, log_dir = _directories(root, strategy)
     # One writer per run folder: a second `train` (or `average-checkpoints`,
     # `evaluate`'s outputs) on it is refused, naming this process.

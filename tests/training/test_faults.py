@@ -716,6 +716,37 @@ def test_a_damaged_run_config_names_its_file(run, tmp_path, capsys):
         RunFolder(run).load()
 
 
+def test_an_output_file_never_writes_over_a_run_or_an_export(
+    run, exported, tmp_path, capsys
+):
+    """``translate --output <run>/config.json`` replaced the run's settings
+    with a translation; no output file of a command may now write over what
+    a run holds, nor into an export folder."""
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    translate = ["translate", "--workdir", str(run), "--input", str(source)]
+    evaluate = ["evaluate", "--workdir", str(run), "--max-sentences", "2"]
+    cases = [
+        ([*translate, "--output", str(run / "config.json")], "over config.json"),
+        ([*translate, "--output", str(run / "checkpoints" / "x")], "into checkpoints/"),
+        ([*evaluate, "--hypotheses", str(run / "result.json")], "over result.json"),
+        ([*translate, "--output", str(exported / "export.json")], "SavedModel export"),
+    ]
+
+    def contents(folder: Path) -> dict:
+        return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    before, before_export = contents(run), contents(exported)
+    for argv, words in cases:
+        assert cli.main(argv) == 2, argv
+        _one_line_error(capsys, f"{argv[-1]} ", words, "pass a file outside it")
+    assert contents(run) == before and contents(exported) == before_export
+    # The run's translations/ folder, and other names in it, stay free.
+    for output in (run / "translations" / "mine.txt", run / "mine.txt"):
+        assert cli.main([*translate, "--output", str(output)]) == 0
+        assert output.read_text(encoding="utf-8").strip()
+
+
 def test_a_folder_in_place_of_the_writer_lock_says_what_to_do(run, capsys):
     """writer.lock made a folder: evaluate (which locks for its outputs) says
     what the path is and what to do (was "[Errno 21] Is a directory")."""

@@ -379,6 +379,37 @@ def test_cli_average_checkpoints(run, tmp_path, capsys):
     assert "Cannot average the last 9 checkpoints" in error and "--last" in error
 
 
+def test_train_refuses_a_folder_that_holds_files_but_no_run(run, tmp_path, capsys):
+    """``train --workdir <an export folder, a run's checkpoints/, a project>``
+    wrote a run among the files there (a folder both an export and a run)."""
+    from keras_transformer.cli import main
+    from keras_transformer.runs import RunFolder
+
+    config, workdir, _ = run
+    checkpoints = workdir / "checkpoints"
+    before = sorted(p.name for p in checkpoints.iterdir())
+    with pytest.raises(ValueError, match=r"holds checkpoint, .*, \.\.\. but no run"):
+        train(config, checkpoints, printer=None)
+    assert sorted(p.name for p in checkpoints.iterdir()) == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    config_file = tmp_path / "config.json"
+    config_file.write_text(config.to_json(), encoding="utf-8")
+    assert main(["train", str(config_file), "--workdir", str(mine)]) != 0
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "holds notes.txt but no run" in error
+    assert "Pass a new or empty folder" in error
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    # What a run writes before its config.json (a run killed at its start),
+    # and hidden files, leave the folder trainable.
+    started = tmp_path / "started"
+    (started / "tokenizer").mkdir(parents=True)
+    (started / "writer.lock").write_text("")
+    (started / ".DS_Store").write_text("")
+    assert RunFolder(started).check_trainable().path == started
+
+
 def test_a_warmup_longer_than_the_run_is_refused_before_training(tmp_path, capsys):
     """Eq. 7 would only rise: refused with the reason from the config alone,
     before the run folder is made (no config.json, no tokenizer)."""
