@@ -24,7 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.files import write_atomically
+from keras_transformer.files import read_json_object, write_atomically
 from keras_transformer.runs.layout import (
     CHECKPOINT_METADATA,
     RECORDED_CHECKPOINTS,
@@ -134,31 +134,22 @@ def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
     `train` of the run writes the file again.
     """
     path = checkpoint_dir / CHECKPOINT_METADATA
+    remedy = (
+        f"going on with the checkpoint files in {checkpoint_dir} (and the "
+        "fingerprint they carry); the next `keras-transformer train` of this "
+        "run writes it again."
+    )
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_json_object(path, remedy)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:
-        problem = f"cannot be read ({getattr(e, 'strerror', None) or _short(e)})"
-    else:
-        try:
-            metadata = json.loads(text)
-        except ValueError as e:
-            metadata, problem = None, f"is not valid JSON ({_short(e)})"
-        else:
-            problem = None if isinstance(metadata, dict) else "is not a JSON object"
-        if problem is None:
-            return metadata
+    except ValueError as e:
+        problem = str(e)
+    except OSError as e:
+        problem = f"{path} cannot be read ({e.strerror or _short(e)}): {remedy}"
     if str(path) not in _UNREADABLE_METADATA:
         _UNREADABLE_METADATA.add(str(path))
-        logger.warning(
-            "%s %s: going on with the checkpoint files in %s (and the fingerprint "
-            "they carry); the next `keras-transformer train` of this run writes "
-            "it again.",
-            path,
-            problem,
-            checkpoint_dir,
-        )
+        logger.warning("%s", problem)
     return {}
 
 
