@@ -139,9 +139,10 @@ class ExportFormat:
 def read_export_record(
     path: str | os.PathLike[str], required: Iterable[str], format_name: str
 ) -> dict[str, Any]:
-    """The settings file of an export folder (``ctranslate2.json``,
-    ``litert.json``); one that is damaged or lacks a `required` setting is
-    one line naming it and the command that writes it again."""
+    """The settings file of an export folder (a CTranslate2 export's
+    ``keras_transformer.json``, ``litert.json``); one that is damaged or lacks
+    a `required` setting is one line naming it and the command that writes
+    it again."""
     remedy = (
         f"write the export again with keras-transformer export --format {format_name}."
     )

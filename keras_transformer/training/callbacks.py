@@ -228,10 +228,11 @@ def _best_so_far(weights: Path, name: str) -> tuple[float | None, int | None]:
         return None, None
     value, step = saved[name], saved.get("step")
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not numeric or not isinstance(step, int) or isinstance(step, bool):
+    finite = numeric and math.isfinite(value)
+    if not finite or not isinstance(step, int) or isinstance(step, bool):
         raise ValueError(
-            f"{info} holds {name}={value!r} at step={step!r}, not a number at a "
-            f"step: {remedy}"
+            f"{info} holds {name}={value!r} at step={step!r}, not a finite number "
+            f"at a step: {remedy}"
         )
     return float(value), step
 

@@ -215,9 +215,10 @@ def test_a_damaged_best_json_stops_a_resume_in_one_line(run, tmp_path, capsys):
     remedy = "delete it and best.weights.h5"
     with pytest.raises(ValueError, match=f"best.json is not valid JSON.*{remedy}"):
         train(longer, copy, printer=None)
-    best.write_text('{"bleu": "high", "step": 3}')
-    with pytest.raises(ValueError, match="holds bleu='high' at step=3, not a number"):
-        train(longer, copy, printer=None)
+    for value, shown in (('"high"', "'high'"), ("NaN", "nan")):
+        best.write_text(f'{{"bleu": {value}, "step": 3}}')
+        with pytest.raises(ValueError, match=f"bleu={shown} at step=3, not a finite"):
+            train(longer, copy, printer=None)
     config_file = tmp_path / "config.json"
     config_file.write_text(longer.to_json(), encoding="utf-8")
     assert main(["train", str(config_file), "--workdir", str(copy)]) != 0
