@@ -120,19 +120,13 @@ def _check_output_spares_runs_and_exports(path: Path, argument: str) -> None:
     a file in one of its folders; its ``translations/`` and other names are
     free), or anything in an export folder, which an export writes whole."""
     from keras_transformer.export.formats import FORMATS, get_format
-    from keras_transformer.runs.layout import (
-        CHECKPOINT_DIR,
-        CONFIG_FILE,
-        RUN_ENTRIES,
-        TOKENIZER_DIR,
-    )
+    from keras_transformer.runs import enclosing_run
+    from keras_transformer.runs.layout import RUN_ENTRIES
 
     target = path.resolve()
+    run = enclosing_run(target)
     for folder in target.parents:
-        holds_run = any(
-            (folder / name).is_dir() for name in (CHECKPOINT_DIR, TOKENIZER_DIR)
-        )
-        if (folder / CONFIG_FILE).is_file() and holds_run:
+        if folder == run:
             entry = target.relative_to(folder).parts[0]
             if entry not in RUN_ENTRIES:
                 return

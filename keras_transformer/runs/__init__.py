@@ -98,6 +98,7 @@ from keras_transformer.runs.folder import (
     STORED_KINDS,
     RunFolder,
     StoredKind,
+    enclosing_run,
     is_run_dir,
 )
 from keras_transformer.runs.layout import (
@@ -169,6 +170,7 @@ __all__ = [
     "checkpoint_step",
     "forget_checkpoint",
     "is_export_dir",
+    "enclosing_run",
     "is_run_dir",
     "load_export",
     "quarantine_checkpoint",

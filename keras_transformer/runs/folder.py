@@ -66,12 +66,23 @@ from keras_transformer.runs.weights import (
     weights_file_problem,
 )
 
-__all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "is_run_dir"]
+__all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "enclosing_run", "is_run_dir"]
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a training run (it holds ``config.json``)."""
     return (Path(path) / CONFIG_FILE).is_file()
+
+
+def enclosing_run(path: str | os.PathLike[str]) -> Path | None:
+    """The run folder that `path` lies in: its nearest parent that holds
+    ``config.json`` and ``checkpoints/`` or ``tokenizer/`` (None: none does).
+    """
+    for folder in Path(path).resolve().parents:
+        holds_run = any((folder / n).is_dir() for n in (CHECKPOINT_DIR, TOKENIZER_DIR))
+        if holds_run and is_run_dir(folder):
+            return folder
+    return None
 
 
 def _model_config(model: Any) -> TransformerConfig:

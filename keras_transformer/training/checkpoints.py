@@ -51,7 +51,7 @@ from keras_transformer.runs import (
     checkpoint_paths,
     checkpoint_problem,
     checkpoint_step,
-    is_run_dir,
+    enclosing_run,
     record_checkpoints_on_disk,
     restore_checkpoint,
     restore_newest_checkpoint,
@@ -432,14 +432,7 @@ def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Pat
         "or pass another name or a file outside the run folder."
     )
     if not target.is_relative_to(home):
-        owner = next(
-            (
-                p
-                for p in target.parents
-                if is_run_dir(p) and (p / CHECKPOINT_DIR).is_dir()
-            ),
-            None,
-        )
+        owner = enclosing_run(target)
         if owner is not None:
             raise ValueError(
                 f"--output {output} lies in another run's folder ({owner}); an "
