@@ -42,8 +42,12 @@ class CommandError(Exception):
 
 #: What a path argument must be: an existing folder or file to read, or a
 #: folder or file that the command creates (or replaces) and so may not
-#: exist yet.
-PATH_KINDS = ("folder", "file", "new folder", "new file")
+#: exist yet. A "new log folder" is a new folder that, like a new file,
+#: stays out of what a run needs (but may lie in its ``logs/``) and out of
+#: every export folder.
+PATH_KINDS = ("folder", "file", "new folder", "new file", "new log folder")
+#: The kinds of path checked by `_check_output_spares_runs_and_exports`.
+_OUTPUT_KINDS = ("new file", "new log folder")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -91,8 +95,8 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
                 f"{argument} {path} cannot be {what} (permission denied): fix its "
                 f"permissions or pass another {noun}."
             )
-        if kind == "new file":
-            _check_output_spares_runs_and_exports(path, argument)
+        if kind in _OUTPUT_KINDS:
+            _check_output_spares_runs_and_exports(path, argument, noun)
         return path
     if not kind.startswith("new"):
         raise CommandError(
@@ -109,32 +113,36 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
             f"{argument} {path} cannot be created: {parent} is not writable "
             f"(permission denied). Pass a {noun} in a folder you can write to."
         )
-    if kind == "new file":
-        _check_output_spares_runs_and_exports(path, argument)
+    if kind in _OUTPUT_KINDS:
+        _check_output_spares_runs_and_exports(path, argument, noun)
     return path
 
 
-def _check_output_spares_runs_and_exports(path: Path, argument: str) -> None:
-    """Refuses an output file that would replace what a run or an export
-    holds: one of a run folder's own entries (`runs.layout.RUN_ENTRIES`, or
-    a file in one of its folders; its ``translations/`` and other names are
-    free), or anything in an export folder, which an export writes whole."""
+def _check_output_spares_runs_and_exports(path: Path, argument: str, noun: str) -> None:
+    """Refuses an output file (or log folder) that would replace or join what
+    a run or an export holds: one of a run folder's own entries
+    (`runs.layout.RUN_ENTRIES`, or anything in one of its folders; its
+    ``translations/`` and other names are free, and a log folder may lie in
+    its ``logs/``), or anything in an export folder, which an export writes
+    whole (a log folder may not be one either)."""
     from keras_transformer.export.formats import FORMATS, get_format
     from keras_transformer.runs import enclosing_run
-    from keras_transformer.runs.layout import RUN_ENTRIES
+    from keras_transformer.runs.layout import LOG_DIR, RUN_ENTRIES
 
     target = path.resolve()
     run = enclosing_run(target)
-    for folder in target.parents:
+    free = {LOG_DIR} if noun == "folder" else set()
+    for folder in (target, *target.parents) if noun == "folder" else target.parents:
         if folder == run:
             entry = target.relative_to(folder).parts[0]
-            if entry not in RUN_ENTRIES:
+            if entry not in RUN_ENTRIES or entry in free:
                 return
             where = f"into {entry}/" if (folder / entry).is_dir() else f"over {entry}"
+            room = "logs/" if free else "translations/"
             raise CommandError(
                 f"{argument} {path} would write {where} of the run {folder}, "
-                "which the run needs: pass a file outside it (or in its "
-                "translations/ folder)."
+                f"which the run needs: pass a {noun} outside it (or in its "
+                f"{room} folder)."
             )
         for name in FORMATS:
             export_format = get_format(name)
@@ -142,7 +150,7 @@ def _check_output_spares_runs_and_exports(path: Path, argument: str) -> None:
                 raise CommandError(
                     f"{argument} {path} lies in the {export_format.name} export "
                     f"{folder}, which keras-transformer export writes whole: pass "
-                    "a file outside it."
+                    f"a {noun} outside it."
                 )
 
 

@@ -320,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
         reference="file",
         data_dir="folder",
         hypotheses="new file",
-        log_dir="new folder",
+        log_dir="new log folder",
     )
     from keras_transformer.runs import RunFolder, is_run_dir
 

@@ -736,15 +736,30 @@ def test_an_output_file_never_writes_over_a_run_or_an_export(
     def contents(folder: Path) -> dict:
         return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
+    # evaluate's TensorBoard folder (was written into an export folder).
+    log_cases = [
+        ([*evaluate, "--log-dir", str(exported)], "SavedModel export"),
+        ([*evaluate, "--log-dir", str(exported / "logs")], "SavedModel export"),
+        ([*evaluate, "--log-dir", str(run / "checkpoints")], "into checkpoints/"),
+        ([*evaluate, "--log-dir", str(run / "tokenizer" / "x")], "into tokenizer/"),
+    ]
+
     before, before_export = contents(run), contents(exported)
     for argv, words in cases:
         assert cli.main(argv) == 2, argv
         _one_line_error(capsys, f"{argv[-1]} ", words, "pass a file outside it")
+    for argv, words in log_cases:
+        assert cli.main(argv) == 2, argv
+        _one_line_error(capsys, f"{argv[-1]} ", words, "pass a folder outside it")
     assert contents(run) == before and contents(exported) == before_export
     # The run's translations/ folder, and other names in it, stay free.
     for output in (run / "translations" / "mine.txt", run / "mine.txt"):
         assert cli.main([*translate, "--output", str(output)]) == 0
         assert output.read_text(encoding="utf-8").strip()
+    # A log folder may lie in the run's logs/.
+    log_dir = run / "logs" / "mine"
+    assert cli.main([*evaluate, "--beam-size", "1", "--log-dir", str(log_dir)]) == 0
+    assert any(p.name.startswith("events.out") for p in log_dir.rglob("*"))
 
 
 def test_a_folder_in_place_of_the_writer_lock_says_what_to_do(run, capsys):
