@@ -401,7 +401,7 @@ def test_export_explains_bad_settings(tmp_path: Path) -> None:
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("keep me")
-    with pytest.raises(FileExistsError, match="overwrite"):
+    with pytest.raises(FileExistsError, match="holds no SavedModel export"):
         export.export_translator(model, tokenizer, busy)
     with pytest.raises(FileExistsError, match="refusing"):
         export.export_translator(model, tokenizer, busy, overwrite=True)

@@ -303,7 +303,8 @@ def test_overwrite_deletes_no_folder_without_an_export_of_its_format(
     config, tokenizer and logs deleted; a folder of someone's files went the
     same way. Every format now refuses, with one line, a folder that holds
     no export of its own format (a run folder, someone's files, another
-    format's export), before the model is loaded, and deletes nothing."""
+    format's export), before the model is loaded, and deletes nothing.
+    Without ``--overwrite`` the refusal no longer suggests it."""
     if export_format == "ctranslate2" and not importlib.util.find_spec("ctranslate2"):
         pytest.skip("the CTranslate2 export needs the ctranslate2 extra")
     notes = tmp_path / "notes"
@@ -323,6 +324,12 @@ def test_overwrite_deletes_no_folder_without_an_export_of_its_format(
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert f"{target} is not empty and holds no" in err, err
         assert "refusing to delete it" in err, err
+        # Without --overwrite, the refusal does not offer it either.
+        assert cli.main([*argv, "--format", export_format]) == 1
+        err = capsys.readouterr().err
+        assert f"{target} is not empty and holds no" in err, err
+        refusal = err.split(str(target), 1)[-1]
+        assert "overwrite" not in refusal and len(err.strip().splitlines()) == 1, err
         assert _tree(target) == tree  # byte for byte
     assert _leftovers(tmp_path) == []
 

@@ -80,10 +80,12 @@ def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="leave out beam_size"):
         litert.export_litert(None, None, tmp_path / "x", beam_size=4)
     # A folder of someone's files: refused before the model is looked at,
-    # with --overwrite too (it holds no LiteRT export), and left as it was.
+    # without offering --overwrite (it holds no LiteRT export), and with it
+    # too; left as it was.
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="is not empty. Pass overwrite=True"):
+    with pytest.raises(FileExistsError, match="holds no LiteRT export") as refused:
         litert.export_litert(None, None, tmp_path)
+    assert "overwrite" not in str(refused.value)
     with pytest.raises(FileExistsError, match="holds no LiteRT export to replace"):
         litert.export_litert(None, None, tmp_path, overwrite=True)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
@@ -129,7 +131,8 @@ def test_cli_export_format_litert(
     want = Translator(model, tokenizer, beam_size=1).translate(lines)
     assert litert.LiteRTTranslator(output).translate(lines) == want
     assert cli.main([*args, "--format", "litert"]) != 0  # exists: no overwrite
-    assert "is not empty. Pass overwrite=True" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "holds an earlier LiteRT export. Pass overwrite=True" in error
 
 
 def test_one_litert_writer_at_a_time_and_overwrite_of_a_litert_export(

@@ -190,17 +190,19 @@ def _check_target(
     if not any(export_dir.iterdir()):
         return
     name = export_format.name
-    if not overwrite:
-        raise FileExistsError(
-            f"{export_dir} is not empty. Pass overwrite=True (--overwrite) to "
-            f"replace an earlier {name} export there, or choose "
-            f"{export_format.new_folder}."
-        )
+    # A folder of other files (a run, someone's notes) is never offered
+    # --overwrite: only an earlier export of this format is replaced.
     if not export_format.holds_export(export_dir):
+        refusal = "refusing to delete it" if overwrite else "it stays as it is"
         raise FileExistsError(
             f"{export_dir} is not empty and holds no {name} export to replace "
-            f"({' and '.join(export_format.marks)}): refusing to delete it. "
+            f"({' and '.join(export_format.marks)}): {refusal}. "
             f"Choose {export_format.new_folder}."
+        )
+    if not overwrite:
+        raise FileExistsError(
+            f"{export_dir} holds an earlier {name} export. Pass overwrite=True "
+            f"(--overwrite) to replace it, or choose {export_format.new_folder}."
         )
 
 
