@@ -454,6 +454,44 @@ def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Pat
     return output
 
 
+def _average_newest(
+    model: keras.Model, checkpoint_dir: Path, last: int, attempts: int = 3
+) -> list[str]:
+    """Sets `model`'s weights to the mean of the `last` newest intact
+    checkpoints; returns their prefixes.
+
+    A `train` of the run may write checkpoints meanwhile (an average written
+    outside the run takes no lock) and remove its oldest ones: when one of
+    those read goes that way, the newest are chosen and read again.
+    """
+    config = str(checkpoint_dir.parent / CONFIG_FILE)
+
+    def restored(path: str) -> list[np.ndarray]:
+        _restore_model(model, path, config=config)
+        return model.get_weights()
+
+    for _ in range(attempts):
+        paths = _newest_intact(checkpoint_dir, last)
+        if len(paths) < last:
+            raise ValueError(
+                f"Cannot average the last {last} checkpoints: {checkpoint_dir} has "
+                f"{len(paths)} intact ({[Path(p).name for p in paths]}). Average "
+                "fewer (--last), or keep more with train.keep_checkpoints."
+            )
+        try:
+            model.set_weights(mean_of_weights(restored(path) for path in paths))
+            return paths
+        except Exception:
+            if all(Path(f"{path}.index").is_file() for path in paths):
+                raise
+            # Removed while read: a running train keeps only its newest ones.
+    raise ValueError(
+        f"The checkpoints of {checkpoint_dir} were removed {attempts} times while "
+        "they were read: a `keras-transformer train` of the run writes new ones "
+        "and removes the oldest. Average fewer (--last), or again once it ends."
+    )
+
+
 def average_checkpoints(
     workdir: str | os.PathLike[str],
     last: int = 5,
@@ -495,27 +533,17 @@ def average_checkpoints(
     tokenizer = run.stored_tokenizer()
     output = _average_output(workdir, output)
     checkpoint_dir = workdir / CHECKPOINT_DIR
-    paths = _newest_intact(checkpoint_dir, last)
-    if len(paths) < last:
-        raise ValueError(
-            f"Cannot average the last {last} checkpoints: {checkpoint_dir} has "
-            f"{len(paths)} intact ({[Path(p).name for p in paths]}). Average fewer "
-            "(--last), or keep more with train.keep_checkpoints."
-        )
     model = run.build_model(tokenizer)
-
-    def restored(path: str) -> list[np.ndarray]:
-        _restore_model(model, path, config=str(workdir / CONFIG_FILE))
-        return model.get_weights()
-
-    model.set_weights(mean_of_weights(restored(path) for path in paths))
-    info = {
-        "checkpoints": [Path(p).name for p in paths],
-        "steps": [checkpoint_step(p) for p in paths],
-    }
+    # Into the run folder: its writer lock from the start, so that a running
+    # `train` refuses the command before a checkpoint is read.
     inside = output.resolve().is_relative_to(workdir.resolve())
     lock = FolderLock(workdir, "keras-transformer average-checkpoints")
     with lock if inside else contextlib.nullcontext():
+        paths = _average_newest(model, checkpoint_dir, last)
+        info = {
+            "checkpoints": [Path(p).name for p in paths],
+            "steps": [checkpoint_step(p) for p in paths],
+        }
         output.parent.mkdir(parents=True, exist_ok=True)
         save_weights(model, output, info, run_fingerprint(checkpoint_dir))
     return output

@@ -237,6 +237,51 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert not list((run / "checkpoints").glob("*.corrupt"))
 
 
+def test_checkpoints_removed_while_averaging_are_replaced_by_the_newest(
+    run, tmp_path, monkeypatch
+):
+    """``average-checkpoints --output elsewhere`` during a ``train`` of the run
+    (which takes no lock) failed with "ckpt-N.index is missing... restore the
+    file from a backup" when the train removed its oldest checkpoint: the
+    newest are now chosen again; when they keep going, one line says why."""
+    from keras_transformer.training import checkpoints as training_checkpoints
+
+    original = training_checkpoints._restore_model
+    read: list[str] = []
+
+    def rotating(model, path, **kwargs):  # noqa: ANN001, ANN202
+        read.append(Path(path).name)
+        if len(read) == 1:  # a train removes its oldest checkpoint meanwhile
+            for file in runs.checkpoint_files(run / "checkpoints" / "ckpt-6"):
+                file.unlink()
+        return original(model, path, **kwargs)
+
+    monkeypatch.setattr(training_checkpoints, "_restore_model", rotating)
+    path = average_checkpoints(run, last=2, output=tmp_path / "avg.weights.h5")
+    assert read[0] == "ckpt-6" and read[-2:] == ["ckpt-3", "ckpt-9"]
+    assert json.loads(path.with_name("avg.json").read_text())["steps"] == [3, 9]
+
+    # A train that writes and removes faster than they are read, every time.
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    newest_intact = training_checkpoints._newest_intact
+
+    def written_again(checkpoint_dir, count):  # noqa: ANN001, ANN202
+        for file in aside.iterdir():
+            file.rename(checkpoint_dir / file.name)
+        return newest_intact(checkpoint_dir, count)
+
+    def removed(model, path, **kwargs):  # noqa: ANN001, ANN202
+        for file in runs.checkpoint_files(path):
+            file.rename(aside / file.name)
+        return original(model, path, **kwargs)
+
+    monkeypatch.setattr(training_checkpoints, "_newest_intact", written_again)
+    monkeypatch.setattr(training_checkpoints, "_restore_model", removed)
+    with pytest.raises(ValueError, match=r"removed 3 times while they were read"):
+        average_checkpoints(run, last=2, output=tmp_path / "avg2.weights.h5")
+
+
 def test_average_checkpoints_averages_every_kind(kind_run, capsys):
     # The same command for translation, classification and image runs: the
     # run's own model, each weight the mean of the last checkpoints' values.

@@ -442,6 +442,25 @@ def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_an_average_into_a_run_being_written_reads_no_checkpoint(run, monkeypatch):
+    """The run's writer lock is taken before the checkpoints are read (they
+    were read first, racing the running train, and refused only at the
+    write)."""
+    from keras_transformer.training import checkpoints as training_checkpoints
+
+    workdir, _ = run
+
+    def unread(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("a checkpoint was read before the lock was taken")
+
+    monkeypatch.setattr(training_checkpoints, "_restore_model", unread)
+    with holding_lock(workdir) as holder:
+        refused = pytest.raises(files.FolderLockedError, match=f"PID {holder.pid}")
+        with refused:
+            average_checkpoints(workdir, last=2)
+    assert not (workdir / "averaged.weights.h5").exists()
+
+
 @pytest.mark.slow
 def test_two_train_commands_on_one_folder(tmp_path):
     """The issue's case: both exited 0 and mixed their tokenizers."""
