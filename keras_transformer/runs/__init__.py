@@ -69,6 +69,7 @@ from keras_transformer.runs.checkpoint_io import (
 )
 from keras_transformer.runs.checkpoints import (
     CheckpointDamagedError,
+    CheckpointRemovedError,
     CheckpointWriteError,
     check_tokenizer,
     checkpoint_paths,
@@ -148,6 +149,7 @@ __all__ = [
     "WEIGHTS",
     "WORKERS_DIR",
     "CheckpointDamagedError",
+    "CheckpointRemovedError",
     "CheckpointManager",
     "CheckpointMismatchError",
     "CheckpointWriteError",

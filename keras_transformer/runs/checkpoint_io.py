@@ -24,6 +24,7 @@ import tensorflow as tf
 from keras_transformer.files import fsync_directory
 from keras_transformer.runs.checkpoints import (
     CheckpointDamagedError,
+    CheckpointRemovedError,
     CheckpointWriteError,
     _unrecord,
     _write_records,
@@ -62,6 +63,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+#: How often a reader chooses the newest checkpoints again when a running
+#: `train` removed one of them while it was read.
+READ_ATTEMPTS = 3
+
+
 def restore_newest_checkpoint(
     checkpoint_dir: str | os.PathLike[str],
     restore: Callable[[str], Any],
@@ -89,18 +95,54 @@ def restore_newest_checkpoint(
 
     Raises:
         CheckpointDamagedError: when checkpoints existed but all are damaged.
+        CheckpointRemovedError: when a running `train` removed the newest
+            ones while they were read, `READ_ATTEMPTS` times (a reader tries
+            again each time; a writer never meets it).
         ForeignCheckpointError: when the newest intact one is another run's.
     """
     directory = Path(checkpoint_dir)
+    for _ in range(READ_ATTEMPTS):
+        try:
+            return _restore_newest(directory, restore, expected, move_damaged)
+        except CheckpointRemovedError:
+            if move_damaged:  # the writer itself: nobody else removes them
+                raise
+    raise CheckpointRemovedError(
+        f"The checkpoints of {directory} were removed {READ_ATTEMPTS} times while "
+        "they were read: a `keras-transformer train` of the run writes new ones "
+        "and removes the oldest (it keeps train.keep_checkpoints). Read again, "
+        "or once it ends."
+    )
+
+
+def _restore_newest(
+    directory: Path,
+    restore: Callable[[str], Any],
+    expected: RunFingerprint | None,
+    move_damaged: bool,
+) -> str | None:
+    """One pass of `restore_newest_checkpoint` over the listed checkpoints.
+
+    Raises:
+        CheckpointRemovedError: for a reader, when a checkpoint it found
+            damaged is gone from the list (removed by a running `train`).
+    """
+    listed = checkpoint_paths(directory)
     problems: list[str] = []
-    for prefix in reversed(checkpoint_paths(directory)):
+    for prefix in reversed(listed):
         # Every tensor is read back (with its checksum) before the restore:
         # a model restore reads only some of them, and an error it raises
         # must mean a model of another configuration, not a damaged file.
         problem = checkpoint_problem(prefix)
         if problem is None:
-            check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
-            restore(prefix)
+            try:
+                check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
+                restore(prefix)
+            except Exception as e:
+                if move_damaged or _has_files(prefix):
+                    raise
+                message = f"{prefix} was removed while it was read"
+                raise CheckpointRemovedError(message) from e
             if problems:
                 logger.warning(
                     "Restored %s, the newest intact checkpoint of %s.",
@@ -108,6 +150,8 @@ def restore_newest_checkpoint(
                     directory,
                 )
             return prefix
+        if not move_damaged and checkpoint_paths(directory) != listed:
+            raise CheckpointRemovedError(f"{prefix} was removed while it was read")
         problems.append(problem)
         if move_damaged:
             moved = quarantine_checkpoint(prefix)
@@ -418,6 +462,7 @@ def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> No
 
     Raises:
         CheckpointMismatchError: naming `path` and `config`.
+        CheckpointRemovedError: when the checkpoint's files went meanwhile.
     """
     import gc
 
@@ -428,6 +473,12 @@ def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> No
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             failure = _short(e)
         gc.collect()  # the warnings come when the failed restore is collected
+    if failure is not None and not _has_files(path):
+        raise CheckpointRemovedError(
+            f"{path} was removed while it was read: a `keras-transformer train` "
+            "of the run removes its oldest checkpoints as it writes new ones "
+            f"(train.keep_checkpoints). Read it again, or once it ends. ({failure})"
+        )
     if failure is not None:
         raise CheckpointMismatchError(
             f"{path} does not match the model built from {config}: {failure} "
@@ -435,6 +486,12 @@ def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> No
             "(restore the run's own settings), or the checkpoint comes from a "
             "run with other model sizes."
         )
+
+
+def _has_files(prefix: str) -> bool:
+    """Whether the checkpoint `prefix` still has its index and a data shard."""
+    names = {file.name for file in checkpoint_files(prefix)}
+    return f"{Path(prefix).name}.index" in names and len(names) > 1
 
 
 def _restore_weights(
@@ -467,6 +524,7 @@ def restore_checkpoint(
 
     Raises:
         CheckpointDamagedError: when the checkpoint's files are damaged.
+        CheckpointRemovedError: when they went while they were read.
         ForeignCheckpointError: when it belongs to another run.
         CheckpointMismatchError: when it does not fit the model.
     """
@@ -482,6 +540,8 @@ def restore_checkpoint(
         check_fingerprint(path, checkpoint_fingerprint(path), expected)
     try:
         _restore_weights(model, path, config)
+    except CheckpointRemovedError:
+        raise
     except Exception as e:
         problem = checkpoint_problem(path)
         if problem is None:

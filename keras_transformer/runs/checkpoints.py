@@ -36,6 +36,7 @@ from keras_transformer.runs.layout import (
 
 __all__ = [
     "CheckpointDamagedError",
+    "CheckpointRemovedError",
     "CheckpointWriteError",
     "check_tokenizer",
     "checkpoint_paths",
@@ -55,6 +56,12 @@ class CheckpointDamagedError(ValueError):
     Not a config mismatch: the files themselves are broken. The message
     names the file and what is wrong with it.
     """
+
+
+class CheckpointRemovedError(CheckpointDamagedError):
+    """A checkpoint's files went while it was read: a `train` of the run
+    writing new checkpoints removed its oldest ones (`train.keep_checkpoints`).
+    Readers choose the newest again (`restore_newest_checkpoint`)."""
 
 
 class CheckpointWriteError(OSError):

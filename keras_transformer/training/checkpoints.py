@@ -42,6 +42,7 @@ from keras_transformer.runs import (
     TOKENIZER_DIR,
     CheckpointDamagedError,
     CheckpointManager,
+    CheckpointRemovedError,
     CheckpointWriteError,
     RunFingerprint,
     RunFolder,
@@ -481,11 +482,9 @@ def _average_newest(
         try:
             model.set_weights(mean_of_weights(restored(path) for path in paths))
             return paths
-        except Exception:
-            if all(Path(f"{path}.index").is_file() for path in paths):
-                raise
-            # Removed while read: a running train keeps only its newest ones.
-    raise ValueError(
+        except CheckpointRemovedError:
+            continue  # a running train keeps only its newest ones
+    raise CheckpointRemovedError(
         f"The checkpoints of {checkpoint_dir} were removed {attempts} times while "
         "they were read: a `keras-transformer train` of the run writes new ones "
         "and removes the oldest. Average fewer (--last), or again once it ends."

@@ -237,6 +237,33 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert not list((run / "checkpoints").glob("*.corrupt"))
 
 
+def test_a_checkpoint_removed_while_read_is_not_taken_for_a_mismatch(run, caplog):
+    """``translate`` during a ``train`` with ``keep_checkpoints=1`` said "ckpt-N
+    does not match the model built from config.json ... config.json was
+    changed": the train had removed the checkpoint while it was read. A
+    reader now reads the newest again, without calling it damaged."""
+    folder = runs.RunFolder(run)
+    model = folder.build_model()
+    removals = {"left": 1}
+
+    def restore(prefix: str) -> None:
+        if removals["left"]:  # the train removes it while it is read...
+            removals["left"] -= 1
+            name, step = Path(prefix).name, runs.checkpoint_step(prefix)
+            for file in runs.checkpoint_files(prefix):  # ...and writes a newer one
+                file.rename(file.with_name(file.name.replace(name, f"ckpt-{step + 9}")))
+        runs.restore_checkpoint(model, prefix)
+
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        restored = runs.restore_newest_checkpoint(run / "checkpoints", restore)
+    assert Path(restored).name == "ckpt-18"  # was ckpt-9 when first listed
+    assert "damaged" not in caplog.text and "does not match" not in caplog.text
+    # Removed every time: one line that says so, after READ_ATTEMPTS tries.
+    removals["left"] = 3
+    with pytest.raises(runs.CheckpointRemovedError, match="removed 3 times while"):
+        runs.restore_newest_checkpoint(run / "checkpoints", restore)
+
+
 def test_checkpoints_removed_while_averaging_are_replaced_by_the_newest(
     run, tmp_path, monkeypatch
 ):
