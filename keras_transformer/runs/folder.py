@@ -53,6 +53,7 @@ from keras_transformer.runs.layout import (
     RUN_ENTRIES,
     TOKENIZER_DIR,
     TRANSLATIONS_DIR,
+    checkpoint_files,
     checkpoint_prefix,
     checkpoint_step,
 )
@@ -343,7 +344,16 @@ class RunFolder:
         elif str(weights).endswith(".weights.h5"):
             self._load_weights_file(model, Path(weights), expected)
         else:
-            restore_checkpoint(model, checkpoint_prefix(weights), expected, config)
+            prefix = checkpoint_prefix(weights)
+            if not checkpoint_files(prefix) and not Path(prefix).exists():
+                names = [Path(p).name for p in checkpoint_paths(self.checkpoint_dir)]
+                raise FileNotFoundError(
+                    f"--weights {weights} names no checkpoint (no file "
+                    f"{Path(prefix).name}.index or .data-*). The run's checkpoints: "
+                    f"{', '.join(names) or 'none yet'}; pass one of them, or "
+                    "last, best, average or a .weights.h5 file."
+                )
+            restore_checkpoint(model, prefix, expected, config)
 
     def fingerprint(self) -> RunFingerprint | None:
         """The run's fingerprint (`run_fingerprint`; None when nothing records one)."""

@@ -237,6 +237,18 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert not list((run / "checkpoints").glob("*.corrupt"))
 
 
+def test_weights_naming_no_checkpoint_list_the_runs_checkpoints(run, capsys):
+    """``--weights <run>/checkpoints/ckpt-5`` (no such step) said "ckpt-5.index
+    is missing ... restore the file from a backup", as if a file were lost."""
+    source = run / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    for weights in (run / "checkpoints" / "ckpt-5", run / "ckpt-9"):
+        argv = ["translate", "--workdir", str(run), "--input", str(source)]
+        assert cli.main([*argv, "--weights", str(weights)]) == 1
+        line = _one_line_error(capsys, "names no checkpoint", "ckpt-3, ckpt-6, ckpt-9")
+        assert "backup" not in line
+
+
 def test_a_checkpoint_removed_while_read_is_not_taken_for_a_mismatch(run, caplog):
     """``translate`` during a ``train`` with ``keep_checkpoints=1`` said "ckpt-N
     does not match the model built from config.json ... config.json was
