@@ -211,9 +211,21 @@ def check_run_kind(
 
 
 def check_weights(args: argparse.Namespace) -> None:
-    """``--weights``: a named choice, a ``.weights.h5`` file or a checkpoint prefix."""
+    """``--weights``: a named choice, a ``.weights.h5`` file or a checkpoint
+    prefix, given only for a training run (an export holds its weights);
+    ``last`` when not given."""
     weights = getattr(args, "weights", None)
-    if weights is None or weights in ("last", "best", "average"):
+    workdir = getattr(args, "workdir", None)
+    if weights is not None and workdir is not None and _is_export(Path(workdir)):
+        raise CommandError(
+            f"--weights {weights} picks the weights of a training run, but "
+            f"--workdir {workdir} is an export, which holds the weights it was "
+            "exported with: leave out --weights, or export the run again with "
+            f"--weights {weights}."
+        )
+    if weights is None:
+        args.weights = "last"
+    if args.weights in ("last", "best", "average"):
         return
     if str(weights).endswith(".weights.h5"):
         check_path(weights, "file", "--weights")
@@ -223,6 +235,18 @@ def check_weights(args: argparse.Namespace) -> None:
             ".weights.h5 file or a checkpoint prefix (e.g. <workdir>/checkpoints/"
             "ckpt-600)."
         )
+
+
+def _is_export(folder: Path) -> bool:
+    """Whether `folder` holds an export of any format (not a training run)."""
+    from keras_transformer.export.formats import FORMATS, get_format
+    from keras_transformer.runs import is_export_dir, is_run_dir
+
+    if is_run_dir(folder):
+        return False
+    return is_export_dir(folder) or any(
+        get_format(name).holds_export(folder) for name in FORMATS
+    )
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -237,7 +261,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--weights",
-        default="last",
         help="Which weights of a training run: last, best, average, or the path "
         "of a checkpoint (ckpt-N, or its .index or .data-* file) or .weights.h5 "
         "file (default: last). They must carry the run's fingerprint.",

@@ -237,6 +237,28 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert not list((run / "checkpoints").glob("*.corrupt"))
 
 
+def test_weights_given_for_an_export_are_refused(exported, tmp_path, capsys):
+    """``translate --workdir <export> --weights best`` translated with the
+    export's own weights without a word; every command that reads a model
+    now says that an export holds its weights."""
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    commands = [
+        ["translate", "--workdir", str(exported), "--input", str(source)],
+        ["score", "--workdir", str(exported), "--source", str(source)]
+        + ["--target", str(source)],
+        ["evaluate", "--workdir", str(exported), "--source", str(source)]
+        + ["--reference", str(source)],
+        ["export", "--workdir", str(exported), "--output", str(tmp_path / "x")],
+    ]
+    for argv in commands:
+        assert cli.main([*argv, "--weights", "best"]) == 2, argv
+        _one_line_error(capsys, f"--workdir {exported} is an export", "leave out")
+    assert not (tmp_path / "x").exists()
+    assert cli.main(commands[0]) == 0  # without --weights
+    assert capsys.readouterr().out.strip()
+
+
 def test_weights_naming_no_checkpoint_list_the_runs_checkpoints(run, capsys):
     """``--weights <run>/checkpoints/ckpt-5`` (no such step) said "ckpt-5.index
     is missing ... restore the file from a backup", as if a file were lost."""
