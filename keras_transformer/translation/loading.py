@@ -32,13 +32,20 @@ def load_translator(
             ``keras-transformer export`` (its ``model.keras`` and
             ``tokenizer/``, read with `keras_transformer.runs.load_export`).
         weights: for a training run: ``"last"``, ``"best"``, ``"average"`` or
-            the path of a checkpoint or ``.weights.h5`` file.
+            the path of a checkpoint or ``.weights.h5`` file; an export
+            holds its weights, so only the default is taken for one.
         as_served: for an int8 export, its model as the SavedModel serves it
             (`keras_transformer.runs.exports.quantized`); False: float32, to
             export again.
     """
     path = Path(path)
     if is_export_dir(path):
+        if weights != "last":
+            raise ValueError(
+                f"weights={weights!r} picks the weights of a training run, but "
+                f"{path} is an export, which holds the weights it was exported "
+                "with: leave weights out, or export the run again with them."
+            )
         model, tokenizer, info = load_export(path)
         if as_served:
             model = quantized(model, info.get("quantization", "float32"))

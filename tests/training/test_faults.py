@@ -257,6 +257,10 @@ def test_weights_given_for_an_export_are_refused(exported, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
     assert cli.main(commands[0]) == 0  # without --weights
     assert capsys.readouterr().out.strip()
+    from keras_transformer.translation import Translator
+
+    with pytest.raises(ValueError, match="is an export, which holds the weights"):
+        Translator.load(exported, "average")
 
 
 def test_weights_naming_no_checkpoint_list_the_runs_checkpoints(run, capsys):
