@@ -237,6 +237,30 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
     assert not list((run / "checkpoints").glob("*.corrupt"))
 
 
+def test_an_output_file_never_replaces_a_file_the_command_reads(run, tmp_path, capsys):
+    """``translate --input a.txt --output a.txt`` replaced the source file
+    with its translations (and ``evaluate --hypotheses`` the references)."""
+    source, reference = tmp_path / "source.txt", tmp_path / "reference.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    reference.write_text("2023-07-03\n")
+    os.link(reference, tmp_path / "hard-link.txt")
+    translate = ["translate", "--workdir", str(run), "--input", str(source)]
+    evaluate = ["evaluate", "--workdir", str(run), "--source", str(source)]
+    evaluate += ["--reference", str(reference), "--hypotheses"]
+    score = ["score", "--workdir", str(run), "--source", str(source)]
+    score += ["--target", str(reference), "--output"]
+    cases = [
+        ([*translate, "--output"], source, "--input"),
+        (evaluate, tmp_path / "hard-link.txt", "--reference"),
+        (score, tmp_path / "." / "source.txt", "--source"),
+    ]
+    for argv, output, read in cases:
+        assert cli.main([*argv, str(output)]) == 2, argv
+        _one_line_error(capsys, f"{output} is also {read}", "Pass another")
+    assert source.read_text() == "Montag, 3. Juli 2023\n"
+    assert reference.read_text() == "2023-07-03\n"
+
+
 def test_weights_given_for_an_export_are_refused(exported, tmp_path, capsys):
     """``translate --workdir <export> --weights best`` translated with the
     export's own weights without a word; every command that reads a model
