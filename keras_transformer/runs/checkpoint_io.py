@@ -489,7 +489,10 @@ def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> No
 
 
 def _has_files(prefix: str) -> bool:
-    """Whether the checkpoint `prefix` still has its index and a data shard."""
+    """Whether the checkpoint `prefix` still has its index and a data shard
+    (a ``.weights.h5`` file: whether it still exists)."""
+    if str(prefix).endswith(".h5"):
+        return Path(prefix).is_file()
     names = {file.name for file in checkpoint_files(prefix)}
     return f"{Path(prefix).name}.index" in names and len(names) > 1
 

@@ -58,10 +58,11 @@ class CheckpointDamagedError(ValueError):
     """
 
 
-class CheckpointRemovedError(CheckpointDamagedError):
+class CheckpointRemovedError(ValueError):
     """A checkpoint's files went while it was read: a `train` of the run
     writing new checkpoints removed its oldest ones (`train.keep_checkpoints`).
-    Readers choose the newest again (`restore_newest_checkpoint`)."""
+    Readers choose the newest again (`restore_newest_checkpoint`). Not damage:
+    a resuming `train --force` never takes it for a reason to start again."""
 
 
 class CheckpointWriteError(OSError):

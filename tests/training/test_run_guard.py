@@ -240,6 +240,12 @@ def test_weights_without_a_fingerprint_need_the_option(run, capsys):
             folder.restore(folder.build_model(), weights)
         with pytest.raises(ForeignCheckpointError, match="no run fingerprint"):
             folder.restore(folder.build_model(), weights)
+    # A bare file of another model is a mismatch (not a removed checkpoint).
+    other = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    other.save_weights(workdir.parent / "other.weights.h5")
+    mismatch = pytest.raises(runs.CheckpointMismatchError, match="does not match")
+    with runs.accepting_weights_without_fingerprint(), mismatch:
+        folder.restore(model, str(workdir.parent / "other.weights.h5"))
 
 
 @pytest.mark.parametrize(
