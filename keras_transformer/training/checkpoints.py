@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.files import FolderLock
+from keras_transformer.files import FolderLock, write_atomically
 from keras_transformer.models import build_transformer
 from keras_transformer.runs import (
     AVERAGED_WEIGHTS,
@@ -42,8 +42,10 @@ from keras_transformer.runs import (
     TOKENIZER_DIR,
     CheckpointDamagedError,
     CheckpointManager,
+    CheckpointMismatchError,
     CheckpointRemovedError,
     CheckpointWriteError,
+    ForeignCheckpointError,
     RunFingerprint,
     RunFolder,
     check_fingerprint,
@@ -127,6 +129,31 @@ class ConfigMismatchError(ValueError):
 
 
 # ------------------------------------------------------------ resume policy
+@contextlib.contextmanager
+def unchanged_when_refused(directory: Path) -> Iterator[None]:
+    """Puts the run's ``config.json`` and ``checkpoints.json`` back as they
+    were when the block is refused at the run's checkpoints (another run's,
+    none carrying a fingerprint, all damaged, of other sizes): a refused
+    `train` leaves the run as it found it."""
+    records = [directory / CONFIG_FILE, directory / CHECKPOINT_DIR / _METADATA]
+    kept = {path: path.read_bytes() if path.is_file() else None for path in records}
+    try:
+        yield
+    except (
+        CheckpointDamagedError,
+        CheckpointMismatchError,
+        CheckpointRemovedError,
+        ForeignCheckpointError,
+    ):
+        for path, content in kept.items():
+            with contextlib.suppress(OSError):  # the refusal is what to report
+                if content is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_atomically(path, content)
+        raise
+
+
 def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> bool:
     """Writes config.json, or checks it against the stored one.
 

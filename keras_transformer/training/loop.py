@@ -461,19 +461,20 @@ def _train(
     say = printer or (lambda _: None)
     chief = is_chief(strategy)
     recipe = recipe_for(config)
-    ckpt.prepare_run_config(config, directory, force)
-
-    # Data and the tokenizer (learned once, then reloaded on every restart).
-    keras.utils.set_random_seed(config.train.seed)
-    data, tokenizer = _data_and_tokenizer(config, directory, strategy, say, given_data)
-    schedule = _steps(config, data, tokenizer)
-
-    # The model, resumed from the newest intact checkpoint (of this run).
-    model, trainer, optimizer = _build(config, strategy, schedule[0])
     checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
-    fingerprint, manager, initial_step = _checkpoints(
-        config, checkpoint_dir, tokenizer, model, optimizer, say, force
-    )
+    with ckpt.unchanged_when_refused(directory):
+        ckpt.prepare_run_config(config, directory, force)
+        # Data and the tokenizer (learned once, then reloaded on every restart).
+        keras.utils.set_random_seed(config.train.seed)
+        data, tokenizer = _data_and_tokenizer(
+            config, directory, strategy, say, given_data
+        )
+        schedule = _steps(config, data, tokenizer)
+        # The model, resumed from the newest intact checkpoint (of this run).
+        model, trainer, optimizer = _build(config, strategy, schedule[0])
+        fingerprint, manager, initial_step = _checkpoints(
+            config, checkpoint_dir, tokenizer, model, optimizer, say, force
+        )
     say(recipe.plan(config, strategy, data, tokenizer, schedule))
     run = RunContext(
         config, root, log_dir, model, tokenizer, data, fingerprint, initial_step, say

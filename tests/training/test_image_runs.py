@@ -244,12 +244,22 @@ def test_an_image_run_without_fingerprints_resumes_only_when_accepted(tmp_path, 
     with accepting_weights_without_fingerprint():
         old_weights = _weights(folder.load("last")[0])
     second = small_image_config(order)
+
+    # A refused train leaves the run as it was (it wrote a new run id into
+    # checkpoints.json and the new train_steps into config.json).
+    def records() -> dict[str, bytes | None]:
+        paths = [workdir / "config.json", workdir / "checkpoints" / "checkpoints.json"]
+        return {p.name: p.read_bytes() if p.is_file() else None for p in paths}
+
+    before = records()
     with pytest.raises(ForeignCheckpointError, match="--weights-without-fingerprint"):
         train(second, workdir, printer=None)
+    assert records() == before
     config_file = tmp_path / "image.json"
     config_file.write_text(second.to_json(), encoding="utf-8")
     argv = ["train", str(config_file), "--workdir", str(workdir)]
     assert cli.main(argv) != 0
+    assert records() == before
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if ": error: " in line]
     assert "Traceback" not in err and len(lines) == 1, err
