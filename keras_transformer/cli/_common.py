@@ -161,7 +161,8 @@ def check_paths(args: argparse.Namespace, **kinds: str) -> None:
     are skipped. The argument is named as the user writes it: ``--dest``,
     or ``config file`` for the positional ``config``.
     """
-    read: dict[str, Path] = {}  # the files the command reads, by argument
+    read: dict[str, Path] = {}  # the files the command reads and writes,
+    written: dict[str, Any] = {}  # by argument (as given)
     for dest, kind in kinds.items():
         value = getattr(args, dest, None)
         if value is None or (kind.endswith("file") and str(value) == "-"):
@@ -170,18 +171,16 @@ def check_paths(args: argparse.Namespace, **kinds: str) -> None:
         check_path(value, kind, name)
         if kind == "file":
             read[name] = Path(value)
+        elif kind == "new file":
+            written[name] = value
     # An output over a file the command reads replaced it (translate --input
     # a.txt --output a.txt left only the translations).
-    for dest, kind in kinds.items():
-        value = getattr(args, dest, None)
-        if kind != "new file" or value is None or str(value) == "-":
-            continue
-        for name, path in read.items():
-            same = Path(value).resolve() == path.resolve() or (
-                Path(value).exists() and os.path.samefile(value, path)
+    for output, value in written.items():
+        for name, source in read.items():
+            same = Path(value).resolve() == source.resolve() or (
+                Path(value).exists() and os.path.samefile(value, source)
             )
             if same:
-                output = "--" + dest.replace("_", "-")
                 raise CommandError(
                     f"{output} {value} is also {name}: the output would replace "
                     f"the file the command reads. Pass another {output} file."

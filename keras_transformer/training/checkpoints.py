@@ -66,7 +66,7 @@ from keras_transformer.runs import (
 from keras_transformer.runs import (
     BEST_INFO as BEST_INFO,  # re-exported (see `keras_transformer.runs`)
 )
-from keras_transformer.runs.checkpoint_io import restore_or_explain
+from keras_transformer.runs.checkpoint_io import READ_ATTEMPTS, restore_or_explain
 from keras_transformer.runs.checkpoints import damaged_files
 from keras_transformer.runs.fingerprints import (
     fingerprint_variable as runs_fingerprint_variable,
@@ -483,7 +483,7 @@ def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Pat
 
 
 def _average_newest(
-    model: keras.Model, checkpoint_dir: Path, last: int, attempts: int = 3
+    model: keras.Model, checkpoint_dir: Path, last: int, attempts: int = READ_ATTEMPTS
 ) -> list[str]:
     """Sets `model`'s weights to the mean of the `last` newest intact
     checkpoints; returns their prefixes.
