@@ -50,6 +50,8 @@ from keras_transformer.files import write_atomically
 
 #: Whether a record's times were measured, estimated, or it holds no time.
 TIMINGS = ("measured", "estimated", "none")
+#: A record's name, the stem of its file: letters, digits, ``_`` and ``-``.
+RECORD_NAME = re.compile(r"[\w-]+")
 
 #: A reference: a number, an optional unit, then ``<!-- record: name.key -->``.
 REFERENCE = re.compile(
@@ -183,7 +185,7 @@ def write_record(
     Raises:
         ValueError: for a bad name, timing or figure.
     """
-    if not re.fullmatch(r"[\w-]+", name):
+    if not RECORD_NAME.fullmatch(name):
         raise ValueError(
             f"A record name is letters, digits, '_' and '-'. Received: name={name!r}"
         )

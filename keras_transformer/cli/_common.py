@@ -42,12 +42,12 @@ class CommandError(Exception):
 
 #: What a path argument must be: an existing folder or file to read, or a
 #: folder or file that the command creates (or replaces) and so may not
-#: exist yet. A "new log folder" is a new folder that, like a new file,
-#: stays out of what a run needs (but may lie in its ``logs/``) and out of
-#: every export folder.
-PATH_KINDS = ("folder", "file", "new folder", "new file", "new log folder")
+#: exist yet. A "new output folder" (TensorBoard logs, results records) is a
+#: new folder that, like a new file, stays out of what a run needs (but may
+#: lie in its ``logs/``) and out of every export folder.
+PATH_KINDS = ("folder", "file", "new folder", "new file", "new output folder")
 #: The kinds of path checked by `_check_output_spares_runs_and_exports`.
-_OUTPUT_KINDS = ("new file", "new log folder")
+_OUTPUT_KINDS = ("new file", "new output folder")
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -35,6 +35,32 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_record_arguments(args: argparse.Namespace) -> None:
+    """Refuses a bad ``--record`` name or ``--records-dir`` before any work.
+
+    Checked at the command's start, so that a long evaluation is not lost
+    to a name or folder that `write_result_record` would refuse at its end.
+    Without ``--record``, ``--records-dir`` is not used and not checked.
+
+    Raises:
+        CommandError: naming the argument and what to pass instead.
+    """
+    if not getattr(args, "record", None):
+        return
+    from keras_transformer.cli._common import CommandError, check_path
+    from keras_transformer.results_records import RECORD_NAME
+
+    if not RECORD_NAME.fullmatch(args.record):
+        raise CommandError(
+            f"--record {args.record!r} is not a record name: pass letters, digits, "
+            "'_' and '-' only (the record is <records dir>/NAME.json)."
+        )
+    records_dir = check_path(args.records_dir, "new output folder", "--records-dir")
+    # `--record config --records-dir <run>` would replace the run's config.json.
+    record_file = records_dir / f"{args.record}.json"
+    check_path(record_file, "new file", "--records-dir/--record")
+
+
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces these arguments' measurement."""
     words = ["keras-transformer", args.command]

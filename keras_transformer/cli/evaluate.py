@@ -19,7 +19,11 @@ from keras_transformer.cli._common import (
     translating,
     warn,
 )
-from keras_transformer.cli._record import add_record_arguments, write_result_record
+from keras_transformer.cli._record import (
+    add_record_arguments,
+    check_record_arguments,
+    write_result_record,
+)
 from keras_transformer.conventions import TASK_NAMES
 
 NAME = "evaluate"
@@ -320,8 +324,9 @@ def run(args: argparse.Namespace) -> int:
         reference="file",
         data_dir="folder",
         hypotheses="new file",
-        log_dir="new log folder",
+        log_dir="new output folder",
     )
+    check_record_arguments(args)
     from keras_transformer.runs import RunFolder, is_run_dir
 
     if is_run_dir(args.workdir):

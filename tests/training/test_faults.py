@@ -885,6 +885,22 @@ def test_an_output_file_never_writes_over_a_run_or_an_export(
     for argv, words in log_cases:
         assert cli.main(argv) == 2, argv
         _one_line_error(capsys, f"{argv[-1]} ", words, "pass a folder outside it")
+    # evaluate --record NAME --records-dir FOLDER: the record's file
+    # (--record config --records-dir <run> replaced the run's config.json),
+    # and names and folders that were refused only after the evaluation.
+    record = [*evaluate, "--record"]
+    record_cases = [
+        ([*record, "config", "--records-dir", str(run)], "over config.json", "file"),
+        ([*record, "x", "--records-dir", str(run / "checkpoints")], "into", "folder"),
+        ([*record, "x", "--records-dir", str(exported)], "SavedModel", "folder"),
+        ([*record, "x", "--records-dir", str(source)], "is a file", "pass a folder"),
+        ([*record, "../x", "--records-dir", str(tmp_path)], "not a record name", ""),
+    ]
+    for argv, words, remedy in record_cases:
+        assert cli.main(argv) == 2, argv
+        error = _one_line_error(capsys, "--record", words, remedy)
+        assert "--records-dir" in error or "../x" in error, error
+    assert not (tmp_path / "x.json").exists()
     assert contents(run) == before and contents(exported) == before_export
     # The run's translations/ folder, and other names in it, stay free.
     for output in (run / "translations" / "mine.txt", run / "mine.txt"):
