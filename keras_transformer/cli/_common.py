@@ -44,10 +44,19 @@ class CommandError(Exception):
 #: folder or file that the command creates (or replaces) and so may not
 #: exist yet. A "new output folder" (TensorBoard logs, results records) is a
 #: new folder that, like a new file, stays out of what a run needs (but may
-#: lie in its ``logs/``) and out of every export folder.
-PATH_KINDS = ("folder", "file", "new folder", "new file", "new output folder")
+#: lie in its ``logs/``) and out of every export folder. A "new export
+#: folder" lies in neither either, but may itself be an export (which
+#: ``export --overwrite`` replaces) or a run (which the export refuses).
+PATH_KINDS = (
+    "folder",
+    "file",
+    "new folder",
+    "new file",
+    "new output folder",
+    "new export folder",
+)
 #: The kinds of path checked by `_check_output_spares_runs_and_exports`.
-_OUTPUT_KINDS = ("new file", "new output folder")
+_OUTPUT_KINDS = ("new file", "new output folder", "new export folder")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -96,7 +105,7 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
                 f"permissions or pass another {noun}."
             )
         if kind in _OUTPUT_KINDS:
-            _check_output_spares_runs_and_exports(path, argument, noun)
+            _check_output_spares_runs_and_exports(path, argument, kind)
         return path
     if not kind.startswith("new"):
         raise CommandError(
@@ -114,25 +123,28 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
             f"(permission denied). Pass a {noun} in a folder you can write to."
         )
     if kind in _OUTPUT_KINDS:
-        _check_output_spares_runs_and_exports(path, argument, noun)
+        _check_output_spares_runs_and_exports(path, argument, kind)
     return path
 
 
-def _check_output_spares_runs_and_exports(path: Path, argument: str, noun: str) -> None:
-    """Refuses an output file (or log folder) that would replace or join what
-    a run or an export holds: one of a run folder's own entries
+def _check_output_spares_runs_and_exports(path: Path, argument: str, kind: str) -> None:
+    """Refuses an output (file, log folder, export) that would replace or join
+    what a run or an export holds: one of a run folder's own entries
     (`runs.layout.RUN_ENTRIES`, or anything in one of its folders; its
     ``translations/`` and other names are free, and a log folder may lie in
     its ``logs/``), or anything in an export folder, which an export writes
-    whole (a log folder may not be one either)."""
+    whole (a log folder may not be one either; a new export folder may, and
+    is left to the export)."""
     from keras_transformer.export.formats import FORMATS, get_format
     from keras_transformer.runs import enclosing_run
     from keras_transformer.runs.layout import LOG_DIR, RUN_ENTRIES
 
     target = path.resolve()
     run = enclosing_run(target)
-    free = {LOG_DIR} if noun == "folder" else set()
-    for folder in (target, *target.parents) if noun == "folder" else target.parents:
+    noun = "file" if kind == "new file" else "folder"
+    free = {LOG_DIR} if kind == "new output folder" else set()
+    itself = (target,) if kind == "new output folder" else ()
+    for folder in (*itself, *target.parents):
         if folder == run:
             entry = target.relative_to(folder).parts[0]
             if entry not in RUN_ENTRIES or entry in free:

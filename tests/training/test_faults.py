@@ -901,6 +901,18 @@ def test_an_output_file_never_writes_over_a_run_or_an_export(
         error = _one_line_error(capsys, "--record", words, remedy)
         assert "--records-dir" in error or "../x" in error, error
     assert not (tmp_path / "x.json").exists()
+    # export --output: an export was written into a run's checkpoints/ or
+    # tokenizer/, and into another export (an export that would hold one).
+    export = ["export", "--workdir", str(run), "--output"]
+    export_cases = [
+        ([*export, str(run / "checkpoints" / "x")], "into checkpoints/"),
+        ([*export, str(run / "tokenizer" / "x")], "into tokenizer/"),
+        ([*export, str(exported / "x"), "--format", "ctranslate2"], "SavedModel"),
+        ([*export, str(exported / "variables" / "x"), "--overwrite"], "SavedModel"),
+    ]
+    for argv, words in export_cases:
+        assert cli.main(argv) == 2, argv
+        _one_line_error(capsys, "--output", words, "pass a folder outside it")
     assert contents(run) == before and contents(exported) == before_export
     # The run's translations/ folder, and other names in it, stay free.
     for output in (run / "translations" / "mine.txt", run / "mine.txt"):
