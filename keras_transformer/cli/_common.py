@@ -44,19 +44,19 @@ class CommandError(Exception):
 #: folder or file that the command creates (or replaces) and so may not
 #: exist yet. A "new output folder" (TensorBoard logs, results records) is a
 #: new folder that, like a new file, stays out of what a run needs (but may
-#: lie in its ``logs/``) and out of every export folder. A "new export
-#: folder" lies in neither either, but may itself be an export (which
-#: ``export --overwrite`` replaces) or a run (which the export refuses).
+#: lie in its ``logs/``) and out of every export folder. A "new run or
+#: export folder" (``train --workdir``, ``export --output``) lies in neither
+#: either, but may itself be a run or an export: the command that writes it
+#: says whether it resumes, replaces or refuses what is there.
 PATH_KINDS = (
     "folder",
     "file",
-    "new folder",
     "new file",
     "new output folder",
-    "new export folder",
+    "new run or export folder",
 )
 #: The kinds of path checked by `_check_output_spares_runs_and_exports`.
-_OUTPUT_KINDS = ("new file", "new output folder", "new export folder")
+_OUTPUT_KINDS = ("new file", "new output folder", "new run or export folder")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -133,8 +133,8 @@ def _check_output_spares_runs_and_exports(path: Path, argument: str, kind: str) 
     (`runs.layout.RUN_ENTRIES`, or anything in one of its folders; its
     ``translations/`` and other names are free, and a log folder may lie in
     its ``logs/``), or anything in an export folder, which an export writes
-    whole (a log folder may not be one either; a new export folder may, and
-    is left to the export)."""
+    whole (a log folder may not be one either; a run or an export folder
+    may, and is left to the command that writes it)."""
     from keras_transformer.export.formats import FORMATS, get_format
     from keras_transformer.runs import enclosing_run
     from keras_transformer.runs.layout import LOG_DIR, RUN_ENTRIES

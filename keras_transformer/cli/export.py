@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         export_format = formats.get_format(args.format)
     except ValueError as e:
         raise CommandError(f"--format: {e}") from e
-    check_translator_arguments(args, output="new export folder")
+    check_translator_arguments(args, output="new run or export folder")
     try:
         path = formats.export_run_as(
             args.format,

@@ -107,7 +107,7 @@ def _load_raw_config(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Resolves the config, then trains (or prints it with --print-config)."""
-    check_paths(args, config="file", workdir="new folder")
+    check_paths(args, config="file", workdir="new run or export folder")
     # Logical CPU devices must be set before TensorFlow initialises.
     if args.cpu_devices is not None:
         from keras_transformer.training.distribute import configure_cpu_devices

@@ -902,17 +902,22 @@ def test_an_output_file_never_writes_over_a_run_or_an_export(
         assert "--records-dir" in error or "../x" in error, error
     assert not (tmp_path / "x.json").exists()
     # export --output: an export was written into a run's checkpoints/ or
-    # tokenizer/, and into another export (an export that would hold one).
+    # tokenizer/, and into another export (an export that would hold one);
+    # train --workdir: a run was trained inside these too.
     export = ["export", "--workdir", str(run), "--output"]
-    export_cases = [
+    train = ["train", str(REPO_ROOT / "configs" / "dates_tiny.json"), "--workdir"]
+    folder_cases = [
         ([*export, str(run / "checkpoints" / "x")], "into checkpoints/"),
         ([*export, str(run / "tokenizer" / "x")], "into tokenizer/"),
         ([*export, str(exported / "x"), "--format", "ctranslate2"], "SavedModel"),
         ([*export, str(exported / "variables" / "x"), "--overwrite"], "SavedModel"),
+        ([*train, str(run / "checkpoints" / "new_run")], "into checkpoints/"),
+        ([*train, str(exported / "new_run")], "SavedModel"),
     ]
-    for argv, words in export_cases:
+    for argv, words in folder_cases:
         assert cli.main(argv) == 2, argv
-        _one_line_error(capsys, "--output", words, "pass a folder outside it")
+        option = "--output" if argv[0] == "export" else "--workdir"
+        _one_line_error(capsys, option, words, "pass a folder outside it")
     assert contents(run) == before and contents(exported) == before_export
     # The run's translations/ folder, and other names in it, stay free.
     for output in (run / "translations" / "mine.txt", run / "mine.txt"):
