@@ -214,6 +214,21 @@ def test_commands_that_need_the_keras_model_name_a_ctranslate2_export(
     assert not (tmp_path / "out").exists()
 
 
+def test_average_checkpoints_of_a_ctranslate2_export_names_the_export(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``average-checkpoints --workdir <CTranslate2 export>`` said
+    ``tokenizer/tokenizer.model not found``; one line names the export."""
+    output = tmp_path / "averaged.weights.h5"
+    argv = ["average-checkpoints", "--workdir", str(folder), "--output", str(output)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"--workdir {folder} is a CTranslate2 export" in err
+    assert "holds no checkpoints" in err and "train --workdir" in err
+    assert not output.exists()
+
+
 def test_int8_within_half_a_bleu_point(folder: Path, tmp_path: Path) -> None:
     model, tokenizer = tiny_translator()
     pairs = synthetic_dates(96, seed=5)

@@ -135,7 +135,7 @@ def _check_output_spares_runs_and_exports(path: Path, argument: str, kind: str) 
     its ``logs/``), or anything in an export folder, which an export writes
     whole (a log folder may not be one either; a run or an export folder
     may, and is left to the command that writes it)."""
-    from keras_transformer.export.formats import FORMATS, get_format
+    from keras_transformer.export.formats import export_format_of
     from keras_transformer.runs import enclosing_run
     from keras_transformer.runs.layout import LOG_DIR, RUN_ENTRIES
 
@@ -156,14 +156,13 @@ def _check_output_spares_runs_and_exports(path: Path, argument: str, kind: str) 
                 f"which the run needs: pass a {noun} outside it (or in its "
                 f"{room} folder)."
             )
-        for name in FORMATS:
-            export_format = get_format(name)
-            if export_format.holds_export(folder):
-                raise CommandError(
-                    f"{argument} {path} lies in the {export_format.name} export "
-                    f"{folder}, which keras-transformer export writes whole: pass "
-                    f"a {noun} outside it."
-                )
+        export_format = export_format_of(folder)
+        if export_format is not None:
+            raise CommandError(
+                f"{argument} {path} lies in the {export_format.name} export "
+                f"{folder}, which keras-transformer export writes whole: pass "
+                f"a {noun} outside it."
+            )
 
 
 def check_paths(args: argparse.Namespace, **kinds: str) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_FORMAT",
     "FORMATS",
     "TranslatorLike",
+    "export_format_of",
     "export_run_as",
     "get_format",
     "serving_format",
@@ -65,14 +66,19 @@ def get_format(name: str) -> ExportFormat:
     return importlib.import_module(FORMATS[name]).FORMAT
 
 
+def export_format_of(folder: str | os.PathLike[str]) -> ExportFormat | None:
+    """The format of the export that `folder` holds (None: it holds none)."""
+    for name in sorted(FORMATS, key=lambda name: name == DEFAULT_FORMAT):
+        export_format = get_format(name)
+        if export_format.holds_export(folder):
+            return export_format
+    return None
+
+
 def serving_format(folder: str | os.PathLike[str]) -> ExportFormat:
     """The format whose translator serves `folder`: the one whose export it
     holds, else the default (a training run or a SavedModel export)."""
-    for name in FORMATS:
-        export_format = get_format(name)
-        if name != DEFAULT_FORMAT and export_format.holds_export(folder):
-            return export_format
-    return get_format(DEFAULT_FORMAT)
+    return export_format_of(folder) or get_format(DEFAULT_FORMAT)
 
 
 def export_run_as(
