@@ -229,6 +229,21 @@ def test_average_checkpoints_of_a_ctranslate2_export_names_the_export(
     assert not output.exists()
 
 
+def test_a_ctranslate2_export_in_an_ensemble_names_the_export(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``translate --ensemble <CTranslate2 export>`` said
+    ``tokenizer/tokenizer.model not found``; one line names the export."""
+    source = tmp_path / "source.txt"
+    source.write_text("1. Mai 2020\n")
+    argv = ["translate", "--workdir", str(folder), "--ensemble", str(folder)]
+    assert cli.main([*argv, "--input", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"--ensemble {folder} is a CTranslate2 export" in err
+    assert "a training run folder" in err and "SavedModel export folder" in err
+
+
 def test_int8_within_half_a_bleu_point(folder: Path, tmp_path: Path) -> None:
     model, tokenizer = tiny_translator()
     pairs = synthetic_dates(96, seed=5)

@@ -22,6 +22,7 @@ __all__ = [
     "add_search_arguments",
     "add_translator_arguments",
     "check_translator_arguments",
+    "refuse_export_without_model",
     "search_settings",
     "load_search_translator",
     "translating",
@@ -466,26 +467,29 @@ def check_translator_arguments(
     `kinds` as for `check_paths`."""
     check_paths(args, workdir="folder", **kinds)
     if not serves_exports:
-        _refuse_export_without_model(args)
+        refuse_export_without_model(
+            getattr(args, "workdir", None), "--workdir", args.command
+        )
     check_weights(args)
 
 
-def _refuse_export_without_model(args: argparse.Namespace) -> None:
+def refuse_export_without_model(
+    folder: str | os.PathLike[str] | None, argument: str, command: str
+) -> None:
     """An export of another format than the SavedModel (no Keras model) as
-    ``--workdir`` of a command that needs the Keras model: one line saying
-    what it needs instead."""
+    `folder` (``--workdir``, ``--ensemble``) of a command that needs the Keras
+    model: one line saying what it needs instead."""
     from keras_transformer.export.formats import DEFAULT_FORMAT, serving_format
 
-    workdir = getattr(args, "workdir", None)
-    if workdir is None:
+    if folder is None:
         return
-    export_format = serving_format(workdir)
+    export_format = serving_format(folder)
     if export_format.option != DEFAULT_FORMAT:
         raise CommandError(
-            f"--workdir {workdir} is a {export_format.name} export, which only "
-            f"`keras-transformer translate` serves; {args.command} needs the Keras "
-            "model: pass a training run folder (train --workdir) or a SavedModel "
-            "export folder (keras-transformer export without --format)."
+            f"{argument} {folder} is a {export_format.name} export, which only "
+            f"`keras-transformer translate --workdir` serves; {command} needs the "
+            "Keras model: pass a training run folder (train --workdir) or a "
+            "SavedModel export folder (keras-transformer export without --format)."
         )
 
 

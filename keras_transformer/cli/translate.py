@@ -11,6 +11,7 @@ from keras_transformer.cli._common import (
     check_path,
     check_run_kind,
     check_translator_arguments,
+    refuse_export_without_model,
     search_settings,
     translating,
     warn,
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.ensemble:
         check_path(path, "folder", "--ensemble")
         check_run_kind(path, "translation", "--ensemble", NAME)
+        refuse_export_without_model(path, "--ensemble", f"{NAME} --ensemble")
     from keras_transformer.export.formats import TranslatorLike, serving_format
     from keras_transformer.translation import read_lines, write_lines
 
