@@ -467,8 +467,9 @@ def check_translator_arguments(
     `kinds` as for `check_paths`."""
     check_paths(args, workdir="folder", **kinds)
     if not serves_exports:
+        command = getattr(args, "command", "the command")
         refuse_export_without_model(
-            getattr(args, "workdir", None), "--workdir", args.command
+            getattr(args, "workdir", None), "--workdir", command
         )
     check_weights(args)
 
