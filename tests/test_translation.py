@@ -198,6 +198,12 @@ def test_evaluate_loads_a_folder_and_explains_mistakes(model_dir: Path) -> None:
         translation.translate_lines(model, tokenizer, SOURCES, beam_size=0)
     with pytest.raises(TypeError, match="list of strings"):
         translation.translate_lines(model, tokenizer, "one sentence")
+    # The fix names what was passed: bytes are decoded, anything else is not
+    # text at all (a None said "Decode bytes to str first").
+    with pytest.raises(TypeError, match=r"\[1\]` is a bytes.*Decode bytes to str"):
+        translation.translate_lines(model, tokenizer, ["a", b"b"])
+    with pytest.raises(TypeError, match=r"\[0\]` is a NoneType.*Pass one str per"):
+        translation.translate_lines(model, tokenizer, [None])
 
 
 def test_read_lines_keeps_alignment(tmp_path: Path) -> None:

@@ -106,9 +106,14 @@ class TextPairs:
         for name, sentences in (("sources", self.sources), ("targets", self.targets)):
             for i, sentence in enumerate(sentences):
                 if not isinstance(sentence, str):
+                    fix = (
+                        "Decode bytes to str"
+                        if isinstance(sentence, bytes)
+                        else "Pass one str per sentence"
+                    )
                     raise TypeError(
                         f"TextPairs.{name}[{i}] is a {type(sentence).__name__}, "
-                        "not a str. Decode bytes to str before building TextPairs."
+                        f"not a str. {fix} before building TextPairs."
                     )
 
     def __len__(self) -> int:

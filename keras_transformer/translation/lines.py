@@ -30,9 +30,13 @@ def check_lines(name: str, lines: Any) -> list[str]:
     lines = list(lines)
     for i, line in enumerate(lines):
         if not isinstance(line, str):
+            fix = (
+                "Decode bytes to str first"
+                if isinstance(line, bytes)
+                else "Pass one str per sentence"
+            )
             raise TypeError(
-                f"`{name}[{i}]` is a {type(line).__name__}, not a str. Decode "
-                "bytes to str first."
+                f"`{name}[{i}]` is a {type(line).__name__}, not a str. {fix}."
             )
     return lines
 

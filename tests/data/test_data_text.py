@@ -139,8 +139,10 @@ def test_text_pairs_api() -> None:
     assert len(list(TextPairs((), ()).to_dataset())) == 0
     with pytest.raises(ValueError, match="2 sources and 1 targets"):
         TextPairs(("a", "b"), ("x",))
-    with pytest.raises(TypeError, match="not a str"):
+    with pytest.raises(TypeError, match="a bytes, not a str. Decode bytes"):
         TextPairs((b"a",), ("x",))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a NoneType, not a str. Pass one str"):
+        TextPairs(("a",), (None,))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         pairs.skipped["new"] = 1  # type: ignore[index]
 
