@@ -214,18 +214,28 @@ def test_commands_that_need_the_keras_model_name_a_ctranslate2_export(
     assert not (tmp_path / "out").exists()
 
 
-def test_average_checkpoints_of_a_ctranslate2_export_names_the_export(
-    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize(
+    "command, holds_no",
+    [("average-checkpoints", "checkpoints to average"), ("complete", "test images")],
+)
+def test_commands_that_need_a_run_name_a_ctranslate2_export(
+    folder: Path,
+    tmp_path: Path,
+    command: str,
+    holds_no: str,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """``average-checkpoints --workdir <CTranslate2 export>`` said
-    ``tokenizer/tokenizer.model not found``; one line names the export."""
-    output = tmp_path / "averaged.weights.h5"
-    argv = ["average-checkpoints", "--workdir", str(folder), "--output", str(output)]
+    ``tokenizer/tokenizer.model not found``, and ``complete`` took the
+    export's own config.json for a translation run's; one line names the
+    export."""
+    output = tmp_path / "output"
+    argv = [command, "--workdir", str(folder), "--output", str(output)]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert f"--workdir {folder} is a CTranslate2 export" in err
-    assert "holds no checkpoints" in err and "train --workdir" in err
+    assert f"holds no {holds_no}" in err and "train --workdir" in err
     assert not output.exists()
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "add_search_arguments",
     "add_translator_arguments",
     "check_translator_arguments",
+    "refuse_export",
     "refuse_export_without_model",
     "search_settings",
     "load_search_translator",
@@ -205,9 +206,9 @@ def check_run_kind(
 ) -> None:
     """Refuses a run folder of another kind than the command decodes.
 
-    `value` is a folder already checked by `check_path`; one without a
-    ``config.json`` (an export folder, or no run at all) is left to the
-    loader, which says what it is.
+    `value` is a folder already checked by `check_path`; an export folder,
+    or one without a ``config.json`` (no run at all), is left to the loader,
+    which says what it is.
 
     Args:
         value: the run folder given.
@@ -218,10 +219,12 @@ def check_run_kind(
     Raises:
         CommandError: naming the folder, its kind, and the commands for it.
     """
+    from keras_transformer.export.formats import export_format_of
     from keras_transformer.runs import RunFolder
 
     folder = RunFolder(value)
-    if not folder.config_file.is_file():
+    # A CTranslate2 export holds a config.json of its own, not a run's.
+    if not folder.config_file.is_file() or export_format_of(value) is not None:
         return
     found = folder.kind()
     if found == kind:
@@ -472,6 +475,20 @@ def check_translator_arguments(
             getattr(args, "workdir", None), "--workdir", command
         )
     check_weights(args)
+
+
+def refuse_export(folder: str | os.PathLike[str], argument: str, holds_no: str) -> None:
+    """An export folder of any format given where a command needs a training
+    run: one line naming the format and what the export does not hold."""
+    from keras_transformer.export.formats import export_format_of
+
+    export_format = export_format_of(folder)
+    if export_format is not None:
+        raise CommandError(
+            f"{argument} {folder} is a {export_format.name} export, which holds no "
+            f"{holds_no}: pass the folder of the training run it was exported "
+            "from (train --workdir)."
+        )
 
 
 def refuse_export_without_model(

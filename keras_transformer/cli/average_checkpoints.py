@@ -8,6 +8,7 @@ from keras_transformer.cli._common import (
     CommandError,
     add_weights_without_fingerprint_argument,
     check_paths,
+    refuse_export,
 )
 
 NAME = "average-checkpoints"
@@ -35,16 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Writes the averaged weights and says where."""
     check_paths(args, workdir="folder", output="new file")
-    from keras_transformer.export.formats import export_format_of
+    refuse_export(args.workdir, "--workdir", "checkpoints to average")
     from keras_transformer.training import average_checkpoints
-
-    export_format = export_format_of(args.workdir)
-    if export_format is not None:
-        raise CommandError(
-            f"--workdir {args.workdir} is a {export_format.name} export, which "
-            "holds no checkpoints to average: pass the folder of the training run "
-            "it was exported from (train --workdir)."
-        )
 
     try:
         path = average_checkpoints(args.workdir, last=args.last, output=args.output)

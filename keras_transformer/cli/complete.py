@@ -14,6 +14,7 @@ from keras_transformer.cli._common import (
     add_weights_without_fingerprint_argument,
     check_paths,
     check_run_kind,
+    refuse_export,
 )
 
 NAME = "complete"
@@ -44,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
     """Writes the grid and says where."""
     check_paths(args, workdir="folder", output="new file")
     check_run_kind(args.workdir, "image", "--workdir", NAME)
+    refuse_export(
+        args.workdir,
+        "--workdir",
+        "test images (an image export completes images through its `complete` "
+        "signature)",
+    )
     from keras_transformer.training.image_recipe import complete_run_images
 
     names = ("weights", "samples", "given_rows", "temperature", "seed")

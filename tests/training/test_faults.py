@@ -914,10 +914,17 @@ def test_an_output_file_never_writes_over_a_run_or_an_export(
         ([*train, str(run / "checkpoints" / "new_run")], "into checkpoints/"),
         ([*train, str(exported / "new_run")], "SavedModel"),
     ]
-    # average-checkpoints of an export said that config.json was missing.
-    argv = ["average-checkpoints", "--workdir", str(exported)]
-    assert cli.main(argv) == 2
-    _one_line_error(capsys, "is a SavedModel export", "holds no checkpoints")
+    # average-checkpoints and complete of an export said that config.json
+    # was missing.
+    for argv, holds_no in [
+        (["average-checkpoints", "--workdir", str(exported)], "checkpoints"),
+        (
+            ["complete", "--workdir", str(exported), "--output", str(tmp_path / "x")],
+            "test",
+        ),
+    ]:
+        assert cli.main(argv) == 2
+        _one_line_error(capsys, "is a SavedModel export", f"holds no {holds_no}")
     for argv, words in folder_cases:
         assert cli.main(argv) == 2, argv
         option = "--output" if argv[0] == "export" else "--workdir"
