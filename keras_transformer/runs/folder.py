@@ -222,10 +222,21 @@ class RunFolder:
         run, or holds only what a run writes (a run killed before its
         ``config.json``) and hidden files (temporary ones, ``.DS_Store``); one
         that holds other files (an export, a run's ``checkpoints/``, someone's
-        files) is refused in one line naming them.
+        files) is refused in one line naming them. So is a folder whose
+        ``config.json`` is not a run's (a CTranslate2 export holds one of its
+        own, which `train` replaced).
         """
-        if not self.path.is_dir() or self.config_file.is_file():
+        if not self.path.is_dir():
             return self
+        if self.config_file.is_file():
+            if set(self.raw_config()) & {"model", "data", "train"}:
+                return self
+            raise ValueError(
+                f"{self.config_file} is not a run's config (it has no model, data "
+                "or train section; a CTranslate2 export holds such a file): train "
+                "writes a run folder of its own. Pass a new or empty folder, or "
+                "the --workdir of a run to resume."
+            )
         run_names = {*RUN_ENTRIES, TRANSLATIONS_DIR}
         others = sorted(
             entry.name

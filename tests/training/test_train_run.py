@@ -402,6 +402,19 @@ def test_train_refuses_a_folder_that_holds_files_but_no_run(run, tmp_path, capsy
     assert len(error.splitlines()) == 1 and "holds notes.txt but no run" in error
     assert "Pass a new or empty folder" in error
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    # A CTranslate2 export holds a config.json of its own: train replaced it
+    # with the run's and trained a run into the export.
+    converted = tmp_path / "ct2"
+    converted.mkdir()
+    (converted / "config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+    (converted / "model.bin").write_bytes(b"weights")
+    files = {p.name: p.read_bytes() for p in converted.iterdir()}
+    with pytest.raises(ValueError, match=r"config.json is not a run's config"):
+        train(config, converted, printer=None)
+    assert main(["train", str(config_file), "--workdir", str(converted)]) != 0
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "Pass a new or empty folder" in error
+    assert {p.name: p.read_bytes() for p in converted.iterdir()} == files
     # What a run writes before its config.json (a run killed at its start),
     # and hidden files, leave the folder trainable.
     started = tmp_path / "started"
