@@ -36,6 +36,7 @@ __all__ = [
     "check_pair",
     "check_positive_int",
     "check_rate",
+    "check_sentence",
     "check_string",
 ]
 
@@ -172,6 +173,18 @@ def check_string(name: str, value: Any, *, allow_none: bool = False) -> None:
         return
     if not isinstance(value, str) or not value:
         _fail(name, "a non-empty string", value, allow_none)
+
+
+def check_sentence(name: str, value: Any) -> None:
+    """Raises `TypeError` unless `value` is a str (one sentence of text); the
+    fix names what was passed: bytes to decode, or something not text."""
+    if not isinstance(value, str):
+        fix = (
+            "Decode bytes to str first"
+            if isinstance(value, bytes)
+            else "Pass one str per sentence"
+        )
+        raise TypeError(f"`{name}` is a {type(value).__name__}, not a str. {fix}.")
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

@@ -34,6 +34,8 @@ from typing import Literal
 
 import tensorflow as tf
 
+from keras_transformer.validation import check_sentence
+
 __all__ = [
     "BAD_LINE_POLICIES",
     "BadLinePolicy",
@@ -105,16 +107,7 @@ class TextPairs:
             )
         for name, sentences in (("sources", self.sources), ("targets", self.targets)):
             for i, sentence in enumerate(sentences):
-                if not isinstance(sentence, str):
-                    fix = (
-                        "Decode bytes to str"
-                        if isinstance(sentence, bytes)
-                        else "Pass one str per sentence"
-                    )
-                    raise TypeError(
-                        f"TextPairs.{name}[{i}] is a {type(sentence).__name__}, "
-                        f"not a str. {fix} before building TextPairs."
-                    )
+                check_sentence(f"TextPairs.{name}[{i}]", sentence)
 
     def __len__(self) -> int:
         return len(self.sources)

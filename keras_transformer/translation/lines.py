@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.files import write_atomically, write_error
+from keras_transformer.validation import check_sentence
 
 
 def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
@@ -29,15 +30,7 @@ def check_lines(name: str, lines: Any) -> list[str]:
         )
     lines = list(lines)
     for i, line in enumerate(lines):
-        if not isinstance(line, str):
-            fix = (
-                "Decode bytes to str first"
-                if isinstance(line, bytes)
-                else "Pass one str per sentence"
-            )
-            raise TypeError(
-                f"`{name}[{i}]` is a {type(line).__name__}, not a str. {fix}."
-            )
+        check_sentence(f"{name}[{i}]", line)
     return lines
 
 
