@@ -44,13 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Writes the grid and says where."""
     check_paths(args, workdir="folder", output="new file")
-    check_run_kind(args.workdir, "image", "--workdir", NAME)
     refuse_export(
         args.workdir,
         "--workdir",
         "test images (an image export completes images through its `complete` "
         "signature)",
     )
+    check_run_kind(args.workdir, "image", "--workdir", NAME)
     from keras_transformer.training.image_recipe import complete_run_images
 
     names = ("weights", "samples", "given_rows", "temperature", "seed")
