@@ -233,6 +233,55 @@ def test_search_inside_a_callers_tf_function(model):
     np.testing.assert_allclose(beam_scores, expected.scores, atol=1e-5)
 
 
+def _while_bodies(graph_def) -> list:
+    """The function definitions that `While` loops of `graph_def` run as
+    their bodies, nested loops included."""
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    bodies, pending = [], [list(graph_def.node)]
+    while pending:
+        for node in pending.pop():
+            if node.op in ("While", "StatelessWhile"):
+                body = functions[node.attr["body"].func.name]
+                bodies.append(body)
+                pending.append(list(body.node_def))
+    return bodies
+
+
+@pytest.mark.parametrize("static_shapes", [False, True], ids=["graph", "xla"])
+def test_the_search_loop_projects_onto_the_vocabulary_without_a_transpose(
+    model, static_shapes
+):
+    """The cached step's pre-softmax projection (§3.4) multiplies by `E^T`
+    made once before the loop (`ScaledEmbedding.output_matrix`): no `MatMul`
+    in the loop transposes an operand (with `transpose_b` over the 1,000
+    x 64 embedding, a product of a few rows took about twice as long)."""
+    decoder = Decoder(model)
+    settings = DecodeSettings(beam_size=2, extra_length=EXTRA)
+
+    @tf.function(autograph=False)
+    def search(source_ids, limits):
+        return decoder.search(
+            source_ids, limits, settings, max_length=8, static_shapes=static_shapes
+        )
+
+    graph = search.get_concrete_function(
+        tf.TensorSpec([None, None] if not static_shapes else [3, 6], tf.int32),
+        tf.TensorSpec([None] if not static_shapes else [3], tf.int32),
+    ).graph
+    bodies = _while_bodies(graph.as_graph_def())
+    assert bodies, "the search runs no While loop"
+    products = [
+        node for body in bodies for node in body.node_def if node.op == "MatMul"
+    ]
+    assert products, "no MatMul in the loop"
+    transposed = [
+        node.name
+        for node in products
+        if node.attr["transpose_a"].b or node.attr["transpose_b"].b
+    ]
+    assert transposed == []
+
+
 def test_decoder_is_cached_per_model(model):
     assert get_decoder(model) is get_decoder(model)
     assert get_decoder(model) is not get_decoder(model, True)

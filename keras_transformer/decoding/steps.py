@@ -103,6 +103,8 @@ def cached_step(
     caches = stack.init_cache(encoder_output, 0 if grow else max_length, beam)
     fixed, changing = _split_caches(caches)
     padding_mask = tf.not_equal(source_ids, PAD_ID)
+    # E^T once per search, not in every step (`ScaledEmbedding.output_matrix`).
+    output_matrix = stack.target_embedding.output_matrix()
     state: dict[str, Any] = {"caches": changing}
     if grow:
         state.update(fixed=fixed, padding_mask=padding_mask)
@@ -128,6 +130,7 @@ def cached_step(
             state.get("padding_mask", padding_mask),
             _history_mask(history, index, size, beam, length),
             append=grow,
+            output_matrix=output_matrix,
         )
         # (size * beam, vocabulary), the vocabulary static where it is known.
         vocabulary = logits.shape[-1] or -1

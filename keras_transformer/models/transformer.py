@@ -350,6 +350,7 @@ class TransformerStack:
         source_padding_mask: Any,
         beam_mask: Any,
         append: bool = False,
+        output_matrix: Any = None,
     ) -> tuple[Any, DecoderCaches]:
         """One decoder step of `beam` hypotheses per example (beam search).
 
@@ -376,6 +377,8 @@ class TransformerStack:
                 grow by one (shapes change every step: a TensorFlow graph,
                 not XLA); otherwise they have a fixed size and the step is
                 written at `index`.
+            output_matrix: `target_embedding.output_matrix()`, computed once
+                before the steps of a search (the same logits, faster).
 
         Returns:
             `(logits, caches)`: float32 `(batch, beam, vocabulary)` and the
@@ -416,6 +419,7 @@ class TransformerStack:
             self_attention_mask=beam_mask,
             use_causal_mask=False,  # the history mask is causal
             positions=positions,
+            output_matrix=output_matrix,
         )
 
     def _decode_cached(
@@ -424,6 +428,7 @@ class TransformerStack:
         caches: DecoderCaches,
         index: Any,
         source_padding_mask: Any,
+        output_matrix: Any = None,
         **step: Any,
     ) -> tuple[Any, DecoderCaches]:
         """The decoder blocks over their caches (`DecoderBlock.call` with a
@@ -438,15 +443,17 @@ class TransformerStack:
                 **step,
             )
             new_caches.append(cache)
-        return self._logits(hidden), new_caches
+        return self._logits(hidden, output_matrix=output_matrix), new_caches
 
-    def _logits(self, hidden: Any, last_position_only: bool = False) -> Any:
+    def _logits(
+        self, hidden: Any, last_position_only: bool = False, output_matrix: Any = None
+    ) -> Any:
         """Final LayerNorm (pre-LN), then the projection tied to `E` (§3.4)."""
         if self.decoder_final_norm is not None:
             hidden = self.decoder_final_norm(hidden)
         if last_position_only:
             hidden = hidden[:, -1:]  # (batch, 1, d_model)
-        return self.target_embedding(hidden, reverse=True)
+        return self.target_embedding(hidden, reverse=True, output_matrix=output_matrix)
 
 
 def _grown(cache: dict[str, Any], rows: int) -> dict[str, Any]:

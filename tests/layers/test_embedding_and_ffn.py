@@ -41,6 +41,27 @@ def test_reverse_uses_the_same_matrix():
     assert len(layer.weights) == 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "mixed_float16"])
+def test_a_precomputed_output_matrix_gives_the_same_logits(dtype):
+    """`output_matrix()` is `E^T` in the compute dtype; passing it (as a
+    decoding loop does, once per search) changes nothing in the logits."""
+    layer = ScaledEmbedding(10, 8, dtype=dtype)
+    hidden = layer(np.array([[1, 2, 3], [4, 5, 6]]))  # (2, 3, 8)
+    matrix = layer.output_matrix()
+    assert tuple(matrix.shape) == (8, 10)
+    assert keras.backend.standardize_dtype(matrix.dtype) == layer.compute_dtype
+    table = ops.convert_to_numpy(ops.cast(layer.embeddings, layer.compute_dtype))
+    np.testing.assert_array_equal(ops.convert_to_numpy(matrix), table.T)
+    logits = layer(hidden, reverse=True, output_matrix=matrix)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(logits),
+        ops.convert_to_numpy(layer(hidden, reverse=True)),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
 def test_reverse_logits_are_float32_under_mixed_precision():
     layer = ScaledEmbedding(10, 8, dtype="mixed_float16")
     hidden = layer(np.array([[1, 2]]))
