@@ -177,6 +177,43 @@ def test_a_jit_compiled_export_holds_one_xla_program_per_small_shape(
     assert empty["token_ids"].shape[0] == 0 and empty["lengths"].shape == (0,)
 
 
+def test_a_jit_compiled_export_runs_no_graph_search_for_a_few_sentences(
+    jit_exported: Path,
+) -> None:
+    """The function that picks the compiled search (its `If` whose branches
+    stay functions) holds the graph search in one branch of a `tf.cond`, the
+    other branch empty: 1 to 4 sentences skip it, where it used to run on no
+    rows (its encoder and its loop's set-up at every call). Larger batches
+    give the plain export's outputs (the test above)."""
+    functions = {f.signature.name: f for f in _function_library(jit_exported)}
+    loops = ("While", "StatelessWhile")
+
+    def conds(function: Any, lowered: bool) -> list[Any]:
+        return [
+            node
+            for node in function.node_def
+            if node.op in ("If", "StatelessIf")
+            and node.attr["_lower_using_switch_merge"].b == lowered
+        ]
+
+    def holds_loop(name: str) -> bool:
+        return any(node.op in loops for node in functions[name].node_def)
+
+    choosers = [f for f in functions.values() if conds(f, lowered=False)]
+    assert choosers, "no If of the compiled searches"
+    for chooser in choosers:
+        assert not [n.name for n in chooser.node_def if n.op in loops]
+        # (then, else) of each lowered cond: whether each branch loops.
+        branches = [
+            [
+                holds_loop(node.attr[key].func.name)
+                for key in ("then_branch", "else_branch")
+            ]
+            for node in conds(chooser, lowered=True)
+        ]
+        assert [pair for pair in branches if any(pair)] == [[False, True]]
+
+
 @pytest.mark.slow  # XLA compiles six searches (18 s here, with -n 2)
 def test_a_jit_compiled_export_translates_small_batches_like_the_graph(
     exported: Path, jit_exported: Path

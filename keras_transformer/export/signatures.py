@@ -285,25 +285,17 @@ def _either_search(
     """The XLA search of `compiled` for a few sentences, the graph's for a
     larger batch.
 
-    Both run, one of them on no rows: the graph search on every row unless
-    there are 1 to `COMPILED_BATCH_SIZES[-1]`, the compiled one (in an `If`
-    whose branches stay functions, `_functional_cond`) on those rows or on
-    none; their outputs are stacked. A `tf.cond` between the two searches ran
-    the graph search as a function called at every step (its loop not
-    lowered: 1.3x slower) or, lowered, let Grappler's constant folding give
-    it the compiled search's batch size.
+    The graph search runs in a lowered `tf.cond` unless there are 1 to
+    `COMPILED_BATCH_SIZES[-1]` sentences (on no rows it still ran its
+    encoder and its loop's set-up at every call); the compiled one, in an
+    `If` whose branches stay functions (`_functional_cond`), on those rows
+    or on none; their outputs are stacked. One `tf.cond` between the two
+    searches ran the graph search as a function called at every step (its
+    loop not lowered: 1.3x slower) or, lowered, let Grappler's constant
+    folding give it the compiled search's batch size.
     """
     batch = tf.shape(source)[0]
     is_small = (batch >= 1) & (batch <= COMPILED_BATCH_SIZES[-1])
-    rows = tf.where(is_small, 0, batch)
-    graph_outputs = decoder.search(
-        source[:rows],
-        limits[:rows],
-        settings.decode,
-        max_length=settings.max_output_length,
-        start_id=settings.start_id,
-        end_id=settings.end_id,
-    )
 
     def nothing() -> tuple[tf.Tensor, ...]:
         return (
@@ -311,6 +303,18 @@ def _either_search(
             tf.zeros([0], tf.float32),
             tf.zeros([0], tf.int32),
         )
+
+    def graph_search() -> tuple[tf.Tensor, ...]:
+        return decoder.search(
+            source,
+            limits,
+            settings.decode,
+            max_length=settings.max_output_length,
+            start_id=settings.start_id,
+            end_id=settings.end_id,
+        )
+
+    graph_outputs = tf.cond(is_small, nothing, graph_search)
 
     compiled_outputs = _functional_cond(
         is_small, lambda: compiled(source, limits), nothing
