@@ -21,7 +21,17 @@ import os
 import time
 from types import TracebackType
 
-__all__ = ["BackgroundLoad", "load_average"]
+__all__ = ["SERVED_CODE", "BackgroundLoad", "load_average"]
+
+#: What a serving figure depends on (a results record's ``depends_on``
+#: besides its script): the export, and the search and model it runs.
+SERVED_CODE = [
+    "keras_transformer/export",
+    "keras_transformer/decoding",
+    "keras_transformer/models/transformer.py",
+    "keras_transformer/layers",
+    "keras_transformer/backend",
+]
 
 
 def load_average() -> float:

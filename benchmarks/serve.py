@@ -83,7 +83,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conditions import BackgroundLoad, load_average
+from conditions import SERVED_CODE, BackgroundLoad, load_average
 
 TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
@@ -781,7 +781,7 @@ def _write_record(
         machine=f"{describe_machine()}; " + "; ".join(conditions[1:]),
         what="serving speed of the SavedModel exports against CTranslate2 on the "
         "same weights, with the CPU, thread settings and load it ran under",
-        depends_on=["benchmarks/serve.py", "keras_transformer/export"],
+        depends_on=["benchmarks/serve.py", *SERVED_CODE],
     )
     print(f"results record: {path}")
 

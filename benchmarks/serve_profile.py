@@ -32,6 +32,8 @@ import sys
 import time
 from typing import Any
 
+from conditions import SERVED_CODE
+
 #: Op types of the model's matrix products (oneDNN's names included).
 MATRIX_PRODUCTS = (
     "MatMul",
@@ -176,7 +178,7 @@ def _write_record(args: argparse.Namespace, figures: dict[str, float]) -> None:
         machine=f"{describe_machine()}; load average {os.getloadavg()[0]:.1f}",
         what="where the exported search's time goes: the op times of one call "
         "of the frozen serving graph, summed by op",
-        depends_on=["benchmarks/serve_profile.py", "keras_transformer/export"],
+        depends_on=["benchmarks/serve_profile.py", *SERVED_CODE],
     )
     print(f"results record: {path}")
 
