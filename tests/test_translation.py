@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -399,6 +400,36 @@ def test_translate_command_warns_once_about_cut_lines(
     source.write_text(f"{SOURCES[0]}\n\n{SOURCES[1]}\n", encoding="utf-8")
     assert translate_command.run(_parse(translate_command.add_arguments, argv)) == 0
     assert _stderr_lines(capfd.readouterr().err) == []
+
+
+def test_evaluate_refuses_an_empty_source_or_reference(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blank line of a test set would be scored (an empty translation
+    against its reference, or one against nothing), and BLEU would hide a
+    misaligned file: refused in one line that names it; on the command line
+    before the model loads."""
+    model, tokenizer = tiny_translator()
+    references = [REFERENCES[0], " ", REFERENCES[2]]
+    with pytest.raises(ValueError, match=r"^reference 2 \(counting from 1\) is empty"):
+        translation.evaluate(model, SOURCES[:3], references, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=r"^sources 1, 3 \(counting from 1\) are emp"):
+        translation.evaluate(
+            model, ["", SOURCES[1], "\t"], REFERENCES[:3], tokenizer=tokenizer
+        )
+    source, reference = tmp_path / "test.src", tmp_path / "test.ref"
+    source.write_text("\n".join(SOURCES[:3]) + "\n", encoding="utf-8")
+    reference.write_text(f"{REFERENCES[0]}\n\n{REFERENCES[2]}\n", encoding="utf-8")
+
+    def no_model(args: argparse.Namespace) -> None:
+        raise AssertionError("the model loaded before the test set was checked")
+
+    monkeypatch.setattr(evaluate_command, "load_search_translator", no_model)
+    argv = ["--workdir", str(model_dir), "--source", str(source), "--reference"]
+    args = _parse(evaluate_command.add_arguments, [*argv, str(reference)])
+    message = rf"^line 2 of {re.escape(str(reference))} \(counting from 1\) is empty"
+    with pytest.raises(ValueError, match=message):
+        evaluate_command.run(args)
 
 
 def test_evaluate_command_warns_about_cut_sentences(

@@ -128,6 +128,7 @@ def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
 def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]:
     """(sources, references, name) from --source/--reference or a data set."""
     from keras_transformer.translation import read_lines
+    from keras_transformer.translation.lines import refuse_empty_pairs
 
     if args.source or args.reference:
         if not (args.source and args.reference):
@@ -141,6 +142,15 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
                 f"{args.source} has {len(sources)} lines but {args.reference} has "
                 f"{len(references)}: the files must be line-aligned."
             )
+        # Before the model loads (as `translation.evaluate` refuses them).
+        refuse_empty_pairs(
+            sources,
+            references,
+            (
+                f"line{{s}} {{lines}} of {args.source}",
+                f"line{{s}} {{lines}} of {args.reference}",
+            ),
+        )
         name = Path(args.source).name
     else:
         pairs, name = _task_pairs(args, workdir)

@@ -10,7 +10,11 @@ from typing import Any
 import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.translation.lines import SOURCES_MISMATCH, check_line_pairs
+from keras_transformer.translation.lines import (
+    SOURCES_MISMATCH,
+    check_line_pairs,
+    refuse_empty_pairs,
+)
 from keras_transformer.translation.scores import EvaluationResult
 from keras_transformer.translation.translator import Translator
 
@@ -53,12 +57,17 @@ def evaluate(
         An `EvaluationResult`: ``bleu``, ``chrf`` (0-100), their sacrebleu
         signatures, ``exact_match``, and every translation.
 
+    Raises:
+        ValueError: (one line) for a pair whose source or reference is empty
+            or blank (`refuse_empty_pairs`), before anything is translated.
+
     Reference: Vaswani et al. (2017), §6.1; Post (2018), "A Call for Clarity
     in Reporting BLEU Scores".
     """
     sources, references = check_line_pairs(
         "source_sentences", source_sentences, references, SOURCES_MISMATCH
     )
+    refuse_empty_pairs(sources, references)
     if isinstance(model_or_workdir, keras.Model):
         if tokenizer is None:
             raise ValueError(

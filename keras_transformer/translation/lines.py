@@ -41,6 +41,28 @@ SOURCES_MISMATCH = (
 )
 
 
+def refuse_empty_pairs(
+    sources: Sequence[str],
+    references: Sequence[str],
+    places: tuple[str, str] = ("source{s} {lines}", "reference{s} {lines}"),
+) -> None:
+    """A `ValueError` (one line) naming the test pairs, counted from 1, whose
+    source or reference is empty or blank: its translation would be scored
+    against nothing (or nothing against its reference), and BLEU would hide
+    a misaligned file. `places` words them for sources and references
+    (``{lines}``: their numbers, ``{s}``: a plural's s)."""
+    for place, lines in zip(places, (sources, references), strict=True):
+        empty = [number for number, line in enumerate(lines, 1) if not line.strip()]
+        if empty:
+            many = len(empty) > 1
+            where = place.format(lines=describe_lines(empty), s="s" if many else "")
+            raise ValueError(
+                f"{where} (counting from 1) {'are' if many else 'is'} empty: every "
+                "test pair needs a source and a reference. Remove the pair from "
+                "both, or fix their alignment."
+            )
+
+
 def check_line_pairs(
     name: str, lines: Any, references: Any, mismatch: str
 ) -> tuple[list[str], list[str]]:
@@ -112,6 +134,7 @@ def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> No
 __all__ = [
     "SOURCES_MISMATCH",
     "check_line_pairs",
+    "refuse_empty_pairs",
     "check_lines",
     "describe_lines",
     "read_lines",
