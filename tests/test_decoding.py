@@ -253,8 +253,8 @@ def test_the_search_loop_projects_onto_the_vocabulary_without_a_transpose(
 ):
     """The cached step's pre-softmax projection (§3.4) multiplies by `E^T`
     made once before the loop (`ScaledEmbedding.output_matrix`): no `MatMul`
-    in the loop transposes an operand (with `transpose_b` over the 1,000
-    x 64 embedding, a product of a few rows took about twice as long)."""
+    in the loop transposes an operand (`transpose_b` in every step was the
+    slower product for the few rows of a sentence or two)."""
     decoder = Decoder(model)
     settings = DecodeSettings(beam_size=2, extra_length=EXTRA)
 

@@ -46,8 +46,8 @@ class ScaledEmbedding(keras.layers.Layer):
         reverse: project hidden states onto the vocabulary (logits).
         output_matrix: with `reverse`, `output_matrix()` computed once by
             the caller: a decoding loop passes it to every step, whose
-            product over a few rows is then a plain `MatMul`, about twice
-            as fast as one with the transposed operand (the same logits).
+            product is then a plain `MatMul`, for a few rows faster than
+            one with the transposed operand (the same logits).
 
     Example:
     >>> import numpy as np
