@@ -207,6 +207,38 @@ def test_evaluate_loads_a_folder_and_explains_mistakes(model_dir: Path) -> None:
         translation.translate_lines(model, tokenizer, [None])
 
 
+def test_a_failed_score_log_leaves_no_empty_events_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk once the events file is begun: one line naming the
+    folder, and neither that empty file nor a folder made for it stays
+    (TensorBoard would list an empty run); another writer's file does."""
+    from keras_transformer.files import FileWriteError
+    from keras_transformer.translation import scores
+
+    model, tokenizer = tiny_translator()
+    result = translation.evaluate(
+        model, SOURCES[:2], REFERENCES[:2], tokenizer=tokenizer, beam_size=1
+    )
+    begun = []
+
+    def full_disk(writer, result, step):
+        begun.extend(set(writer_folder.glob("events.out.tfevents.*")) - {other})
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+
+    monkeypatch.setattr(scores, "_write_scores", full_disk)
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    other = existing / "events.out.tfevents.1.host.999999999.0.v2"
+    other.write_bytes(b"another writer's scores")
+    for writer_folder in (tmp_path / "new", existing):
+        with pytest.raises(FileWriteError, match="no scores were logged there"):
+            translation.log_scores(result, writer_folder)
+    assert len(begun) == 2  # each call had begun its events file
+    assert not (tmp_path / "new").exists()
+    assert list(existing.iterdir()) == [other]
+
+
 def test_read_lines_keeps_alignment(tmp_path: Path) -> None:
     path = tmp_path / "in.txt"
     path.write_bytes("\ufeffa\r\n\r\nb\nä ñ 中\n\nlast".encode())

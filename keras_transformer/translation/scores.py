@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -161,18 +162,35 @@ def log_scores(
 
     Raises:
         FileWriteError: one line naming `log_dir` when it cannot be written
-            (read-only, no permission, full disk).
+            (read-only, no permission, full disk); the events file begun
+            there is removed, and so is a folder made for it.
     """
     import tensorflow as tf
 
     log_dir = Path(log_dir)
+    made = not log_dir.exists()
     try:
         writer = tf.summary.create_file_writer(str(log_dir))
         _write_scores(writer, result, step)
     except (OSError, tf.errors.OpError) as e:
+        _remove_own_events_files(log_dir, made)
         raise write_error(
             log_dir, as_os_error(e), kept="no scores were logged there"
         ) from e
+
+
+def _remove_own_events_files(log_dir: Path, made: bool) -> None:
+    """After a failed write (a full disk): this process's events files in
+    `log_dir` (their names hold its PID), which hold no scores, and the
+    folder itself if this call made it and it is now empty. Another
+    writer's files stay."""
+    own = f".{os.getpid()}."
+    with contextlib.suppress(OSError):
+        for path in log_dir.glob("events.out.tfevents.*"):
+            if own in path.name:
+                path.unlink(missing_ok=True)
+        if made and not any(log_dir.iterdir()):
+            log_dir.rmdir()
 
 
 def _write_scores(writer: Any, result: EvaluationResult, step: int) -> None:
