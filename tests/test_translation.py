@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -223,7 +224,8 @@ def test_a_failed_score_log_leaves_no_empty_events_file(
     begun = []
 
     def full_disk(writer, result, step):
-        begun.extend(set(writer_folder.glob("events.out.tfevents.*")) - {other})
+        files = set(writer_folder.glob("events.out.tfevents.*"))
+        begun.extend(files - {other, earlier})
         raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
 
     monkeypatch.setattr(scores, "_write_scores", full_disk)
@@ -231,12 +233,15 @@ def test_a_failed_score_log_leaves_no_empty_events_file(
     existing.mkdir()
     other = existing / "events.out.tfevents.1.host.999999999.0.v2"
     other.write_bytes(b"another writer's scores")
+    # An earlier log of this process (its PID in the name) stays too.
+    earlier = existing / f"events.out.tfevents.2.host.{os.getpid()}.0.v2"
+    earlier.write_bytes(b"this process's earlier scores")
     for writer_folder in (tmp_path / "new", existing):
         with pytest.raises(FileWriteError, match="no scores were logged there"):
             translation.log_scores(result, writer_folder)
     assert len(begun) == 2  # each call had begun its events file
     assert not (tmp_path / "new").exists()
-    assert list(existing.iterdir()) == [other]
+    assert sorted(existing.iterdir()) == sorted([other, earlier])
 
 
 def test_read_lines_keeps_alignment(tmp_path: Path) -> None:

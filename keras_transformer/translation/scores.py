@@ -169,24 +169,33 @@ def log_scores(
 
     log_dir = Path(log_dir)
     made = not log_dir.exists()
+    before = set() if made else set(_events_files(log_dir))
     try:
         writer = tf.summary.create_file_writer(str(log_dir))
         _write_scores(writer, result, step)
     except (OSError, tf.errors.OpError) as e:
-        _remove_own_events_files(log_dir, made)
+        _remove_begun_events_files(log_dir, before, made)
         raise write_error(
             log_dir, as_os_error(e), kept="no scores were logged there"
         ) from e
 
 
-def _remove_own_events_files(log_dir: Path, made: bool) -> None:
-    """After a failed write (a full disk): this process's events files in
-    `log_dir` (their names hold its PID), which hold no scores, and the
-    folder itself if this call made it and it is now empty. Another
-    writer's files stay."""
+def _events_files(log_dir: Path) -> list[Path]:
+    """The TensorBoard events files in `log_dir` (none if it is unreadable)."""
+    try:
+        return list(log_dir.glob("events.out.tfevents.*"))
+    except OSError:
+        return []
+
+
+def _remove_begun_events_files(log_dir: Path, before: set[Path], made: bool) -> None:
+    """After a failed write (a full disk): the events files of `log_dir` that
+    this process began since `before` (their names hold its PID), which
+    hold no scores, and the folder if this call made it and it is now
+    empty. Earlier files, this process's own included, stay."""
     own = f".{os.getpid()}."
     with contextlib.suppress(OSError):
-        for path in log_dir.glob("events.out.tfevents.*"):
+        for path in set(_events_files(log_dir)) - before:
             if own in path.name:
                 path.unlink(missing_ok=True)
         if made and not any(log_dir.iterdir()):
