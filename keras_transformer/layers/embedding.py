@@ -10,7 +10,6 @@ import keras
 from keras import ops
 
 from keras_transformer import backend
-from keras_transformer.backend.portable import reshape_target
 from keras_transformer.validation import check_positive_int
 
 
@@ -101,7 +100,6 @@ class ScaledEmbedding(keras.layers.Layer):
     def call(
         self, inputs: Any, reverse: bool = False, output_matrix: Any = None
     ) -> Any:
-        embeddings = ops.cast(self.embeddings, self.compute_dtype)
         if reverse:
             if inputs.shape[-1] != self.embedding_dim:
                 raise ValueError(
@@ -112,16 +110,14 @@ class ScaledEmbedding(keras.layers.Layer):
             hidden = ops.cast(inputs, self.compute_dtype)
             if output_matrix is None:
                 # (batch, length, vocabulary_size)
+                embeddings = ops.cast(self.embeddings, self.compute_dtype)
                 logits = backend.matmul_transposed(hidden, embeddings)
-            else:  # one 2-D product, as `matmul_transposed`'s
-                flat = ops.reshape(hidden, (-1, self.embedding_dim))
-                leading = reshape_target(hidden, len(hidden.shape) - 1)
-                logits = ops.reshape(
-                    ops.matmul(flat, output_matrix), (*leading, self.vocabulary_size)
-                )
+            else:  # the 2-D product of every linear map of the model
+                logits = backend.linear(hidden, output_matrix)
             return ops.cast(logits, self.logits_dtype)
         if "int" not in str(inputs.dtype):
             inputs = ops.cast(inputs, "int32")
+        embeddings = ops.cast(self.embeddings, self.compute_dtype)
         # (batch, length, embedding_dim)
         outputs = ops.take(embeddings, inputs, axis=0)
         if self.scale:
