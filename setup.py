@@ -23,7 +23,7 @@ VERSION = re.search(
 
 #: What the core needs: layers, models, losses, metrics, schedules, optimizers.
 CORE_REQUIRES = [
-    "keras>=3.8,<4",
+    "keras>=3.13,<4",
     "numpy>=1.26,<3",
 ]
 #: Training, data, decoding, export, evaluation and the command line.

@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quantization",
         default=None,
         help="The SavedModel of a translation run: float32 (default) or int8 "
-        "(its feed-forward layers in int8, Keras' Model.quantize); "
+        "(its feed-forward weights in int8, computed in float32; Keras' "
+        "Model.quantize); "
         "--format litert: int8 dynamic-range weights (default) or float32; "
         "--format ctranslate2: the weight type (float32, the default, int8, "
         "int16, float16, ...; see ctranslate2.get_supported_compute_types('cpu')).",

@@ -227,9 +227,10 @@ def export_translator(
             Serving runs XLA-compiled functions only with its flag
             ``--xla_cpu_compilation_enabled=true``; without `jit_compile`
             the SavedModel needs no flag.
-        quantization: ``"int8"`` serves the model of `runs.exports.quantized` (its
-            feed-forward layers in int8); ``model.keras`` holds the float32
-            model, which `translation.load_translator` quantizes the same way.
+        quantization: ``"int8"`` serves the model of
+            `runs.exports.quantized` (its feed-forward weights in int8,
+            computed in float32); ``model.keras`` holds the float32 model,
+            which `translation.load_translator` quantizes the same way.
         **decode_settings: `DecodeSettings` fields replacing those of
             `settings` (``beam_size``, ``alpha``, ``max_input_length``,
             ``extra_length``).
@@ -542,7 +543,7 @@ _SIGNATURES = {
 
 def _summary(path: Path, kind: str, quantization: str | None) -> str:
     """The closing line of ``keras-transformer export``."""
-    weights = " (feed-forward layers in int8)" if quantization == "int8" else ""
+    weights = " (feed-forward weights in int8)" if quantization == "int8" else ""
     return (
         f"Exported the {kind} run to {path}{weights}: signatures "
         f"{_SIGNATURES[kind]}; Keras model in {path / MODEL_FILE}. Inspect it "
