@@ -24,9 +24,11 @@ from types import TracebackType
 __all__ = ["SERVED_CODE", "BackgroundLoad", "load_average"]
 
 #: What a serving figure depends on (a results record's ``depends_on``
-#: besides its script): the export, and the search and model it runs.
+#: besides its script): the export, the search and model it runs, and the
+#: int8 quantization of the SavedModel (`runs.exports.quantized`).
 SERVED_CODE = [
     "keras_transformer/export",
+    "keras_transformer/runs/exports.py",
     "keras_transformer/decoding",
     "keras_transformer/models/transformer.py",
     "keras_transformer/layers",

@@ -540,7 +540,7 @@ def test_an_int8_export_keeps_float32_quality_and_reloads_as_served(
 def test_int8_weights_multiply_float32_inputs() -> None:
     """Weight-only int8: each quantized Dense holds int8 weights with one scale
     per output unit and multiplies its float32 inputs, not quantized, by the
-    dequantized weights (quantizing the inputs too made batches 2.6 times
+    dequantized weights (quantizing the inputs too made batches 2.5 times
     slower, docs/export.md)."""
     served = export.quantized(tiny_translator()[0], "int8")
     dense = [

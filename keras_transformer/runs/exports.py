@@ -40,7 +40,7 @@ def quantized(model: keras.Model, quantization: str = "float32") -> keras.Model:
     weights with one scale per output unit (its absolute maximum); their
     inputs are not quantized, so each product runs in float32 on the
     dequantized weights (weight-only int8: a quarter of those weights' bytes,
-    float32 speed; quantizing the inputs too was 2.6 times slower at batch
+    float32 speed; quantizing the inputs too was 2.5 times slower at batch
     64, `docs/export.md`). Attention projections, embeddings and the tied
     output projection (§3.4) stay float32. `model` itself is not changed.
 
