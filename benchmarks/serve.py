@@ -89,7 +89,7 @@ TUTORIAL = "tutorial, uncached greedy"
 CURRENT = "this version, beam {beam}"
 #: The same export with `jit_compile=True`: 1 to 4 sentences per call under XLA.
 CURRENT_JIT = "this version, beam {beam}, --jit-compile"
-#: The same with `export --quantization int8` (feed-forward layers in int8).
+#: The same with `export --quantization int8` (feed-forward weights in int8).
 CURRENT_JIT_INT8 = "this version, beam {beam}, --jit-compile, int8"
 #: CTranslate2's own ranking (log P / |Y|^alpha), not re-ranked: not identical.
 OWN_RANKING = "CTranslate2 float32, |Y|^alpha"
