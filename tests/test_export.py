@@ -552,9 +552,13 @@ def test_int8_weights_multiply_float32_inputs() -> None:
     rng = np.random.default_rng(0)
     for layer in dense:
         assert str(layer.kernel.dtype) == "int8"
-        kernel = np.asarray(layer.kernel, "float32") / np.asarray(layer.kernel_scale)
+        kernel, scale, bias = (
+            keras.ops.convert_to_numpy(weight)
+            for weight in (layer.kernel, layer.kernel_scale, layer.bias)
+        )
+        kernel = kernel.astype("float32") / scale
         x = rng.normal(size=(5, kernel.shape[0])).astype("float32")
-        expected = layer.activation(x @ kernel + np.asarray(layer.bias))
+        expected = layer.activation(x @ kernel + bias)
         np.testing.assert_allclose(layer(x), expected, rtol=1e-5, atol=1e-5)
 
 
