@@ -7,7 +7,6 @@ re-exported here for compatibility.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
@@ -169,7 +168,3 @@ def _bucketed(
 def _count_batches(dataset: tf.data.Dataset) -> int:
     """The number of elements of a finite dataset (one pass over it)."""
     return int(dataset.reduce(0, lambda count, _: count + 1))
-
-
-def tokenizer_directory(workdir: Path) -> Path:
-    return Path(workdir) / "tokenizer"
