@@ -444,12 +444,17 @@ def test_evaluate_refuses_an_empty_source_or_reference(
 ) -> None:
     """A blank line of a test set would be scored (an empty translation
     against its reference, or one against nothing), and BLEU would hide a
-    misaligned file: refused in one line that names it; on the command line
-    before the model loads."""
+    misaligned file: refused in one line that names it, by `Translator.evaluate`
+    too; on the command line before the model loads."""
     model, tokenizer = tiny_translator()
     references = [REFERENCES[0], " ", REFERENCES[2]]
     with pytest.raises(ValueError, match=r"^reference 2 \(counting from 1\) is empty"):
         translation.evaluate(model, SOURCES[:3], references, tokenizer=tokenizer)
+    translator = translation.Translator(model, tokenizer)
+    with pytest.raises(ValueError, match=r"^reference 2 \(counting from 1\) is empty"):
+        translator.evaluate(SOURCES[:3], references)
+    with pytest.raises(ValueError, match=r"^source 1 \(counting from 1\) is empty"):
+        translator.evaluate(["", *SOURCES[1:3]], REFERENCES[:3])
     with pytest.raises(ValueError, match=r"^sources 1, 3 \(counting from 1\) are emp"):
         translation.evaluate(
             model, ["", SOURCES[1], "\t"], REFERENCES[:3], tokenizer=tokenizer

@@ -30,6 +30,7 @@ from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding import DecodeSettings
 from keras_transformer.training.checkpoints import mean_of_weights
 from keras_transformer.translation import Translator
+from keras_transformer.translation.lines import refuse_empty_pairs
 from keras_transformer.validation import check_positive_int
 
 __all__ = ["BleuEarlyStopping", "CheckpointAveraging"]
@@ -222,6 +223,8 @@ class BleuEarlyStopping(keras.callbacks.EarlyStopping):
                 "BleuEarlyStopping needs at least one validation sentence; pass "
                 "a sample of the validation pairs as sources and references."
             )
+        # Refused now, not at the end of the first epoch.
+        refuse_empty_pairs(sources, references)
         if not isinstance(tokenizer, SubwordTokenizer):
             raise TypeError(
                 "BleuEarlyStopping needs the model's SubwordTokenizer. Received: "

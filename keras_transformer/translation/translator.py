@@ -29,6 +29,7 @@ from keras_transformer.translation.lines import (
     check_line_pairs,
     check_lines,
     describe_lines,
+    refuse_empty_pairs,
     write_lines,
 )
 from keras_transformer.translation.loading import (
@@ -569,11 +570,17 @@ class Translator:
             step: the TensorBoard step.
             progress: show a progress bar.
 
+        Raises:
+            ValueError: (one line) for a pair whose source or reference is
+                empty or blank (`refuse_empty_pairs`: BLEU would hide a
+                misaligned file), before anything is translated.
+
         Reference: Vaswani et al. (2017), §6.1; Post (2018).
         """
         sources, references = check_line_pairs(
             "sources", sources, references, SOURCES_MISMATCH
         )
+        refuse_empty_pairs(sources, references)
         hypotheses = self.translate(sources, progress=progress)
         if hypotheses_path is not None:
             write_lines(hypotheses_path, hypotheses)

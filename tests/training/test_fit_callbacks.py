@@ -162,3 +162,6 @@ def test_bleu_early_stopping_refuses_bad_arguments() -> None:
         BleuEarlyStopping("a", ["x"], tokenizer)
     with pytest.raises(ValueError, match="patience must be an integer"):
         BleuEarlyStopping(["a"], ["x"], tokenizer, patience=-1)
+    # An empty pair would be scored at every epoch's end: refused before fit.
+    with pytest.raises(ValueError, match=r"^reference 2 \(counting from 1\) is empty"):
+        BleuEarlyStopping(["a", "b"], ["x", " "], tokenizer)
