@@ -130,41 +130,18 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
 
 
 def _check_output_spares_runs_and_exports(path: Path, argument: str, kind: str) -> None:
-    """Refuses an output (file, log folder, export) that would replace or join
-    what a run or an export holds: one of a run folder's own entries
-    (`runs.layout.RUN_ENTRIES`, or anything in one of its folders; its
-    ``translations/`` and other names are free, and a log folder may lie in
-    its ``logs/``), or anything in an export folder, which an export writes
-    whole (a log folder may not be one either; a run or an export folder
-    may, and is left to the command that writes it)."""
-    from keras_transformer.export.formats import export_format_of
-    from keras_transformer.runs import enclosing_run
-    from keras_transformer.runs.layout import LOG_DIR, RUN_ENTRIES
+    """`export.formats.check_output_placement` for an output of `kind`."""
+    from keras_transformer.export.formats import check_output_placement
 
-    target = path.resolve()
-    run = enclosing_run(target)
-    noun = "file" if kind == "new file" else "folder"
-    free = {LOG_DIR} if kind == "new output folder" else set()
-    itself = (target,) if kind == "new output folder" else ()
-    for folder in (*itself, *target.parents):
-        if folder == run:
-            entry = target.relative_to(folder).parts[0]
-            if entry not in RUN_ENTRIES or entry in free:
-                return
-            where = f"into {entry}/" if (folder / entry).is_dir() else f"over {entry}"
-            room = "logs/" if free else "translations/"
-            raise CommandError(
-                f"{argument} {path} would write {where} of the run {folder}, "
-                f"which the run needs: pass a {noun} outside it (or in its "
-                f"{room} folder)."
-            )
-        export_format = export_format_of(folder)
-        if export_format is not None:
-            raise CommandError(
-                f"{argument} {path} lies in the {export_format.name} export "
-                f"{folder}, which keras-transformer export writes whole: pass "
-                f"a {noun} outside it."
-            )
+    try:
+        check_output_placement(
+            path,
+            argument,
+            noun="file" if kind == "new file" else "folder",
+            log_folder=kind == "new output folder",
+        )
+    except ValueError as e:
+        raise CommandError(str(e)) from None
 
 
 def check_paths(args: argparse.Namespace, **kinds: str) -> None:

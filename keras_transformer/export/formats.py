@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_FORMAT",
     "FORMATS",
     "TranslatorLike",
+    "check_output_placement",
     "export_format_of",
     "export_run_as",
     "get_format",
@@ -75,6 +76,62 @@ def export_format_of(folder: str | os.PathLike[str]) -> ExportFormat | None:
     return None
 
 
+def check_output_placement(
+    path: str | os.PathLike[str],
+    argument: str,
+    *,
+    noun: str = "folder",
+    log_folder: bool = False,
+) -> None:
+    """Refuses an output that would replace or join what a run or an export holds.
+
+    An output may not be one of a run folder's own entries
+    (`runs.layout.RUN_ENTRIES`) or lie in one of its folders (a run's
+    ``translations/`` and other names are free), nor lie in an export
+    folder, which an export writes whole: training into ``export/run``
+    would be deleted by the next ``export --overwrite``. A run or an export
+    folder may itself be the output (the command that writes it says
+    whether it resumes, replaces or refuses it), except for a `log_folder`,
+    which may lie in a run's ``logs/`` but be neither.
+
+    Args:
+        path: the output: a run folder (`train`'s `workdir`), an export
+            folder, a file or a log folder.
+        argument: how the caller named it (``workdir``, ``--output``).
+        noun: ``"file"`` or ``"folder"``, for the message.
+        log_folder: whether `path` is a log folder (TensorBoard, records).
+
+    Raises:
+        ValueError: (one line) naming the run or export and what to pass.
+    """
+    from keras_transformer.runs import enclosing_run
+    from keras_transformer.runs.layout import LOG_DIR, RUN_ENTRIES
+
+    target = Path(path).resolve()
+    run = enclosing_run(target)
+    free = {LOG_DIR} if log_folder else set()
+    itself = (target,) if log_folder else ()
+    for folder in (*itself, *target.parents):
+        if folder == run:
+            entry = target.relative_to(folder).parts[0]
+            if entry not in RUN_ENTRIES or entry in free:
+                return
+            where = f"into {entry}/" if (folder / entry).is_dir() else f"over {entry}"
+            room = "logs/" if free else "translations/"
+            raise ValueError(
+                f"{argument} {path} would write {where} of the run {folder}, "
+                f"which the run needs: pass a {noun} outside it (or in its "
+                f"{room} folder)."
+            )
+        export_format = export_format_of(folder)
+        if export_format is not None:
+            raise ValueError(
+                f"{argument} {path} lies in the {export_format.name} export "
+                f"{folder}, which keras-transformer export writes whole: pass "
+                f"a {noun} outside it."
+            )
+
+
 def serving_format(folder: str | os.PathLike[str]) -> ExportFormat:
     """The format whose translator serves `folder`: the one whose export it
     holds, else the default (a training run or a SavedModel export)."""
@@ -104,7 +161,9 @@ def export_run_as(
 
     Raises:
         ValueError: (one line) for an unknown format, a kind or a
-            quantization the format does not offer, or a bad setting.
+            quantization the format does not offer, a bad setting, or an
+            `output_dir` in another export or in one of the run's own
+            folders (`check_output_placement`).
     """
     from keras_transformer.runs import run_kind
 
@@ -137,6 +196,9 @@ def export_run_as(
         )
     if quantization is not None:  # else the format's own default
         settings["quantization"] = quantization
+    # Inside another export (which its next --overwrite deletes whole) or in
+    # one of a run's own folders (its checkpoints/) an export is refused.
+    check_output_placement(output_dir, "output_dir")
     return export_format.run_export(
         workdir, output_dir, weights, overwrite=overwrite, **settings
     )

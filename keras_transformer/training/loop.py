@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.export.formats import check_output_placement
 from keras_transformer.files import FolderLock, write_atomically
 from keras_transformer.progress import is_terminal
 from keras_transformer.training import checkpoints as ckpt
@@ -412,7 +413,8 @@ def train(
             disk); the previous one stays intact and the latest.
         NotADirectoryError: when `workdir` is a file.
         ValueError: when `workdir` holds files but no run (an export folder,
-            a run's checkpoints folder, someone's files).
+            a run's checkpoints folder, someone's files), or lies in an
+            export folder or one of a run's own folders.
         FolderLockedError: when another process writes `workdir` (a second
             `train`, `average-checkpoints`, ...); its PID and host are named.
         ForeignCheckpointError: when the newest checkpoint in `workdir`
@@ -429,7 +431,9 @@ def train(
     check_before_training(config)
     strategy = make_strategy(strategy or "default") if _named(strategy) else strategy
     # RunFolder refuses a workdir that is a file (NotADirectoryError), and
-    # one that holds files but no run.
+    # one that holds files but no run; one inside an export (which the next
+    # `export --overwrite` deletes whole) or a run's own folders is refused.
+    check_output_placement(workdir, "workdir")
     root = runs.RunFolder(workdir).check_trainable().path
     directory, log_dir = _directories(root, strategy)
     # One writer per run folder: a second `train` (or `average-checkpoints`,

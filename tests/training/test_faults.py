@@ -940,6 +940,34 @@ def test_an_output_file_never_writes_over_a_run_or_an_export(
     assert any(p.name.startswith("events.out") for p in log_dir.rglob("*"))
 
 
+def test_train_and_export_in_python_refuse_a_folder_in_a_run_or_an_export(
+    run, exported
+):
+    """The command line refused these folders, but ``train(config,
+    "<export>/new_run")`` in Python trained a run that the next ``export
+    --overwrite`` deleted with the export, and ``export_run_as`` wrote into
+    a run's checkpoints/."""
+    from keras_transformer.export import export_run_as
+    from keras_transformer.training import TrainConfig
+
+    config = TrainConfig.load(REPO_ROOT / "configs" / "dates_tiny.json")
+    cases = [
+        (run / "checkpoints" / "new_run", "into checkpoints/ of the run"),
+        (exported / "new_run", "lies in the SavedModel export"),
+    ]
+    for workdir, words in cases:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            train(config, workdir)
+        assert not workdir.exists()
+    for output_dir, words in [
+        (run / "tokenizer" / "x", "into tokenizer/ of the run"),
+        (exported / "x", "lies in the SavedModel export"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            export_run_as("ctranslate2", run, output_dir)
+        assert not output_dir.exists()
+
+
 def test_a_folder_in_place_of_the_writer_lock_says_what_to_do(run, capsys):
     """writer.lock made a folder: evaluate (which locks for its outputs) says
     what the path is and what to do (was "[Errno 21] Is a directory")."""

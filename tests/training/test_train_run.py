@@ -390,6 +390,9 @@ def test_train_refuses_a_folder_that_holds_files_but_no_run(run, tmp_path, capsy
     checkpoints = workdir / "checkpoints"
     before = sorted(p.name for p in checkpoints.iterdir())
     with pytest.raises(ValueError, match=r"holds checkpoint, .*, \.\.\. but no run"):
+        RunFolder(checkpoints).check_trainable()
+    # train names the run whose folder it is, before that.
+    with pytest.raises(ValueError, match=r"would write into checkpoints/ of the run"):
         train(config, checkpoints, printer=None)
     assert sorted(p.name for p in checkpoints.iterdir()) == before
     mine = tmp_path / "mine"
