@@ -410,6 +410,45 @@ def test_a_translator_says_which_sources_it_cut() -> None:
     assert quiet.cut_lines == (0,)
 
 
+def test_a_model_with_learned_positions_cuts_sources_to_them(capsys) -> None:
+    """A source longer than a model's learned source positions (but within
+    max_input_length) stopped the translation with PositionEmbedding's
+    multi-line error, naming the padded width; it is cut to the positions,
+    with a warning that says so, as the SavedModel export caps it."""
+    from keras_transformer.cli._common import report_cut_sources
+    from keras_transformer.models import build_transformer
+    from keras_transformer.models.presets import presets
+
+    _, tokenizer = tiny_translator()
+    positions = _fitting_limit()
+    config = presets["tiny"].replace(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        position_encoding="learned",
+        max_length=positions,
+    )
+    translator = translation.Translator(build_transformer(config), tokenizer)
+    assert translator.max_input_length > positions
+    assert translator.source_limit == positions
+    with pytest.warns(translation.SourceCutWarning) as caught:
+        outputs = translator.translate([SOURCES[0], LONG])
+    assert len(outputs) == 2 and translator.cut_lines == (1,)
+    message = str(caught[0].message)
+    assert f"the model's {positions} learned source positions" in message
+    assert "max_input_length" not in message
+    (ids,) = translator.encode([LONG])
+    assert ids == tokenizer.encode([LONG])[0][: positions - 1] + [tokenizer.END_ID]
+    assert len(translator.score([LONG], [REFERENCES[0]])) == 1
+    report_cut_sources("translate", translator)
+    (line,) = _stderr_lines(capsys.readouterr().err)
+    assert f"input limit of {positions} subword tokens" in line
+    assert "learned source positions" in line and "--max-input-length" not in line
+    # A smaller max_input_length still rules.
+    translator.max_input_length = positions - 2
+    assert translator.source_limit == positions - 2
+
+
 def _stderr_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "keras-transformer" in line]
 

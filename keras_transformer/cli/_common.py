@@ -552,15 +552,19 @@ def report_cut_sources(command: str, translator: Any, noun: str = "lines") -> No
     cut = list(getattr(translator, "cut_lines", ()))
     if not cut:
         return
-    limit = translator.max_input_length
+    limit = getattr(translator, "source_limit", translator.max_input_length)
     numbers = describe_lines([i + 1 for i in cut])
     several = len(cut) > 1
     one = noun[:-1] if noun.endswith("s") else noun
     were = "were" if several else "was"
+    remedy = (
+        "pass --max-input-length to change it"
+        if limit == translator.max_input_length
+        else "it is the model's number of learned source positions"
+    )
     warn(
         command,
         f"{len(cut)} {noun if several else one} {were} longer than the input limit "
         f"of {limit} subword tokens (END included) and {were} cut to it "
-        f"({noun if several else one} {numbers}); pass --max-input-length to "
-        "change it.",
+        f"({noun if several else one} {numbers}); {remedy}.",
     )

@@ -207,6 +207,12 @@ class TransformerStack:
         )
 
     @property
+    def max_source_length(self) -> int | None:
+        """How many source positions the model supports: `None` (unbounded)
+        for sinusoids, the table size for learned position embeddings."""
+        return getattr(self.source_position, "max_length", None)
+
+    @property
     def max_target_length(self) -> int | None:
         """How many target positions the model supports: `None` (unbounded)
         for sinusoids, the table size for learned position embeddings."""

@@ -23,6 +23,7 @@ from keras_transformer.data.batching import DEFAULT_BUCKET_BOUNDARIES, encode_so
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import DecodeResult, DecodeSettings, get_decoder
 from keras_transformer.decoding.settings import settings_with
+from keras_transformer.models.transformer import TransformerStack
 from keras_transformer.progress import LineProgress
 from keras_transformer.translation.lines import (
     SOURCES_MISMATCH,
@@ -46,7 +47,7 @@ from keras_transformer.translation.scores import (
 
 
 class SourceCutWarning(UserWarning):
-    """Some sources were longer than `Translator.max_input_length` and were cut.
+    """Some sources were longer than `Translator.source_limit` and were cut.
 
     `Translator.cut_lines` says which (their indices in the last call).
     """
@@ -96,7 +97,8 @@ class Translator:
     Attributes:
         cut_lines: the indices (from 0) of the sources of the last `encode`
             (`translate`, `evaluate`) call that were longer than
-            `max_input_length` and were cut to it.
+            `source_limit` (`max_input_length`, or the model's learned source
+            positions where they are fewer) and were cut to it.
         unmet_constraints: after `translate(..., constraints=...)`, per line
             the phrases its translation does not contain (empty unless a
             phrase cannot be met, e.g. longer than the output may be, or
@@ -228,7 +230,7 @@ class Translator:
         # One id more than the cap: a row that reaches it was longer than
         # the cap, and keeps the first `limit - 1` tokens and END, as
         # `encode_sources(..., limit)` gives (each line is tokenized once).
-        limit = self.max_input_length
+        limit = self.source_limit
         rows = encode_sources(self.tokenizer, lines, limit + 1).to_list()
         cut = [i for i, row in enumerate(rows) if len(row) > limit]
         if cut:
@@ -236,12 +238,17 @@ class Translator:
                 rows[i] = rows[i][: limit - 1] + rows[i][-1:]
             self.cut_lines = tuple(cut)
         if cut and self.warn_on_cut:
+            if limit < self.max_input_length:
+                cap = f"the model's {limit} learned source positions"
+                remedy = "a model with more positions (max_length) reads more"
+            else:
+                cap = f"max_input_length={limit} subword ids"
+                remedy = "pass a larger max_input_length to keep more of them"
             warnings.warn(
-                f"{len(cut)} of {len(lines)} sources were longer than "
-                f"max_input_length={limit} subword ids (END included) and were "
-                f"cut to their first {limit - 1} tokens (indices "
-                f"{describe_lines(cut)}; all in Translator.cut_lines); pass a "
-                "larger max_input_length to keep more of them.",
+                f"{len(cut)} of {len(lines)} sources were longer than {cap} "
+                f"(END included) and were cut to their first {limit - 1} tokens "
+                f"(indices {describe_lines(cut)}; all in Translator.cut_lines); "
+                f"{remedy}.",
                 SourceCutWarning,
                 stacklevel=2,
             )
@@ -294,11 +301,25 @@ class Translator:
             )
         return self._ensemble_decoder
 
+    @property
+    def source_limit(self) -> int:
+        """The longest source the encoder reads, in subword ids (END
+        included): `max_input_length`, capped at the learned source
+        positions of the model and of each `ensemble` model (sinusoids,
+        §3.5, have no cap), so that a longer source is cut, not refused by
+        the position embedding."""
+        positions = [
+            TransformerStack.of(model).max_source_length
+            for model in (self.model, *self.ensemble)
+        ]
+        return min([self.max_input_length, *(p for p in positions if p)])
+
     def _padded_length(self, length: int) -> int:
+        limit = self.source_limit
         for boundary in sorted(self.bucket_boundaries):
-            if length <= boundary < self.max_input_length:
+            if length <= boundary < limit:
                 return boundary
-        return self.max_input_length
+        return limit
 
     def _batches(
         self, sources: list[list[int]], progress: bool, skip_empty: bool = True
