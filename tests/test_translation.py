@@ -19,9 +19,14 @@ from keras_transformer import export, translation
 from keras_transformer.cli import evaluate as evaluate_command
 from keras_transformer.cli import export as export_command
 from keras_transformer.cli import translate as translate_command
-from keras_transformer.data import TextPairs, batch_for_eval, synthetic_dates
+from keras_transformer.data import (
+    SubwordTokenizer,
+    TextPairs,
+    batch_for_eval,
+    synthetic_dates,
+)
 from keras_transformer.training.evaluation import translate as training_translate
-from tests.export_helpers import tiny_translator
+from tests.export_helpers import tiny_model, tiny_translator
 
 TEST = synthetic_dates(12, seed=21)
 SOURCES, REFERENCES = list(TEST.sources), list(TEST.targets)
@@ -108,6 +113,13 @@ def test_translator_cuts_sources_like_the_export_and_batch_for_eval() -> None:
         assert batched[row].tolist() == padded
     with pytest.raises(ValueError, match="max_input_length"):
         translation.Translator(model, tokenizer, max_input_length=1)
+    # Another vocabulary's ids would mean other pieces: sentencepiece's
+    # "piece id is out of range" came only from the first translation.
+    other = SubwordTokenizer.train(SOURCES * 4, vocabulary_size=60)
+    with pytest.raises(ValueError, match="expects vocabulary_size=.* has 60"):
+        translation.Translator(model, other)
+    with pytest.raises(ValueError, match="does not match"):
+        translation.Translator(model, tokenizer, ensemble=[tiny_model(other)])
     with pytest.raises(ValueError, match="alpha"):
         translation.Translator(model, tokenizer, alpha=-1.0)
 

@@ -94,6 +94,11 @@ class Translator:
             `settings` (``beam_size=1``, ``alpha=...``, ``max_input_length``,
             ``extra_length``, ...).
 
+    Raises:
+        ValueError: (one line) when the tokenizer's vocabulary size is not
+            that of the model (or of an `ensemble` model), or for a bad
+            setting.
+
     Attributes:
         cut_lines: the indices (from 0) of the sources of the last `encode`
             (`translate`, `evaluate`) call that were longer than
@@ -150,6 +155,12 @@ class Translator:
     ) -> None:
         validation.check_int("batch_size", batch_size, 1)
         validation.check_int("max_output_length", max_output_length, 1, allow_none=True)
+        # A tokenizer of another vocabulary gives ids that mean other pieces
+        # (or lie outside the embedding): refused before any translation.
+        for each in (model, *ensemble):
+            tokenizer.check_compatible(
+                TransformerStack.of(each).target_embedding.vocabulary_size
+            )
         self.model, self.tokenizer = model, tokenizer
         self.settings = settings_with(settings, decode_settings)
         self.max_output_length = max_output_length
