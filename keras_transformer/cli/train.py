@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config",
         nargs="?",
         help="A JSON training config (e.g. configs/dates_tiny.json, or "
-        "configs/imdb.json for a classifier: its `kind`). Without it, the "
-        "defaults with --preset/--task.",
+        "configs/imdb.json for a classifier: its `kind`). Without it: the "
+        "stored config of the run in --workdir (to resume or extend it with "
+        "--set), else the defaults with --preset/--task.",
     )
     parser.add_argument(
         "--workdir",
@@ -83,10 +84,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _load_raw_config(args: argparse.Namespace) -> dict:
     """The settings of the config file (and --preset, --task), before the
-    overrides."""
+    overrides; without any of them, those stored in a run's --workdir."""
     from keras_transformer.training.config import read_config_file
 
     raw: dict = {}
+    if not (args.config or args.preset or args.task):
+        from keras_transformer.runs import RunFolder
+
+        # `train --workdir RUN` resumes RUN with its own settings (the
+        # defaults would differ from them and be refused).
+        folder = RunFolder(args.workdir)
+        if folder.config_file.is_file():
+            return folder.check_trainable().raw_config()
     if args.config:
         try:
             raw = read_config_file(args.config)

@@ -380,6 +380,36 @@ def test_cli_average_checkpoints(run, tmp_path, capsys):
     assert "Cannot average the last 9 checkpoints" in error and "--last" in error
 
 
+def test_train_without_a_config_resumes_the_run_in_its_workdir(run, tmp_path, capsys):
+    """``train --workdir RUN`` built the default config and refused it as
+    different from the run's; it now takes the run's stored config (and
+    --set on top of it), as ``train RUN/config.json --workdir RUN`` does."""
+    import json
+
+    from keras_transformer.cli import main
+    from keras_transformer.models.presets import get_preset
+
+    config, workdir, _ = run
+    assert main(["train", "--workdir", str(workdir), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(config.to_json())
+    argv = ["train", "--workdir", str(workdir), "--set", "train.train_steps=9"]
+    assert main([*argv, "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["train"]["train_steps"] == 9
+    assert printed["model"] == json.loads(config.to_json())["model"]
+    # A new folder still gets the defaults (--preset/--task).
+    new = ["train", "--workdir", str(tmp_path / "new"), "--preset", "tiny"]
+    assert main([*new, "--print-config"]) == 0
+    tiny = get_preset("tiny").d_model
+    assert json.loads(capsys.readouterr().out)["model"]["d_model"] == tiny
+    # A folder whose config.json is not a run's is refused, not read.
+    converted = tmp_path / "ct2"
+    converted.mkdir()
+    (converted / "config.json").write_text('{"bos_token": "<s>"}')
+    assert main(["train", "--workdir", str(converted), "--print-config"]) == 2
+    assert "is not a run's config" in capsys.readouterr().err
+
+
 def test_train_refuses_a_folder_that_holds_files_but_no_run(run, tmp_path, capsys):
     """``train --workdir <an export folder, a run's checkpoints/, a project>``
     wrote a run among the files there (a folder both an export and a run)."""
