@@ -230,6 +230,20 @@ def _interrupted_message(args: argparse.Namespace, error: KeyboardInterrupt) -> 
     return f"Stopped by {name} before it finished. Run the same command again."
 
 
+def _unrecognized_message(words: Sequence[str], takes_set: bool) -> str:
+    """argparse's refusal of `words`; for a command that `takes_set`,
+    ``--set a=1 b=2`` (one `--set` for several settings) is told to repeat
+    ``--set``."""
+    message = f"unrecognized arguments: {' '.join(words)}"
+    settings = [word for word in words if "=" in word and not word.startswith("-")]
+    if settings and takes_set:
+        message += (
+            f". --set takes one KEY=VALUE: write --set before each "
+            f"(--set {' --set '.join(settings)})"
+        )
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status.
 
@@ -240,7 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     drop_tensorflow_startup_lines()  # oneDNN, CUDA: see cli/_startup.py
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:  # what `parse_args` does, with a hint for `--set`
+        takes_set = hasattr(args, "overrides")  # train's --set KEY=VALUE
+        parser.error(_unrecognized_message(unrecognized, takes_set))
     with stop_on_signals():
         try:
             return _run(args)

@@ -689,3 +689,27 @@ def test_evaluate_on_a_read_only_mount(trained_run: Path, tmp_path: Path) -> Non
         assert len(_warnings(done.stderr)) == 1 and hypotheses.exists()
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_one_set_for_two_settings_is_told_to_repeat_set(capsys) -> None:
+    """``train --set a=1 b=2`` stopped with argparse's bare "unrecognized
+    arguments: b=2" (or, without a config file, "config file b=2 does not
+    exist"); the line now says to write --set before each."""
+    argv = ["train", "--workdir", "w", "--set", "train.train_steps=9"]
+    assert cli.main([*argv, "train.seed=1"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "config file train.seed=1 does not exist" in error
+    assert "write --set before it (--set train.seed=1)" in error
+    config = str(REPO_ROOT / "configs" / "dates_tiny.json")
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["train", config, *argv[1:], "train.seed=1"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unrecognized arguments: train.seed=1" in error
+    assert "write --set before each (--set train.seed=1)" in error
+    # Other commands take no --set, and other words are no settings: no hint.
+    for other in (["translate", "--workdir", "w", "a=b"], [*argv, config, "--bogus"]):
+        with pytest.raises(SystemExit):
+            cli.main(other)
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "unrecognized arguments:" in error and "--set" not in error
