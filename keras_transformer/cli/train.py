@@ -117,12 +117,13 @@ def _load_raw_config(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Resolves the config, then trains (or prints it with --print-config)."""
-    config = args.config
-    if config and "=" in config and not os.path.exists(config):
+    config_file = args.config
+    if config_file and "=" in config_file and not os.path.exists(config_file):
         # `--set a=1 b=2`: the word after one --set's value became the config.
         raise CommandError(
-            f"config file {config} does not exist; if it is a setting, write "
-            f"--set before it (--set {config}): --set takes one KEY=VALUE."
+            f"config file {config_file} does not exist; if it is a setting, "
+            f"write --set before it (--set {config_file}): --set takes one "
+            "KEY=VALUE."
         )
     check_paths(args, config="file", workdir="new run or export folder")
     # Logical CPU devices must be set before TensorFlow initialises.
