@@ -379,7 +379,8 @@ class TrainingConfig:
         check_fields(check_positive_int, self, counts, section="train")
         if self.train_steps is not None and self.epochs is not None:
             raise ValueError(
-                "Set either `train.train_steps` or `train.epochs`, not both. "
+                "Set either `train.train_steps` or `train.epochs`, not both "
+                "(`--set train.epochs=null` clears one that a config file sets). "
                 f"Received: train_steps={self.train_steps}, epochs={self.epochs}"
             )
         # The paper's label smoothing is 0.1 (null: the preset's).
