@@ -61,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ValueError, FileNotFoundError) as e:
         raise CommandError(str(e)) from e
+    images = f"{args.images} test image" + ("s" if args.images != 1 else "")
+    samples = f"{args.samples} completion" + ("s" if args.samples != 1 else "")
     print(
-        f"Completions of {args.images} test images written to {path} (rows: given, "
-        f"{args.samples} completions, original)."
+        f"Completions of {images} written to {path} (rows: given, {samples}, original)."
     )
     return 0
