@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -287,6 +288,28 @@ def test_bad_settings_are_one_line_each(
         error = capsys.readouterr().err.strip()
         assert expected in error and len(error.splitlines()) == 1, error
     assert (busy / "notes.txt").read_text() == "keep"
+
+
+def test_a_translator_names_an_export_of_another_kind(
+    exports: dict[str, Path], image_run: Path
+) -> None:
+    """`Translator.load` of an image export said "config.json is missing",
+    as if it were a broken run (an image export holds no tokenizer/, so it
+    was not taken for an export), and of a classification export "Model
+    'classifier' was not built by build_transformer"."""
+    from keras_transformer.translation import Translator
+
+    for kind in ("image", "classification"):
+        expected = f"an export of kind '{kind}' (its export.json), not a translation"
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            Translator.load(exports[kind])
+    with pytest.raises(ValueError, match=re.escape("a run of kind 'image'")):
+        Translator.load(image_run)
+    # --format ctranslate2 of an image run: "an image run" (was "a image").
+    with pytest.raises(
+        ValueError, match=f"{re.escape(str(image_run))} is an image run"
+    ):
+        export.export_run_as("ctranslate2", image_run, image_run.parent / "ct2")
 
 
 def test_a_kind_without_an_export_is_refused_in_one_line(

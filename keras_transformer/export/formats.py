@@ -175,7 +175,7 @@ def export_run_as(
         )
         raise ValueError(
             f"--format {name} exports {' and '.join(export_format.kinds)} runs; "
-            f"{workdir} is a {kind} run.{other}"
+            f"{workdir} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} run.{other}"
         )
     takes = export_format.settings
     refused = [n for n in settings if takes is not None and n not in takes]

@@ -40,6 +40,7 @@ def load_translator(
     """
     path = Path(path)
     if is_export_dir(path):
+        _check_translation(path)
         if weights != "last":
             raise ValueError(
                 f"weights={weights!r} picks the weights of a training run, but "
@@ -61,13 +62,24 @@ def load_translator(
             "`keras-transformer train` run or a folder written by "
             "`keras-transformer export`."
         )
+    _check_translation(path)
+    return RunFolder(path).load(weights)
+
+
+def _check_translation(path: Path) -> None:
+    """Refuses a run (its ``config.json``) or an export (its ``export.json``;
+    an image export holds no ``tokenizer/``) of another kind, in one line."""
     folder = RunFolder(path)
-    if folder.config_file.is_file() and folder.kind() != "translation":
+    if folder.config_file.is_file():
+        kind, what = folder.kind(), "a run of kind {!r} (its config.json)"
+    else:
+        kind = str(read_export_info(path).get("kind", "translation"))
+        what = "an export of kind {!r} (its export.json)"
+    if kind != "translation":
         raise ValueError(
-            f"{path} is a run of kind {folder.kind()!r} (its config.json), not a "
-            "translation run: a Translator loads translation runs and exports."
+            f"{path} is {what.format(kind)}, not a translation run or export: a "
+            "Translator loads translation runs and exports."
         )
-    return folder.load(weights)
 
 
 __all__ = ["load_translator"]
