@@ -380,7 +380,8 @@ class TrainingConfig:
         if self.train_steps is not None and self.epochs is not None:
             raise ValueError(
                 "Set either `train.train_steps` or `train.epochs`, not both "
-                "(`--set train.epochs=null` clears one that a config file sets). "
+                "(`--set train.epochs=null` or `--set train.train_steps=null` "
+                "clears the one a config file sets). "
                 f"Received: train_steps={self.train_steps}, epochs={self.epochs}"
             )
         # The paper's label smoothing is 0.1 (null: the preset's).

@@ -97,7 +97,7 @@ def test_override_of_the_whole_model_with_a_preset():
         ("data.max_sentence_length=100", "exceeds the largest bucket boundary"),
         ("train.label_smoothing=1.0", "`train.label_smoothing` must be"),
         ("train.epochs=3", "either `train.train_steps` or `train.epochs`"),
-        ("train.epochs=3", "`--set train.epochs=null` clears one"),
+        ("train.epochs=3", "or `--set train.train_steps=null` clears the one"),
         (
             "model.vocabulary_size=10",
             "Set the vocabulary size with data.vocabulary_size",
