@@ -337,6 +337,12 @@ def test_evaluate_command_with_files_and_with_a_task(
                 ["--workdir", str(model_dir), "--source", str(source)],
             )
         )
+    # --n-best was taken and ignored: the scores are the best translation's.
+    from keras_transformer.cli._common import CommandError
+
+    argv = ["--workdir", str(model_dir), "--task", "dates", "--n-best", "2"]
+    with pytest.raises(CommandError, match="--n-best 2: evaluate scores the best"):
+        evaluate_command.run(_parse(evaluate_command.add_arguments, argv))
 
 
 @pytest.mark.slow

@@ -379,7 +379,7 @@ def add_search_arguments(
         "--n-best",
         "Hypotheses per source from beam search (at most --beam-size); "
         "translate prints each as 'index ||| translation ||| score' (default "
-        "%(default)s: the best translation only).",
+        "%(default)s: the best translation only, which evaluate scores).",
         type=int,
     )
     group.add_argument(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.cli._common import (
+    CommandError,
     add_translator_arguments,
     check_translator_arguments,
     load_search_translator,
@@ -337,6 +338,12 @@ def run(args: argparse.Namespace) -> int:
         log_dir="new output folder",
     )
     check_record_arguments(args)
+    if args.n_best > 1:  # was ignored: the scores are those of the best
+        raise CommandError(
+            f"--n-best {args.n_best}: evaluate scores the best translation of "
+            "each source. Leave --n-best out (translate --n-best prints the "
+            "hypotheses)."
+        )
     from keras_transformer.runs import RunFolder, is_run_dir
 
     if is_run_dir(args.workdir):
