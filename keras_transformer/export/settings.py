@@ -66,11 +66,6 @@ class ExportSettings:
         return {"format_version": FORMAT_VERSION, **values.pop("decode"), **values}
 
 
-def _learned_positions(layer: keras.layers.Layer) -> int | None:
-    """The number of positions of a `PositionEmbedding`; None for sinusoids."""
-    return getattr(layer, "max_length", None)
-
-
 def resolve_settings(
     model: keras.Model,
     tokenizer: SubwordTokenizer,
@@ -116,8 +111,8 @@ def resolve_settings(
     tokenizer.check_compatible(
         expected_vocabulary_size=parts.target_embedding.vocabulary_size
     )
-    source_positions = _learned_positions(parts.source_position)
-    target_positions = _learned_positions(parts.target_position)
+    source_positions = parts.max_source_length
+    target_positions = parts.max_target_length
     changes = {name: value for name, value in changes.items() if value is not None}
     if "max_input_length" not in changes and settings is None:
         default = default_setting("max_input_length")
