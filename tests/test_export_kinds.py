@@ -247,6 +247,35 @@ def test_an_image_export_takes_other_rows_and_a_temperature(
     assert json.loads((path / "export.json").read_text())["temperature"] == 0.0
 
 
+def test_an_image_export_exports_again_with_its_settings(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    """An image export holds no tokenizer/: it was taken for a translation
+    folder, and exporting it again failed with "not a translation run"."""
+    source = exports["image"]
+    again = export.export_run(source, tmp_path / "again")
+    cold = export.export_run(source, tmp_path / "cold", temperature=0.0)
+    info = json.loads((source / "export.json").read_text())
+    assert json.loads((again / "export.json").read_text()) == info
+    assert json.loads((cold / "export.json").read_text()) == {
+        **info,
+        "temperature": 0.0,
+    }
+    top_rows, seed = tf.constant(_top_rows()), tf.constant(3, tf.int64)
+    loaded = [tf.saved_model.load(str(path)) for path in (source, again)]
+    first, second = (m.complete(top_rows, seed)["images"].numpy() for m in loaded)
+    np.testing.assert_array_equal(first, second)
+    # An export holds its weights: another choice is refused (the
+    # classification export ignored it), and CTranslate2 names the export.
+    for kind in ("image", "classification"):
+        with pytest.raises(ValueError, match="is an export, which holds the weights"):
+            export.export_run(exports[kind], tmp_path / f"best_{kind}", "best")
+    with pytest.raises(
+        ValueError, match=f"{re.escape(str(source))} is an image export"
+    ):
+        export.export_run_as("ctranslate2", source, tmp_path / "ct2")
+
+
 # ------------------------------------------------------------------ errors
 def test_bad_settings_are_one_line_each(
     classification_run: Path,

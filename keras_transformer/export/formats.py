@@ -165,7 +165,7 @@ def export_run_as(
             `output_dir` in another export or in one of the run's own
             folders (`check_output_placement`).
     """
-    from keras_transformer.runs import run_kind
+    from keras_transformer.runs import is_run_dir, run_kind
 
     export_format = get_format(name)
     kind = run_kind(workdir)
@@ -175,7 +175,8 @@ def export_run_as(
         )
         raise ValueError(
             f"--format {name} exports {' and '.join(export_format.kinds)} runs; "
-            f"{workdir} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} run.{other}"
+            f"{workdir} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
+            f"{'run' if is_run_dir(workdir) else 'export'}.{other}"
         )
     takes = export_format.settings
     refused = [n for n in settings if takes is not None and n not in takes]

@@ -65,7 +65,12 @@ from keras_transformer.runs import (
     run_kind,
     weights_nbytes,
 )
-from keras_transformer.runs.exports import QUANTIZATIONS, quantized
+from keras_transformer.runs.exports import (
+    QUANTIZATIONS,
+    check_export_weights,
+    quantized,
+    read_export_info,
+)
 
 __all__ = [
     "CLASSIFY_SIGNATURE",
@@ -517,6 +522,7 @@ def _export_classification(
             **{k: options[k] for k in ("tail_tokens", "lowercase") if k in options},
         }
     else:  # an earlier classification export
+        check_export_weights(workdir, weights)
         model, tokenizer, info = load_export(workdir)
         settings = {k: info[k] for k in ("max_length", "tail_tokens", "lowercase")}
     return export_classifier(
@@ -527,7 +533,20 @@ def _export_classification(
 def _export_image(
     workdir: Path, weights: str, export_dir: Path, overwrite: bool, **settings: Any
 ) -> Path:
-    model, _ = RunFolder(workdir).check().load(weights)
+    if is_run_dir(workdir):
+        model, _ = RunFolder(workdir).check().load(weights)
+    else:  # an earlier image export: its model, and its settings unless given
+        check_export_weights(workdir, weights)
+        if not (workdir / MODEL_FILE).is_file():
+            raise FileNotFoundError(
+                f"{workdir} holds an image export's export.json but no "
+                f"{MODEL_FILE}: export its training run again."
+            )
+        model = keras.saving.load_model(workdir / MODEL_FILE, compile=False)
+        info = read_export_info(workdir)
+        settings = {k: info[k] for k in ("given_rows", "temperature") if k in info} | (
+            settings
+        )
     return export_image_completer(model, export_dir, overwrite=overwrite, **settings)
 
 

@@ -26,7 +26,14 @@ from keras_transformer.runs.layout import (
     TOKENIZER_DIR,
 )
 
-__all__ = ["QUANTIZATIONS", "is_export_dir", "load_export", "quantized", "run_kind"]
+__all__ = [
+    "QUANTIZATIONS",
+    "check_export_weights",
+    "is_export_dir",
+    "load_export",
+    "quantized",
+    "run_kind",
+]
 
 #: The weight types of a SavedModel export, the default first.
 QUANTIZATIONS = ("float32", "int8")
@@ -123,9 +130,19 @@ def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def run_kind(path: str | os.PathLike[str]) -> str:
     """The kind of a run folder (its ``config.json``) or of an export folder
     (its ``export.json``, read by `read_export_info`: a damaged one is one
-    line naming it); translation when neither says."""
+    line naming it; an image export holds no ``tokenizer/``); translation
+    when neither says."""
     if is_run_dir(path):
         return RunFolder(path).kind()
-    if is_export_dir(path):
-        return str(read_export_info(path).get("kind", "translation"))
-    return "translation"
+    return str(read_export_info(path).get("kind", "translation"))
+
+
+def check_export_weights(export_dir: str | os.PathLike[str], weights: str) -> None:
+    """Refuses, in one line, `weights` other than ``"last"`` for an export
+    folder: it holds the weights it was exported with."""
+    if weights != "last":
+        raise ValueError(
+            f"weights={weights!r} picks the weights of a training run, but "
+            f"{export_dir} is an export, which holds the weights it was exported "
+            "with: leave weights out, or export the run again with them."
+        )

@@ -16,9 +16,15 @@ from keras_transformer.runs import (
     EXPORT_INFO_FILE,
     RunFolder,
     is_export_dir,
+    is_run_dir,
     load_export,
+    run_kind,
 )
-from keras_transformer.runs.exports import quantized, read_export_info
+from keras_transformer.runs.exports import (
+    check_export_weights,
+    quantized,
+    read_export_info,
+)
 
 
 def load_translator(
@@ -41,12 +47,7 @@ def load_translator(
     path = Path(path)
     if is_export_dir(path):
         _check_translation(path)
-        if weights != "last":
-            raise ValueError(
-                f"weights={weights!r} picks the weights of a training run, but "
-                f"{path} is an export, which holds the weights it was exported "
-                "with: leave weights out, or export the run again with them."
-            )
+        check_export_weights(path, weights)
         model, tokenizer, info = load_export(path)
         if as_served:
             model = quantized(model, info.get("quantization", "float32"))
@@ -69,16 +70,13 @@ def load_translator(
 def _check_translation(path: Path) -> None:
     """Refuses a run (its ``config.json``) or an export (its ``export.json``;
     an image export holds no ``tokenizer/``) of another kind, in one line."""
-    folder = RunFolder(path)
-    if folder.config_file.is_file():
-        kind, what = folder.kind(), "a run of kind {!r} (its config.json)"
-    else:
-        kind = str(read_export_info(path).get("kind", "translation"))
-        what = "an export of kind {!r} (its export.json)"
+    kind = run_kind(path)
     if kind != "translation":
+        what = "a run" if is_run_dir(path) else "an export"
+        source = "config.json" if is_run_dir(path) else "export.json"
         raise ValueError(
-            f"{path} is {what.format(kind)}, not a translation run or export: a "
-            "Translator loads translation runs and exports."
+            f"{path} is {what} of kind {kind!r} (its {source}), not a translation "
+            "run or export: a Translator loads translation runs and exports."
         )
 
 
