@@ -319,6 +319,8 @@ class RunFolder:
                 is damaged.
             ForeignCheckpointError: when the weights are another run's, or
                 carry no fingerprint (see `check_fingerprint`).
+            FileNotFoundError: when the weights named do not exist;
+                ValueError: when `weights` is a file that holds no weights.
         """
         expected = self.fingerprint()
         config = str(self.config_file)
@@ -356,11 +358,17 @@ class RunFolder:
             self._load_weights_file(model, Path(weights), expected)
         else:
             prefix = checkpoint_prefix(weights)
-            if not checkpoint_files(prefix) and not Path(prefix).exists():
+            if not checkpoint_files(prefix):
                 names = [Path(p).name for p in checkpoint_paths(self.checkpoint_dir)]
-                raise FileNotFoundError(
-                    f"--weights {weights} names no checkpoint (no file "
-                    f"{Path(prefix).name}.index or .data-*). The run's checkpoints: "
+                problem = (
+                    "is a file but neither a .weights.h5 file nor a checkpoint"
+                    if Path(prefix).is_file()
+                    else f"names no checkpoint (no file {Path(prefix).name}.index "
+                    "or .data-*)"
+                )
+                error = ValueError if Path(prefix).exists() else FileNotFoundError
+                raise error(
+                    f"--weights {weights} {problem}. The run's checkpoints: "
                     f"{', '.join(names) or 'none yet'}; pass one of them, or "
                     "last, best, average or a .weights.h5 file."
                 )

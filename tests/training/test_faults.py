@@ -297,6 +297,12 @@ def test_weights_naming_no_checkpoint_list_the_runs_checkpoints(run, capsys):
         assert cli.main([*argv, "--weights", str(weights)]) == 1
         line = _one_line_error(capsys, "names no checkpoint", "ckpt-3, ckpt-6, ckpt-9")
         assert "backup" not in line
+    # A file that is no weights (config.json) said "Cannot restore
+    # config.json: config.json.index is missing ... restore it from a backup".
+    argv = ["translate", "--workdir", str(run), "--input", str(source)]
+    assert cli.main([*argv, "--weights", str(run / "config.json")]) == 1
+    line = _one_line_error(capsys, "is a file but neither a .weights.h5", "ckpt-3")
+    assert "backup" not in line
 
 
 def test_a_checkpoint_removed_while_read_is_not_taken_for_a_mismatch(run, caplog):
