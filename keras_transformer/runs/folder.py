@@ -319,8 +319,8 @@ class RunFolder:
                 is damaged.
             ForeignCheckpointError: when the weights are another run's, or
                 carry no fingerprint (see `check_fingerprint`).
-            FileNotFoundError: when the weights named do not exist;
-                ValueError: when `weights` is a file that holds no weights.
+            FileNotFoundError: when the weights named do not exist.
+            ValueError: when `weights` is a file that holds no weights.
         """
         expected = self.fingerprint()
         config = str(self.config_file)
