@@ -508,8 +508,14 @@ def encode_sources(
         )
     sentences = tf.reshape(tf.convert_to_tensor(sentences, tf.string), [-1])
     tokens = tokenizer.tokenize(sentences)[:, : limit - 1]
-    end = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.END_ID, tf.int32))
-    return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1)
+    # END written after each row's tokens in a dense copy: a ragged concat
+    # along axis 1 transposes int64 row indices, which TensorFlow's oneDNN
+    # build answers with an error line on stderr on some CPUs.
+    lengths = tokens.row_lengths()
+    dense = tf.pad(tokens.to_tensor(), [[0, 0], [0, 1]])
+    width = tf.range(tf.shape(dense, out_type=lengths.dtype)[1])
+    dense = tf.where(width[None] == lengths[:, None], tokenizer.END_ID, dense)
+    return tf.RaggedTensor.from_tensor(dense, lengths=lengths + 1)
 
 
 def batch_for_eval(
