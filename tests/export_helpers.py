@@ -142,3 +142,22 @@ def run_like_folder(path: Path) -> Path:
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
     return path
+
+
+def transposes_by_dtype(export_dir: Path) -> dict[str, list[str]]:
+    """The names of the ``Transpose`` nodes in an export's functions, by
+    dtype. TensorFlow's oneDNN build logs "E0000 ... oneDNN supports DT_INT64
+    only on platforms with AVX-512" on stderr at the first integer
+    transpose it runs, on CPUs it does not count (this project's AMD
+    machines): an export should hold none."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((export_dir / "saved_model.pb").read_bytes())
+    found: dict[str, list[str]] = {}
+    for function in saved.meta_graphs[0].graph_def.library.function:
+        for node in function.node_def:
+            if node.op == "Transpose":
+                dtype = tf.dtypes.as_dtype(node.attr["T"].type).name
+                found.setdefault(dtype, []).append(node.name)
+    return found

@@ -36,6 +36,7 @@ from tests.export_helpers import (
     run_like_folder,
     served_translations,
     tiny_translator,
+    transposes_by_dtype,
 )
 from tests.former_decoding import former_beam_search_graph
 
@@ -290,23 +291,11 @@ def test_the_saved_model_holds_no_gradient_functions(exported: Path) -> None:
 
 
 def test_the_saved_model_transposes_no_integers(exported: Path) -> None:
-    """TensorFlow's oneDNN build logs "E0000 ... oneDNN supports DT_INT64
-    only on platforms with AVX-512" on stderr at the first integer
-    `Transpose` it runs, on CPUs it does not count (this project's AMD
-    machines). `encode_sources` appended END by a ragged concat, which
-    transposes int64 row indices: every `translate`, `evaluate` and `train`
-    printed the line."""
-    transposes = [
-        node
-        for function in _function_library(exported)
-        for node in function.node_def
-        if node.op == "Transpose"
-    ]
-    assert transposes  # the attention heads' (float32)
-    floats = {tf.float32.as_datatype_enum, tf.float16.as_datatype_enum}
-    floats.add(tf.bfloat16.as_datatype_enum)
-    integers = [n.name for n in transposes if n.attr["T"].type not in floats]
-    assert not integers
+    """`encode_sources` appended END by a ragged concat, which transposes
+    int64 row indices: every `translate`, `evaluate` and `train` printed
+    TensorFlow's oneDNN error line (`transposes_by_dtype`)."""
+    transposes = transposes_by_dtype(exported)
+    assert set(transposes) == {"float32"}, transposes  # the attention heads'
 
 
 def test_the_export_folder_keeps_the_keras_model_tokenizer_and_settings(

@@ -22,7 +22,7 @@ from keras_transformer.image_sampling import ImageSampler
 from keras_transformer.runs import RunFolder
 from keras_transformer.training.classification import Reviews, encode_reviews
 from keras_transformer.training.config import TrainConfig
-from tests.export_helpers import child_env
+from tests.export_helpers import child_env, transposes_by_dtype
 
 #: Reviews of the synthetic set's words, then an empty one, upper case,
 #: non-ASCII, and one longer than ``data.max_sentence_length`` (24).
@@ -61,6 +61,9 @@ def test_the_review_cut_rule_in_tensorflow_is_the_python_rule(
     # In a graph too (the SavedModel's), with unknown lengths.
     graph = tf.function(lambda ids: cut_review_ids(ids, max_length, tail))
     assert graph(ids).to_list() == got.to_list()
+    # A batch of empty reviews only: [UNK] each.
+    empty = tf.ragged.constant([[], []], dtype=tf.int32, ragged_rank=1)
+    assert cut_review_ids(empty, max_length, tail).to_list() == [[1], [1]]
 
 
 # ------------------------------------------------------------ the two runs
@@ -161,6 +164,15 @@ def test_a_classification_export_classifies_raw_reviews_like_the_model(
     assert info["max_length"] == config.data.max_sentence_length
     assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
     assert export.run_kind(exports["classification"]) == "classification"
+
+
+def test_the_exports_transpose_no_integers(exports: dict[str, Path]) -> None:
+    """`cut_review_ids` gave an empty review its [UNK] by a ragged concat,
+    which transposes int64 row indices: training and serving a classifier
+    printed TensorFlow's oneDNN error line (`transposes_by_dtype`)."""
+    for kind in ("classification", "image"):
+        transposes = transposes_by_dtype(exports[kind])
+        assert set(transposes) <= {"float32"}, (kind, transposes)
 
 
 def test_a_classification_export_refuses_a_batch_that_is_not_1_d(

@@ -264,20 +264,23 @@ def cut_review_ids(
     """
     tail = min(tail_tokens, max_length)
     lengths = ids.row_lengths()
-    kept = tf.ragged.range(tf.minimum(lengths, max_length))  # [batch, (kept)]
+    # [batch, (kept)]: one position for an empty review, its [UNK].
+    kept = tf.ragged.range(tf.maximum(tf.minimum(lengths, max_length), 1))
     position = kept.flat_values
     row = kept.value_rowids()
     length = tf.gather(lengths, row)
     from_end = (length > max_length) & (position >= max_length - tail)
     # A position of the tail takes the token as far from the review's end.
     index = tf.where(from_end, position + length - max_length, position)
-    values = tf.gather(ids.flat_values, tf.gather(ids.row_starts(), row) + index)
-    cut = kept.with_flat_values(values)
-    unknown = tf.ragged.range(tf.cast(tf.equal(lengths, 0), tf.int64))
-    filler = unknown.with_flat_values(
-        tf.fill(
-            tf.shape(unknown.flat_values),
-            tf.constant(UNK_ID, values.dtype),
-        )
+    # The ids with UNK after them, which an empty review reads. (Not a ragged
+    # concat of [UNK] rows: along axis 1 it transposes int64 row indices,
+    # which TensorFlow's oneDNN build answers with an error line on stderr
+    # on some CPUs.)
+    flat = ids.flat_values
+    with_unknown = tf.concat([flat, tf.constant([UNK_ID], flat.dtype)], 0)
+    index = tf.where(
+        tf.equal(length, 0),
+        tf.size(flat, out_type=index.dtype),
+        tf.gather(ids.row_starts(), row) + index,
     )
-    return tf.concat([cut, filler], axis=1)
+    return kept.with_flat_values(tf.gather(with_unknown, index))
