@@ -56,17 +56,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy",
         choices=STRATEGIES,
         default="default",
-        help="default: all GPUs mirrored when there are several, else one "
-        "device; mirrored: MirroredStrategy over all GPUs (or all logical "
-        "CPUs); multiworker: MultiWorkerMirroredStrategy from TF_CONFIG.",
+        help="default: all GPUs mirrored when there are several (without "
+        "GPUs, the logical CPUs of --cpu-devices N), else one device; "
+        "mirrored: MirroredStrategy over all GPUs (or all logical CPUs); "
+        "multiworker: MultiWorkerMirroredStrategy from TF_CONFIG.",
     )
     parser.add_argument(
         "--cpu-devices",
         type=int,
         default=None,
         metavar="N",
-        help="Split the CPU into N logical devices (to run --strategy mirrored "
-        "without GPUs).",
+        help="Split the CPU into N logical devices, which the default "
+        "strategy mirrors over when there is no GPU (to try the mirrored code "
+        "path without GPUs).",
     )
     parser.add_argument(
         "--force",
