@@ -56,19 +56,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy",
         choices=STRATEGIES,
         default="default",
-        help="default: all GPUs mirrored when there are several (without "
-        "GPUs, the logical CPUs of --cpu-devices N), else one device; "
-        "mirrored: MirroredStrategy over all GPUs (or all logical CPUs); "
-        "multiworker: MultiWorkerMirroredStrategy from TF_CONFIG.",
+        help="default: all GPUs mirrored when there are several, else one "
+        "device (mirrored when --cpu-devices N splits the CPU); mirrored: "
+        "MirroredStrategy over all GPUs (or all logical CPUs); multiworker: "
+        "MultiWorkerMirroredStrategy from TF_CONFIG.",
     )
     parser.add_argument(
         "--cpu-devices",
         type=int,
         default=None,
         metavar="N",
-        help="Split the CPU into N logical devices, which the default "
-        "strategy mirrors over when there is no GPU (to try the mirrored code "
-        "path without GPUs).",
+        help="Split the CPU into N logical devices and mirror over them when "
+        "there is no GPU (to try the mirrored code path without GPUs); N > 1 "
+        "makes the default --strategy mirrored.",
     )
     parser.add_argument(
         "--force",
@@ -150,10 +150,18 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.training import train
     from keras_transformer.training.distribute import make_strategy
 
-    result = train(config, args.workdir, make_strategy(args.strategy), force=args.force)
+    strategy = make_strategy(strategy_name(args))
+    result = train(config, args.workdir, strategy, force=args.force)
     if result.preempted:
         print(f"To resume, run the same command again: {resume_command(args)}")
     return 0
+
+
+def strategy_name(args: argparse.Namespace) -> str:
+    """``--strategy``; ``mirrored`` for the default when ``--cpu-devices N``
+    split the CPU into several devices (else the split trains one replica)."""
+    split = args.cpu_devices is not None and args.cpu_devices > 1
+    return "mirrored" if args.strategy == "default" and split else args.strategy
 
 
 def resume_command(args: argparse.Namespace) -> str:

@@ -7,8 +7,7 @@ of every batch), the loss is normalised by the global token count
 the replicas.
 
 * ``"default"``: `MirroredStrategy` over all GPUs when there are several,
-  over all logical CPU devices when there is no GPU and the CPU is split
-  (`configure_cpu_devices`), otherwise the default (single-device) strategy.
+  otherwise the default (single-device) strategy.
 * ``"mirrored"``: `MirroredStrategy` over all GPUs, or over all logical CPU
   devices when there is no GPU (see `configure_cpu_devices`).
 * ``"multiworker"``: `MultiWorkerMirroredStrategy`, with the cluster read
@@ -89,21 +88,17 @@ def make_strategy(name: str = "default") -> tf.distribute.Strategy:
         return _multi_worker_strategy()
     # Physical devices can be listed without initialising TensorFlow.
     gpus = tf.config.list_physical_devices("GPU")
-    if name == "default" and len(gpus) > 1:
-        return tf.distribute.MirroredStrategy()
-    if gpus:
-        return (
-            tf.distribute.MirroredStrategy()
-            if name == "mirrored"
-            else tf.distribute.get_strategy()
-        )
-    cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
-    if name == "default" and len(cpus) == 1:
+    if name == "default":
+        if len(gpus) > 1:
+            return tf.distribute.MirroredStrategy()
         return tf.distribute.get_strategy()
-    # "mirrored", or a CPU split by configure_cpu_devices (--cpu-devices N).
-    return tf.distribute.MirroredStrategy(
-        devices=cpus, cross_device_ops=tf.distribute.ReductionToOneDevice()
-    )
+    if name == "mirrored":
+        if gpus:
+            return tf.distribute.MirroredStrategy()
+        cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(
+            devices=cpus, cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
 
 
 def _multi_worker_strategy() -> tf.distribute.Strategy:

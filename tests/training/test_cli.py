@@ -56,6 +56,23 @@ def test_the_translating_commands_share_the_model_and_decoding_groups():
         assert "--workdir" not in groups[command._optionals.title], name
 
 
+def test_cpu_devices_make_the_default_strategy_mirrored():
+    """`--cpu-devices 2` alone split the CPU, then trained one replica."""
+    from keras_transformer.cli.train import strategy_name
+
+    parser = cli.build_parser()
+    cases = {
+        (): "default",
+        ("--cpu-devices", "1"): "default",
+        ("--cpu-devices", "2"): "mirrored",
+        ("--cpu-devices", "2", "--strategy", "multiworker"): "multiworker",
+        ("--strategy", "mirrored"): "mirrored",
+    }
+    for flags, expected in cases.items():
+        args = parser.parse_args(["train", "--workdir", "w", *flags])
+        assert strategy_name(args) == expected, flags
+
+
 def test_a_given_decoding_flag_is_passed_on_even_at_its_default():
     """`search_settings` passes the flags the command line gave, default
     values included (they replace an export folder's own settings), and

@@ -173,6 +173,4 @@ results = {
     "mirrored_k1": run(make_strategy("mirrored"), 1),
 }
 results["mirrored_k2"] = run(make_strategy("mirrored"), 2)
-# The default strategy mirrors over a split CPU too (`--cpu-devices 2`).
-results["default_replicas"] = make_strategy("default").num_replicas_in_sync
 print("RESULT " + json.dumps(results))
