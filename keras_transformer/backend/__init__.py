@@ -53,8 +53,10 @@ TensorFlow, whatever the switch says.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -126,6 +128,33 @@ class fast_paths:  # noqa: N801 (a function that is also a context manager)
 def uses_tensorflow_fast_paths() -> bool:
     """Whether the TensorFlow twins run: TensorFlow backend, switch on."""
     return keras.backend.backend() == "tensorflow" and fast_paths_enabled()
+
+
+_forward_only: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "forward_only", default=False
+)
+
+
+@contextlib.contextmanager
+def forward_only() -> Iterator[None]:
+    """Traces the TensorFlow twins without their hand-written gradients.
+
+    For graphs that nothing differentiates, such as an export's: each twin
+    then computes its forward value alone, without the `IdentityN` that
+    carries a `tf.custom_gradient` (a SavedModel saved without its gradient
+    functions warns about every function holding one when it is loaded).
+    The values are the same. Read when a function is traced.
+    """
+    token = _forward_only.set(True)
+    try:
+        yield
+    finally:
+        _forward_only.reset(token)
+
+
+def forward_only_enabled() -> bool:
+    """Whether a `forward_only()` block is open in this context."""
+    return _forward_only.get()
 
 
 # ----------------------------------------------------------------- linear maps
@@ -316,6 +345,8 @@ __all__ = [
     "dropout",
     "fast_paths",
     "fast_paths_enabled",
+    "forward_only",
+    "forward_only_enabled",
     "global_token_count",
     "label_smoothed_nll",
     "layer_norm",

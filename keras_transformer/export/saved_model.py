@@ -37,6 +37,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model import save_context
 
 from keras_transformer import validation
+from keras_transformer.backend import forward_only
 from keras_transformer.conventions import PAD_ID
 from keras_transformer.data.imdb import cut_review_ids
 from keras_transformer.data.tokenizer import SubwordTokenizer
@@ -187,9 +188,11 @@ def _write_export(
     """
     with writing_export(export_dir, overwrite, FORMAT) as temporary, _file_errors():
         # No gradient functions: an export serves, nothing differentiates it
-        # (tracing them took a sixth of an export's time).
+        # (tracing them took a sixth of an export's time), and no op that
+        # would carry one, which a SavedModel warns about when it is loaded.
         options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-        _write_saved_model(archive, temporary, options)
+        with forward_only():
+            _write_saved_model(archive, temporary, options)
         save_model_and_tokenizer(model, tokenizer, temporary)
         (temporary / INFO_FILE).write_text(
             json.dumps(info, indent=2) + "\n", encoding="utf-8"

@@ -312,3 +312,38 @@ def test_loss_refuses_labels_outside_the_vocabulary():
         label_smoothed_nll(tf.constant([[1, 9]]), logits, 0.1)
     with pytest.raises(tf.errors.InvalidArgumentError, match="negative"):
         label_smoothed_nll(tf.constant([[1, -1]]), logits, 0.1)
+
+
+@pytest.mark.tensorflow_only
+def test_forward_only_traces_the_twins_without_gradient_carriers():
+    """An export traces under `backend.forward_only()`: the same values,
+    without the `IdentityN` that carries each `tf.custom_gradient` (a loaded
+    SavedModel warned about every function holding one), and the gradients
+    are back once the block is closed."""
+    from keras_transformer import backend
+
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(2, 3, 4)).astype("float32"))
+    kernel = tf.constant(rng.normal(size=(4, 4)).astype("float32"))
+    mask = tf.constant(rng.uniform(size=(2, 3, 3)) > 0.3)
+
+    def forward(x):
+        hidden = backend.linear(x, kernel, kernel[0], relu=True)
+        hidden = backend.layer_norm(hidden, kernel[1], kernel[2], -1, 1e-6)
+        scores = tf.matmul(hidden, hidden, transpose_b=True)
+        return backend.masked_softmax(scores, mask)
+
+    def carriers(concrete):
+        return [op for op in concrete.graph.get_operations() if op.type == "IdentityN"]
+
+    with backend.forward_only():
+        assert backend.forward_only_enabled()
+        plain = tf.function(forward).get_concrete_function(x)
+    assert not backend.forward_only_enabled()
+    carrying = tf.function(forward).get_concrete_function(x)
+    assert carriers(carrying) and not carriers(plain)
+    np.testing.assert_array_equal(plain(x).numpy(), carrying(x).numpy())
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(carrying(x) * x[..., :3])
+    assert tape.gradient(loss, x) is not None

@@ -8,6 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.backend.tensorflow.nn import custom_gradient
+
 
 def global_token_count(local_count: Any) -> Any:
     """Sums a per-replica token count over all replicas of a `tf.distribute` run.
@@ -59,7 +61,7 @@ def label_smoothed_nll(
         [tf.range(tf.size(flat_labels), dtype=tf.int32), flat_labels], axis=1
     )
 
-    @tf.custom_gradient
+    @custom_gradient
     def smoothed_and_nll(flat_logits: Any) -> tuple[Any, Any]:
         probabilities = tf.nn.softmax(flat_logits)
         # log Z = max(z) - log(max(p)): the most probable token's probability

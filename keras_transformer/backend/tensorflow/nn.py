@@ -7,11 +7,13 @@ to its portable reference in `keras_transformer.backend.portable`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from keras_transformer.backend import forward_only_enabled
 from keras_transformer.backend.portable import (
     MASK_FILL_VALUE,
     flatten_tokens,
@@ -22,6 +24,19 @@ from keras_transformer.backend.portable import (
 # probability is the requested rate rounded to a multiple of 2^-16.
 RANDOM_BITS = 16
 LEVELS = 2**RANDOM_BITS
+
+
+def custom_gradient(forward: Callable[..., tuple[Any, Any]]) -> Callable[..., Any]:
+    """`tf.custom_gradient(forward)`, or under `backend.forward_only()` the
+    forward value alone (an export's graph holds no gradient to carry)."""
+    with_gradient = tf.custom_gradient(forward)
+
+    def call(*args: Any) -> Any:
+        if forward_only_enabled():
+            return forward(*args)[0]
+        return with_gradient(*args)
+
+    return call
 
 
 # ----------------------------------------------------------------- linear maps
@@ -54,7 +69,7 @@ def _linear_tokens(tokens: Any, kernel: Any, bias: Any | None, relu: bool) -> An
     d_in, d_out = kernel.shape
     bias_args = () if bias is None else (tf.convert_to_tensor(bias),)
 
-    @tf.custom_gradient
+    @custom_gradient
     def product(tokens: Any, kernel: Any, *bias_args: Any) -> Any:
         outputs = tf.matmul(tokens, kernel)
         if bias_args:
@@ -128,7 +143,7 @@ def layer_norm(inputs: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
     beta = tf.cast(beta, tf.float32)
     reduce_axes = list(range(len(inputs.shape) - 1))
 
-    @tf.custom_gradient
+    @custom_gradient
     def normalize(inputs: Any, gamma: Any, beta: Any) -> Any:
         mean = tf.reduce_mean(inputs, axis=-1, keepdims=True)
         centered = inputs - mean
@@ -169,7 +184,7 @@ def masked_softmax(logits: Any, mask: Any) -> Any:
     mask = tf.convert_to_tensor(mask)
     allowed = tf.cast(mask, tf.float32)
 
-    @tf.custom_gradient
+    @custom_gradient
     def softmax(logits: Any) -> Any:
         weights = tf.nn.softmax(tf.where(mask, logits, MASK_FILL_VALUE)) * allowed
 
@@ -215,7 +230,7 @@ def dropout(inputs: Any, rate: float, seed: Any) -> Any:
         keep, tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype)
     )
 
-    @tf.custom_gradient
+    @custom_gradient
     def apply_mask(inputs: Any) -> Any:
         def gradient(upstream: Any) -> Any:
             with tf.name_scope("dropout_gradient"):
