@@ -45,6 +45,10 @@ environment variable; `fast_paths(None)` defers to it again. Both are read
 when an operation runs, which inside a `tf.function` (as `model.fit` uses)
 means when the function is traced: switch before compiling or fitting.
 
+A graph that nothing differentiates (an export's) is traced under
+`forward_only()`: the twins then compute their forward values without the
+`IdentityN` ops that carry their hand-written gradients.
+
 `global_token_count` is not a fast path but a semantic one: under
 `tf.distribute` the loss divides by the token count of the global batch.
 It therefore takes the TensorFlow branch whenever the backend is
