@@ -57,10 +57,8 @@ TensorFlow, whatever the switch says.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -68,6 +66,7 @@ import keras
 
 from keras_transformer.backend import portable
 from keras_transformer.backend.portable import MASK_FILL_VALUE
+from keras_transformer.backend.tracing import forward_only, forward_only_enabled
 
 #: The environment variable that switches every fast path off when "0".
 ENVIRONMENT_VARIABLE = "KERAS_TRANSFORMER_FAST_PATHS"
@@ -132,33 +131,6 @@ class fast_paths:  # noqa: N801 (a function that is also a context manager)
 def uses_tensorflow_fast_paths() -> bool:
     """Whether the TensorFlow twins run: TensorFlow backend, switch on."""
     return keras.backend.backend() == "tensorflow" and fast_paths_enabled()
-
-
-_forward_only: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "forward_only", default=False
-)
-
-
-@contextlib.contextmanager
-def forward_only() -> Iterator[None]:
-    """Traces the TensorFlow twins without their hand-written gradients.
-
-    For graphs that nothing differentiates, such as an export's: each twin
-    then computes its forward value alone, without the `IdentityN` that
-    carries a `tf.custom_gradient` (a SavedModel saved without its gradient
-    functions warns about every function holding one when it is loaded).
-    The values are the same. Read when a function is traced.
-    """
-    token = _forward_only.set(True)
-    try:
-        yield
-    finally:
-        _forward_only.reset(token)
-
-
-def forward_only_enabled() -> bool:
-    """Whether a `forward_only()` block is open in this context."""
-    return _forward_only.get()
 
 
 # ----------------------------------------------------------------- linear maps

@@ -13,12 +13,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer.backend import forward_only_enabled
 from keras_transformer.backend.portable import (
     MASK_FILL_VALUE,
     flatten_tokens,
     reshape_target,
 )
+from keras_transformer.backend.tracing import forward_only_enabled
 
 # Dropout compares 16 random bits per element with a threshold, so the drop
 # probability is the requested rate rounded to a multiple of 2^-16.
