@@ -418,6 +418,26 @@ class SubwordTokenizer(tf.Module):
         Raises:
             ValueError: If the size or the fingerprint differs.
         """
+        problems = self.compatibility_problems(
+            expected_vocabulary_size, expected_fingerprint
+        )
+        if problems:
+            raise ValueError(
+                "The tokenizer vocabulary does not match the checkpoint: "
+                + "; ".join(problems)
+                + ". Token ids would mean different pieces. Load the tokenizer "
+                "saved with the checkpoint (SubwordTokenizer.load(<its "
+                "directory>)), or train a new model with this tokenizer."
+            )
+
+    def compatibility_problems(
+        self,
+        expected_vocabulary_size: int,
+        expected_fingerprint: str | None = None,
+    ) -> list[str]:
+        """What differs from the tokenizer a model was trained with (its
+        vocabulary size, its fingerprint), in words; empty when nothing does.
+        `check_compatible` raises them."""
         problems = []
         if expected_vocabulary_size != self.vocabulary_size:
             problems.append(
@@ -433,14 +453,7 @@ class SubwordTokenizer(tf.Module):
                 f"{expected_fingerprint[:12]}… but this tokenizer's is "
                 f"{self.fingerprint[:12]}…"
             )
-        if problems:
-            raise ValueError(
-                "The tokenizer vocabulary does not match the checkpoint: "
-                + "; ".join(problems)
-                + ". Token ids would mean different pieces. Load the tokenizer "
-                "saved with the checkpoint (SubwordTokenizer.load(<its "
-                "directory>)), or train a new model with this tokenizer."
-            )
+        return problems
 
     # -- in-graph ------------------------------------------------------------
 

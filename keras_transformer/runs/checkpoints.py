@@ -336,12 +336,15 @@ def check_tokenizer(
     if "vocabulary_size" not in metadata:
         return  # an unreadable file (warned of): nothing records the tokenizer
     try:
-        tokenizer.check_compatible(
-            expected_vocabulary_size=int(metadata["vocabulary_size"]),
-            expected_fingerprint=metadata.get("tokenizer_fingerprint"),
+        problems = tokenizer.compatibility_problems(
+            int(metadata["vocabulary_size"]), metadata.get("tokenizer_fingerprint")
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (TypeError, ValueError) as e:  # a damaged size
+        problems = [f"{path.name} does not read ({e})"]
+    if problems:
         raise ValueError(
-            f"{e} (checkpoints in {path.parent}). Restore the tokenizer/ folder "
-            "of this run, or start a new run in another work directory."
-        ) from e
+            f"The run's tokenizer does not match the checkpoints in {path.parent}: "
+            f"{'; '.join(problems)}. Token ids would mean different pieces: "
+            "restore the tokenizer/ folder of this run, or start a new run in "
+            "another work directory."
+        )

@@ -254,6 +254,10 @@ def test_tokenizer_that_does_not_match_the_checkpoint_is_refused(run, tmp_path):
     with pytest.raises(ValueError, match="does not match the checkpoint") as error:
         train(config, copy, printer=None)
     assert "fingerprint" in str(error.value)
+    # The run's advice only: it also told a command-line user to call
+    # SubwordTokenizer.load(<its directory>).
+    assert "restore the tokenizer/ folder of this run" in str(error.value)
+    assert "SubwordTokenizer" not in str(error.value)
     with pytest.raises(ValueError, match="fingerprint"):
         load_trained_model(copy)
 
