@@ -546,7 +546,7 @@ def _summary(path: Path, kind: str, quantization: str | None) -> str:
     """The closing line of ``keras-transformer export --format ctranslate2``
     (saying so where int8 weights will compute in int16 or float32 here)."""
     line = (
-        f"Exported the translation run to {path} for CTranslate2 ({quantization} "
+        f"Exported the translation model to {path} for CTranslate2 ({quantization} "
         f"weights). Translate with: keras-transformer translate --workdir {path}"
     )
     if str(quantization).startswith("int8"):

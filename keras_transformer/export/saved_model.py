@@ -567,7 +567,7 @@ def _summary(path: Path, kind: str, quantization: str | None) -> str:
     """The closing line of ``keras-transformer export``."""
     weights = " (feed-forward weights in int8)" if quantization == "int8" else ""
     return (
-        f"Exported the {kind} run to {path}{weights}: signatures "
+        f"Exported the {kind} model to {path}{weights}: signatures "
         f"{_SIGNATURES[kind]}; Keras model in {path / MODEL_FILE}. Inspect it "
         f"with: saved_model_cli show --dir {path} --all"
     )
