@@ -51,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
         "signature)",
     )
     check_run_kind(args.workdir, "image", "--workdir", NAME)
+    for flag, value, what in (
+        ("--images", args.images, "test images (the grid's rows)"),
+        ("--samples", args.samples, "completions per image"),
+    ):
+        if value < 1:
+            raise CommandError(f"{flag} {value}: pass a positive number of {what}.")
     from keras_transformer.training.image_recipe import complete_run_images
 
     names = ("weights", "samples", "given_rows", "temperature", "seed")

@@ -73,6 +73,7 @@ from keras_transformer.training.recipes import (
     stored_run,
 )
 from keras_transformer.training.sections import shorten
+from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "ImageEvaluation",
@@ -359,6 +360,8 @@ def complete_run_images(
 
     from keras_transformer.image_sampling import ImageSampler
 
+    check_positive_int("num_images", num_images)
+    check_positive_int("samples", samples)
     folder, config = stored_run(workdir, num_images)
     if config.kind != "image":
         raise ValueError(

@@ -827,6 +827,22 @@ def test_a_run_of_another_kind_is_one_line_naming_it(
         Translator.load(trained_image)
 
 
+def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsys):
+    """`complete --samples 0` wrote a grid of given rows and originals, "0
+    completions"; `--images 0` named the config's `train.test_samples`."""
+    from keras_transformer.training.image_recipe import complete_run_images
+
+    output = tmp_path / "grid.png"
+    run = ["complete", "--workdir", str(trained_image), "--output", str(output)]
+    for flag, what in (("--samples", "completions per image"), ("--images", "test")):
+        assert cli.main([*run, flag, "0"]) == 2
+        _one_line_error(capsys, f"{flag} 0: pass a positive number", what)
+    assert not output.exists()
+    with pytest.raises(ValueError, match="`samples` must be a positive integer"):
+        complete_run_images(trained_image, output, samples=0)
+    assert not output.exists()
+
+
 def test_a_damaged_tokenizer_record_names_its_file(run, tmp_path, capsys):
     """A tokenizer.json that is not JSON: one line naming it (was a bare
     JSONDecodeError naming no file)."""
