@@ -37,7 +37,7 @@ from keras_transformer.data.images import check_image_batch
 from keras_transformer.decoding.images import sample_intensities
 from keras_transformer.layers.pixel_outputs import check_temperature
 from keras_transformer.models.image_transformer import ImageTransformerStack
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_int, check_positive_int
 
 __all__ = ["ImageSampler", "complete_images", "sample_images"]
 
@@ -170,6 +170,7 @@ class ImageSampler:
             )
         if seed is not None:
             seed = int(seed)
+            check_int("seed", seed, minimum=0)
             self._seeds = np.random.default_rng(seed)
         if labels is not None:
             labels = np.asarray(labels)

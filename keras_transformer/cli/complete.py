@@ -51,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
         "signature)",
     )
     check_run_kind(args.workdir, "image", "--workdir", NAME)
-    for flag, value, what in (
-        ("--images", args.images, "test images (the grid's rows)"),
-        ("--samples", args.samples, "completions per image"),
+    for flag, value, minimum, what in (
+        ("--images", args.images, 1, "a positive number of test images"),
+        ("--samples", args.samples, 1, "a positive number of completions per image"),
+        ("--seed", args.seed, 0, "a seed of 0 or more"),
     ):
-        if value < 1:
-            raise CommandError(f"{flag} {value}: pass a positive number of {what}.")
+        if value < minimum:
+            raise CommandError(f"{flag} {value}: pass {what}.")
     from keras_transformer.training.image_recipe import complete_run_images
 
     names = ("weights", "samples", "given_rows", "temperature", "seed")

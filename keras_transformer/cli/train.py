@@ -130,6 +130,11 @@ def run(args: argparse.Namespace) -> int:
     check_paths(args, config="file", workdir="new run or export folder")
     # Logical CPU devices must be set before TensorFlow initialises.
     if args.cpu_devices is not None:
+        if args.cpu_devices < 1:
+            raise CommandError(
+                f"--cpu-devices {args.cpu_devices}: pass a positive number of "
+                "logical CPU devices."
+            )
         from keras_transformer.training.distribute import configure_cpu_devices
 
         configure_cpu_devices(args.cpu_devices)

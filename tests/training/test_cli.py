@@ -73,6 +73,19 @@ def test_cpu_devices_make_the_default_strategy_mirrored():
         assert strategy_name(args) == expected, flags
 
 
+def test_cpu_devices_below_one_name_the_flag(tmp_path, capsys):
+    """It said "`count` must be a positive integer. Received: count=0"."""
+    workdir = tmp_path / "run"
+    for value in ("0", "-2"):
+        argv = ["train", "--workdir", str(workdir), "--cpu-devices", value]
+        assert cli.main(argv) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.endswith(
+            f"--cpu-devices {value}: pass a positive number of logical CPU devices."
+        ), error
+    assert not workdir.exists()
+
+
 def test_a_given_decoding_flag_is_passed_on_even_at_its_default():
     """`search_settings` passes the flags the command line gave, default
     values included (they replace an export folder's own settings), and

@@ -829,7 +829,8 @@ def test_a_run_of_another_kind_is_one_line_naming_it(
 
 def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsys):
     """`complete --samples 0` wrote a grid of given rows and originals, "0
-    completions"; `--images 0` named the config's `train.test_samples`."""
+    completions"; `--images 0` named the config's `train.test_samples`;
+    `--seed -1` failed in numpy."""
     from keras_transformer.training.image_recipe import complete_run_images
 
     output = tmp_path / "grid.png"
@@ -837,9 +838,14 @@ def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsy
     for flag, what in (("--samples", "completions per image"), ("--images", "test")):
         assert cli.main([*run, flag, "0"]) == 2
         _one_line_error(capsys, f"{flag} 0: pass a positive number", what)
+    # numpy's bare "expected non-negative integer".
+    assert cli.main([*run, "--seed", "-1"]) == 2
+    _one_line_error(capsys, "--seed -1: pass a seed of 0 or more")
     assert not output.exists()
     with pytest.raises(ValueError, match="`samples` must be a positive integer"):
         complete_run_images(trained_image, output, samples=0)
+    with pytest.raises(ValueError, match="`seed` must be a non-negative integer"):
+        complete_run_images(trained_image, output, seed=-1)
     assert not output.exists()
 
 
