@@ -72,8 +72,8 @@ def _check_translation(path: Path) -> None:
     an image export holds no ``tokenizer/``) of another kind, in one line."""
     kind = run_kind(path)
     if kind != "translation":
-        what = "a run" if is_run_dir(path) else "an export"
-        source = "config.json" if is_run_dir(path) else "export.json"
+        run = is_run_dir(path)
+        what, source = ("a run", "config.json") if run else ("an export", "export.json")
         raise ValueError(
             f"{path} is {what} of kind {kind!r} (its {source}), not a translation "
             "run or export: a Translator loads translation runs and exports."
