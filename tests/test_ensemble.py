@@ -1,5 +1,8 @@
 """Ensembles: one search over the average of several models' log-probabilities."""
 
+import re
+import shutil
+
 import keras
 import numpy as np
 import pytest
@@ -122,9 +125,14 @@ def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
     sources = list(synthetic_dates(4, seed=21).sources)
     alone = Translator(model, tokenizer).translate(sources)
     # Two copies of one model: the average of equal log-probabilities.
-    twice = Translator.from_runs([first, first])
+    copy = shutil.copytree(first, tmp_path / "copy")
+    twice = Translator.from_runs([first, copy])
     assert len(twice.ensemble) == 1
     assert twice.translate(sources) == alone
+    # One folder twice (also by another spelling) is refused before loading.
+    for again in (first, tmp_path / "a" / ".." / "a"):
+        with pytest.raises(ValueError, match=r"got .*a twice; .*name each run once"):
+            Translator.from_runs([first, again])
     pairs = synthetic_dates(200, seed=3)
     other = SubwordTokenizer.train(list(pairs.sources), vocabulary_size=90)
     second = export.save_model_and_tokenizer(model, other, tmp_path / "b")
@@ -148,7 +156,8 @@ def test_translate_command_ensemble_flag(tmp_path, capsys):
     translate_command.add_arguments(parser)
     common = ["--workdir", str(run), "--input", str(tmp_path / "in.txt")]
     outputs = {}
-    for name, extra in (("one", []), ("two", ["--ensemble", str(run)])):
+    copy = shutil.copytree(run, tmp_path / "copy")
+    for name, extra in (("one", []), ("two", ["--ensemble", str(copy)])):
         argv = [*common, "--output", str(tmp_path / name), "--no-progress", *extra]
         assert translate_command.run(parser.parse_args(argv)) == 0
         outputs[name] = (tmp_path / name).read_text()
@@ -156,6 +165,21 @@ def test_translate_command_ensemble_flag(tmp_path, capsys):
     assert outputs["two"] == outputs["one"] and len(outputs["one"].split("\n")) >= 3
     from keras_transformer.cli._common import CommandError
 
+    # The --workdir run, or one --ensemble run twice, is refused naming it.
+    for again, said in (
+        (
+            ["--ensemble", str(run)],
+            f"--ensemble {run} is the --workdir run {run} again",
+        ),
+        (
+            ["--ensemble", str(copy)] * 2,
+            f"--ensemble {copy} is --ensemble {copy} again",
+        ),
+    ):
+        argv = [*common, "--output", str(tmp_path / "x"), *again]
+        with pytest.raises(CommandError, match=re.escape(said)):
+            translate_command.run(parser.parse_args(argv))
+    assert not (tmp_path / "x").exists()
     missing = ["--ensemble", str(tmp_path / "nowhere")]
     with pytest.raises(CommandError, match="nowhere"):
         translate_command.run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from keras_transformer.cli._common import (
@@ -141,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         check_path(path, "folder", "--ensemble")
         check_run_kind(path, "translation", "--ensemble", NAME)
         refuse_export_without_model(path, "--ensemble", f"{NAME} --ensemble")
+    _check_ensemble_runs(args.workdir, args.ensemble)
     from keras_transformer.export.formats import TranslatorLike, serving_format
     from keras_transformer.translation import read_lines, write_lines
 
@@ -211,6 +213,20 @@ def _warn_unmet_constraints(translator: Any, workdir: str) -> None:
                 f"line {number}: constraint(s) not met: "
                 + ", ".join(repr(phrase) for phrase in missed),
             )
+
+
+def _check_ensemble_runs(workdir: str, ensemble: list[str]) -> None:
+    """Refuses an --ensemble folder that is --workdir or another --ensemble:
+    a model averaged with itself translates as the model alone, slower."""
+    seen = {os.path.realpath(workdir): f"the --workdir run {workdir}"}
+    for path in ensemble:
+        folder = os.path.realpath(path)
+        if folder in seen:
+            raise CommandError(
+                f"--ensemble {path} is {seen[folder]} again; a model averaged "
+                "with itself translates as the model alone: name other runs."
+            )
+        seen[folder] = f"--ensemble {path}"
 
 
 def _load_ensemble(args: argparse.Namespace) -> Any:

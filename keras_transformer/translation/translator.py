@@ -208,11 +208,19 @@ class Translator:
         trained with one tokenizer; `weights` applies to each run.
 
         Raises:
-            ValueError: (one line) without paths, or naming two runs whose
-                SentencePiece models differ.
+            ValueError: (one line) without paths, naming a folder twice (a
+                model averaged with itself translates as the model alone), or
+                naming two runs whose SentencePiece models differ.
         """
         if not paths:
             raise ValueError("from_runs needs at least one run folder; got none.")
+        folders = [os.path.realpath(path) for path in paths]
+        for index, folder in enumerate(folders):
+            if folder in folders[:index]:
+                raise ValueError(
+                    f"from_runs got {paths[index]} twice; a model averaged with "
+                    "itself translates as the model alone: name each run once."
+                )
         loaded = [load_translator(path, weights) for path in paths]
         first = loaded[0][1]
         for path, (_, tokenizer) in zip(paths[1:], loaded[1:], strict=True):
