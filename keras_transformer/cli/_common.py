@@ -11,7 +11,7 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ __all__ = [
     "add_search_arguments",
     "add_translator_arguments",
     "check_translator_arguments",
+    "check_numbers",
+    "SEARCH_NUMBERS",
     "refuse_export",
     "refuse_export_without_model",
     "search_settings",
@@ -259,6 +261,35 @@ def _is_export(folder: Path) -> bool:
     )
 
 
+#: A numeric flag's test of its value and what to pass instead: for
+#: `check_numbers`. `SEARCH_NUMBERS` holds `DecodeSettings`' bounds (§6.1)
+#: and ``--batch-size``'s, in the flags' words.
+NumberRules = dict[str, tuple[Callable[[Any], bool], str]]
+SEARCH_NUMBERS: NumberRules = {
+    "--beam-size": (lambda v: v >= 1, "a beam size of 1 (greedy) or more"),
+    "--alpha": (lambda v: v >= 0, "a length penalty alpha of 0 or more"),
+    "--max-input-length": (lambda v: v >= 2, "2 or more subword ids, END included"),
+    "--extra-length": (lambda v: v >= 0, "0 or more extra tokens"),
+    "--temperature": (lambda v: v > 0, "a temperature above 0"),
+    "--n-best": (lambda v: v >= 1, "1 or more hypotheses per source"),
+    "--top-k": (lambda v: v >= 1, "1 or more tokens to sample among"),
+    "--top-p": (lambda v: 0 < v <= 1, "a probability above 0 and at most 1, e.g. 0.9"),
+    "--seed": (lambda v: v >= 0, "a seed of 0 or more"),
+    "--batch-size": (lambda v: v >= 1, "a positive number of sentences per batch"),
+}
+
+
+def check_numbers(args: argparse.Namespace, rules: NumberRules) -> None:
+    """Refuses, in one line naming the flag, a numeric flag's value that its
+    rule rejects (NaN included): ``--beam-size 0: pass a beam size of 1
+    (greedy) or more.`` Flags the command does not have, or left unset
+    (None), are skipped."""
+    for flag, (accepts, what) in rules.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None and not accepts(value):
+            raise CommandError(f"{flag} {value}: pass {what}.")
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--workdir`` and ``--weights``: which trained model to load (the
     help's "model" group)."""
@@ -439,13 +470,19 @@ def add_translator_arguments(
 
 
 def check_translator_arguments(
-    args: argparse.Namespace, *, serves_exports: bool = False, **kinds: str
+    args: argparse.Namespace,
+    *,
+    serves_exports: bool = False,
+    numbers: NumberRules = SEARCH_NUMBERS,
+    **kinds: str,
 ) -> None:
     """Checks ``--workdir`` (a folder; an export without the Keras model, such
     as a CTranslate2 or LiteRT folder, only where the command `serves_exports`),
-    ``--weights`` (`check_weights`) and the command's own path arguments,
-    `kinds` as for `check_paths`."""
+    the numeric flags (`check_numbers` with `numbers`), ``--weights``
+    (`check_weights`) and the command's own path arguments, `kinds` as for
+    `check_paths`."""
     check_paths(args, workdir="folder", **kinds)
+    check_numbers(args, numbers)
     if not serves_exports:
         command = getattr(args, "command", "the command")
         refuse_export_without_model(

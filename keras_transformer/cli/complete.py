@@ -12,6 +12,7 @@ import argparse
 from keras_transformer.cli._common import (
     CommandError,
     add_weights_without_fingerprint_argument,
+    check_numbers,
     check_paths,
     check_run_kind,
     refuse_export,
@@ -32,6 +33,17 @@ _OPTIONS = (
 )
 
 
+#: What the drawing options accept (`check_numbers`); --given-rows' upper
+#: bound and block rule are the model's (`ImageSampler`).
+_NUMBERS = {
+    "--images": (lambda v: v >= 1, "a positive number of test images"),
+    "--samples": (lambda v: v >= 1, "a positive number of completions per image"),
+    "--given-rows": (lambda v: v >= 0, "0 or more given rows"),
+    "--temperature": (lambda v: v >= 0, "a temperature of 0 or more"),
+    "--seed": (lambda v: v >= 0, "a seed of 0 or more"),
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer complete``."""
     parser.add_argument("--workdir", required=True, help="The image run's folder.")
@@ -44,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Writes the grid and says where."""
     check_paths(args, workdir="folder", output="new file")
+    check_numbers(args, _NUMBERS)
     refuse_export(
         args.workdir,
         "--workdir",
@@ -51,13 +64,6 @@ def run(args: argparse.Namespace) -> int:
         "signature)",
     )
     check_run_kind(args.workdir, "image", "--workdir", NAME)
-    for flag, value, minimum, what in (
-        ("--images", args.images, 1, "a positive number of test images"),
-        ("--samples", args.samples, 1, "a positive number of completions per image"),
-        ("--seed", args.seed, 0, "a seed of 0 or more"),
-    ):
-        if value < minimum:
-            raise CommandError(f"{flag} {value}: pass {what}.")
     from keras_transformer.training.image_recipe import complete_run_images
 
     names = ("weights", "samples", "given_rows", "temperature", "seed")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli._common import (
+    SEARCH_NUMBERS,
     CommandError,
     add_translator_arguments,
     check_translator_arguments,
@@ -80,6 +81,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The search's number rules, and an image run's: its --temperature may be 0
+#: (the most likely values; a translation's search refuses it), and
+#: --given-rows is at least 0 (its upper bound is the model's).
+_NUMBERS = {
+    **SEARCH_NUMBERS,
+    "--temperature": (lambda v: v >= 0, "a temperature of 0 or more"),
+    "--given-rows": (lambda v: v >= 0, "0 or more given rows"),
+}
+
+
 def _settings(args: argparse.Namespace) -> dict:
     """The settings of the command line: the search flags given another
     value than their default (the format and kind refuse those they do not
@@ -103,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         export_format = formats.get_format(args.format)
     except ValueError as e:
         raise CommandError(f"--format: {e}") from e
-    check_translator_arguments(args, output="new run or export folder")
+    check_translator_arguments(
+        args, output="new run or export folder", numbers=_NUMBERS
+    )
     try:
         path = formats.export_run_as(
             args.format,

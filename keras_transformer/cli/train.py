@@ -14,6 +14,7 @@ import shlex
 from keras_transformer.cli._common import (
     CommandError,
     add_weights_without_fingerprint_argument,
+    check_numbers,
     check_paths,
 )
 from keras_transformer.conventions import STRATEGIES, TASK_NAMES
@@ -130,11 +131,15 @@ def run(args: argparse.Namespace) -> int:
     check_paths(args, config="file", workdir="new run or export folder")
     # Logical CPU devices must be set before TensorFlow initialises.
     if args.cpu_devices is not None:
-        if args.cpu_devices < 1:
-            raise CommandError(
-                f"--cpu-devices {args.cpu_devices}: pass a positive number of "
-                "logical CPU devices."
-            )
+        check_numbers(
+            args,
+            {
+                "--cpu-devices": (
+                    lambda v: v >= 1,
+                    "a positive number of logical CPU devices",
+                )
+            },
+        )
         from keras_transformer.training.distribute import configure_cpu_devices
 
         configure_cpu_devices(args.cpu_devices)

@@ -86,6 +86,52 @@ def test_cpu_devices_below_one_name_the_flag(tmp_path, capsys):
     assert not workdir.exists()
 
 
+def test_numeric_decoding_flags_out_of_range_name_the_flag(tmp_path, capsys):
+    """`translate --batch-size 0` said "`batch_size` must be a positive
+    integer. Received: batch_size=0" after loading the model; each numeric
+    flag is now refused first, in one line naming it."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    source = tmp_path / "in.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    output = tmp_path / "out.txt"
+    bad = {
+        "--beam-size": "0",
+        "--alpha": "nan",
+        "--max-input-length": "1",
+        "--extra-length": "-1",
+        "--temperature": "0.0",
+        "--n-best": "0",
+        "--top-k": "0",
+        "--top-p": "1.5",
+        "--seed": "-1",
+        "--batch-size": "0",
+    }
+    commands = {
+        "translate": ["--input", str(source), "--output", str(output)],
+        "evaluate": [],
+        "export": ["--output", str(output)],
+    }
+    for command, extra in commands.items():
+        for flag, value in bad.items():
+            if command == "export" and flag in ("--batch-size", "--temperature"):
+                continue  # export has no --batch-size; images sample at 0
+            argv = [command, "--workdir", str(workdir), *extra, flag, value]
+            assert cli.main(argv) == 2, argv
+            error = capsys.readouterr().err.strip().splitlines()
+            said = f"error: {flag} {value}: pass "
+            assert len(error) == 1 and said in error[0], (argv, error)
+    assert not output.exists()
+    # An image export samples at temperature 0 (its most likely values).
+    argv = ["export", "--workdir", str(workdir), "--output", str(output)]
+    for flag, value in (("--temperature", "-1.0"), ("--given-rows", "-1")):
+        assert cli.main([*argv, flag, value]) == 2
+        assert f"error: {flag} {value}: pass " in capsys.readouterr().err
+    assert cli.main([*argv, "--temperature", "0"]) == 1  # the empty folder
+    error = capsys.readouterr().err
+    assert "config.json is missing" in error and "--temperature" not in error
+
+
 def test_a_given_decoding_flag_is_passed_on_even_at_its_default():
     """`search_settings` passes the flags the command line gave, default
     values included (they replace an export folder's own settings), and
