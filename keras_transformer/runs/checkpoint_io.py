@@ -427,15 +427,15 @@ def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
             if full
             else "Check the disk and the folder's permissions"
         )
-        keep = (
-            f"{Path(previous).name} is intact and still the latest"
+        keep, again = (
+            (f"{Path(previous).name} is intact and still the latest", "to resume")
             if previous
-            else "no earlier checkpoint exists"
+            else ("No earlier checkpoint exists", "(it starts over: none to resume)")
         )
         error = CheckpointWriteError(
             f"Could not write checkpoint {prefix}: {what}. {keep}; nothing of the "
-            f"failed write was kept. {advice}, then run the same command again to "
-            "resume."
+            f"failed write was kept. {advice}, then run the same command again "
+            f"{again}."
         )
         error.errno = errno.ENOSPC if full else getattr(e, "errno", None)
         raise error from e

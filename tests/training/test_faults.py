@@ -578,6 +578,16 @@ def test_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(
     assert cli.main(argv) == 1
     _one_line_error(capsys, "ckpt-12", "no space left")
     assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9"]
+    if kind == "oserror":
+        # A first checkpoint: a run the same command starts over, said so
+        # (it said "... of <folder>. no earlier checkpoint exists; ...
+        # again to resume.").
+        fresh = tmp_path / "fresh"
+        with pytest.raises(CheckpointWriteError) as error:
+            train(config, fresh, printer=None)
+        message = str(error.value)
+        assert ". No earlier checkpoint exists; nothing of the" in message
+        assert message.endswith("again (it starts over: none to resume).")
 
 
 # ------------------------------------------------------ paths of wrong kind
