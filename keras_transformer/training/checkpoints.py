@@ -66,7 +66,11 @@ from keras_transformer.runs import (
 from keras_transformer.runs import (
     BEST_INFO as BEST_INFO,  # re-exported (see `keras_transformer.runs`)
 )
-from keras_transformer.runs.checkpoint_io import READ_ATTEMPTS, restore_or_explain
+from keras_transformer.runs.checkpoint_io import (
+    READ_ATTEMPTS,
+    assert_every_weight_restored,
+    restore_or_explain,
+)
 from keras_transformer.runs.checkpoints import damaged_files
 from keras_transformer.runs.fingerprints import (
     fingerprint_variable as runs_fingerprint_variable,
@@ -273,9 +277,7 @@ def resume_checkpoints(
 
     def restore(prefix: str) -> None:
         def restore_all() -> None:
-            status = checkpoint.restore(prefix)
-            status.expect_partial()  # the fingerprint is read, not restored
-            status.assert_existing_objects_matched()
+            assert_every_weight_restored(checkpoint.restore(prefix))
 
         restore_or_explain(restore_all, prefix, str(config_file))
 

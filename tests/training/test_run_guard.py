@@ -376,10 +376,17 @@ def test_the_run_id_comes_from_the_checkpoints_when_checkpoints_json_lacks_it(ru
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_config_changed_after_training_is_one_line_naming_config_json(run):
+@pytest.mark.parametrize("field, value", [("d_ff", 96), ("num_encoder_layers", 2)])
+def test_a_config_changed_after_training_is_one_line_naming_config_json(
+    run, field, value
+):
+    """A layer more than the checkpoint's translated without a word, that
+    layer at its initial weights (a reader restored with `expect_partial`
+    alone); now every weight of the model must get a value."""
     workdir, _ = run
     config = json.loads((workdir / "config.json").read_text())
-    config["model"]["d_ff"] = 96
+    assert config["model"][field] != value
+    config["model"][field] = value
     (workdir / "config.json").write_text(json.dumps(config))
     child = subprocess.run(
         [sys.executable, "-m", "keras_transformer", "translate"]
