@@ -307,12 +307,16 @@ def test_bad_settings_are_one_line_each(
         # Rows that are not whole rows of the 2 x 2 query blocks.
         (image_run, ["--given-rows", "1"], "multiple of the query block's height 2"),
         (image_run, ["--given-rows", "6"], "from 0 to the image height 4"),
-        (image_run, ["--temperature", "-1"], "temperature"),
     ]
-    for run, flags, expected in cases:
+    # Out of any range: refused before the run is read (exit status 2).
+    refused = [(image_run, ["--temperature", "-1"], "--temperature -1.0: pass a")]
+    for (run, flags, expected), code in [
+        *((case, 1) for case in cases),
+        *((case, 2) for case in refused),
+    ]:
         status = cli.main(["export", "--workdir", str(run), "--output", out, *flags])
         error = capsys.readouterr().err.strip()
-        assert status == 1 and expected in error, error
+        assert status == code and expected in error, error
         assert len(error.splitlines()) == 1, error
     assert not (tmp_path / "x").exists()
     # A bad --output: a file, and a folder holding something else.

@@ -54,11 +54,11 @@ from keras_transformer.runs.layout import (
 
 __all__ = [
     "CheckpointManager",
+    "assert_every_weight_restored",
     "record_checkpoints_on_disk",
     "restore_checkpoint",
     "restore_newest_checkpoint",
     "restore_or_explain",
-    "assert_every_weight_restored",
     "save_checkpoint",
 ]
 
