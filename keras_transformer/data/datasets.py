@@ -61,6 +61,8 @@ __all__ = [
 #: Environment variable naming a folder that holds ``multi30k/`` and
 #: ``tatoeba_spa_eng/``; used when ``data_dir`` is not given.
 DATA_DIR_ENV = "KT_DATA_DIR"
+#: The data folder as a loader's argument and as a run's setting, in messages.
+DATA_DIR_SETTING = "data_dir (a run's data.data_dir: --set data.data_dir=FOLDER)"
 #: Environment variable overriding the download cache root
 #: (default ``~/.cache/keras_transformer``).
 CACHE_DIR_ENV = "KT_CACHE_DIR"
@@ -135,9 +137,8 @@ def _find_local_file(directory: Path, filename: str, how_to_get: str) -> Path:
         problem = f"{directory} holds neither {filename}.gz nor {filename}"
     raise FileNotFoundError(
         f"Cannot load {directory / filename}(.gz): {problem}. {how_to_get} Then "
-        f"pass data_dir=<that folder> (or set {DATA_DIR_ENV} to its parent), or "
-        f"pass data_dir=None with {DATA_DIR_ENV} unset to download it "
-        "automatically."
+        f"set {DATA_DIR_SETTING} to that folder (or {DATA_DIR_ENV} to its "
+        f"parent), or leave both unset to download it automatically."
     )
 
 
@@ -158,8 +159,8 @@ def _download(url: str, destination: Path) -> Path:
     except (urllib.error.URLError, OSError) as e:
         raise OSError(
             f"Could not download {url} to {destination}: {e}. Check the internet "
-            "connection, or download the file by hand and pass data_dir=<folder "
-            "holding it>."
+            f"connection, or download the file by hand and set {DATA_DIR_SETTING} "
+            "to the folder holding it."
         ) from e
     finally:
         if os.path.exists(partial):
@@ -283,7 +284,8 @@ def _tatoeba_file(
         if not members:
             raise OSError(
                 f"{archive} holds no {_TATOEBA_FILE}; delete it so that it is "
-                "downloaded again, or pass data_dir=<folder holding spa.txt>."
+                f"downloaded again, or set {DATA_DIR_SETTING} to a folder holding "
+                "spa.txt."
             )
         partial = cache / f"{_TATOEBA_FILE}.part"
         with zf.open(members[0]) as src, open(partial, "wb") as out:

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from keras_transformer.conventions import UNK_ID
 from keras_transformer.data.datasets import (
+    DATA_DIR_SETTING,
     _check_choice,
     _download,
     _find_local_file,
@@ -166,7 +167,7 @@ def convert_archive(archive: Path, destination: Path) -> None:
         raise ValueError(
             f"{archive} is not a readable aclImdb archive ({e}). Delete it so "
             f"that it is downloaded again, or download {IMDB_URL} yourself, "
-            "convert it, and pass data_dir=<folder>."
+            f"convert it, and set {DATA_DIR_SETTING} to its folder."
         ) from e
     for split, split_rows in rows.items():
         if not split_rows:

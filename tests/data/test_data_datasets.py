@@ -81,6 +81,9 @@ def test_multi30k_missing_directory(tmp_path: Path) -> None:
     message = str(info.value)
     assert str(missing) in message and "does not exist" in message
     assert multi30k_url("val", "de") in message and "data_dir" in message
+    # The setting as `train` takes it too (it said "pass data_dir=<that
+    # folder>", the loader's argument only).
+    assert "--set data.data_dir=FOLDER" in message and "KT_DATA_DIR" in message
 
 
 def test_multi30k_url_and_cache_paths(
