@@ -243,3 +243,18 @@ def test_serving_code_imports_nothing_from_training() -> None:
         if (module.split(".")[1], target.split(".")[1]) in FORBIDDEN_IMPORTS
     )
     assert not found, "\n".join(found)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name one module shares with another is public (no leading
+    underscore): 16 private names crossed module lines (`_short`,
+    `_read_metadata`, `_download`, ...)."""
+    found = sorted(
+        f"{_module_name(path)} imports {node.module}.{alias.name}"
+        for path in _modules().values()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE)
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    )
+    assert not found, "\n".join(found)

@@ -43,6 +43,7 @@ from keras_transformer.data.text import (
     read_parallel_files,
     read_tsv_pairs,
 )
+from keras_transformer.validation import check_choice
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -93,14 +94,6 @@ _USER_AGENT = "Mozilla/5.0 (compatible; keras-transformer data loader)"
 # ---------------------------------------------------------------------------
 
 
-def _check_choice(name: str, value: object, allowed: Sequence[object]) -> None:
-    if value not in allowed:
-        raise ValueError(
-            f"{name}={value!r} is not supported; use one of "
-            f"{', '.join(repr(a) for a in allowed)}."
-        )
-
-
 def default_cache_dir(name: str) -> Path:
     """Returns the download cache folder for the data set ``name``.
 
@@ -116,7 +109,7 @@ def default_cache_dir(name: str) -> Path:
     return base.expanduser() / name
 
 
-def _local_data_dir(data_dir: str | os.PathLike[str] | None, name: str) -> Path | None:
+def local_data_dir(data_dir: str | os.PathLike[str] | None, name: str) -> Path | None:
     """The folder to read ``name`` from, or ``None`` to download it."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
@@ -126,7 +119,7 @@ def _local_data_dir(data_dir: str | os.PathLike[str] | None, name: str) -> Path 
     return None
 
 
-def _find_local_file(directory: Path, filename: str, how_to_get: str) -> Path:
+def find_local_file(directory: Path, filename: str, how_to_get: str) -> Path:
     """Returns ``directory/filename`` or its ``.gz`` twin, whichever exists."""
     for candidate in (directory / f"{filename}.gz", directory / filename):
         if candidate.is_file():
@@ -142,7 +135,7 @@ def _find_local_file(directory: Path, filename: str, how_to_get: str) -> Path:
     )
 
 
-def _download(url: str, destination: Path) -> Path:
+def download_file(url: str, destination: Path) -> Path:
     """Downloads ``url`` to ``destination`` atomically, unless already there."""
     if destination.is_file():
         return destination
@@ -183,8 +176,8 @@ def multi30k_url(split: Multi30kSplit, language: Multi30kLanguage) -> str:
     Returns:
         The ``raw.githubusercontent.com`` URL of ``<split>.<language>.gz``.
     """
-    _check_choice("split", split, MULTI30K_SPLITS)
-    _check_choice("language", language, MULTI30K_LANGUAGES)
+    check_choice("split", split, MULTI30K_SPLITS)
+    check_choice("language", language, MULTI30K_LANGUAGES)
     return _MULTI30K_URL.format(split=split, language=language)
 
 
@@ -197,11 +190,11 @@ def _multi30k_file(
     """Local path of one Multi30k file, downloading it into the cache if needed."""
     url = multi30k_url(split, language)  # type: ignore[arg-type]
     filename = f"{split}.{language}"
-    local = _local_data_dir(data_dir, "multi30k")
+    local = local_data_dir(data_dir, "multi30k")
     if local is not None:
-        return _find_local_file(local, filename, f"Download it from {url}.")
+        return find_local_file(local, filename, f"Download it from {url}.")
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir("multi30k")
-    return _download(url, cache / f"{filename}.gz")
+    return download_file(url, cache / f"{filename}.gz")
 
 
 def load_multi30k(
@@ -240,9 +233,9 @@ def load_multi30k(
         FileNotFoundError: If ``data_dir`` lacks a needed file.
         OSError: If a download fails.
     """
-    _check_choice("split", split, MULTI30K_SPLITS)
-    _check_choice("source_language", source_language, MULTI30K_LANGUAGES)
-    _check_choice("target_language", target_language, MULTI30K_LANGUAGES)
+    check_choice("split", split, MULTI30K_SPLITS)
+    check_choice("source_language", source_language, MULTI30K_LANGUAGES)
+    check_choice("target_language", target_language, MULTI30K_LANGUAGES)
     if source_language == target_language:
         raise ValueError(
             f"source_language and target_language are both {source_language!r}; "
@@ -263,9 +256,9 @@ def _tatoeba_file(
     cache_dir: str | os.PathLike[str] | None,
 ) -> Path:
     """Local path of ``spa.txt``, downloading and unzipping it if needed."""
-    local = _local_data_dir(data_dir, "tatoeba_spa_eng")
+    local = local_data_dir(data_dir, "tatoeba_spa_eng")
     if local is not None:
-        return _find_local_file(
+        return find_local_file(
             local,
             _TATOEBA_FILE,
             f"Download {TATOEBA_SPA_ENG_URL} and unzip {_TATOEBA_FILE} from it.",
@@ -278,7 +271,7 @@ def _tatoeba_file(
     extracted = cache / _TATOEBA_FILE
     if extracted.is_file():
         return extracted
-    archive = _download(TATOEBA_SPA_ENG_URL, cache / "spa-eng.zip")
+    archive = download_file(TATOEBA_SPA_ENG_URL, cache / "spa-eng.zip")
     with zipfile.ZipFile(archive) as zf:
         members = [n for n in zf.namelist() if Path(n).name == _TATOEBA_FILE]
         if not members:
@@ -361,8 +354,8 @@ def load_tatoeba_spa_eng(
         FileNotFoundError: If ``data_dir`` lacks the file.
         OSError: If the download fails.
     """
-    _check_choice("split", split, TATOEBA_SPLITS)
-    _check_choice("direction", direction, TATOEBA_DIRECTIONS)
+    check_choice("split", split, TATOEBA_SPLITS)
+    check_choice("direction", direction, TATOEBA_DIRECTIONS)
     for name, value in (
         ("val_fraction", val_fraction),
         ("test_fraction", test_fraction),

@@ -35,12 +35,12 @@ import tensorflow as tf
 from keras_transformer.conventions import UNK_ID
 from keras_transformer.data.datasets import (
     DATA_DIR_SETTING,
-    _check_choice,
-    _download,
-    _find_local_file,
-    _local_data_dir,
     default_cache_dir,
+    download_file,
+    find_local_file,
+    local_data_dir,
 )
+from keras_transformer.validation import check_choice
 
 __all__ = [
     "IMDB_SPLITS",
@@ -186,9 +186,9 @@ def _imdb_file(
     cache_dir: str | os.PathLike[str] | None,
 ) -> Path:
     """Local path of ``<split>.tsv(.gz)``, downloading and converting if needed."""
-    local = _local_data_dir(data_dir, "imdb")
+    local = local_data_dir(data_dir, "imdb")
     if local is not None:
-        return _find_local_file(
+        return find_local_file(
             local,
             f"{split}.tsv",
             f"Convert the labelled reviews of {IMDB_URL} into 'label<TAB>text' "
@@ -198,7 +198,7 @@ def _imdb_file(
     converted = cache / f"{split}.tsv.gz"
     if converted.is_file():
         return converted
-    archive = _download(IMDB_URL, cache / _ARCHIVE)
+    archive = download_file(IMDB_URL, cache / _ARCHIVE)
     convert_archive(archive, cache)
     archive.unlink(missing_ok=True)
     return converted
@@ -240,7 +240,7 @@ def load_imdb(
         >>> len(texts), int(labels.sum())  # doctest: +SKIP
         (25000, 12500)
     """
-    _check_choice("split", split, IMDB_SPLITS)
+    check_choice("split", split, IMDB_SPLITS)
     return _read_tsv(_imdb_file(split, data_dir, cache_dir))
 
 

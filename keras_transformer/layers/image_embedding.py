@@ -120,7 +120,9 @@ def check_image_d_model(d_model: Any) -> None:
         )
 
 
-def _check_image_shape(image_shape: Any) -> tuple[int, int, int]:
+def check_image_shape(image_shape: Any) -> tuple[int, int, int]:
+    """`image_shape` as ``(height, width, channels)`` of positive integers;
+    a `ValueError` naming it otherwise."""
     message = (
         "`image_shape` must be three positive integers (height, width, "
         f"channels). Received: image_shape={image_shape!r}"
@@ -194,7 +196,7 @@ class ImageEmbedding(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.image_shape = _check_image_shape(image_shape)
+        self.image_shape = check_image_shape(image_shape)
         check_image_d_model(d_model)
         check_choice("positions", positions, IMAGE_POSITIONS)
         if num_classes is not None:

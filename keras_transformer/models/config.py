@@ -93,7 +93,7 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         # Each field by its config key (`model.<name>`), so that a training
         # config's error names the setting to fix.
-        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
+        object.__setattr__(self, "optimizer", as_optimizer_config(self.optimizer))
         sizes = (
             "vocabulary_size",
             "num_encoder_layers",
@@ -189,7 +189,7 @@ class TransformerConfig:
         return cls.from_dict(json.loads(text))
 
 
-def _optimizer_config(value: Any) -> OptimizerConfig:
+def as_optimizer_config(value: Any) -> OptimizerConfig:
     """`model.optimizer` as an `OptimizerConfig` (from a mapping of its fields)."""
     if isinstance(value, OptimizerConfig):
         return value

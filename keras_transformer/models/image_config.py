@@ -14,12 +14,12 @@ from keras_transformer.layers.image_block import (
     check_local_1d,
 )
 from keras_transformer.layers.image_embedding import (
-    _check_image_shape,
     check_image_d_model,
+    check_image_shape,
     position_grid_shape,
 )
 from keras_transformer.layers.local_attention_2d import GENERATION_ORDERS
-from keras_transformer.models.config import _optimizer_config
+from keras_transformer.models.config import as_optimizer_config
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_choice,
@@ -119,8 +119,8 @@ class ImageTransformerConfig:
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "image_shape", _check_image_shape(self.image_shape))
-        object.__setattr__(self, "optimizer", _optimizer_config(self.optimizer))
+        object.__setattr__(self, "image_shape", check_image_shape(self.image_shape))
+        object.__setattr__(self, "optimizer", as_optimizer_config(self.optimizer))
         settings = AttentionSettings.of(self.attention_settings)
         object.__setattr__(self, "attention_settings", settings)
         object.__setattr__(

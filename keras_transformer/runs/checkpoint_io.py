@@ -27,29 +27,29 @@ from keras_transformer.runs.checkpoints import (
     CheckpointDamagedError,
     CheckpointRemovedError,
     CheckpointWriteError,
-    _unrecord,
-    _write_records,
     checkpoint_paths,
     checkpoint_problem,
     quarantine_checkpoint,
     record_checkpoint,
     recorded_checkpoints,
+    unrecord_checkpoints,
+    write_checkpoint_records,
     write_checkpoint_state,
 )
 from keras_transformer.runs.fingerprints import (
     CheckpointMismatchError,
     RunFingerprint,
-    _read_metadata,
     check_fingerprint,
     checkpoint_fingerprint,
+    read_checkpoint_metadata,
 )
 from keras_transformer.runs.layout import (
     CHECKPOINT_METADATA,
     DAMAGED_SUFFIX,
     RECORDED_CHECKPOINTS,
-    _short,
     checkpoint_files,
     checkpoint_prefix,
+    short_error,
 )
 
 __all__ = [
@@ -240,8 +240,9 @@ def record_checkpoints_on_disk(
             check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
         kept.append(prefix)
     names = [Path(p).name for p in kept]
-    if names != recorded or RECORDED_CHECKPOINTS not in _read_metadata(directory):
-        _write_records(directory, names)
+    metadata = read_checkpoint_metadata(directory)
+    if names != recorded or RECORDED_CHECKPOINTS not in metadata:
+        write_checkpoint_records(directory, names)
     write_checkpoint_state(directory, kept)
     return kept
 
@@ -304,13 +305,13 @@ class CheckpointManager(tf.train.CheckpointManager):
             directory = Path(self.directory)
             try:
                 # A checkpoint leaves checkpoints.json before its files go.
-                _unrecord(directory, [Path(f).name for f in doomed])
+                unrecord_checkpoints(directory, [Path(f).name for f in doomed])
             except OSError as e:
                 logger.warning(
                     "Kept the old checkpoints %s: %s could not be updated (%s).",
                     ", ".join(Path(f).name for f in doomed),
                     directory / CHECKPOINT_METADATA,
-                    _short(e),
+                    short_error(e),
                 )
                 return None
             for filename in doomed:
@@ -422,7 +423,9 @@ def save_checkpoint(manager: tf.train.CheckpointManager, number: int) -> str:
         what = (
             f"no space left on the device of {manager.directory}"
             if full
-            else (e.strerror if isinstance(e, OSError) and e.strerror else _short(e))
+            else (
+                e.strerror if isinstance(e, OSError) and e.strerror else short_error(e)
+            )
         )
         advice = (
             "Free disk space (or lower train.keep_checkpoints)"
@@ -473,7 +476,7 @@ def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> No
         try:
             restore()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
-            failure = _short(e)
+            failure = short_error(e)
             _expect_partial_restore(e)
         gc.collect()  # the warnings come when the failed restore is collected
     if failure is not None and not _has_files(path):
@@ -548,9 +551,11 @@ def _has_files(prefix: str) -> bool:
     return f"{Path(prefix).name}.index" in names and len(names) > 1
 
 
-def _restore_weights(
+def restore_model_weights(
     model: keras.Model, path: str, config: str = "the run's config"
 ) -> None:
+    """Restores every weight of `model` (not the optimizer's) from the
+    checkpoint `path`; `restore_or_explain` names `config` on a mismatch."""
     restore_or_explain(
         lambda: assert_every_weight_restored(
             tf.train.Checkpoint(model=model).restore(path)
@@ -595,7 +600,7 @@ def restore_checkpoint(
             )
         check_fingerprint(path, checkpoint_fingerprint(path), expected)
     try:
-        _restore_weights(model, path, config)
+        restore_model_weights(model, path, config)
     except CheckpointRemovedError:
         raise
     except Exception as e:

@@ -21,17 +21,17 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.files import fsync_directory, write_atomically
-from keras_transformer.runs.fingerprints import _read_metadata
+from keras_transformer.runs.fingerprints import read_checkpoint_metadata
 from keras_transformer.runs.layout import (
     CHECKPOINT_METADATA,
     CHECKPOINT_STATE,
     DAMAGED_SUFFIX,
     RECORDED_CHECKPOINTS,
-    _checkpoint_prefixes_on_disk,
-    _file_problem,
-    _short,
     checkpoint_files,
+    checkpoint_prefixes_on_disk,
     checkpoint_step,
+    file_problem,
+    short_error,
 )
 
 __all__ = [
@@ -87,7 +87,7 @@ def checkpoint_paths(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
     directory = Path(checkpoint_dir)
     if not directory.is_dir():
         return []
-    prefixes = set(_checkpoint_prefixes_on_disk(directory))
+    prefixes = set(checkpoint_prefixes_on_disk(directory))
     for name in recorded_checkpoints(directory):
         prefix = str(directory / name)
         if checkpoint_files(prefix):
@@ -111,7 +111,7 @@ def checkpoint_problem(
     """
     prefix = Path(prefix)
     index = Path(f"{prefix}.index")
-    problem = _file_problem(index)
+    problem = file_problem(index)
     if problem:
         return problem
     pattern = glob.escape(str(prefix)) + ".data-?????-of-?????"
@@ -125,14 +125,14 @@ def checkpoint_problem(
         if name not in names:
             return f"{prefix.parent / name} is missing"
     for shard in shards:
-        problem = _file_problem(shard)
+        problem = file_problem(shard)
         if problem and not (problem.endswith("(0 bytes)") and count > 1):
             return problem
     try:
         reader = tf.train.load_checkpoint(str(prefix))
         keys = list(reader.get_variable_to_dtype_map())
     except Exception as e:  # noqa: BLE001 - any failure to parse is damage
-        return f"{index} is damaged ({_short(e)})"
+        return f"{index} is damaged ({short_error(e)})"
     if not read_tensors:
         return None
     data = str(shards[0]) if count == 1 else f"a data shard {prefix}.data-*"
@@ -140,7 +140,7 @@ def checkpoint_problem(
         try:
             reader.get_tensor(key)
         except Exception as e:  # noqa: BLE001 - a tensor that does not read back
-            return f"{data} is damaged ({_short(e)})"
+            return f"{data} is damaged ({short_error(e)})"
     return None
 
 
@@ -214,7 +214,7 @@ def recorded_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
     file's list instead (empty when that file is missing or garbled).
     """
     directory = Path(checkpoint_dir)
-    names = _read_metadata(directory).get(RECORDED_CHECKPOINTS)
+    names = read_checkpoint_metadata(directory).get(RECORDED_CHECKPOINTS)
     if not isinstance(names, list):
         state = _checkpoint_state(directory)
         names = [] if state is None else list(state.all_model_checkpoint_paths)
@@ -224,12 +224,12 @@ def recorded_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[str]:
     )
 
 
-def _write_records(directory: Path, names: list[str]) -> None:
+def write_checkpoint_records(directory: Path, names: list[str]) -> None:
     """Writes the list of recorded checkpoints into ``checkpoints.json`` (atomically).
 
     The rest of the file is kept as it is.
     """
-    metadata = _read_metadata(directory)
+    metadata = read_checkpoint_metadata(directory)
     metadata[RECORDED_CHECKPOINTS] = sorted(set(names), key=checkpoint_step)
     write_atomically(
         directory / CHECKPOINT_METADATA, json.dumps(metadata, indent=2) + "\n"
@@ -241,14 +241,14 @@ def record_checkpoint(prefix: str | os.PathLike[str]) -> None:
     prefix = Path(prefix)
     names = recorded_checkpoints(prefix.parent)
     if prefix.name not in names:
-        _write_records(prefix.parent, [*names, prefix.name])
+        write_checkpoint_records(prefix.parent, [*names, prefix.name])
 
 
-def _unrecord(directory: Path, names: list[str]) -> None:
+def unrecord_checkpoints(directory: Path, names: list[str]) -> None:
     """Removes `names` from the recorded checkpoints (their files are not touched)."""
     recorded = recorded_checkpoints(directory)
     if set(names) & set(recorded):
-        _write_records(directory, [n for n in recorded if n not in names])
+        write_checkpoint_records(directory, [n for n in recorded if n not in names])
 
 
 def write_checkpoint_state(
@@ -307,7 +307,7 @@ def quarantine_checkpoint(prefix: str | os.PathLike[str]) -> list[Path]:
             ) from e
         moved.append(target)
     forget_checkpoint(prefix.parent, prefix)
-    _unrecord(prefix.parent, [prefix.name])
+    unrecord_checkpoints(prefix.parent, [prefix.name])
     return moved
 
 
@@ -332,7 +332,7 @@ def check_tokenizer(
     path = Path(checkpoint_dir) / CHECKPOINT_METADATA
     if not path.is_file() or not checkpoint_paths(checkpoint_dir):
         return
-    metadata = _read_metadata(Path(checkpoint_dir))
+    metadata = read_checkpoint_metadata(Path(checkpoint_dir))
     if "vocabulary_size" not in metadata:
         return  # an unreadable file (warned of): nothing records the tokenizer
     try:

@@ -28,8 +28,8 @@ from keras_transformer.files import read_json_object, write_atomically
 from keras_transformer.runs.layout import (
     CHECKPOINT_METADATA,
     RECORDED_CHECKPOINTS,
-    _checkpoint_prefixes_on_disk,
-    _short,
+    checkpoint_prefixes_on_disk,
+    short_error,
 )
 
 __all__ = [
@@ -125,7 +125,7 @@ def config_hash(model_config: Any) -> str:
 _UNREADABLE_METADATA: set[str] = set()
 
 
-def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
+def read_checkpoint_metadata(checkpoint_dir: Path) -> dict[str, Any]:
     """The content of ``checkpoints.json``; ``{}`` when missing or unreadable.
 
     An unreadable (garbled, truncated) file is one warning naming it, once
@@ -146,7 +146,7 @@ def _read_metadata(checkpoint_dir: Path) -> dict[str, Any]:
     except ValueError as e:
         problem = str(e)
     except OSError as e:
-        problem = f"{path} cannot be read ({e.strerror or _short(e)}): {remedy}"
+        problem = f"{path} cannot be read ({e.strerror or short_error(e)}): {remedy}"
     if str(path) not in _UNREADABLE_METADATA:
         _UNREADABLE_METADATA.add(str(path))
         logger.warning("%s", problem)
@@ -177,7 +177,7 @@ def write_checkpoint_metadata(
     """
     directory = Path(checkpoint_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    stored = _read_metadata(directory)
+    stored = read_checkpoint_metadata(directory)
     records = stored.get(RECORDED_CHECKPOINTS)  # kept: see `record_checkpoint`
     if not stored.get("run_id"):
         recovered = _fingerprint_of_checkpoints(directory)
@@ -229,7 +229,7 @@ def run_fingerprint(checkpoint_dir: str | os.PathLike[str]) -> RunFingerprint | 
             folder's checkpoints belong to more than one run (which is the
             run's own cannot be told).
     """
-    metadata = _read_metadata(Path(checkpoint_dir))
+    metadata = read_checkpoint_metadata(Path(checkpoint_dir))
     recorded = RunFingerprint.from_mapping(
         {
             "run_id": metadata.get("run_id", ""),
@@ -251,7 +251,7 @@ def _fingerprint_of_checkpoints(directory: Path) -> RunFingerprint | None:
     """
     runs: dict[tuple[str, str], list[str]] = {}
     fingerprints: dict[tuple[str, str], RunFingerprint] = {}
-    for prefix in _checkpoint_prefixes_on_disk(directory):
+    for prefix in checkpoint_prefixes_on_disk(directory):
         found = checkpoint_fingerprint(prefix)
         if found is not None:
             key = (found.run_id, found.tokenizer)

@@ -23,8 +23,8 @@ from keras_transformer.models.classifier import build_classifier
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import build_image_transformer
 from keras_transformer.runs.checkpoint_io import (
-    _restore_weights,
     restore_checkpoint,
+    restore_model_weights,
     restore_newest_checkpoint,
     restore_or_explain,
 )
@@ -60,11 +60,11 @@ from keras_transformer.runs.layout import (
 from keras_transformer.runs.weights import (
     WEIGHTS_CHECKSUM_ATTRIBUTE,
     WEIGHTS_LAYOUT_ATTRIBUTE,
-    _layout_digest,
-    _weights_attribute,
-    _weights_digest,
+    weights_digest,
+    weights_file_attribute,
     weights_file_fingerprint,
     weights_file_problem,
+    weights_layout_digest,
 )
 
 __all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "enclosing_run", "is_run_dir"]
@@ -329,7 +329,7 @@ class RunFolder:
             # warning and left in place (a reader holds no lock to move them).
             restored = restore_newest_checkpoint(
                 self.checkpoint_dir,
-                lambda path: _restore_weights(model, path, config),
+                lambda path: restore_model_weights(model, path, config),
                 expected,
             )
             if restored is None and damaged_files(self.checkpoint_dir):
@@ -399,8 +399,8 @@ class RunFolder:
         config = self.config_file
         # The dtypes and shapes written with the file tell a model of other
         # settings (a mismatch) from a file that does not read back (damage).
-        layout = _weights_attribute(path, WEIGHTS_LAYOUT_ATTRIBUTE)
-        if layout is not None and layout != _layout_digest(model):
+        layout = weights_file_attribute(path, WEIGHTS_LAYOUT_ATTRIBUTE)
+        if layout is not None and layout != weights_layout_digest(model):
             raise CheckpointMismatchError(
                 f"{path} does not match the model built from {config}: its weights "
                 f"have other shapes. Either {config} was changed after the file was "
@@ -418,8 +418,8 @@ class RunFolder:
             ) from e
         # Keras may also skip part of a damaged file without an error (the
         # weights it did not find keep their values): the checksum tells.
-        checksum = _weights_attribute(path, WEIGHTS_CHECKSUM_ATTRIBUTE)
-        if checksum is not None and checksum != _weights_digest(model):
+        checksum = weights_file_attribute(path, WEIGHTS_CHECKSUM_ATTRIBUTE)
+        if checksum is not None and checksum != weights_digest(model):
             raise CheckpointDamagedError(
                 f"Cannot load {path}: {path} is damaged (the weights read from it "
                 f"are not the ones written into it). {advice}"

@@ -119,7 +119,7 @@ def checkpoint_files(prefix: str | os.PathLike[str]) -> list[Path]:
     return ([index] if index.exists() else []) + shards
 
 
-def _checkpoint_prefixes_on_disk(directory: Path) -> list[str]:
+def checkpoint_prefixes_on_disk(directory: Path) -> list[str]:
     """Every ``ckpt-<step>`` with an ``.index`` file in `directory`, by step."""
     found = []
     for index in directory.glob("ckpt-*.index"):
@@ -130,19 +130,21 @@ def _checkpoint_prefixes_on_disk(directory: Path) -> list[str]:
 
 
 # ------------------------------------------- a file that cannot be read
-def _short(error: BaseException) -> str:
+def short_error(error: BaseException) -> str:
     """The first line of an error message (TensorFlow's are long)."""
     text = getattr(error, "message", None) or str(error) or type(error).__name__
     return " ".join(text.strip().splitlines()[0].split())[:200]
 
 
-def _file_problem(path: Path) -> str | None:
+def file_problem(path: Path) -> str | None:
+    """What keeps the file `path` from being read (missing, unreadable,
+    empty), in words; None when nothing does."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return f"{path} is missing"
     except OSError as e:
-        return f"{path} cannot be read ({e.strerror or _short(e)})"
+        return f"{path} cannot be read ({e.strerror or short_error(e)})"
     if not os.access(path, os.R_OK):
         return f"{path} cannot be read (permission denied)"
     if size == 0:

@@ -21,7 +21,7 @@ import numpy as np
 
 from keras_transformer.files import atomic_file, check_free_space, write_atomically
 from keras_transformer.runs.fingerprints import RunFingerprint
-from keras_transformer.runs.layout import _file_problem, _short
+from keras_transformer.runs.layout import file_problem, short_error
 
 __all__ = [
     "FILE_CHECKSUM_ATTRIBUTE",
@@ -45,8 +45,8 @@ def weights_info_file(weights_file: str | os.PathLike[str]) -> Path:
 #: The HDF5 attributes (of the root group) of a ``.weights.h5`` file that
 #: `save_weights` writes: the run's fingerprint (`RunFingerprint.to_json`),
 #: the SHA-256 of the file's datasets (`_file_digest`), that of the model's
-#: weights (`_weights_digest`) and that of their dtypes and shapes alone
-#: (`_layout_digest`, the model the file fits).
+#: weights (`weights_digest`) and that of their dtypes and shapes alone
+#: (`weights_layout_digest`, the model the file fits).
 WEIGHTS_FINGERPRINT_ATTRIBUTE = "keras_transformer.fingerprint"
 FILE_CHECKSUM_ATTRIBUTE = "keras_transformer.file_sha256"
 WEIGHTS_CHECKSUM_ATTRIBUTE = "keras_transformer.weights_sha256"
@@ -65,14 +65,14 @@ def _digest_of(arrays: Any) -> str:
     return digest.hexdigest()
 
 
-def _weights_digest(model: keras.Model) -> str:
+def weights_digest(model: keras.Model) -> str:
     """The SHA-256 of a model's weights, in order: what loading the file gives."""
     return _digest_of(
         (i, keras.ops.convert_to_numpy(w)) for i, w in enumerate(model.weights)
     )
 
 
-def _layout_digest(model: keras.Model) -> str:
+def weights_layout_digest(model: keras.Model) -> str:
     """The SHA-256 of the dtypes and shapes of a model's weights, in order."""
     import hashlib
 
@@ -101,7 +101,9 @@ def _file_digest(file: Any) -> str:
     )
 
 
-def _weights_attribute(path: Path, name: str) -> str | None:
+def weights_file_attribute(path: Path, name: str) -> str | None:
+    """The text attribute `name` of the ``.weights.h5`` file `path` (the
+    fingerprint, the layout digest); None when it has none."""
     import h5py
 
     with h5py.File(path, "r") as file:
@@ -126,7 +128,7 @@ def weights_file_problem(path: str | os.PathLike[str]) -> str | None:
     import h5py
 
     path = Path(path)
-    problem = _file_problem(path)
+    problem = file_problem(path)
     if problem:
         return problem
     try:
@@ -134,7 +136,7 @@ def weights_file_problem(path: str | os.PathLike[str]) -> str | None:
             expected = file.attrs.get(FILE_CHECKSUM_ATTRIBUTE)
             found = _file_digest(file)
     except Exception as e:  # noqa: BLE001 - h5py raises OSError, RuntimeError, ...
-        return f"{path} is damaged or not an HDF5 weights file ({_short(e)})"
+        return f"{path} is damaged or not an HDF5 weights file ({short_error(e)})"
     if isinstance(expected, bytes):
         expected = expected.decode("utf-8", "replace")
     if expected is not None and str(expected) != found:
@@ -151,7 +153,7 @@ def weights_file_fingerprint(path: str | os.PathLike[str]) -> RunFingerprint | N
     Only the file's own attribute counts, never the ``.json`` beside it.
     """
     try:
-        text = _weights_attribute(Path(path), WEIGHTS_FINGERPRINT_ATTRIBUTE)
+        text = weights_file_attribute(Path(path), WEIGHTS_FINGERPRINT_ATTRIBUTE)
         return None if text is None else RunFingerprint.from_mapping(json.loads(text))
     except (OSError, ValueError, RuntimeError):
         return None
@@ -194,8 +196,8 @@ def save_weights(
         try:
             model.save_weights(temporary)
             with h5py.File(temporary, "r+") as file:
-                file.attrs[WEIGHTS_CHECKSUM_ATTRIBUTE] = _weights_digest(model)
-                file.attrs[WEIGHTS_LAYOUT_ATTRIBUTE] = _layout_digest(model)
+                file.attrs[WEIGHTS_CHECKSUM_ATTRIBUTE] = weights_digest(model)
+                file.attrs[WEIGHTS_LAYOUT_ATTRIBUTE] = weights_layout_digest(model)
                 if fingerprint is not None:
                     file.attrs[WEIGHTS_FINGERPRINT_ATTRIBUTE] = fingerprint.to_json()
                 # Last: it covers the other attributes too.
@@ -203,7 +205,7 @@ def save_weights(
         except OSError:
             raise
         except Exception as e:  # noqa: BLE001 - h5py wraps the OSError
-            raise OSError(getattr(e, "errno", None), _short(e)) from e
+            raise OSError(getattr(e, "errno", None), short_error(e)) from e
     values = dict(info)
     if fingerprint is not None:
         values["fingerprint"] = dataclasses.asdict(fingerprint)

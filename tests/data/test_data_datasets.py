@@ -63,9 +63,15 @@ def test_multi30k_fr_de_and_env_var(
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
-        ({"split": "dev"}, r"split='dev' is not supported; use one of 'train', 'val'"),
-        ({"split": "val", "source_language": "es"}, r"source_language='es'.*'de'"),
-        ({"split": "val", "target_language": "cs"}, r"target_language='cs'.*'fr'"),
+        ({"split": "dev"}, r"`split` must be one of 'train', 'val'.*split='dev'"),
+        (
+            {"split": "val", "source_language": "es"},
+            r"`source_language` must be one of .*'de'.*source_language='es'",
+        ),
+        (
+            {"split": "val", "target_language": "cs"},
+            r"`target_language` must be one of .*'fr'.*target_language='cs'",
+        ),
         ({"split": "val", "target_language": "de"}, r"both 'de'"),
     ],
 )
@@ -158,7 +164,7 @@ def test_tatoeba_deterministic_direction_and_fractions(tatoeba_dir: Path) -> Non
     assert 0.01 < len(small) / 118964 < 0.03
     # The split depends on the English sentence only, not on the process.
     assert tatoeba_split_of("Go.") == tatoeba_split_of("Go.")
-    with pytest.raises(ValueError, match="direction='en-fr'.*'en-es', 'es-en'"):
+    with pytest.raises(ValueError, match="'en-es', 'es-en'.*direction='en-fr'"):
         load_tatoeba_spa_eng("val", data_dir=tatoeba_dir, direction="en-fr")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="split='dev'"):
         load_tatoeba_spa_eng("dev", data_dir=tatoeba_dir)  # type: ignore[arg-type]

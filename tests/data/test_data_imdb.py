@@ -157,7 +157,7 @@ def test_download_converts_and_caches(
         destination.write_bytes(source.read_bytes())
         return destination
 
-    monkeypatch.setattr(imdb, "_download", fake_download)
+    monkeypatch.setattr(imdb, "download_file", fake_download)
     cache = tmp_path / "cache"
     texts, labels = load_imdb("train", cache_dir=cache)
     assert calls == [imdb.IMDB_URL]
@@ -180,7 +180,7 @@ def test_default_cache_dir_from_env(
     def no_download(url: str, destination: Path) -> Path:
         raise AssertionError("a cached file must not be downloaded again")
 
-    monkeypatch.setattr(imdb, "_download", no_download)
+    monkeypatch.setattr(imdb, "download_file", no_download)
     texts, labels = load_imdb("test")
     assert texts == ["cached"] and labels.tolist() == [1]
 
@@ -199,6 +199,6 @@ def test_bad_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         destination.write_bytes(b"not a tarball")
         return destination
 
-    monkeypatch.setattr(imdb, "_download", broken_download)
+    monkeypatch.setattr(imdb, "download_file", broken_download)
     with pytest.raises(ValueError, match="not a readable aclImdb archive"):
         load_imdb("train", cache_dir=tmp_path)
