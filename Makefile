@@ -9,20 +9,24 @@ INSTALLED := $(VENV)/.installed-$(SETUP_SUM)
 INSTALLED_TRAIN := $(VENV)/.installed-train-$(SETUP_SUM)
 DEMO_INSTALLED := $(if $(wildcard $(INSTALLED)),$(INSTALLED),$(INSTALLED_TRAIN))
 WORKDIR ?= runs/dates_tiny
+## The editable installs. setuptools prints a ten-line warning box on each
+## ("Editable installation ... careful with folders ... of your package"),
+## which says nothing of this project: its UserWarnings are not shown.
+PIP_EDITABLE := PYTHONWARNINGS=ignore::UserWarning $(PYTHON) -m pip install --quiet -e
 
 .PHONY: setup demo test coverage test-slow test-core test-jax lint format docs dist notebooks bench clean
 
 $(INSTALLED): setup.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e ".[dev]"
+	$(PIP_EDITABLE) ".[dev]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 $(INSTALLED_TRAIN): setup.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e ".[train]"
+	$(PIP_EDITABLE) ".[train]"
 	rm -f $(VENV)/.installed-train-*
 	touch $@
 
