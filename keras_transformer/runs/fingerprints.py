@@ -38,10 +38,12 @@ __all__ = [
     "ForeignCheckpointError",
     "RunFingerprint",
     "accepting_weights_without_fingerprint",
+    "changed_model_settings",
     "check_fingerprint",
     "checkpoint_fingerprint",
     "config_hash",
     "fingerprint_variable",
+    "model_settings",
     "run_fingerprint",
     "write_checkpoint_metadata",
 ]
@@ -119,6 +121,55 @@ def config_hash(model_config: Any) -> str:
         else json.dumps(model_config, sort_keys=True, default=repr)
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+#: Model settings that only training reads (dropout rates, the optimizer):
+#: a trained model computes the same whatever they say.
+TRAINING_ONLY_SETTINGS = frozenset(
+    {"dropout", "ffn_dropout", "optimizer", "attention_settings.dropout"}
+)
+
+
+def model_settings(model_config: Any) -> dict[str, Any]:
+    """The settings a model computes with, flat (``attention_settings.window``)
+    and as JSON writes them, from a model config (`to_dict`) or the mapping
+    of ``config.json``'s ``model``; `TRAINING_ONLY_SETTINGS` left out."""
+    values = (
+        model_config.to_dict() if hasattr(model_config, "to_dict") else model_config
+    )
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, mapping: Mapping[str, Any]) -> None:
+        for key, value in mapping.items():
+            name = f"{prefix}{key}"
+            if name in TRAINING_ONLY_SETTINGS:
+                continue
+            if isinstance(value, Mapping):
+                walk(f"{name}.", value)
+            else:
+                flat[name] = value
+
+    walk("", json.loads(json.dumps(values, default=repr)))
+    return flat
+
+
+def changed_model_settings(
+    checkpoint_dir: str | os.PathLike[str], model_section: Any
+) -> list[str]:
+    """The settings of `model_section` (``config.json``'s ``model``) that
+    differ from those the run's checkpoints were trained with (recorded in
+    ``checkpoints.json`` by `write_checkpoint_metadata`), as
+    ``num_heads: 4 -> 8``. Settings one side lacks (a run written by other
+    code) are not compared; nothing when none were recorded."""
+    recorded = read_checkpoint_metadata(Path(checkpoint_dir)).get("model_settings")
+    if not isinstance(recorded, Mapping) or not isinstance(model_section, Mapping):
+        return []
+    current = model_settings(model_section)
+    return [
+        f"{name}: {json.dumps(recorded[name])} -> {json.dumps(current[name])}"
+        for name in sorted(recorded.keys() & current.keys())
+        if recorded[name] != current[name]
+    ]
 
 
 #: The ``checkpoints.json`` files already warned of as unreadable (once each).
@@ -207,6 +258,13 @@ def write_checkpoint_metadata(
         "config_hash": fingerprint.config,
         "workdir": fingerprint.workdir,
     }
+    settings = (
+        model_settings(model_config)
+        if model_config is not None
+        else stored.get("model_settings")
+    )
+    if isinstance(settings, Mapping):
+        metadata["model_settings"] = settings
     if isinstance(records, list):
         metadata[RECORDED_CHECKPOINTS] = records
     write_atomically(

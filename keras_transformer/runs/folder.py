@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,6 +39,7 @@ from keras_transformer.runs.checkpoints import (
 from keras_transformer.runs.fingerprints import (
     CheckpointMismatchError,
     RunFingerprint,
+    changed_model_settings,
     check_fingerprint,
     run_fingerprint,
 )
@@ -68,6 +70,11 @@ from keras_transformer.runs.weights import (
 )
 
 __all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "enclosing_run", "is_run_dir"]
+
+logger = logging.getLogger(__name__)
+
+#: The ``config.json`` files already warned of (once each per process).
+_WARNED_SETTINGS: set[str] = set()
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -324,6 +331,7 @@ class RunFolder:
         """
         expected = self.fingerprint()
         config = str(self.config_file)
+        self._warn_of_changed_model_settings()
         if weights == "last":
             # The newest intact checkpoint; damaged ones are skipped with a
             # warning and left in place (a reader holds no lock to move them).
@@ -373,6 +381,24 @@ class RunFolder:
                     "last, best, average or a .weights.h5 file."
                 )
             restore_checkpoint(model, prefix, expected, config)
+
+    def _warn_of_changed_model_settings(self) -> None:
+        """One warning (per process) when ``config.json``'s model settings
+        are not those the checkpoints were trained with: settings that keep
+        every weight's shape (``num_heads``, ``norm_first``, ...) load, and
+        then compute something else."""
+        changed = changed_model_settings(
+            self.checkpoint_dir, self.raw_config().get("model")
+        )
+        if changed and str(self.config_file) not in _WARNED_SETTINGS:
+            _WARNED_SETTINGS.add(str(self.config_file))
+            logger.warning(
+                "%s sets other model settings than the run was trained with "
+                "(%s): the weights load but compute something else. Restore "
+                "the run's settings, unless you changed them on purpose.",
+                self.config_file,
+                "; ".join(changed),
+            )
 
     def fingerprint(self) -> RunFingerprint | None:
         """The run's fingerprint (`run_fingerprint`; None when nothing records one)."""

@@ -414,6 +414,30 @@ def test_a_config_changed_after_training_is_one_line_naming_config_json(run, cha
     assert str(workdir / "config.json") in errors[0]
 
 
+def test_model_settings_that_keep_the_shapes_are_warned_of(run, caplog):
+    """Another `num_heads` in `config.json` (the same weight shapes) loaded
+    without a word and split the weights into other heads; the checkpoints
+    now record the settings they were trained with, and a reader says which
+    differ. Dropout, which a trained model does not read, is not named."""
+    workdir, _ = run
+    recorded = json.loads((workdir / "checkpoints" / "checkpoints.json").read_text())
+    assert recorded["model_settings"]["num_heads"] == 2
+    assert "dropout" not in recorded["model_settings"]
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        RunFolder(workdir).load()
+    assert "other model settings" not in caplog.text
+    config = json.loads((workdir / "config.json").read_text())
+    config["model"].update(num_heads=4, dropout=0.3)
+    (workdir / "config.json").write_text(json.dumps(config))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        RunFolder(workdir).load()
+        RunFolder(workdir).load()  # once per process
+    warnings = [r.message for r in caplog.records if "other model" in r.message]
+    assert len(warnings) == 1, caplog.text
+    assert "(num_heads: 2 -> 4)" in warnings[0] and "config.json" in warnings[0]
+
+
 # ----------------------------------------------------------- one writer
 def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
     workdir, _ = run
