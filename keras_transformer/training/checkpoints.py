@@ -72,6 +72,7 @@ from keras_transformer.runs.checkpoint_io import (
     restore_or_explain,
 )
 from keras_transformer.runs.checkpoints import damaged_files
+from keras_transformer.runs.fingerprints import changed_model_settings
 from keras_transformer.runs.fingerprints import (
     fingerprint_variable as runs_fingerprint_variable,
 )
@@ -158,6 +159,36 @@ def unchanged_when_refused(directory: Path) -> Iterator[None]:
         raise
 
 
+def _check_trained_model_settings(
+    config: TrainConfig, directory: Path, changes: dict[str, Any], force: bool
+) -> None:
+    """Refuses (unless `force`) to resume with model settings other than
+    those the checkpoints were trained with (``checkpoints.json``) that the
+    comparison with ``config.json`` did not show: a ``config.json`` edited
+    after training. One of them that keeps every weight's shape
+    (``num_heads``) would resume without a word, and the record with it."""
+    edited = [
+        change
+        for change in changed_model_settings(
+            directory / CHECKPOINT_DIR, config.model.to_dict()
+        )
+        if f"model.{change.split(':')[0]}" not in changes
+    ]
+    if not edited:
+        return
+    message = (
+        f"{directory / CONFIG_FILE} sets other model settings than the run's "
+        f"checkpoints were trained with ({'; '.join(edited)}): it was changed "
+        "after training."
+    )
+    if not force:
+        raise ConfigMismatchError(
+            f"{message} Restore those settings, or pass --force (force=True) to "
+            "continue this run with the new ones."
+        )
+    logger.warning("%s Continuing with them (--force).", message)
+
+
 def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> bool:
     """Writes config.json, or checks it against the stored one.
 
@@ -197,6 +228,8 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
                 f"{path} --workdir {directory}), or pass --force (force=True) to "
                 "continue this run with the new config."
             )
+        if resumed:
+            _check_trained_model_settings(config, directory, changes, force)
         if changes:
             logger.warning(
                 "%s %s with changed settings: %s",

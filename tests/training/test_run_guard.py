@@ -414,7 +414,7 @@ def test_a_config_changed_after_training_is_one_line_naming_config_json(run, cha
     assert str(workdir / "config.json") in errors[0]
 
 
-def test_model_settings_that_keep_the_shapes_are_warned_of(run, caplog):
+def test_model_settings_that_keep_the_shapes_are_warned_of_and_not_resumed(run, caplog):
     """Another `num_heads` in `config.json` (the same weight shapes) loaded
     without a word and split the weights into other heads; the checkpoints
     now record the settings they were trained with, and a reader says which
@@ -436,6 +436,16 @@ def test_model_settings_that_keep_the_shapes_are_warned_of(run, caplog):
     warnings = [r.message for r in caplog.records if "other model" in r.message]
     assert len(warnings) == 1, caplog.text
     assert "(num_heads: 2 -> 4)" in warnings[0] and "config.json" in warnings[0]
+    # Resuming the edited run (its own config.json, so no "changed settings")
+    # is refused before anything is written; it resumed with 4 heads.
+    from keras_transformer.training import ConfigMismatchError, TrainConfig
+
+    edited = (workdir / "config.json").read_bytes()
+    metadata = (workdir / "checkpoints" / "checkpoints.json").read_bytes()
+    with pytest.raises(ConfigMismatchError, match=r"\(num_heads: 2 -> 4\).*--force"):
+        train(TrainConfig.load(workdir / "config.json"), workdir)
+    assert (workdir / "config.json").read_bytes() == edited
+    assert (workdir / "checkpoints" / "checkpoints.json").read_bytes() == metadata
 
 
 # ----------------------------------------------------------- one writer
