@@ -149,7 +149,9 @@ def model_settings(model_config: Any) -> dict[str, Any]:
             else:
                 flat[name] = value
 
-    walk("", json.loads(json.dumps(values, default=repr)))
+    values = json.loads(json.dumps(values, default=repr))
+    if isinstance(values, Mapping):  # a preset's name alone: nothing to compare
+        walk("", values)
     return flat
 
 
