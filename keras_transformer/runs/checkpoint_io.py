@@ -240,8 +240,8 @@ def record_checkpoints_on_disk(
             check_fingerprint(prefix, checkpoint_fingerprint(prefix), expected)
         kept.append(prefix)
     names = [Path(p).name for p in kept]
-    metadata = read_checkpoint_metadata(directory)
-    if names != recorded or RECORDED_CHECKPOINTS not in metadata:
+    changed = names != recorded
+    if changed or RECORDED_CHECKPOINTS not in read_checkpoint_metadata(directory):
         write_checkpoint_records(directory, names)
     write_checkpoint_state(directory, kept)
     return kept

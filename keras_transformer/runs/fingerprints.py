@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -156,20 +156,23 @@ def model_settings(model_config: Any) -> dict[str, Any]:
 
 
 def changed_model_settings(
-    checkpoint_dir: str | os.PathLike[str], model_section: Any
+    checkpoint_dir: str | os.PathLike[str],
+    model_section: Any,
+    ignore: Collection[str] = (),
 ) -> list[str]:
     """The settings of `model_section` (``config.json``'s ``model``) that
     differ from those the run's checkpoints were trained with (recorded in
     ``checkpoints.json`` by `write_checkpoint_metadata`), as
-    ``num_heads: 4 -> 8``. Settings one side lacks (a run written by other
-    code) are not compared; nothing when none were recorded."""
+    ``num_heads: 4 -> 8``; those named in `ignore` (reported elsewhere)
+    left out. Settings one side lacks (a run written by other code) are not
+    compared; nothing when none were recorded."""
     recorded = read_checkpoint_metadata(Path(checkpoint_dir)).get("model_settings")
     if not isinstance(recorded, Mapping) or not isinstance(model_section, Mapping):
         return []
     current = model_settings(model_section)
     return [
         f"{name}: {json.dumps(recorded[name])} -> {json.dumps(current[name])}"
-        for name in sorted(recorded.keys() & current.keys())
+        for name in sorted(recorded.keys() & current.keys() - set(ignore))
         if recorded[name] != current[name]
     ]
 

@@ -387,10 +387,12 @@ class RunFolder:
         are not those the checkpoints were trained with: settings that keep
         every weight's shape (``num_heads``, ``norm_first``, ...) load, and
         then compute something else."""
+        if str(self.config_file) in _WARNED_SETTINGS:
+            return
         changed = changed_model_settings(
             self.checkpoint_dir, self.raw_config().get("model")
         )
-        if changed and str(self.config_file) not in _WARNED_SETTINGS:
+        if changed:
             _WARNED_SETTINGS.add(str(self.config_file))
             logger.warning(
                 "%s sets other model settings than the run was trained with "

@@ -167,13 +167,11 @@ def _check_trained_model_settings(
     comparison with ``config.json`` did not show: a ``config.json`` edited
     after training. One of them that keeps every weight's shape
     (``num_heads``) would resume without a word, and the record with it."""
-    edited = [
-        change
-        for change in changed_model_settings(
-            directory / CHECKPOINT_DIR, config.model.to_dict()
-        )
-        if f"model.{change.split(':')[0]}" not in changes
-    ]
+    edited = changed_model_settings(
+        directory / CHECKPOINT_DIR,
+        config.model.to_dict(),
+        ignore=[k.removeprefix("model.") for k in changes if k.startswith("model.")],
+    )
     if not edited:
         return
     message = (
