@@ -24,6 +24,7 @@ __all__ = [
     "check_translator_arguments",
     "check_numbers",
     "SEARCH_NUMBERS",
+    "IMAGE_NUMBERS",
     "refuse_export",
     "refuse_export_without_model",
     "search_settings",
@@ -276,6 +277,13 @@ SEARCH_NUMBERS: NumberRules = {
     "--top-p": (lambda v: 0 < v <= 1, "a probability above 0 and at most 1, e.g. 0.9"),
     "--seed": (lambda v: v >= 0, "a seed of 0 or more"),
     "--batch-size": (lambda v: v >= 1, "a positive number of sentences per batch"),
+}
+#: The image sampling flags of ``complete`` and ``export``: a temperature of
+#: 0 draws the most likely values; the upper bound of the given rows and
+#: their block rule are the model's (`ImageSampler`).
+IMAGE_NUMBERS: NumberRules = {
+    "--given-rows": (lambda v: v >= 0, "0 or more given rows"),
+    "--temperature": (lambda v: v >= 0, "a temperature of 0 or more"),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli._common import (
+    IMAGE_NUMBERS,
     CommandError,
     add_weights_without_fingerprint_argument,
     check_numbers,
@@ -33,13 +34,11 @@ _OPTIONS = (
 )
 
 
-#: What the drawing options accept (`check_numbers`); --given-rows' upper
-#: bound and block rule are the model's (`ImageSampler`).
+#: What the drawing options accept (`check_numbers`).
 _NUMBERS = {
     "--images": (lambda v: v >= 1, "a positive number of test images"),
     "--samples": (lambda v: v >= 1, "a positive number of completions per image"),
-    "--given-rows": (lambda v: v >= 0, "0 or more given rows"),
-    "--temperature": (lambda v: v >= 0, "a temperature of 0 or more"),
+    **IMAGE_NUMBERS,
     "--seed": (lambda v: v >= 0, "a seed of 0 or more"),
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from keras_transformer.cli._common import (
+    IMAGE_NUMBERS,
     SEARCH_NUMBERS,
     CommandError,
     add_translator_arguments,
@@ -81,14 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: The search's number rules, and an image run's: its --temperature may be 0
-#: (the most likely values; a translation's search refuses it), and
-#: --given-rows is at least 0 (its upper bound is the model's).
-_NUMBERS = {
-    **SEARCH_NUMBERS,
-    "--temperature": (lambda v: v >= 0, "a temperature of 0 or more"),
-    "--given-rows": (lambda v: v >= 0, "0 or more given rows"),
-}
+#: The search's number rules, and an image run's (`IMAGE_NUMBERS`): its
+#: --temperature may be 0 (a translation's search refuses that itself).
+_NUMBERS = {**SEARCH_NUMBERS, **IMAGE_NUMBERS}
 
 
 def _settings(args: argparse.Namespace) -> dict:
