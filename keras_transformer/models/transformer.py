@@ -534,4 +534,11 @@ def decoder_model(model: keras.Model) -> keras.Model:
     encoder_output = keras.Input(shape=(None, d_model), name="encoder_output")
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
     logits = stack.decode(target_ids, encoder_output, ops.not_equal(source_ids, PAD_ID))
-    return keras.Model([target_ids, encoder_output, source_ids], logits, name="decoder")
+    inputs = [target_ids, encoder_output, source_ids]
+    decoder = keras.Model(inputs, logits, name="decoder")
+    # `encoder_model`'s output carries the source padding mask, which this
+    # model reads from `source_ids` instead: taking it quietly spares every
+    # `decoder([target, encoder(source), source])` Keras' "destroy the mask"
+    # warning.
+    decoder.supports_masking = True
+    return decoder
