@@ -567,7 +567,9 @@ def load_search_translator(args: argparse.Namespace) -> Any:
 
 
 @contextlib.contextmanager
-def translating(command: str, translator: Any, noun: str = "lines") -> Iterator[None]:
+def translating(
+    command: str, translator: Any, noun: str = "lines", first_number: int = 1
+) -> Iterator[None]:
     """Around a command's `translator.translate` or `evaluate`: the progress
     bar goes to standard error (the translations may go to standard output),
     and the sources that were cut are reported in the command's own words
@@ -577,7 +579,7 @@ def translating(command: str, translator: Any, noun: str = "lines") -> Iterator[
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore", SourceCutWarning)
         yield
-    report_cut_sources(command, translator, noun)
+    report_cut_sources(command, translator, noun, first_number)
 
 
 def warn(command: str, message: str) -> None:
@@ -585,12 +587,16 @@ def warn(command: str, message: str) -> None:
     print(f"keras-transformer {command}: warning: {message}", file=sys.stderr)
 
 
-def report_cut_sources(command: str, translator: Any, noun: str = "lines") -> None:
+def report_cut_sources(
+    command: str, translator: Any, noun: str = "lines", first_number: int = 1
+) -> None:
     """One warning line naming the sources that `translator` cut, if any.
 
     `translator` is the `Translator` that just translated them; its
     `cut_lines` are the indices (from 0) of the cut sources. `noun` names
-    what they are to the user (``lines`` of a file, ``sentences``).
+    what they are to the user (``lines`` of a file, ``sentences``), and
+    `first_number` the number the first of them has (a line typed at a
+    terminal is translated alone).
     """
     from keras_transformer.translation.lines import describe_lines
 
@@ -598,7 +604,7 @@ def report_cut_sources(command: str, translator: Any, noun: str = "lines") -> No
     if not cut:
         return
     limit = getattr(translator, "source_limit", translator.max_input_length)
-    numbers = describe_lines([i + 1 for i in cut])
+    numbers = describe_lines([i + first_number for i in cut])
     several = len(cut) > 1
     one = noun[:-1] if noun.endswith("s") else noun
     were = "were" if several else "was"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from keras_transformer.cli._common import (
@@ -31,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input",
         default="-",
-        help="File of sentences, one per line (default: standard input).",
+        help="File of sentences, one per line (default: standard input; typed "
+        "at a terminal, each line is translated when Enter is pressed).",
     )
     parser.add_argument(
         "--output",
@@ -103,13 +105,14 @@ def read_prefixes(
     return lines, prefixes
 
 
-def n_best_lines(lists: list[list[tuple[str, float]]]) -> list[str]:
+def n_best_lines(lists: list[list[tuple[str, float]]], start: int = 0) -> list[str]:
     """``index ||| translation ||| score`` lines (Moses and fairseq's n-best
-    format): the index of the input line (from 0), each hypothesis best
-    first, its score ``log P / lp(Y)`` with 4 decimals."""
+    format): the index of the input line (from 0; `lists[0]` is line
+    `start`), each hypothesis best first, its score ``log P / lp(Y)`` with 4
+    decimals."""
     return [
         f"{index} ||| {text} ||| {score:.4f}"
-        for index, hypotheses in enumerate(lists)
+        for index, hypotheses in enumerate(lists, start)
         for text, score in hypotheses
     ]
 
@@ -123,6 +126,64 @@ _OPTIONS = {
     "ensemble": "--ensemble",
     "progress": "",
 }
+
+
+def _reads_a_terminal(args: argparse.Namespace) -> bool:
+    """Whether the sentences are typed at a terminal (standard input, not a
+    file or pipe). Options that pair a file's lines with the input's need
+    the input's lines first, so they are refused there."""
+    if str(args.input) != "-" or not sys.stdin.isatty():
+        return False
+    for flag, value in (
+        ("--prefix-file", args.prefix_file),
+        ("--constraints-file", args.constraints_file),
+    ):
+        if value is not None:
+            raise CommandError(
+                f"{flag} pairs its lines with the input's, which a terminal gives "
+                "one at a time: pass the sentences as --input FILE (or pipe them "
+                "in)."
+            )
+    return True
+
+
+def _translate_typed(
+    args: argparse.Namespace, translator: Any, options: dict[str, Any]
+) -> None:
+    """Translates each line typed at the terminal as soon as it is entered,
+    until end of input (Ctrl-D); reading them all first would show nothing
+    until then. With --output FILE the translations are written there at
+    the end instead (whole, as for a file's lines)."""
+    from keras_transformer.translation import write_lines
+
+    to_file = str(args.output) != "-"
+    written: list[str] = []
+    print(
+        f"keras-transformer {NAME}: type a sentence and press Enter to translate "
+        "it; Ctrl-D ends.",
+        file=sys.stderr,
+    )
+    for index, raw in enumerate(sys.stdin.buffer):
+        number = index + 1
+        try:
+            line = raw.decode("utf-8").rstrip("\n").removesuffix("\r")
+        except UnicodeDecodeError:
+            warn(NAME, f"line {number} is not valid UTF-8: skipped.")
+            written.append("")  # one output line per input line, as for a file
+            continue
+        sources, prefixes = read_prefixes(args, [line])
+        if prefixes is not None:
+            options = {**options, "prefixes": prefixes}
+        with translating(NAME, translator, "lines", first_number=number):
+            outputs = translator.translate(sources, **options)
+        if options.get("n_best") is not None:
+            outputs = n_best_lines(outputs, start=index)
+        if to_file:
+            written.extend(outputs)
+        else:
+            print(*outputs, sep="\n", flush=True)
+    if to_file:
+        write_lines(args.output, written)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.export.formats import TranslatorLike, serving_format
     from keras_transformer.translation import read_lines, write_lines
 
-    lines, prefixes = read_prefixes(args, read_lines(args.input))
+    typed = _reads_a_terminal(args)
+    lines, prefixes = read_prefixes(args, [] if typed else read_lines(args.input))
     export_format = serving_format(args.workdir)
     options = {
         "n_best": args.n_best if args.n_best > 1 else None,
@@ -182,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             **settings,
         )
+    if typed:
+        _translate_typed(args, translator, options)
+        return 0
     with translating(NAME, translator, "lines"):
         outputs = translator.translate(lines, **options)
     if options.get("constraints") is not None:

@@ -789,3 +789,69 @@ def test_one_set_for_two_settings_is_told_to_repeat_set(capsys) -> None:
             cli.main(other)
         error = capsys.readouterr().err.strip().splitlines()[-1]
         assert "unrecognized arguments:" in error and "--set" not in error
+
+
+# ------------------------------------------------- translate at a terminal
+class _Terminal:
+    """Standard input at a terminal: the lines come one at a time, and
+    `printed` keeps what the command printed before each next line came
+    (`errors`: what it wrote to standard error by then)."""
+
+    def __init__(self, lines: list[bytes], capsys) -> None:
+        self.lines, self.capsys, self.printed, self.errors = lines, capsys, [], ""
+
+    def isatty(self) -> bool:
+        return True
+
+    @property
+    def buffer(self):
+        for line in self.lines:
+            yield line
+            captured = self.capsys.readouterr()
+            self.printed.append(captured.out)
+            self.errors += captured.err
+
+
+def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Typed sentences were read to the end of input (Ctrl-D) before any was
+    translated: the user saw nothing. Each is now translated when entered."""
+    sentences = ["3. März 2001", "23 mars 1950"]
+    argv = ["translate", "--workdir", str(trained_run), "--beam-size", "2"]
+    expected = []
+    for index, sentence in enumerate(sentences):
+        source = tmp_path / f"{index}.txt"
+        source.write_text(f"{sentence}\n", encoding="utf-8")
+        assert cli.main([*argv, "--n-best", "2", "--input", str(source)]) == 0
+        expected.append(capsys.readouterr().out.splitlines())
+    typed = [f"{sentences[0]}\r\n".encode(), b"\xff bad\n", sentences[1].encode()]
+    terminal = _Terminal(typed, capsys)
+    monkeypatch.setattr("sys.stdin", terminal)
+    assert cli.main([*argv, "--n-best", "2"]) == 0
+    err = terminal.errors + capsys.readouterr().err
+    # Line 3's n-best indices are its own (2), as in a file of three lines.
+    third = [line.replace("0 |||", "2 |||", 1) for line in expected[1]]
+    assert [out.splitlines() for out in terminal.printed] == [expected[0], [], third]
+    assert _warnings(err) == [
+        "keras-transformer translate: type a sentence and press Enter to "
+        "translate it; Ctrl-D ends.",
+        "keras-transformer translate: warning: line 2 is not valid UTF-8: skipped.",
+    ]
+    # With --output the translations are written there, a line per typed line.
+    output = tmp_path / "typed.txt"
+    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
+    assert cli.main([*argv, "--output", str(output)]) == 0
+    best = [lines[0].split(" ||| ")[1] for lines in expected]
+    assert output.read_text(encoding="utf-8").splitlines() == [best[0], "", best[1]]
+    # A file of lines paired with the input's needs the input's lines first.
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("1999\n", encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
+    assert cli.main([*argv, "--prefix-file", str(prefixes)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "keras-transformer translate: error: --prefix-file pairs its lines with "
+        "the input's, which a terminal gives one at a time: pass the sentences "
+        "as --input FILE (or pipe them in)."
+    )
