@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 
 from keras_transformer.cli._common import (
     CommandError,
@@ -158,13 +159,28 @@ def run(args: argparse.Namespace) -> int:
         print(config.to_json())
         return 0
     from keras_transformer.training import train
-    from keras_transformer.training.distribute import make_strategy
+    from keras_transformer.training.distribute import is_chief, make_strategy
 
     strategy = make_strategy(strategy_name(args))
     result = train(config, args.workdir, strategy, force=args.force)
     if result.preempted:
         print(f"To resume, run the same command again: {resume_command(args)}")
+    elif is_chief(strategy):
+        print(try_it_line(config.kind, args.workdir))
     return 0
+
+
+def try_it_line(kind: str, workdir: str) -> str:
+    """What to do next with a finished run of `kind`: its recipe's `try_it`,
+    as a command to copy (the program as it was called, so that
+    ``.venv/bin/keras-transformer`` stays usable outside the venv)."""
+    from keras_transformer.training.kinds import recipe_for
+
+    what, command = recipe_for(kind).try_it
+    called = sys.argv[0]
+    program = called if os.path.basename(called) == "keras-transformer" else None
+    words = [program or "keras-transformer", command, "--workdir", str(workdir)]
+    return f"To {what}: {shlex.join(words)}"
 
 
 def strategy_name(args: argparse.Namespace) -> str:

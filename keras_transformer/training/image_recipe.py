@@ -170,6 +170,7 @@ class ImageRecipe(Recipe):
         {"image.directory", "image.validation_images", "image.evaluation_batch_size"}
     )
     output_commands = "complete and evaluate it"
+    try_it = ("complete its test images from their top rows", "complete")
     hparams_metrics = ("bits_per_dim",)
     summary_names = ("bits_per_dim",)
     has_tokenizer = False

@@ -51,6 +51,7 @@ class TranslationRecipe(Recipe):
     hparams_metrics = ("bleu", "chrf", "exact_match", "loss")
     evaluates_stored_runs = False
     output_commands = "translate, score and evaluate it"
+    try_it = ("translate your own sentences (type one, press Enter)", "translate")
 
     def load_data(self, config: TrainConfig) -> TaskData:
         return load_task(config.data, seed=config.train.seed)

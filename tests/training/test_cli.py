@@ -417,6 +417,26 @@ def _assert_no_tensorflow_logs(output: str) -> None:
     assert "oneDNN" not in output and "absl" not in output, output
 
 
+def test_a_finished_run_names_the_command_to_try_it(monkeypatch):
+    """`train` ends with the command that uses the run, per kind, as the
+    program was called (`make demo` calls `.venv/bin/keras-transformer`)."""
+    from keras_transformer.cli.train import try_it_line
+
+    monkeypatch.setattr("sys.argv", [".venv/bin/keras-transformer", "train"])
+    assert try_it_line("translation", "runs/my dates") == (
+        "To translate your own sentences (type one, press Enter): "
+        ".venv/bin/keras-transformer translate --workdir 'runs/my dates'"
+    )
+    monkeypatch.setattr("sys.argv", ["/x/keras_transformer/__main__.py", "train"])
+    assert try_it_line("image", "r") == (
+        "To complete its test images from their top rows: "
+        "keras-transformer complete --workdir r"
+    )
+    assert try_it_line("classification", "r") == (
+        "To score its test set: keras-transformer evaluate --workdir r"
+    )
+
+
 def test_help_and_argument_errors_answer_without_tensorflow():
     shown = _run_cli("--help")
     assert shown.returncode == 0, shown.stderr

@@ -34,6 +34,10 @@ def test_dates_tiny_reaches_over_90_percent_exact_dates(tmp_path):
     assert result["evaluation"]["exact_match"] > 0.9
     assert result["evaluation"]["bleu"] > 90
     assert "output:" in process.stdout and "TensorBoard logs:" in process.stdout
+    assert process.stdout.rstrip().endswith(
+        "To translate your own sentences (type one, press Enter): "
+        f"keras-transformer translate --workdir {workdir}"
+    )
 
 
 def test_multi30k_small_config_runs_on_the_shared_data(tmp_path):
