@@ -158,9 +158,7 @@ class _BlockedSelfAttention(MultiHeadAttention):
     ) -> Any:
         """The blocked mask, `(batch or 1, 1, n_blocks, block, W)`: the static
         band, the keys outside `[0, n)`, padding and a dense `attention_mask`."""
-        for name, padding in (("query_mask", query_mask), ("key_mask", key_mask)):
-            if padding is not None:
-                masking.check_padding_mask(name, padding)
+        masking.check_mask_shapes(length, length, query_mask, key_mask, attention_mask)
         block, left, right = self._window_geometry(causal)
         pad_end = (-length) % block
         # The static band; (1, 1, 1, block, W).
@@ -604,15 +602,8 @@ def _blocked_dense_mask(
         boolean `(batch or 1, 1, n_blocks, block, W)`; `False` for keys
         outside `[0, n)`.
     """
-    rank = len(attention_mask.shape)
-    if rank not in (2, 3):
-        raise ValueError(
-            "`attention_mask` must have rank 3, (batch, n, n), or rank 2, "
-            "(n, n). Received: "
-            f"attention_mask.shape={tuple(attention_mask.shape)}"
-        )
     mask = ops.cast(attention_mask, "int32")
-    if rank == 2:
+    if len(attention_mask.shape) == 2:
         mask = mask[None]
     width = left + block + right
     pad_end = (-length) % block

@@ -62,6 +62,63 @@ def check_padding_mask(name: str, mask: Any) -> None:
         )
 
 
+def _known(length: Any) -> int | None:
+    """A length as a Python int, or None where only the graph knows it."""
+    try:
+        return int(length)
+    except TypeError:  # None, or a symbolic tensor
+        return None
+
+
+def check_mask_shapes(
+    query_length: Any,
+    key_length: Any,
+    query_mask: Any | None = None,
+    key_mask: Any | None = None,
+    attention_mask: Any | None = None,
+) -> None:
+    """Raises `ValueError` naming a mask whose rank, or a length known before
+    the call, disagrees with the attention's: a padding mask passed as
+    `attention_mask`, or the mask of another sequence. (Left unchecked,
+    they fail inside the softmax with a broadcasting error, or, where the
+    lengths happen to agree, attend wrongly without a word.)"""
+    lengths = {"query": _known(query_length), "key": _known(key_length)}
+    for name, mask, side in (
+        ("query_mask", query_mask, "query"),
+        ("key_mask", key_mask, "key"),
+    ):
+        if mask is None:
+            continue
+        check_padding_mask(name, mask)
+        found = _known(mask.shape[1])
+        if None not in (found, lengths[side]) and found != lengths[side]:
+            raise ValueError(
+                f"`{name}` covers {found} positions but the {side} sequence has "
+                f"{lengths[side]}. Received: {name}.shape={tuple(mask.shape)}. "
+                f"Pass the padding mask of the {side} sequence."
+            )
+    if attention_mask is None:
+        return
+    shape = tuple(attention_mask.shape)
+    wanted = (lengths["query"], lengths["key"])
+    found = tuple(_known(length) for length in shape[-2:])
+    agree = len(shape) in (2, 3) and all(
+        None in pair or pair[0] == pair[1] for pair in zip(found, wanted, strict=True)
+    )
+    if not agree:
+        query, key = (
+            f"{side}_length" if n is None else n
+            for side, n in zip(("query", "key"), wanted, strict=True)
+        )
+        raise ValueError(
+            "`attention_mask` must be (batch, query_length, key_length) or "
+            f"(query_length, key_length), here (batch, {query}, {key}) or "
+            f"({query}, {key}), True where attention is allowed. Received: "
+            f"attention_mask.shape={shape}. A padding mask, (batch, length), "
+            "goes in `query_mask` or `key_mask` (`value_mask`) instead."
+        )
+
+
 def merge_attention_masks(
     query_length: Any,
     key_length: Any,
@@ -86,26 +143,17 @@ def merge_attention_masks(
         `None` when there is nothing to mask, else a boolean mask of shape
         `(batch or 1, query_length, key_length)`.
     """
+    check_mask_shapes(query_length, key_length, query_mask, key_mask, attention_mask)
     mask = None
     if attention_mask is not None:
-        rank = len(attention_mask.shape)
-        if rank not in (2, 3):
-            raise ValueError(
-                "`attention_mask` must have rank 3, (batch, query_length, "
-                "key_length), or rank 2, (query_length, key_length), with True "
-                "where attention is allowed. Received: "
-                f"attention_mask.shape={tuple(attention_mask.shape)}"
-            )
         mask = ops.cast(attention_mask, "bool")
-        if rank == 2:
+        if len(attention_mask.shape) == 2:
             mask = ops.expand_dims(mask, 0)
     if query_mask is not None:
-        check_padding_mask("query_mask", query_mask)
         # (batch, query_length, 1)
         query_part = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
         mask = query_part if mask is None else ops.logical_and(mask, query_part)
     if key_mask is not None:
-        check_padding_mask("key_mask", key_mask)
         # (batch, 1, key_length)
         key_part = ops.expand_dims(ops.cast(key_mask, "bool"), -2)
         mask = key_part if mask is None else ops.logical_and(mask, key_part)

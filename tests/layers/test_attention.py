@@ -197,6 +197,34 @@ def test_masks_of_the_wrong_rank_are_refused():
         MultiHeadAttention(num_heads=2, key_dim=4)(np.ones((3, 8)), np.ones((3, 8)))
 
 
+def test_masks_of_other_lengths_are_refused_by_name():
+    """A padding mask passed as `attention_mask` failed inside the softmax
+    ("condition [1,1,2,5] ... must be broadcastable"), and where its batch
+    equalled the length it masked the wrong positions without a word."""
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x, memory = np.ones((2, 5, 8), "float32"), np.ones((2, 7, 8), "float32")
+    attention(x, memory)
+    padding = np.ones((5, 5), bool)  # batch 5 of length 5: an (n, n) shape
+    for mask in (np.ones((2, 5), bool), np.ones((2, 5, 5), bool), padding):
+        with pytest.raises(ValueError) as error:
+            attention(x, memory, attention_mask=mask)
+        assert (
+            "`attention_mask` must be (batch, query_length, key_length) or "
+            "(query_length, key_length), here (batch, 5, 7) or (5, 7), True where "
+            f"attention is allowed. Received: attention_mask.shape={mask.shape}. A "
+            "padding mask, (batch, length), goes in `query_mask` or `key_mask` "
+            "(`value_mask`) instead."
+        ) in str(error.value)
+    with pytest.raises(ValueError, match=r"`key_mask` covers 5 positions but the "):
+        attention(x, memory, value_mask=np.ones((2, 5), bool))
+    with pytest.raises(ValueError, match=r"`query_mask` covers 7 .* query sequence"):
+        attention(x, memory, query_mask=np.ones((2, 7), bool))
+    # The shapes it takes.
+    attention(x, memory, attention_mask=np.ones((2, 5, 7), bool))
+    attention(x, memory, attention_mask=np.ones((1, 5, 7), bool))
+    attention(x, memory, attention_mask=np.ones((5, 7), bool))
+
+
 def test_float16_padding_stays_finite():
     attention = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_float16")
     x = np.random.rand(2, 5, 8).astype("float32") * 50

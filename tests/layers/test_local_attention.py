@@ -201,6 +201,19 @@ def test_dense_attention_mask_is_combined_with_the_band() -> None:
     )
 
 
+def test_masks_of_other_lengths_are_refused_by_name() -> None:
+    """The blocked layout took a `(batch, n)` padding mask as a dense
+    `attention_mask`, or a mask of another length, with a reshape error."""
+    x = _inputs(10)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
+    with pytest.raises(ValueError, match=r"here \(batch, 10, 10\) or \(10, 10\)"):
+        layer(x, attention_mask=np.ones((BATCH, 10), bool))
+    with pytest.raises(ValueError, match=r"attention_mask.shape=\(2, 9, 10\)"):
+        layer(x, attention_mask=np.ones((2, 9, 10), bool))
+    with pytest.raises(ValueError, match="`query_mask` covers 9 positions"):
+        layer(x, query_mask=np.ones((BATCH, 9), bool))
+
+
 def test_variable_length_functional_model() -> None:
     inputs = keras.Input((None, D_MODEL))
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
