@@ -79,9 +79,10 @@ def check_mask_shapes(
 ) -> None:
     """Raises `ValueError` naming a mask whose rank, or a length known before
     the call, disagrees with the attention's: a padding mask passed as
-    `attention_mask`, or the mask of another sequence. (Left unchecked,
-    they fail inside the softmax with a broadcasting error, or, where the
-    lengths happen to agree, attend wrongly without a word.)"""
+    `attention_mask`, or the mask of another sequence, which would fail
+    inside the softmax with a broadcasting error. (A `(batch, length)` mask
+    whose batch equals the query length has the shape of a
+    `(query_length, key_length)` one and cannot be told from it.)"""
     lengths = {"query": _known(query_length), "key": _known(key_length)}
     for name, mask, side in (
         ("query_mask", query_mask, "query"),

@@ -199,13 +199,12 @@ def test_masks_of_the_wrong_rank_are_refused():
 
 def test_masks_of_other_lengths_are_refused_by_name():
     """A padding mask passed as `attention_mask` failed inside the softmax
-    ("condition [1,1,2,5] ... must be broadcastable"), and where its batch
-    equalled the length it masked the wrong positions without a word."""
+    ("condition [1,1,2,5] ... must be broadcastable")."""
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x, memory = np.ones((2, 5, 8), "float32"), np.ones((2, 7, 8), "float32")
     attention(x, memory)
-    padding = np.ones((5, 5), bool)  # batch 5 of length 5: an (n, n) shape
-    for mask in (np.ones((2, 5), bool), np.ones((2, 5, 5), bool), padding):
+    for shape in ((2, 5), (2, 5, 5), (5, 5), (2, 1, 5, 7)):
+        mask = np.ones(shape, bool)
         with pytest.raises(ValueError) as error:
             attention(x, memory, attention_mask=mask)
         assert (
