@@ -189,6 +189,14 @@ class TransformerConfig:
         return cls.from_dict(json.loads(text))
 
 
+class Presets(dict):
+    """Named configurations (`presets`, `image_presets`): a dict whose
+    unknown name raises a `KeyError` that lists the names there are."""
+
+    def __missing__(self, name: str) -> Any:
+        raise KeyError(f"No preset {name!r}; the presets are: {', '.join(self)}.")
+
+
 def as_optimizer_config(value: Any) -> OptimizerConfig:
     """`model.optimizer` as an `OptimizerConfig` (from a mapping of its fields)."""
     if isinstance(value, OptimizerConfig):

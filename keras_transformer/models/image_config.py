@@ -19,7 +19,7 @@ from keras_transformer.layers.image_embedding import (
     position_grid_shape,
 )
 from keras_transformer.layers.local_attention_2d import GENERATION_ORDERS
-from keras_transformer.models.config import as_optimizer_config
+from keras_transformer.models.config import Presets, as_optimizer_config
 from keras_transformer.schedules import OptimizerConfig
 from keras_transformer.validation import (
     check_choice,
@@ -232,18 +232,20 @@ class ImageTransformerConfig:
 #: 400 warm-up steps (a peak of 0.0075 for d_model = 64): with the layer
 #: normalization after each sublayer it needed 0.2 x Eq. 7 and learned more
 #: slowly (docs/results.md, "Choosing the settings").
-image_presets: dict[str, ImageTransformerConfig] = {
-    "paper_cifar10": ImageTransformerConfig(),
-    "small": ImageTransformerConfig(
-        num_layers=4,
-        d_model=64,
-        d_ff=128,
-        num_heads=4,
-        num_mixtures=5,
-        query_block=(8, 8),
-        memory_flange=(4, 8),
-        dropout=0.0,
-        norm_first=True,
-        optimizer=OptimizerConfig(warmup_steps=400, learning_rate_scale=1.2),
-    ),
-}
+image_presets: dict[str, ImageTransformerConfig] = Presets(
+    {
+        "paper_cifar10": ImageTransformerConfig(),
+        "small": ImageTransformerConfig(
+            num_layers=4,
+            d_model=64,
+            d_ff=128,
+            num_heads=4,
+            num_mixtures=5,
+            query_block=(8, 8),
+            memory_flange=(4, 8),
+            dropout=0.0,
+            norm_first=True,
+            optimizer=OptimizerConfig(warmup_steps=400, learning_rate_scale=1.2),
+        ),
+    }
+)

@@ -8,7 +8,7 @@ match the table within the rounding of the paper's count (see
 
 from __future__ import annotations
 
-from keras_transformer.models.config import TransformerConfig
+from keras_transformer.models.config import Presets, TransformerConfig
 
 BASE = TransformerConfig()
 
@@ -55,14 +55,16 @@ def _cpu_model(
     )
 
 
-presets: dict[str, TransformerConfig] = {
-    "base": BASE,
-    "big": BASE.replace(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3),
-    **{name: BASE.replace(**row) for name, row in _TABLE3_ROWS.items()},
-    # CPU-friendly models; the vocabulary size is replaced by the tokenizer's.
-    "small": _cpu_model(8000, layers=3, d_model=256, num_heads=8, max_length=128),
-    "tiny": _cpu_model(1000, layers=2, d_model=64, num_heads=4, max_length=64),
-}
+presets: dict[str, TransformerConfig] = Presets(
+    {
+        "base": BASE,
+        "big": BASE.replace(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3),
+        **{name: BASE.replace(**row) for name, row in _TABLE3_ROWS.items()},
+        # CPU-friendly models; the vocabulary size is replaced by the tokenizer's.
+        "small": _cpu_model(8000, layers=3, d_model=256, num_heads=8, max_length=128),
+        "tiny": _cpu_model(1000, layers=2, d_model=64, num_heads=4, max_length=64),
+    }
+)
 
 #: The rows of Table 3 (D) that change label smoothing (§5.4), a training
 #: setting: their model is `base`, and a `TrainConfig` built from the preset

@@ -242,6 +242,15 @@ def test_config_json_round_trip_and_unknown_fields():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(ValueError, match="base"):
         kt.models.get_preset("huge")
+    # The dicts too (the README's `presets["small"]`); a bare KeyError('huge')
+    # said nothing of the names there are.
+    with pytest.raises(KeyError, match=r"No preset 'huge'; the presets are: base, "):
+        kt.models.presets["huge"]
+    with pytest.raises(
+        KeyError, match=r"No preset 'Small'; the presets are: paper_cifar10, small\."
+    ):
+        kt.models.image_presets["Small"]
+    assert kt.models.presets.get("huge") is None and "tiny" in kt.models.presets
 
 
 def test_model_from_other_builder_is_refused():
