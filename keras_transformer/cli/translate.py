@@ -204,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         check_run_kind(path, "translation", "--ensemble", NAME)
         refuse_export_without_model(path, "--ensemble", f"{NAME} --ensemble")
     _check_ensemble_runs(args.workdir, args.ensemble)
+    _check_n_best(args)
     from keras_transformer.export.formats import TranslatorLike, serving_format
     from keras_transformer.translation import read_lines, write_lines
 
@@ -278,6 +279,31 @@ def _warn_unmet_constraints(translator: Any, workdir: str) -> None:
                 f"line {number}: constraint(s) not met: "
                 + ", ".join(repr(phrase) for phrase in missed),
             )
+
+
+def _check_n_best(args: argparse.Namespace) -> None:
+    """Refuses, before anything loads, an --n-best larger than the beam where
+    the beam is known: given, or a run's default (an export's own search is
+    read with the export, which then says so)."""
+    from keras_transformer.runs import is_export_dir
+
+    given = getattr(args, "given_settings", frozenset())
+    if args.n_best <= 1 or (
+        is_export_dir(args.workdir) and not {"beam_size", "method"} & given
+    ):
+        return
+    kept = args.beam_size if args.method == "beam" else 1
+    if kept < args.n_best:
+        search = (
+            f"--beam-size {args.beam_size}"
+            if args.method == "beam"
+            else f"--method {args.method}"
+        )
+        raise CommandError(
+            f"--n-best {args.n_best} prints that many hypotheses of one beam "
+            f"search, but {search} keeps {kept}: pass --beam-size {args.n_best} "
+            "or more (and no other --method), or a smaller --n-best."
+        )
 
 
 def _check_ensemble_runs(workdir: str, ensemble: list[str]) -> None:

@@ -130,6 +130,20 @@ def test_numeric_decoding_flags_out_of_range_name_the_flag(tmp_path, capsys):
     assert cli.main([*argv, "--temperature", "0"]) == 1  # the empty folder
     error = capsys.readouterr().err
     assert "config.json is missing" in error and "--temperature" not in error
+    # --n-best above the beam said "n_best=9 is larger than beam_size=4"
+    # after loading; where the beam is known (a run's), it is refused first.
+    argv = ["translate", "--workdir", str(workdir), "--input", str(source)]
+    for flags, search in (
+        (["--n-best", "9"], "--beam-size 4 keeps 4"),
+        (["--n-best", "2", "--sample"], "--method sample keeps 1"),
+    ):
+        assert cli.main([*argv, *flags]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == (
+            f"keras-transformer translate: error: --n-best {flags[1]} prints that "
+            f"many hypotheses of one beam search, but {search}: pass --beam-size "
+            f"{flags[1]} or more (and no other --method), or a smaller --n-best."
+        )
 
 
 def test_a_given_decoding_flag_is_passed_on_even_at_its_default():
