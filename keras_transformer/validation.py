@@ -20,6 +20,7 @@ Pure Python (standard library only).
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
@@ -228,7 +229,25 @@ def check_known_names(
     known = sorted(known)
     unknown = sorted(set(given) - set(known))
     if unknown:
-        raise ValueError(f"Unknown {what}: {unknown}. {listing}: {known}.")
+        hint = close_name_hint(unknown, known)
+        raise ValueError(f"Unknown {what}: {unknown}.{hint} {listing}: {known}.")
+
+
+def close_name_hint(unknown: Sequence[str], known: Iterable[str]) -> str:
+    """`` Did you mean 'train_steps'?`` for misspelt names: the known name
+    closest to each unknown one (`difflib`, similarity 0.75 or more), or
+    ``""`` where none is that close."""
+    known = list(known)
+    pairs = [
+        (name, close[0])
+        for name in unknown
+        if (close := difflib.get_close_matches(name, known, n=1, cutoff=0.75))
+    ]
+    if not pairs:
+        return ""
+    if len(unknown) == 1:
+        return f" Did you mean {pairs[0][1]!r}?"
+    return " Did you mean " + ", ".join(f"{m!r} for {n!r}" for n, m in pairs) + "?"
 
 
 def check_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:

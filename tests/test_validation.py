@@ -84,6 +84,15 @@ def test_check_known_names_names_the_unknown_and_lists_the_known():
     )
     with pytest.raises(ValueError, match=r"^Unknown x: \['q'\]\. Listed: \['p'\]\.$"):
         check_known_names(["q"], ["p"], "x", listing="Listed")
+    # Misspellings get the closest known name (none for 'zz').
+    with pytest.raises(ValueError) as caught:
+        check_known_names(["train_step"], ["train_steps", "epochs"], "`train` settings")
+    assert str(caught.value) == (
+        "Unknown `train` settings: ['train_step']. Did you mean 'train_steps'? "
+        "Known: ['epochs', 'train_steps']."
+    )
+    with pytest.raises(ValueError, match=r"Did you mean 'epochs' for 'epoch'\? Known"):
+        check_known_names(["epoch", "zz"], ["train_steps", "epochs"], "settings")
 
 
 def test_check_fields_names_each_field_by_its_config_key():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from keras_transformer.models import TransformerConfig
 from keras_transformer.training.config import TrainConfig, option_sections
 from keras_transformer.training.kinds import DEFAULT_KIND, recipe_for
 from keras_transformer.training.sections import DataConfig, TrainingConfig
+from keras_transformer.validation import close_name_hint
 
 __all__ = ["apply_overrides", "known_keys", "parse_override"]
 
@@ -131,6 +133,37 @@ def known_keys(path: list[str], kind: str | None = None) -> list[str]:
     return []
 
 
+def _unknown_key(
+    path: list[str], text: str, known: list[str], kind: str | None
+) -> ValueError:
+    """The refusal of an unknown key: the known keys beside it, and a hint:
+    the section of this kind of run that has a key of that name
+    (``train.warmup_steps`` is ``model.optimizer.warmup_steps``), else the
+    closest name beside it or elsewhere (a misspelling)."""
+    name, parent = path[-1], path[:-1]
+    kind = kind or DEFAULT_KIND
+    own = [[kind]] if kind in option_sections() else []
+    sections = [["model"], ["model", "optimizer"], ["data"], ["train"], *own]
+    elsewhere = {
+        key: ".".join([*section, key])
+        for section in sections
+        if section != parent
+        for key in known_keys(section, kind)
+    }
+    value = text.split("=", 1)[-1]
+    if name in elsewhere:
+        hint = f" It is {elsewhere[name]}: --set {elsewhere[name]}={value}."
+    else:
+        hint = close_name_hint([name], known)
+        close = difflib.get_close_matches(name, list(elsewhere), n=1, cutoff=0.75)
+        if not hint and close:
+            hint = f" Did you mean {elsewhere[close[0]]!r}?"
+    return ValueError(
+        f"Unknown config key {'.'.join(path)!r} in override {text!r}.{hint} "
+        f"Known keys here: {', '.join(known)}."
+    )
+
+
 def _set_path(
     raw: dict[str, Any], path: list[str], value: Any, text: str, kind: str | None
 ) -> None:
@@ -138,10 +171,7 @@ def _set_path(
     for depth, part in enumerate(path[:-1]):
         known = known_keys(path[:depth], kind)
         if part not in known:
-            raise ValueError(
-                f"Unknown config key {'.'.join(path[: depth + 1])!r} in override "
-                f"{text!r}. Known keys here: {', '.join(known)}."
-            )
+            raise _unknown_key(path[: depth + 1], text, known, kind)
         child = node.get(part)
         if child is None and part in node:
             raise ValueError(
@@ -165,10 +195,7 @@ def _set_path(
     last = path[-1]
     known = known_keys(path[:-1], kind)
     if known and last not in known:
-        raise ValueError(
-            f"Unknown config key {'.'.join(path)!r} in override {text!r}. Known "
-            f"keys here: {', '.join(known)}."
-        )
+        raise _unknown_key(path, text, known, kind)
     if path == ["model"] and isinstance(value, str):
         value = {"preset": value}
     node[last] = value

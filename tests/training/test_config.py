@@ -89,6 +89,17 @@ def test_override_of_the_whole_model_with_a_preset():
         ("train.stepz=1", "Unknown config key 'train.stepz'"),
         ("optimizer.warmup_steps=1", "Unknown config key 'optimizer'"),
         ("model.optimizer.warmup=1", "Unknown config key 'model.optimizer.warmup'"),
+        # A misspelt key is named; one of another section says where it is.
+        ("train.train_step=9", "train.train_step=9'. Did you mean 'train_steps'? "),
+        ("modle.d_model=3", "'modle.d_model=3'. Did you mean 'model'? Known keys"),
+        (
+            "train.warmup_steps=9",
+            "It is model.optimizer.warmup_steps: --set model.optimizer.warmup_steps=9.",
+        ),
+        (
+            "train.learning_rate=1",
+            "Did you mean 'model.optimizer.learning_rate_scale'?",
+        ),
         ("data.task=wmt", "`data.task` must be one of"),
         ("train.precision=float16", "`train.precision` must be one of"),
         ("train.gradient_accumulation=0", "positive integer"),
