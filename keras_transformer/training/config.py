@@ -340,7 +340,11 @@ def _parse_json(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"The training config is not valid JSON: {e}") from e
+        raise ValueError(
+            f"The training config is not valid JSON: {e}. (JSON has no comments, "
+            "trailing commas or single quotes; a config is a JSON file such as "
+            "configs/dates_tiny.json.)"
+        ) from e
     except RecursionError:
         raise ValueError(
             "The training config is nested too deeply to be a config."

@@ -157,6 +157,9 @@ def test_json_round_trip(tmp_path):
 def test_invalid_json_and_sections_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not valid JSON"):
         TrainConfig.from_json("{")
+    # A trailing comma (or a YAML file) is named as what JSON lacks.
+    with pytest.raises(ValueError, match=r"line 1 column 24 .*no comments, trailing"):
+        TrainConfig.from_json('{"train": {"epochs": 1,}}')
     with pytest.raises(ValueError, match="Unknown config sections"):
         TrainConfig.from_dict({"optimizer": {}})
     with pytest.raises(ValueError, match="two vocabulary sizes"):
