@@ -424,7 +424,8 @@ def train(
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(
-            f"`config` must be a TrainConfig. Received: {type(config).__name__}"
+            f"`config` must be a TrainConfig. Received: {type(config).__name__}; "
+            "read a file with TrainConfig.load(path), or use TrainConfig.from_dict."
         )
     # What the config alone tells (a warm-up longer than the run, a model
     # that cannot fit in memory) is refused before the run folder is made.

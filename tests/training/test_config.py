@@ -570,3 +570,19 @@ def test_oversize_deep_and_non_object_config_files_are_refused(tmp_path):
     with pytest.raises(ValueError, match="must be a JSON object"):
         TrainConfig.load(listed)
     assert read_config_file(write_config(tmp_path, SMALL_CONFIG)) == SMALL_CONFIG
+
+
+def test_train_given_a_path_or_a_dict_says_how_to_make_a_config(tmp_path):
+    """`train("configs/x.json", ...)` said only "`config` must be a
+    TrainConfig. Received: str"; nothing is written."""
+    from keras_transformer.training import train
+
+    for config in ("configs/dates_tiny.json", {"model": "tiny"}):
+        with pytest.raises(TypeError) as raised:
+            train(config, tmp_path / "run")
+        assert str(raised.value) == (
+            "`config` must be a TrainConfig. Received: "
+            f"{type(config).__name__}; read a file with TrainConfig.load(path), "
+            "or use TrainConfig.from_dict."
+        )
+    assert not (tmp_path / "run").exists()
