@@ -176,10 +176,11 @@ def try_it_line(kind: str, workdir: str) -> str:
     ``.venv/bin/keras-transformer`` stays usable outside the venv)."""
     from keras_transformer.training.kinds import recipe_for
 
-    what, command = recipe_for(kind).try_it
+    what, command, *arguments = recipe_for(kind).try_it
     called = sys.argv[0]
     program = called if os.path.basename(called) == "keras-transformer" else None
     words = [program or "keras-transformer", command, "--workdir", str(workdir)]
+    words += arguments
     return f"To {what}: {shlex.join(words)}"
 
 

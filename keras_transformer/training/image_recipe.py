@@ -170,7 +170,12 @@ class ImageRecipe(Recipe):
         {"image.directory", "image.validation_images", "image.evaluation_batch_size"}
     )
     output_commands = "complete and evaluate it"
-    try_it = ("complete its test images from their top rows", "complete")
+    try_it = (
+        "complete its test images from their top rows",
+        "complete",
+        "--output",
+        "completions.png",
+    )
     hparams_metrics = ("bits_per_dim",)
     summary_names = ("bits_per_dim",)
     has_tokenizer = False

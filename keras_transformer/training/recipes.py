@@ -122,8 +122,9 @@ class Recipe:
     #: of a command given a run of another kind).
     output_commands = "evaluate it"
     #: What ``keras-transformer train`` suggests doing with the finished run:
-    #: ``(what it does, the command)``, the command taking ``--workdir RUN``.
-    try_it = ("score its test set", "evaluate")
+    #: ``(what it does, the command, its other arguments...)``; the command
+    #: takes ``--workdir RUN`` before them.
+    try_it: tuple[str, ...] = ("score its test set", "evaluate")
     #: How `keras_transformer.runs` reads a stored run of a kind defined
     #: outside the package (`runs.StoredKind`); the built-in kinds' are in
     #: `runs.STORED_KINDS`.

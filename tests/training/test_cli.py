@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -444,11 +445,18 @@ def test_a_finished_run_names_the_command_to_try_it(monkeypatch):
     monkeypatch.setattr("sys.argv", ["/x/keras_transformer/__main__.py", "train"])
     assert try_it_line("image", "r") == (
         "To complete its test images from their top rows: "
-        "keras-transformer complete --workdir r"
+        "keras-transformer complete --workdir r --output completions.png"
     )
     assert try_it_line("classification", "r") == (
         "To score its test set: keras-transformer evaluate --workdir r"
     )
+    # Each suggestion is a command line the parser takes (the image one
+    # lacked complete's required --output).
+    from keras_transformer.training.kinds import known_kinds
+
+    for kind in known_kinds():
+        words = shlex.split(try_it_line(kind, "r").split(": ", 1)[1])[1:]
+        cli.build_parser().parse_args(words)
 
 
 def test_help_and_argument_errors_answer_without_tensorflow():
