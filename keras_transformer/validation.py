@@ -219,17 +219,24 @@ def check_fields(
 
 
 def check_known_names(
-    given: Iterable[str], known: Iterable[str], what: str, *, listing: str = "Known"
+    given: Iterable[str],
+    known: Iterable[str],
+    what: str,
+    *,
+    listing: str = "Known",
+    hint: str | None = None,
 ) -> None:
     """Raises `ValueError` unless every name in `given` is one of `known`.
 
-    The message names the unknown ones and lists the known ones, sorted:
-    ``Unknown <what>: ['d_modle']. <listing>: ['d_ff', 'd_model', ...].``
+    The message names the unknown ones, the closest known names
+    (`close_name_hint`, or the caller's `hint`), and lists the known ones,
+    sorted: ``Unknown <what>: ['d_modle']. Did you mean 'd_model'?
+    <listing>: ['d_ff', 'd_model', ...].``
     """
     known = sorted(known)
     unknown = sorted(set(given) - set(known))
     if unknown:
-        hint = close_name_hint(unknown, known)
+        hint = close_name_hint(unknown, known) if hint is None else hint
         raise ValueError(f"Unknown {what}: {unknown}.{hint} {listing}: {known}.")
 
 

@@ -33,6 +33,7 @@ positions the model supports    ``model.max_length``
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -50,6 +51,7 @@ from keras_transformer.training.sections import DataConfig, TrainingConfig, shor
 from keras_transformer.validation import (
     check_int,
     check_known_names,
+    close_name_hint,
 )
 
 __all__ = [
@@ -58,12 +60,14 @@ __all__ = [
     "TrainConfig",
     "config_differences",
     "implied_label_smoothing",
+    "known_keys",
     "option_sections",
     "read_config_file",
     "reconcile_vocabulary_size",
     "resolve_text_sections",
     "resolve_train_section",
     "section_from_mapping",
+    "unknown_key_hint",
 ]
 
 #: The largest config file read (1 MB; the largest valid config is a few kB).
@@ -101,9 +105,12 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-def section_from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> Any:
+def section_from_mapping(
+    cls: type, section: str, values: Mapping[str, Any], kind: str | None = None
+) -> Any:
     """The dataclass `cls` of a config section from its JSON object `values`,
-    its keys checked (one-line errors naming the section)."""
+    its keys checked (one-line errors naming the section; one unknown key
+    gets `unknown_key_hint`'s hint for a run of `kind`)."""
     if values is None:
         raise ValueError(
             f"The `{section}` section is null: give it as a JSON object of "
@@ -114,9 +121,70 @@ def section_from_mapping(cls: type, section: str, values: Mapping[str, Any]) -> 
             f"The `{section}` section must be a JSON object of settings. "
             f"Received: {shorten(values)}"
         )
-    known = {field.name for field in dataclasses.fields(cls)}
-    check_known_names(values, known, f"`{section}` settings", listing="Known settings")
+    known = sorted(field.name for field in dataclasses.fields(cls))
+    unknown = [name for name in values if name not in known]
+    hint = unknown_key_hint(unknown[0], [section], known, kind) if unknown else ""
+    check_known_names(
+        values,
+        known,
+        f"`{section}` settings",
+        listing="Known settings",
+        hint=hint if len(unknown) == 1 else None,
+    )
     return cls(**values)
+
+
+def _sections() -> dict[str, type]:
+    """The config sections of settings and their dataclasses."""
+    kinds = {kind: recipe_for(kind).settings for kind in option_sections()}
+    return {"data": DataConfig, "train": TrainingConfig, **kinds}
+
+
+def known_keys(path: list[str], kind: str | None = None) -> list[str]:
+    """The valid keys below `path` (``[]``: the sections) in a config of
+    `kind` (its model section is its `Recipe.model_config`)."""
+    sections = _sections()
+    if not path:
+        return ["model", "data", "train", "kind", *sorted(option_sections())]
+    if path[0] in sections and len(path) == 1:
+        return [f.name for f in dataclasses.fields(sections[path[0]])]
+    if path == ["model"]:
+        model = recipe_for(kind or DEFAULT_KIND).model_config
+        names = [f.name for f in dataclasses.fields(model)]
+        # A text model section may name the preset it changes.
+        return ["preset", *names] if model is TransformerConfig else names
+    if path == ["model", "optimizer"]:
+        return [f.name for f in dataclasses.fields(TransformerConfig().optimizer)]
+    return []
+
+
+def unknown_key_hint(
+    name: str,
+    parent: list[str],
+    known: list[str],
+    kind: str | None = None,
+    value: str | None = None,
+) -> str:
+    """A hint for the unknown key `name` below `parent` (``["train"]``): the
+    section of this kind of run that has a key of that name
+    (``train.warmup_steps`` is ``model.optimizer.warmup_steps``; with `value`,
+    as a ``--set``), else the closest of the `known` names beside it or of
+    the keys elsewhere (a misspelling), else ``""``."""
+    kind = kind or DEFAULT_KIND
+    own = [[kind]] if kind in option_sections() else []
+    sections = [["model"], ["model", "optimizer"], ["data"], ["train"], *own]
+    elsewhere = {
+        key: ".".join([*section, key])
+        for section in sections
+        if section != parent
+        for key in known_keys(section, kind)
+    }
+    if name in elsewhere:
+        where = elsewhere[name]
+        return f" It is {where}" + (f": --set {where}={value}." if value else ".")
+    close = difflib.get_close_matches(name, list(elsewhere), n=1, cutoff=0.75)
+    hint = close_name_hint([name], known)
+    return hint or (f" Did you mean {elsewhere[close[0]]!r}?" if close else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +290,7 @@ class TrainConfig:
                 f"section ({kind}.batch_size, ...); remove `data`."
             )
         model_values = values.get("model", recipe.default_model)
-        data = section_from_mapping(DataConfig, "data", values.get("data", {}))
+        data = section_from_mapping(DataConfig, "data", values.get("data", {}), kind)
         if isinstance(model_values, Mapping) and "vocabulary_size" in model_values:
             reconcile_vocabulary_size(
                 _resolve_model(model_values), data, model_sets_it=True
@@ -231,7 +299,7 @@ class TrainConfig:
             model=model_values,
             data=data,
             train=section_from_mapping(
-                TrainingConfig, "train", values.get("train", {})
+                TrainingConfig, "train", values.get("train", {}), kind
             ),
             kind=kind,
             options=values.get(kind),
@@ -285,7 +353,7 @@ def _resolve_options(config: TrainConfig) -> Any:
     if value is None:
         value = settings()
     elif not isinstance(value, settings):
-        value = section_from_mapping(settings, config.kind, value)
+        value = section_from_mapping(settings, config.kind, value, config.kind)
     object.__setattr__(config, "options", value)
     return recipe
 
@@ -300,7 +368,7 @@ def resolve_text_sections(config: TrainConfig) -> None:
     model = _resolve_model(config.model)
     data = config.data
     if not isinstance(data, DataConfig):
-        data = section_from_mapping(DataConfig, "data", data)
+        data = section_from_mapping(DataConfig, "data", data, config.kind)
     train = resolve_train_section(config)
     model, data = reconcile_vocabulary_size(model, data)
     # Before a tokenizer is learned: SentencePiece refuses fewer pieces,
@@ -333,7 +401,7 @@ def resolve_train_section(config: TrainConfig) -> TrainingConfig:
     """`config.train` as a `TrainingConfig`."""
     if isinstance(config.train, TrainingConfig):
         return config.train
-    return section_from_mapping(TrainingConfig, "train", config.train)
+    return section_from_mapping(TrainingConfig, "train", config.train, config.kind)
 
 
 def _parse_json(text: str) -> Any:

@@ -5,32 +5,24 @@ Example:
     config = apply_overrides(config, ["model.d_model=128", "train.seed=3"])
     ```
 
-`known_keys` lists the valid keys at each level (the error messages show
-them).
+`training.config.known_keys` lists the valid keys at each level (the error
+messages show them).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from keras_transformer.models import TransformerConfig
-from keras_transformer.training.config import TrainConfig, option_sections
-from keras_transformer.training.kinds import DEFAULT_KIND, recipe_for
-from keras_transformer.training.sections import DataConfig, TrainingConfig
-from keras_transformer.validation import close_name_hint
+from keras_transformer.training.config import (
+    TrainConfig,
+    known_keys,
+    unknown_key_hint,
+)
 
-__all__ = ["apply_overrides", "known_keys", "parse_override"]
-
-
-def _sections() -> dict[str, type]:
-    """The config sections of settings and their dataclasses."""
-    kinds = {kind: recipe_for(kind).settings for kind in option_sections()}
-    return {"data": DataConfig, "train": TrainingConfig, **kinds}
+__all__ = ["apply_overrides", "parse_override"]
 
 
 #: Settings that follow the model when ``model=<preset>`` replaces it.
@@ -115,49 +107,12 @@ def apply_overrides(
     return TrainConfig.from_dict(raw)
 
 
-def known_keys(path: list[str], kind: str | None = None) -> list[str]:
-    """The valid keys below `path` (``[]``: the sections) in a config of
-    `kind` (its model section is its `Recipe.model_config`)."""
-    sections = _sections()
-    if not path:
-        return ["model", "data", "train", "kind", *sorted(option_sections())]
-    if path[0] in sections and len(path) == 1:
-        return [f.name for f in dataclasses.fields(sections[path[0]])]
-    if path == ["model"]:
-        model = recipe_for(kind or DEFAULT_KIND).model_config
-        names = [f.name for f in dataclasses.fields(model)]
-        # A text model section may name the preset it changes.
-        return ["preset", *names] if model is TransformerConfig else names
-    if path == ["model", "optimizer"]:
-        return [f.name for f in dataclasses.fields(TransformerConfig().optimizer)]
-    return []
-
-
 def _unknown_key(
     path: list[str], text: str, known: list[str], kind: str | None
 ) -> ValueError:
-    """The refusal of an unknown key: the known keys beside it, and a hint:
-    the section of this kind of run that has a key of that name
-    (``train.warmup_steps`` is ``model.optimizer.warmup_steps``), else the
-    closest name beside it or elsewhere (a misspelling)."""
-    name, parent = path[-1], path[:-1]
-    kind = kind or DEFAULT_KIND
-    own = [[kind]] if kind in option_sections() else []
-    sections = [["model"], ["model", "optimizer"], ["data"], ["train"], *own]
-    elsewhere = {
-        key: ".".join([*section, key])
-        for section in sections
-        if section != parent
-        for key in known_keys(section, kind)
-    }
-    value = text.split("=", 1)[-1]
-    if name in elsewhere:
-        hint = f" It is {elsewhere[name]}: --set {elsewhere[name]}={value}."
-    else:
-        hint = close_name_hint([name], known)
-        close = difflib.get_close_matches(name, list(elsewhere), n=1, cutoff=0.75)
-        if not hint and close:
-            hint = f" Did you mean {elsewhere[close[0]]!r}?"
+    """The refusal of an unknown key, with the known keys beside it and
+    `unknown_key_hint`'s hint (``--set`` the key where it is)."""
+    hint = unknown_key_hint(path[-1], path[:-1], known, kind, text.split("=", 1)[-1])
     return ValueError(
         f"Unknown config key {'.'.join(path)!r} in override {text!r}.{hint} "
         f"Known keys here: {', '.join(known)}."

@@ -100,6 +100,7 @@ def test_override_of_the_whole_model_with_a_preset():
             "train.learning_rate=1",
             "Did you mean 'model.optimizer.learning_rate_scale'?",
         ),
+        ("train.batch_size=1", "'train.batch_size=1'. Known keys here: train_steps"),
         ("data.task=wmt", "`data.task` must be one of"),
         ("train.precision=float16", "`train.precision` must be one of"),
         ("train.gradient_accumulation=0", "positive integer"),
@@ -309,8 +310,12 @@ def test_overrides_have_one_home():
 
     assert not hasattr(config_module, "apply_overrides")
     assert not hasattr(config_module, "parse_override")
-    assert "max_sentence_length" in overrides.known_keys(["data"])
-    assert "label_smoothing" in overrides.known_keys(["train"])
+    # The keys of a config are the config module's (a file's unknown key
+    # and a --set's get the same hints); overrides uses them.
+    assert overrides.known_keys is config_module.known_keys
+    assert "known_keys" not in overrides.__all__
+    assert "max_sentence_length" in config_module.known_keys(["data"])
+    assert "label_smoothing" in config_module.known_keys(["train"])
 
 
 def test_task_names_need_no_tensorflow():
@@ -426,7 +431,7 @@ def test_every_field_is_checked_for_type_and_range(key, value):
 
 
 def _every_key() -> list[str]:
-    from keras_transformer.training.overrides import known_keys
+    from keras_transformer.training.config import known_keys
 
     keys = ["model", "data", "train", "model.optimizer"]
     for path in (["model"], ["model", "optimizer"], ["data"], ["train"]):
@@ -478,7 +483,7 @@ def test_overrides_of_an_image_run_know_the_image_model_keys():
 
 
 def test_no_value_of_an_image_model_setting_raises_anything_but_a_value_error():
-    from keras_transformer.training.overrides import known_keys
+    from keras_transformer.training.config import known_keys
 
     values = ["abc", "", -7, 0, 0.5, True, None, [1], [], {"a": 1}, float("nan")]
     keys = [f"model.{name}" for name in known_keys(["model"], "image")]
@@ -586,3 +591,39 @@ def test_train_given_a_path_or_a_dict_says_how_to_make_a_config(tmp_path):
             "or use TrainConfig.from_dict."
         )
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"train": {"warmup_steps": 9}},
+            "Unknown `train` settings: ['warmup_steps']. It is "
+            "model.optimizer.warmup_steps. Known settings: [",
+        ),
+        (
+            {"data": {"train_steps": 9}},
+            "Unknown `data` settings: ['train_steps']. It is train.train_steps. ",
+        ),
+        (
+            {"train": {"train_step": 9}},
+            "Unknown `train` settings: ['train_step']. Did you mean 'train_steps'? ",
+        ),
+        (
+            {"kind": "classification", "train": {"batch_size": 9}},
+            "['batch_size']. It is classification.batch_size. Known settings: [",
+        ),
+        # Two unknown keys: each one's closest name, no "It is".
+        (
+            {"train": {"train_step": 9, "warmup_steps": 1}},
+            "['train_step', 'warmup_steps']. Did you mean 'train_steps' for "
+            "'train_step'? Known settings: [",
+        ),
+    ],
+)
+def test_a_config_files_unknown_key_says_where_it_is(values, message):
+    """A config file's key in the wrong section listed the section's keys
+    only; it now says where the key is, as `--set` does."""
+    with pytest.raises(ValueError) as raised:
+        TrainConfig.from_dict(values)
+    assert message in str(raised.value)
