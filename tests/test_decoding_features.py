@@ -153,6 +153,10 @@ def test_n_best_settings_explain_bad_values() -> None:
         DecodeSettings(n_best=5)
     with pytest.raises(ValueError, match="n_best=2 needs beam search"):
         DecodeSettings(method="greedy", n_best=2)
+    # A beam of one is greedy search: said, as method='beam' alone read as
+    # beam search already.
+    with pytest.raises(ValueError, match=r"beam_size=1 \(which decodes greedily\)"):
+        DecodeSettings(beam_size=1, n_best=2)
     with pytest.raises(ValueError, match="top_p must be in"):
         DecodeSettings(method="sample", top_p=1.5)
     with pytest.raises(ValueError, match="top_p"):

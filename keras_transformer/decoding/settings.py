@@ -111,10 +111,11 @@ class DecodeSettings:
             )
         validation.check_int("n_best", self.n_best, 1)
         if self.n_best > 1 and self.strategy != "beam":
+            greedy = " (which decodes greedily)" if self.method == "beam" else ""
             raise ValueError(
                 f"n_best={self.n_best} needs beam search (method='beam', "
                 f"beam_size >= n_best). Received: method={self.method!r}, "
-                f"beam_size={self.beam_size}."
+                f"beam_size={self.beam_size}{greedy}."
             )
         if self.n_best > self.beam_size:
             raise ValueError(
