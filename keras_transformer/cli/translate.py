@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -151,37 +152,43 @@ def _translate_typed(
     args: argparse.Namespace, translator: Any, options: dict[str, Any]
 ) -> None:
     """Translates each line typed at the terminal as soon as it is entered,
-    until end of input (Ctrl-D); reading them all first would show nothing
-    until then. With --output FILE the translations are written there at
-    the end instead (whole, as for a file's lines)."""
+    until end of input (Ctrl-D, or Ctrl-C); reading them all first would
+    show nothing until then. With --output FILE the translations are written
+    there at the end instead (whole, as for a file's lines)."""
     from keras_transformer.translation import write_lines
 
     to_file = str(args.output) != "-"
     written: list[str] = []
     print(
         f"keras-transformer {NAME}: type a sentence and press Enter to translate "
-        "it; Ctrl-D ends.",
+        "it; Ctrl-D (or Ctrl-C) ends.",
         file=sys.stderr,
     )
-    for index, raw in enumerate(sys.stdin.buffer):
-        number = index + 1
-        try:
-            line = raw.decode("utf-8").rstrip("\n").removesuffix("\r")
-        except UnicodeDecodeError:
-            warn(NAME, f"line {number} is not valid UTF-8: skipped.")
-            written.append("")  # one output line per input line, as for a file
-            continue
-        sources, prefixes = read_prefixes(args, [line])
-        if prefixes is not None:
-            options = {**options, "prefixes": prefixes}
-        with translating(NAME, translator, "lines", first_number=number):
-            outputs = translator.translate(sources, **options)
-        if options.get("n_best") is not None:
-            outputs = n_best_lines(outputs, start=index)
-        if to_file:
-            written.extend(outputs)
-        else:
-            print(*outputs, sep="\n", flush=True)
+    try:
+        for index, raw in enumerate(sys.stdin.buffer):
+            number = index + 1
+            try:
+                line = raw.decode("utf-8").rstrip("\n").removesuffix("\r")
+            except UnicodeDecodeError:
+                warn(NAME, f"line {number} is not valid UTF-8: skipped.")
+                written.append("")  # one output line per input line, as for a file
+                continue
+            sources, prefixes = read_prefixes(args, [line])
+            if prefixes is not None:
+                options = {**options, "prefixes": prefixes}
+            with translating(NAME, translator, "lines", first_number=number):
+                outputs = translator.translate(sources, **options)
+            if options.get("n_best") is not None:
+                outputs = n_best_lines(outputs, start=index)
+            if to_file:
+                written.extend(outputs)
+            else:
+                print(*outputs, sep="\n", flush=True)
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C ends the typing as Ctrl-D does (SIGTERM still stops it all).
+        if getattr(interrupt, "signum", signal.SIGINT) != signal.SIGINT:
+            raise
+        print(file=sys.stderr)
     if to_file:
         write_lines(args.output, written)
 

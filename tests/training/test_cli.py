@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -834,6 +835,12 @@ def test_one_set_for_two_settings_is_told_to_repeat_set(capsys) -> None:
 
 
 # ------------------------------------------------- translate at a terminal
+def _sigterm() -> KeyboardInterrupt:
+    from keras_transformer.cli import CommandInterrupted
+
+    return CommandInterrupted(signal.SIGTERM)
+
+
 class _Terminal:
     """Standard input at a terminal: the lines come one at a time, and
     `printed` keeps what the command printed before each next line came
@@ -877,7 +884,7 @@ def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
     assert [out.splitlines() for out in terminal.printed] == [expected[0], [], third]
     assert _warnings(err) == [
         "keras-transformer translate: type a sentence and press Enter to "
-        "translate it; Ctrl-D ends.",
+        "translate it; Ctrl-D (or Ctrl-C) ends.",
         "keras-transformer translate: warning: line 2 is not valid UTF-8: skipped.",
     ]
     # With --output the translations are written there, a line per typed line.
@@ -886,6 +893,27 @@ def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
     assert cli.main([*argv, "--output", str(output)]) == 0
     best = [lines[0].split(" ||| ")[1] for lines in expected]
     assert output.read_text(encoding="utf-8").splitlines() == [best[0], "", best[1]]
+
+    # Ctrl-C ends the typing as Ctrl-D does: exit 0, the lines translated
+    # so far written (it said "Stopped by SIGINT ... Run the same command
+    # again", exit 130); SIGTERM still stops the command (and writes nothing).
+    class _Interrupted(_Terminal):
+        @property
+        def buffer(self):
+            yield from super().buffer
+            raise self.interrupt
+
+    for interrupt, status in ((KeyboardInterrupt(), 0), (_sigterm(), 143)):
+        output.unlink(missing_ok=True)
+        terminal = _Interrupted(typed[:1], capsys)
+        terminal.interrupt = interrupt
+        monkeypatch.setattr("sys.stdin", terminal)
+        assert cli.main([*argv, "--output", str(output)]) == status
+        capsys.readouterr()
+        if status == 0:
+            assert output.read_text(encoding="utf-8").splitlines() == [best[0]]
+        else:
+            assert not output.exists()
     # A file of lines paired with the input's needs the input's lines first.
     prefixes = tmp_path / "prefixes.txt"
     prefixes.write_text("1999\n", encoding="utf-8")
