@@ -290,22 +290,19 @@ def _warn_unmet_constraints(translator: Any, workdir: str) -> None:
 
 def _check_n_best(args: argparse.Namespace) -> None:
     """Refuses, before anything loads, an --n-best larger than the beam where
-    the beam is known: given, or a run's default (an export's own search is
-    read with the export, which then says so)."""
-    from keras_transformer.runs import is_export_dir
+    the beam is known: given, a run's default, or no beam (another --method).
+    An export's own beam (of any format), when no flag sets it, is read
+    with the export, which then says so."""
+    from keras_transformer.export.formats import export_format_of
 
     given = getattr(args, "given_settings", frozenset())
-    if args.n_best <= 1 or (
-        is_export_dir(args.workdir) and not {"beam_size", "method"} & given
-    ):
+    beam = args.method == "beam"
+    own_beam = "beam_size" not in given and beam
+    if args.n_best <= 1 or (own_beam and export_format_of(args.workdir) is not None):
         return
-    kept = args.beam_size if args.method == "beam" else 1
+    kept = args.beam_size if beam else 1
     if kept < args.n_best:
-        search = (
-            f"--beam-size {args.beam_size}"
-            if args.method == "beam"
-            else f"--method {args.method}"
-        )
+        search = f"--beam-size {args.beam_size}" if beam else f"--method {args.method}"
         raise CommandError(
             f"--n-best {args.n_best} prints that many hypotheses of one beam "
             f"search, but {search} keeps {kept}: pass --beam-size {args.n_best} "

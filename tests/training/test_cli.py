@@ -148,6 +148,45 @@ def test_numeric_decoding_flags_out_of_range_name_the_flag(tmp_path, capsys):
         )
 
 
+def test_n_best_is_checked_early_only_where_the_beam_is_known(tmp_path):
+    """An export's own beam (of any format) is read with it: `--method beam
+    --n-best 6` on an export of beam 8 must not be refused for the default
+    beam of 4; a given beam, or another method, is known at once."""
+    import argparse
+
+    from keras_transformer.cli.translate import _check_n_best
+    from keras_transformer.export import litert
+
+    export = tmp_path / "litert"
+    export.mkdir()
+    for name in (litert.INFO_FILE, litert.MODEL_FILE, litert.TOKENIZER_FILE):
+        (export / name).write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def check(workdir, given, method="beam", beam_size=4):
+        namespace = argparse.Namespace(
+            workdir=str(workdir),
+            n_best=6,
+            method=method,
+            beam_size=beam_size,
+            given_settings=frozenset(given),
+        )
+        _check_n_best(namespace)
+
+    check(export, {"method"})  # the export's own beam decides, once read
+    check(export, set())
+    check(run, {"beam_size"}, beam_size=6)
+    for workdir, given, method in (
+        (export, {"beam_size"}, "beam"),
+        (export, {"method"}, "sample"),
+        (run, set(), "beam"),
+        (run, {"method"}, "beam"),
+    ):
+        with pytest.raises(cli.CommandError, match="^--n-best 6 prints that many"):
+            check(workdir, given, method)
+
+
 def test_a_given_decoding_flag_is_passed_on_even_at_its_default():
     """`search_settings` passes the flags the command line gave, default
     values included (they replace an export folder's own settings), and
