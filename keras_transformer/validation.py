@@ -240,16 +240,18 @@ def check_known_names(
         raise ValueError(f"Unknown {what}: {unknown}.{hint} {listing}: {known}.")
 
 
+def closest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to a misspelt `name` (`difflib`, similarity
+    0.75 or more), or None where none is that close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def close_name_hint(unknown: Sequence[str], known: Iterable[str]) -> str:
-    """`` Did you mean 'train_steps'?`` for misspelt names: the known name
-    closest to each unknown one (`difflib`, similarity 0.75 or more), or
-    ``""`` where none is that close."""
+    """`` Did you mean 'train_steps'?`` for misspelt names: each unknown
+    one's `closest_name`, or ``""`` where none is that close."""
     known = list(known)
-    pairs = [
-        (name, close[0])
-        for name in unknown
-        if (close := difflib.get_close_matches(name, known, n=1, cutoff=0.75))
-    ]
+    pairs = [(name, close) for name in unknown if (close := closest_name(name, known))]
     if not pairs:
         return ""
     if len(unknown) == 1:

@@ -107,10 +107,8 @@ def check_mask_shapes(
         None in pair or pair[0] == pair[1] for pair in zip(found, wanted, strict=True)
     )
     if not agree:
-        query, key = (
-            f"{side}_length" if n is None else n
-            for side, n in zip(("query", "key"), wanted, strict=True)
-        )
+        query = "query_length" if wanted[0] is None else wanted[0]
+        key = "key_length" if wanted[1] is None else wanted[1]
         raise ValueError(
             "`attention_mask` must be (batch, query_length, key_length) or "
             f"(query_length, key_length), here (batch, {query}, {key}) or "

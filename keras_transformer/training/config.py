@@ -33,7 +33,6 @@ positions the model supports    ``model.max_length``
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -52,6 +51,7 @@ from keras_transformer.validation import (
     check_int,
     check_known_names,
     close_name_hint,
+    closest_name,
 )
 
 __all__ = [
@@ -123,13 +123,15 @@ def section_from_mapping(
         )
     known = sorted(field.name for field in dataclasses.fields(cls))
     unknown = [name for name in values if name not in known]
-    hint = unknown_key_hint(unknown[0], [section], known, kind) if unknown else ""
+    # One unknown key may belong to another section; several get the
+    # closest names beside them (`check_known_names`' own hint).
+    hint = (
+        unknown_key_hint(unknown[0], [section], known, kind)
+        if len(unknown) == 1
+        else None
+    )
     check_known_names(
-        values,
-        known,
-        f"`{section}` settings",
-        listing="Known settings",
-        hint=hint if len(unknown) == 1 else None,
+        values, known, f"`{section}` settings", listing="Known settings", hint=hint
     )
     return cls(**values)
 
@@ -182,9 +184,10 @@ def unknown_key_hint(
     if name in elsewhere:
         where = elsewhere[name]
         return f" It is {where}" + (f": --set {where}={value}." if value else ".")
-    close = difflib.get_close_matches(name, list(elsewhere), n=1, cutoff=0.75)
     hint = close_name_hint([name], known)
-    return hint or (f" Did you mean {elsewhere[close[0]]!r}?" if close else "")
+    if hint or (close := closest_name(name, elsewhere)) is None:
+        return hint
+    return f" Did you mean {elsewhere[close]!r}?"
 
 
 @dataclasses.dataclass(frozen=True)
