@@ -15,6 +15,14 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+# TensorFlow's start-up lines ("oneDNN custom operations are on", ...) are
+# not reached by TF_CPP_MIN_LOG_LEVEL; pytest-xdist's workers import it
+# before output is captured, so `make test` began with them. The command
+# line's quiet import drops them here too.
+from keras_transformer.cli._startup import drop_tensorflow_startup_lines  # noqa: E402
+
+drop_tensorflow_startup_lines()
+
 import keras  # noqa: E402
 import pytest  # noqa: E402
 

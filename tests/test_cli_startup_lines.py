@@ -70,3 +70,24 @@ def test_a_command_that_loads_tensorflow_prints_only_its_error(tmp_path):
         "directory: config.json is missing. Pass the --workdir of a "
         "`keras-transformer train` run."
     ]
+
+
+@pytest.mark.slow  # pytest-xdist starts a worker that imports TensorFlow: 10-20 s
+def test_the_parallel_test_run_prints_none_of_them(tmp_path):
+    """`make test` (pytest-xdist) loads TensorFlow in its workers before
+    pytest captures output; tests/conftest.py drops the lines there too."""
+    environment = {**os.environ}
+    environment.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    answer = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "1", "-q", "-p", "no:cacheprovider"]
+        + ["tests/test_imports.py::test_the_graph_sees_imports_inside_functions"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        timeout=300,
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert "1 passed" in answer.stdout
+    output = answer.stdout + answer.stderr
+    assert not [line for line in output.splitlines() if STARTUP_LINE.search(line)]
