@@ -121,19 +121,35 @@ def section_from_mapping(
             f"The `{section}` section must be a JSON object of settings. "
             f"Received: {shorten(values)}"
         )
-    known = sorted(field.name for field in dataclasses.fields(cls))
+    known = [field.name for field in dataclasses.fields(cls)]
+    check_section_keys(values, [section], kind, known)
+    return cls(**values)
+
+
+def check_section_keys(
+    values: Mapping[str, Any],
+    path: list[str],
+    kind: str | None = None,
+    known: Iterable[str] | None = None,
+) -> None:
+    """Raises the one-line `ValueError` of keys that the section at `path`
+    (``["model", "optimizer"]``) of a run of `kind` lacks (its keys are
+    `known`, by default `known_keys`): the known keys, and for a single
+    unknown one, `unknown_key_hint`'s hint."""
+    known = sorted(known_keys(path, kind) if known is None else known)
     unknown = [name for name in values if name not in known]
     # One unknown key may belong to another section; several get the
     # closest names beside them (`check_known_names`' own hint).
     hint = (
-        unknown_key_hint(unknown[0], [section], known, kind)
-        if len(unknown) == 1
-        else None
+        unknown_key_hint(unknown[0], path, known, kind) if len(unknown) == 1 else None
     )
     check_known_names(
-        values, known, f"`{section}` settings", listing="Known settings", hint=hint
+        values,
+        known,
+        f"`{'.'.join(path)}` settings",
+        listing="Known settings",
+        hint=hint,
     )
-    return cls(**values)
 
 
 def _sections() -> dict[str, type]:
@@ -228,6 +244,11 @@ class TrainConfig:
     options: Any = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, Mapping):
+            # A key of another section is named where it belongs.
+            check_section_keys(self.model, ["model"], self.kind)
+            if isinstance(self.model.get("optimizer"), Mapping):
+                check_section_keys(self.model["optimizer"], ["model", "optimizer"])
         recipe = _resolve_options(self)
         recipe.resolve_sections(self)
 

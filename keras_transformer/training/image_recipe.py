@@ -189,12 +189,6 @@ class ImageRecipe(Recipe):
         if isinstance(model, TransformerConfig) and model == get_preset("tiny"):
             model = ImageTransformerConfig()
         elif isinstance(model, Mapping):
-            if "vocabulary_size" in model or "preset" in model:
-                raise ValueError(
-                    "The `model` section of an image run holds "
-                    "ImageTransformerConfig settings (image_shape, attention, "
-                    "...), not a text preset."
-                )
             model = ImageTransformerConfig.from_dict(model)
         if not isinstance(model, ImageTransformerConfig):
             raise ValueError(

@@ -272,7 +272,9 @@ def test_old_names_are_gone_from_python():
     assert not hasattr(DataConfig(), "max_length")
     assert not hasattr(TrainingConfig(), "decode_extra_length")
     with pytest.raises(
-        ValueError, match=r"Unknown model settings: \['label_smoothing'\]"
+        ValueError,
+        match=r"Unknown `model` settings: \['label_smoothing'\]\. It is "
+        r"train\.label_smoothing\.",
     ):
         TrainConfig(model={**SMALL_CONFIG["model"], "label_smoothing": 0.3})
 
@@ -612,6 +614,26 @@ def test_train_given_a_path_or_a_dict_says_how_to_make_a_config(tmp_path):
         (
             {"kind": "classification", "train": {"batch_size": 9}},
             "['batch_size']. It is classification.batch_size. Known settings: [",
+        ),
+        # The model section and its optimizer, of a text and an image run.
+        (
+            {"model": {"preset": "tiny", "warmup_steps": 9}},
+            "Unknown `model` settings: ['warmup_steps']. It is "
+            "model.optimizer.warmup_steps. Known settings: [",
+        ),
+        (
+            {"model": {"optimizer": {"label_smoothing": 0.2}}},
+            "Unknown `model.optimizer` settings: ['label_smoothing']. It is "
+            "train.label_smoothing. Known settings: [",
+        ),
+        (
+            {"kind": "image", "model": {"num_layer": 2}},
+            "Unknown `model` settings: ['num_layer']. Did you mean 'num_layers'? ",
+        ),
+        (
+            {"kind": "image", "model": {"preset": "tiny"}},
+            "Unknown `model` settings: ['preset']. Known settings: ['activation', "
+            "'attention',",
         ),
         # Two unknown keys: each one's closest name, no "It is".
         (
