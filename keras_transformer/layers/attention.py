@@ -161,14 +161,14 @@ class MultiHeadAttention(keras.layers.Layer):
     ) -> None:
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
-        query_dim = _last_dim("query", query_shape)
+        query_dim = masking.input_features("query", query_shape)
         output_dim = self.output_dim or query_dim
         heads, d_k, d_v = self.num_heads, self.key_dim, self.value_dim
         kv_heads = self.num_key_value_heads
         sizes = {
             "query": (query_dim, heads * d_k),
-            "key": (_last_dim("key", key_shape), kv_heads * d_k),
-            "value": (_last_dim("value", value_shape), kv_heads * d_v),
+            "key": (masking.input_features("key", key_shape), kv_heads * d_k),
+            "value": (masking.input_features("value", value_shape), kv_heads * d_v),
             # W^O in Eq. 2: (h * d_v, output_dim).
             "output": (heads * d_v, output_dim),
         }
@@ -571,6 +571,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "cache_update_index and positions need a cache: pass "
                 "cache=layer.empty_cache(batch, rows) too, or neither."
             )
+        masking.check_attention_inputs(self, query, value, key)
         if value is None and key is None:
             # Self-attention: the three projections in one product.
             projected = self.project_self_attention(query)
@@ -650,20 +651,6 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
-
-
-def _last_dim(name: str, shape: Sequence[int | None]) -> int:
-    if len(shape) != 3:
-        raise ValueError(
-            f"MultiHeadAttention expects `{name}` of rank 3 "
-            f"(batch, length, features). Received: {name}.shape={tuple(shape)}"
-        )
-    if shape[-1] is None:
-        raise ValueError(
-            f"The last dimension of `{name}` must be known. "
-            f"Received: {name}.shape={tuple(shape)}"
-        )
-    return int(shape[-1])
 
 
 def check_one_position_cache(layer: str, query: Any, call: CachedCall) -> None:

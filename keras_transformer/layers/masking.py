@@ -1,4 +1,5 @@
-"""Attention masks: one polarity everywhere, `True` means "may attend".
+"""Attention masks: one polarity everywhere, `True` means "may attend";
+and the checks of the shapes of what an attention layer is given.
 
 A padding mask has shape `(batch, length)` and is `True` on real tokens. An
 attention mask has shape `(batch, query_length, key_length)` (or
@@ -8,6 +9,7 @@ explicit masks are combined with a logical AND.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from keras import ops
@@ -249,3 +251,57 @@ def local_block_attention_mask(
     if causal:
         mask = ops.logical_and(mask, keys <= ops.expand_dims(positions, 1))
     return mask
+
+
+def input_features(name: str, shape: Sequence[int | None]) -> int:
+    """The last dimension of the attention input `name` (its features),
+    after checking that it is `(batch, length, features)` with known
+    features."""
+    if len(shape) != 3:
+        raise ValueError(
+            f"MultiHeadAttention expects `{name}` of rank 3 "
+            f"(batch, length, features). Received: {name}.shape={tuple(shape)}"
+        )
+    if shape[-1] is None:
+        raise ValueError(
+            f"The last dimension of `{name}` must be known. "
+            f"Received: {name}.shape={tuple(shape)}"
+        )
+    return int(shape[-1])
+
+
+def check_attention_inputs(layer: Any, query: Any, value: Any, key: Any) -> None:
+    """Raises a one-line `ValueError` where the static shapes of the inputs
+    of the built attention `layer` disagree with each other or with its
+    kernels (another batch size, keys and values of different lengths,
+    features of another width): they would fail inside a matrix product
+    with TensorFlow's own error."""
+    inputs = {"query": query, "value": value, "key": key}
+    shapes = {name: tuple(x.shape) for name, x in inputs.items() if x is not None}
+    received = ", ".join(f"{name}.shape={shape}" for name, shape in shapes.items())
+    # Without a value the query is the value; without a key, the value is.
+    read_as = {"query": "query", "value": "value" if value is not None else "query"}
+    read_as["key"] = "key" if key is not None else read_as["value"]
+    for name, source in read_as.items():
+        features = input_features(source, shapes[source])
+        width = getattr(layer, f"{name}_kernel").shape[0]
+        if features != width:
+            role = f"`{name}`" if name == source else f"`{source}` (as the {name})"
+            raise ValueError(
+                f"{role} has {features} features but {layer.name} was built for "
+                f"{width}; call it with inputs of the width it was built with. "
+                f"Received: {received}"
+            )
+    batches = {shape[0] for shape in shapes.values()} - {None}
+    if len(batches) > 1:
+        raise ValueError(
+            f"{layer.name}'s inputs hold different numbers of sequences: pass "
+            f"one value (and key) sequence per query sequence. Received: {received}"
+        )
+    if value is not None and key is not None:
+        lengths = {shapes["key"][1], shapes["value"][1]} - {None}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"`key` and `value` must have the same length (one value per "
+                f"key). Received: {received}"
+            )

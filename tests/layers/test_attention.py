@@ -224,6 +224,32 @@ def test_masks_of_other_lengths_are_refused_by_name():
     attention(x, memory, attention_mask=np.ones((5, 7), bool))
 
 
+def test_inputs_of_other_batches_lengths_or_widths_are_refused_by_name():
+    """They failed inside a matrix product with TensorFlow's error ("In[0]
+    and In[1] must have compatible batch dimensions", "Input to reshape is a
+    tensor with 84 values")."""
+    attention = MultiHeadAttention(num_heads=2, key_dim=4, name="attention")
+    x, memory = np.ones((2, 5, 8), "float32"), np.ones((2, 7, 6), "float32")
+    assert attention(x, memory).output.shape == (2, 5, 8)
+    refusals = {
+        "attention's inputs hold different numbers of sequences: pass one value "
+        "(and key) sequence per query sequence. Received: query.shape=(2, 5, 8), "
+        "value.shape=(3, 7, 6)": (x, np.ones((3, 7, 6), "float32")),
+        "`key` and `value` must have the same length (one value per key). "
+        "Received: query.shape=(2, 5, 8), value.shape=(2, 7, 6), "
+        "key.shape=(2, 4, 6)": (x, memory, np.ones((2, 4, 6), "float32")),
+        "`value` has 8 features but attention was built for 6; call it with "
+        "inputs of the width it was built with. Received: query.shape=(2, 5, 8), "
+        "value.shape=(2, 7, 8)": (x, np.ones((2, 7, 8), "float32")),
+        "`query` (as the value) has 8 features but attention was built for 6": (x,),
+        "`query` has 6 features but attention was built for 8": (memory, memory),
+    }
+    for message, inputs in refusals.items():
+        with pytest.raises(ValueError) as error:
+            attention(*inputs)
+        assert message in str(error.value)
+
+
 def test_float16_padding_stays_finite():
     attention = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_float16")
     x = np.random.rand(2, 5, 8).astype("float32") * 50
