@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer import backend
@@ -115,6 +117,7 @@ class ScaledEmbedding(keras.layers.Layer):
             else:  # the 2-D product of every linear map of the model
                 logits = backend.linear(hidden, output_matrix)
             return ops.cast(logits, self.logits_dtype)
+        self._check_ids(inputs)
         if "int" not in str(inputs.dtype):
             inputs = ops.cast(inputs, "int32")
         embeddings = ops.cast(self.embeddings, self.compute_dtype)
@@ -123,6 +126,37 @@ class ScaledEmbedding(keras.layers.Layer):
         if self.scale:
             outputs = outputs * ops.cast(math.sqrt(self.embedding_dim), outputs.dtype)
         return outputs
+
+    def _check_ids(self, ids: Any) -> None:
+        """Raises a one-line `ValueError` for token ids outside the
+        vocabulary, or not whole numbers, where their values are known
+        (NumPy or eager; not inside a traced function). The lookup would
+        fail with TensorFlow's error on a CPU, give zeros on a GPU, and read
+        a row from the end for a negative id."""
+        try:
+            with warnings.catch_warnings():
+                # NumPy 2 warns of a symbolic TensorFlow tensor's `__array__`
+                # before the conversion fails.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                values = np.asarray(ops.convert_to_numpy(ids))
+        except Exception:  # a symbolic or traced tensor: values unknown here
+            return
+        if not values.size:
+            return
+        if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)):
+            raise ValueError(
+                f"{self.name} looks up integer token ids. Received non-integer "
+                f"values of dtype {values.dtype}, shape {values.shape}. Hidden "
+                "states go onto the vocabulary with reverse=True."
+            )
+        low, high = values.min(), values.max()
+        if low < 0 or high >= self.vocabulary_size:
+            raise ValueError(
+                f"Token ids must lie in [0, {self.vocabulary_size}) for {self.name} "
+                f"(vocabulary_size={self.vocabulary_size}). Received ids from "
+                f"{low:g} to {high:g}. Pass ids of the tokenizer the layer was "
+                "built for, or a larger vocabulary_size."
+            )
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         # Keras passes only the inputs: hidden states (float) mean reverse=True,

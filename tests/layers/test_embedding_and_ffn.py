@@ -31,6 +31,32 @@ def test_embeddings_are_multiplied_by_sqrt_d_model():
     np.testing.assert_allclose(output[0], table[[3, 7]] * math.sqrt(16), rtol=1e-6)
 
 
+def test_ids_outside_the_vocabulary_or_not_whole_are_refused_by_name():
+    """An id past the vocabulary failed with TensorFlow's GatherV2 error on a
+    CPU (zeros on a GPU), a negative one read a row from the end, and hidden
+    states passed without reverse=True were cast to ids."""
+    layer = ScaledEmbedding(10, 8, name="tokens")
+    for ids, received in (([[11, 2]], "from 2 to 11"), ([[-1, 2]], "from -1 to 2")):
+        with pytest.raises(ValueError) as error:
+            layer(np.array(ids))
+        assert (
+            "Token ids must lie in [0, 10) for tokens (vocabulary_size=10). "
+            f"Received ids {received}. Pass ids of the tokenizer the layer was "
+            "built for, or a larger vocabulary_size."
+        ) in str(error.value)
+    for floats in (np.array([[1.5, 2.0]]), np.random.rand(2, 3, 8)):
+        with pytest.raises(ValueError, match="Hidden states go onto the vocabulary"):
+            layer(floats.astype("float32"))
+    # Whole floats, the largest id and no ids at all are looked up.
+    table = ops.convert_to_numpy(layer.embeddings) * math.sqrt(8)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(np.array([[9.0, 0.0]], "float32")))[0],
+        table[[9, 0]],
+        rtol=1e-6,
+    )
+    assert tuple(layer(np.zeros((2, 0), "int32")).shape) == (2, 0, 8)
+
+
 def test_reverse_uses_the_same_matrix():
     layer = ScaledEmbedding(10, 8)
     hidden = np.random.rand(2, 3, 8).astype("float32")
