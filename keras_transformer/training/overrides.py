@@ -21,6 +21,7 @@ from keras_transformer.training.config import (
     known_keys,
     unknown_key_hint,
 )
+from keras_transformer.training.kinds import DEFAULT_KIND, recipe_for
 
 __all__ = ["apply_overrides", "parse_override"]
 
@@ -83,6 +84,7 @@ def apply_overrides(
         raw = config.to_dict()
     else:
         raw = copy.deepcopy(dict(config))
+    had_model = "model" in raw
     for text in overrides:
         path, value = parse_override(text)
         if path == ["model", "vocabulary_size"]:
@@ -104,6 +106,13 @@ def apply_overrides(
                 k: v for k, v in raw["model"].items() if k != "vocabulary_size"
             }
         _set_path(raw, path, value, text, raw.get("kind"))
+    if not had_model and isinstance(raw.get("model"), Mapping):
+        # A config without a model section trains the kind's default model
+        # (for text, the "tiny" preset); `model.*` overrides change that
+        # model, not the TransformerConfig defaults (the paper's base model).
+        default = recipe_for(raw.get("kind", DEFAULT_KIND)).default_model
+        default = {"preset": default} if isinstance(default, str) else default
+        raw["model"] = {**default, **raw["model"]}
     return TrainConfig.from_dict(raw)
 
 

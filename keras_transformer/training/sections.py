@@ -35,6 +35,9 @@ __all__ = [
 
 #: The `data.task` values (defined, without TensorFlow, in `conventions`).
 TASKS = TASK_NAMES
+#: The translation direction of a task whose config names no languages.
+DEFAULT_DIRECTION = ("de", "en")
+TASK_DIRECTIONS = {"tatoeba": ("en", "es")}
 EVALUATE_WITH = ("last", "best", "average")
 TOO_LONG = ("drop", "truncate")
 #: `data.on_bad_line` (the readers' policy in `kt.data.text`).
@@ -87,7 +90,10 @@ class DataConfig:
             English-Spanish) or ``"files"`` (your own parallel text).
         source_language, target_language: for Multi30k ``de``/``en``/``fr``;
             for Tatoeba ``en`` and ``es`` in either order. Informative for
-            the other tasks.
+            the other tasks. ``None`` (the default) takes the task's own
+            direction (`TASK_DIRECTIONS`: ``de`` to ``en``, Tatoeba ``en``
+            to ``es``), or with the other side given, the other language of
+            that pair.
         data_dir: the folder holding the data set's files (``None``: the
             loaders' defaults, ``$KT_DATA_DIR`` or a download).
         train_source, train_target: for ``task="files"``, two line-aligned
@@ -145,8 +151,8 @@ class DataConfig:
     """
 
     task: str = "dates"
-    source_language: str = "de"
-    target_language: str = "en"
+    source_language: str | None = None
+    target_language: str | None = None
     data_dir: str | None = None
     train_source: str | None = None
     train_target: str | None = None
@@ -177,7 +183,8 @@ class DataConfig:
         )
         check_choice("data.too_long", self.too_long, TOO_LONG)
         languages = ("source_language", "target_language")
-        check_fields(check_string, self, languages, section="data")
+        check_fields(check_string, self, languages, section="data", allow_none=True)
+        self._resolve_direction()
         paths = (
             "data_dir",
             "train_source",
@@ -201,6 +208,18 @@ class DataConfig:
         )
         self._check_lengths()
         self._check_task()
+
+    def _resolve_direction(self) -> None:
+        """Languages left out (``None``) from the task's `TASK_DIRECTIONS`:
+        both, or the other language of the pair than the side given."""
+        first, second = TASK_DIRECTIONS.get(self.task, DEFAULT_DIRECTION)
+        source, target = self.source_language, self.target_language
+        if source is None:
+            source = second if target == first else first
+        if target is None:
+            target = first if source == second else second
+        object.__setattr__(self, "source_language", source)
+        object.__setattr__(self, "target_language", target)
 
     def _check_lengths(self) -> None:
         """`max_sentence_length`, `bucket_boundaries` (stored as a tuple) and

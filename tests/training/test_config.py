@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from keras_transformer.models import presets
+from keras_transformer.models import ImageTransformerConfig, TransformerConfig, presets
 from keras_transformer.training import (
     DataConfig,
     TrainConfig,
@@ -80,6 +81,54 @@ def test_override_of_the_whole_model_with_a_preset():
     # On a raw mapping whose model is still a preset name too.
     raw = {"model": "tiny"}
     assert apply_overrides(raw, ["model.d_ff=128"]).model.d_ff == 128
+
+
+def test_model_overrides_without_a_model_section_change_the_default_model():
+    """`train --workdir RUN --set model.dropout=0.2` (no config file) trained
+    the TransformerConfig defaults, the paper's base model of 37,000 tokens,
+    instead of the "tiny" model the same command trains without `--set`."""
+    config = apply_overrides({}, ["model.dropout=0.2", "model.optimizer.clipnorm=1"])
+    assert config.model == presets["tiny"].replace(
+        dropout=0.2,
+        optimizer=dataclasses.replace(presets["tiny"].optimizer, clipnorm=1.0),
+    )
+    assert config.data.vocabulary_size == presets["tiny"].vocabulary_size
+    assert apply_overrides({}, ["model=small", "model.dropout=0.2"]).model == (
+        presets["small"].replace(dropout=0.2)
+    )
+    assert apply_overrides({}, ["model.preset=small"]).model == presets["small"]
+    # An image run's default model is the ImageTransformerConfig defaults.
+    image = apply_overrides({"kind": "image"}, ["model.num_layers=3"])
+    assert image.model == ImageTransformerConfig(num_layers=3)
+    classifier = apply_overrides({"kind": "classification"}, ["model.dropout=0.3"])
+    assert classifier.model == presets["tiny"].replace(dropout=0.3)
+    # A model section, even one without a preset, keeps its meaning.
+    assert apply_overrides({"model": {}}, ["model.dropout=0.2"]).model == (
+        TransformerConfig(dropout=0.2)
+    )
+
+
+def test_a_task_without_languages_takes_its_own_direction():
+    """`train --task tatoeba` was refused ("translates between English and
+    Spanish ... Received: 'de' -> 'en'"), though the docs suggest it."""
+    directions = {
+        (None, None, "tatoeba"): ("en", "es"),
+        ("es", None, "tatoeba"): ("es", "en"),
+        (None, "en", "tatoeba"): ("es", "en"),
+        (None, None, "multi30k"): ("de", "en"),
+        ("en", None, "multi30k"): ("en", "de"),
+        ("fr", None, "multi30k"): ("fr", "en"),
+        (None, "de", "multi30k"): ("en", "de"),
+        (None, None, "dates"): ("de", "en"),
+    }
+    for (source, target, task), direction in directions.items():
+        data = DataConfig(task=task, source_language=source, target_language=target)
+        assert (data.source_language, data.target_language) == direction
+    raw = {"data": {"task": "tatoeba"}}
+    assert TrainConfig.from_dict(raw).data.direction == "en-es"
+    assert apply_overrides({}, ["data.task=tatoeba"]).data.direction == "en-es"
+    with pytest.raises(ValueError, match="English and Spanish.*'de' -> 'es'"):
+        DataConfig(task="tatoeba", source_language="de")
 
 
 @pytest.mark.parametrize(
