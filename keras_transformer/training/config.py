@@ -143,6 +143,11 @@ def check_section_keys(
     hint = (
         unknown_key_hint(unknown[0], path, known, kind) if len(unknown) == 1 else None
     )
+    if path == ["model"] and "preset" in unknown:
+        hint = (
+            f" The model of a kind={kind!r} run takes no preset (`--preset` "
+            "and `model.preset` name text models): give its settings instead."
+        )
     check_known_names(
         values,
         known,

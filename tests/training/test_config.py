@@ -681,8 +681,9 @@ def test_train_given_a_path_or_a_dict_says_how_to_make_a_config(tmp_path):
         ),
         (
             {"kind": "image", "model": {"preset": "tiny"}},
-            "Unknown `model` settings: ['preset']. Known settings: ['activation', "
-            "'attention',",
+            "Unknown `model` settings: ['preset']. The model of a kind='image' run "
+            "takes no preset (`--preset` and `model.preset` name text models): give "
+            "its settings instead. Known settings: ['activation', 'attention',",
         ),
         # Two unknown keys: each one's closest name, no "It is".
         (
