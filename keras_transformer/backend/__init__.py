@@ -49,6 +49,10 @@ A graph that nothing differentiates (an export's) is traced under
 `forward_only()`: the twins then compute their forward values without the
 `IdentityN` ops that carry their hand-written gradients.
 
+`known_values` reads a tensor's values where they are known (NumPy or
+eager, not inside a traced function), for the layers' checks of their
+inputs.
+
 `global_token_count` is not a fast path but a semantic one: under
 `tf.distribute` the loss divides by the token count of the global batch.
 It therefore takes the TensorFlow branch whenever the backend is
@@ -63,6 +67,7 @@ from types import TracebackType
 from typing import Any
 
 import keras
+import numpy as np
 
 from keras_transformer.backend import portable
 from keras_transformer.backend.portable import MASK_FILL_VALUE
@@ -314,6 +319,21 @@ def adam_update(
     portable.adam_update(optimizer, gradient, variable, learning_rate)
 
 
+def known_values(x: Any) -> np.ndarray | None:
+    """The values of `x` as NumPy where they are known (a NumPy array or an
+    eager tensor), else `None` (a symbolic or traced tensor): for the
+    layers' checks of their inputs, which can only read values outside a
+    traced function."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return np.asarray(x)
+    if keras.backend.backend() == "tensorflow" and not hasattr(x, "numpy"):
+        return None  # symbolic: converting it would fail (after a warning)
+    try:
+        return np.asarray(keras.ops.convert_to_numpy(x))
+    except Exception:  # traced by another backend: values unknown here
+        return None
+
+
 __all__ = [
     "ENVIRONMENT_VARIABLE",
     "MASK_FILL_VALUE",
@@ -324,6 +344,7 @@ __all__ = [
     "forward_only",
     "forward_only_enabled",
     "global_token_count",
+    "known_values",
     "label_smoothed_nll",
     "layer_norm",
     "layer_norm_takes_fast_path",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -133,15 +132,8 @@ class ScaledEmbedding(keras.layers.Layer):
         (NumPy or eager; not inside a traced function). The lookup would
         fail with TensorFlow's error on a CPU, give zeros on a GPU, and read
         a row from the end for a negative id."""
-        try:
-            with warnings.catch_warnings():
-                # NumPy 2 warns of a symbolic TensorFlow tensor's `__array__`
-                # before the conversion fails.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                values = np.asarray(ops.convert_to_numpy(ids))
-        except Exception:  # a symbolic or traced tensor: values unknown here
-            return
-        if not values.size:
+        values = backend.known_values(ids)
+        if values is None or not values.size:
             return
         if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)):
             raise ValueError(

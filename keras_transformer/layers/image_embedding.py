@@ -40,7 +40,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.backend import linear
+from keras_transformer.backend import known_values, linear
 from keras_transformer.layers.local_attention_2d import generation_positions
 from keras_transformer.layers.pixel_outputs import NUM_INTENSITIES, check_pixels
 from keras_transformer.layers.position import sinusoidal_encoding
@@ -454,11 +454,12 @@ def _check_labels(labels: Any, num_classes: int) -> None:
             f"`labels` must be integer classes in [0, {num_classes}). Received: "
             f"labels.dtype={dtype}"
         )
-    try:
-        values = np.asarray(ops.convert_to_numpy(labels))
-    except Exception:  # a symbolic or traced tensor: values unknown here
-        return
-    if values.size and (values.min() < 0 or values.max() >= num_classes):
+    values = known_values(labels)
+    if (
+        values is not None
+        and values.size
+        and (values.min() < 0 or values.max() >= num_classes)
+    ):
         raise ValueError(
             f"`labels` must be classes in [0, {num_classes}). Received values "
             f"from {values.min()} to {values.max()}."

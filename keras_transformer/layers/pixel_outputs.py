@@ -29,7 +29,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.backend import linear
+from keras_transformer.backend import known_values, linear
 from keras_transformer.validation import check_number, check_positive_int
 
 __all__ = [
@@ -61,16 +61,6 @@ _NOISE_MIN = float(np.finfo("float32").tiny)
 
 
 # ------------------------------------------------------------------ checks
-def _known_values(x: Any) -> np.ndarray | None:
-    """The values of `x` when they are known (NumPy or an eager tensor)."""
-    if isinstance(x, (np.ndarray, np.generic, list, tuple, int)):
-        return np.asarray(x)
-    try:
-        return np.asarray(ops.convert_to_numpy(x))
-    except Exception:  # a symbolic or traced tensor: values unknown here
-        return None
-
-
 def check_pixels(name: str, pixels: Any) -> Any:
     """Raises `ValueError` unless `pixels` holds integer intensities 0..255.
 
@@ -91,7 +81,7 @@ def check_pixels(name: str, pixels: Any) -> Any:
             "`np.clip(np.round(x * 255), 0, 255).astype('int32')` for values "
             "in [0, 1]."
         )
-    values = _known_values(pixels)
+    values = known_values(pixels)
     if values is not None and values.size:
         low, high = int(values.min()), int(values.max())
         if low < 0 or high >= NUM_INTENSITIES:
