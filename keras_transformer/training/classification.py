@@ -42,6 +42,7 @@ from keras_transformer.training.recipes import (
     RunContext,
     SplitsWithoutSkips,
 )
+from keras_transformer.training.sections import DataConfig
 from keras_transformer.training.trainer import SummedLossTrainer
 from keras_transformer.validation import (
     check_bool,
@@ -412,6 +413,18 @@ class ClassificationRecipe(Recipe):
     kind = "classification"
     settings = ClassificationConfig
     hparams_metrics = ("accuracy", "loss")
+
+    def resolve_sections(self, config: TrainConfig) -> None:
+        """As a text run's, then refuses a translation task in ``data.task``
+        (``--task``), which a classification run does not read."""
+        super().resolve_sections(config)
+        if config.data.task != DataConfig.task:  # the default, "dates"
+            raise ValueError(
+                "A classification run reads its reviews from "
+                f"`classification.task` ({config.options.task!r}); `data.task` "
+                f"({config.data.task!r}, a translation task) is not read. Remove "
+                "it (and --task), or set kind to 'translation'."
+            )
 
     def load_data(self, config: TrainConfig) -> ReviewData:
         return load_reviews(config)

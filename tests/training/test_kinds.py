@@ -79,6 +79,13 @@ def test_the_imdb_config_round_trips_with_its_section():
             {"kind": "classification", "classification": {"shuffle": True}},
             "Unknown `classification` settings",
         ),
+        # `train --set kind=classification --task multi30k` ignored --task.
+        (
+            {"kind": "classification", "data": {"task": "multi30k"}},
+            r"A classification run reads its reviews from `classification.task` "
+            r"\('imdb'\); `data.task` \('multi30k', a translation task\) is not "
+            r"read. Remove it \(and --task\), or set kind to 'translation'.",
+        ),
     ],
 )
 def test_bad_kinds_and_sections_are_one_line_errors(values, message):
