@@ -7,6 +7,7 @@ import argparse
 from keras_transformer.cli._common import (
     CommandError,
     add_weights_without_fingerprint_argument,
+    check_numbers,
     check_paths,
     refuse_export,
 )
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Writes the averaged weights and says where."""
+    check_numbers(args, {"--last": (lambda v: v >= 1, "1 or more checkpoints")})
     check_paths(args, workdir="folder", output="new file")
     refuse_export(args.workdir, "--workdir", "checkpoints to average")
     from keras_transformer.training import average_checkpoints

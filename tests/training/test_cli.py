@@ -132,6 +132,16 @@ def test_numeric_decoding_flags_out_of_range_name_the_flag(tmp_path, capsys):
     assert cli.main([*argv, "--temperature", "0"]) == 1  # the empty folder
     error = capsys.readouterr().err
     assert "config.json is missing" in error and "--temperature" not in error
+    # average-checkpoints named the Python argument: "`last` must be a ...".
+    for value in ("0", "-3"):
+        assert (
+            cli.main(
+                ["average-checkpoints", "--workdir", str(workdir)] + ["--last", value]
+            )
+            == 2
+        )
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith(f"error: --last {value}: pass 1 or more checkpoints.")
     # --n-best above the beam said "n_best=9 is larger than beam_size=4"
     # after loading; where the beam is known (a run's), it is refused first.
     argv = ["translate", "--workdir", str(workdir), "--input", str(source)]
