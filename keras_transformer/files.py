@@ -369,6 +369,16 @@ class FolderLockedError(OSError):
 _HELD: dict[str, list[int]] = {}
 
 
+def _is_file_of(descriptor: int, path: Path) -> bool:
+    """Whether the open file `descriptor` is the file at `path` now."""
+    try:
+        found = path.stat()
+    except OSError:
+        return False
+    opened = os.fstat(descriptor)
+    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
+
+
 class FolderLock:
     """One writer per folder: an advisory lock on ``<folder>/writer.lock``.
 
@@ -384,6 +394,11 @@ class FolderLock:
         command: what the holder is doing, for the message of a refused
             writer (e.g. ``"keras-transformer train"``).
         lock_file: the lock's path, default ``<folder>/writer.lock``.
+        remove_when_released: delete the lock file when the last holder
+            releases it (a lock file outside the folder, which would
+            otherwise stay behind in the user's folder). A writer that
+            opened the file before it was deleted finds it gone once it
+            holds the lock, and takes the lock again on a new file.
 
     Example:
     >>> import tempfile
@@ -400,10 +415,12 @@ class FolderLock:
         folder: str | os.PathLike[str],
         command: str,
         lock_file: str | os.PathLike[str] | None = None,
+        remove_when_released: bool = False,
     ) -> None:
         self.folder = Path(folder)
         self.command = command
         self.path = Path(lock_file) if lock_file else self.folder / LOCK_FILE
+        self.remove_when_released = remove_when_released
 
     def __repr__(self) -> str:
         return f"FolderLock({str(self.folder)!r}, {self.command!r})"
@@ -434,13 +451,33 @@ class FolderLock:
 
     def acquire(self) -> FolderLock:
         """Takes the lock (re-entrant); raises `FolderLockedError` if held."""
-        import fcntl
-
         key = self._key()
         if key in _HELD:
             _HELD[key][1] += 1
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = self._locked_descriptor()
+        while self.remove_when_released and not _is_file_of(descriptor, self.path):
+            # Its last holder deleted the file we locked: lock the new one.
+            os.close(descriptor)
+            descriptor = self._locked_descriptor()
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": self.command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
+        with contextlib.suppress(OSError):
+            # Who holds it is information only; the flock is the lock.
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, (json.dumps(holder) + "\n").encode(), 0)
+        _HELD[key] = [descriptor, 1]
+        return self
+
+    def _locked_descriptor(self) -> int:
+        """Opens (creates) the lock file and takes its flock."""
+        import fcntl
+
         try:
             descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -464,18 +501,7 @@ class FolderLock:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise self._refusal() from None
             raise
-        holder = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "command": self.command,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        }
-        with contextlib.suppress(OSError):
-            # Who holds it is information only; the flock is the lock.
-            os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, (json.dumps(holder) + "\n").encode(), 0)
-        _HELD[key] = [descriptor, 1]
-        return self
+        return descriptor
 
     def release(self) -> None:
         """Releases one level of the lock; the last one frees the file."""
@@ -488,7 +514,10 @@ class FolderLock:
             return
         del _HELD[key]
         with contextlib.suppress(OSError):
-            os.ftruncate(held[0], 0)
+            if self.remove_when_released:
+                self.path.unlink()  # while held: a waiting writer sees it gone
+            else:
+                os.ftruncate(held[0], 0)
         os.close(held[0])  # closing the descriptor releases the flock
 
     def __enter__(self) -> FolderLock:

@@ -150,6 +150,48 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
             time.sleep(0.1)
 
 
+def test_a_lock_file_removed_on_release_is_taken_again_when_replaced(
+    tmp_path, monkeypatch
+):
+    """An export's lock file beside its folder (``.NAME.lock``) stayed behind,
+    empty, after every export; it is now deleted when released. A writer
+    that opened the old file and got its flock after that deletion must not
+    go on holding a lock nobody else can see: it takes the lock again on the
+    file now at the path."""
+    import fcntl
+    import os
+
+    lock_file = tmp_path / ".out.lock"
+    lock = FolderLock(tmp_path / "out", "export", lock_file, remove_when_released=True)
+    with lock:
+        assert lock.holder()["command"] == "export"
+    assert not lock_file.exists()
+
+    real = FolderLock._locked_descriptor
+    calls = []
+
+    def deleted_first(self: FolderLock) -> int:
+        calls.append(1)
+        if len(calls) > 1:
+            return real(self)
+        # The other writer opened the file, then deleted it on release.
+        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock_file.unlink()
+        return descriptor
+
+    monkeypatch.setattr(FolderLock, "_locked_descriptor", deleted_first)
+    with lock:
+        assert len(calls) == 2
+        # The file at the path is the one held: a third writer is refused.
+        assert lock.holder()["command"] == "export"
+        third = os.open(lock_file, os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(third, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(third)
+    assert not lock_file.exists()
+
+
 def test_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
     def read_only(*_args: object, **_kwargs: object) -> int:
         raise OSError(errno.EROFS, "Read-only file system")

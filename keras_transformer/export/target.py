@@ -158,7 +158,7 @@ def lock_path(export_dir: str | os.PathLike[str]) -> Path:
 
     Outside the folder, so that the folder swapped in holds only the export
     (TensorFlow Serving ignores the hidden, non-numeric name in the model's
-    base folder).
+    base folder); deleted when the export ends.
     """
     export_dir = Path(export_dir)
     return export_dir.parent / f".{export_dir.name}.lock"
@@ -264,7 +264,8 @@ def writing_export(
             `export_dir` is running.
         keras_transformer.files.FileWriteError: when a write fails.
     """
-    with FolderLock(export_dir, "keras-transformer export", lock_path(export_dir)):
+    lock = lock_path(export_dir)
+    with FolderLock(export_dir, "keras-transformer export", lock, True):
         _check_target(export_dir, overwrite, export_format)
         # Written beside export_dir and swapped in when complete: the earlier
         # export (or nothing) until then, whatever happens.
