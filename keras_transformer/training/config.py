@@ -121,22 +121,17 @@ def section_from_mapping(
             f"The `{section}` section must be a JSON object of settings. "
             f"Received: {shorten(values)}"
         )
-    known = [field.name for field in dataclasses.fields(cls)]
-    check_section_keys(values, [section], kind, known)
+    check_section_keys(values, [section], kind)
     return cls(**values)
 
 
 def check_section_keys(
-    values: Mapping[str, Any],
-    path: list[str],
-    kind: str | None = None,
-    known: Iterable[str] | None = None,
+    values: Mapping[str, Any], path: list[str], kind: str | None = None
 ) -> None:
     """Raises the one-line `ValueError` of keys that the section at `path`
-    (``["model", "optimizer"]``) of a run of `kind` lacks (its keys are
-    `known`, by default `known_keys`): the known keys, and for a single
-    unknown one, `unknown_key_hint`'s hint."""
-    known = sorted(known_keys(path, kind) if known is None else known)
+    (``["model", "optimizer"]``) of a run of `kind` lacks (`known_keys`):
+    the known keys, and for a single unknown one, `unknown_key_hint`'s hint."""
+    known = sorted(known_keys(path, kind))
     unknown = [name for name in values if name not in known]
     # One unknown key may belong to another section; several get the
     # closest names beside them (`check_known_names`' own hint).
