@@ -152,6 +152,17 @@ def check_section_keys(
     )
 
 
+def _check_model_keys(model: Any, kind: str) -> None:
+    """`check_section_keys` for a `model` section given as a mapping (and
+    its ``optimizer``), before anything reads it: a key of another section
+    is named where it belongs."""
+    if not isinstance(model, Mapping):
+        return
+    check_section_keys(model, ["model"], kind)
+    if isinstance(model.get("optimizer"), Mapping):
+        check_section_keys(model["optimizer"], ["model", "optimizer"], kind)
+
+
 def _sections() -> dict[str, type]:
     """The config sections of settings and their dataclasses."""
     kinds = {kind: recipe_for(kind).settings for kind in option_sections()}
@@ -244,11 +255,7 @@ class TrainConfig:
     options: Any = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.model, Mapping):
-            # A key of another section is named where it belongs.
-            check_section_keys(self.model, ["model"], self.kind)
-            if isinstance(self.model.get("optimizer"), Mapping):
-                check_section_keys(self.model["optimizer"], ["model", "optimizer"])
+        _check_model_keys(self.model, self.kind)
         recipe = _resolve_options(self)
         recipe.resolve_sections(self)
 
@@ -316,6 +323,7 @@ class TrainConfig:
         model_values = values.get("model", recipe.default_model)
         data = section_from_mapping(DataConfig, "data", values.get("data", {}), kind)
         if isinstance(model_values, Mapping) and "vocabulary_size" in model_values:
+            _check_model_keys(model_values, kind)
             reconcile_vocabulary_size(
                 _resolve_model(model_values), data, model_sets_it=True
             )
@@ -565,10 +573,7 @@ def _resolve_model(model: Any) -> TransformerConfig:
                 **dataclasses.asdict(base.optimizer),
                 **values["optimizer"],
             }
-        known = {field.name for field in dataclasses.fields(TransformerConfig)}
-        check_known_names(
-            values, known, "model settings", listing="Known (besides 'preset')"
-        )
+        # Its keys were checked by `_check_model_keys`.
         return base.replace(**values)
     raise ValueError(
         'The `model` section must be a preset name (e.g. "tiny"), or a JSON '

@@ -675,6 +675,17 @@ def test_train_given_a_path_or_a_dict_says_how_to_make_a_config(tmp_path):
             "Unknown `model.optimizer` settings: ['label_smoothing']. It is "
             "train.label_smoothing. Known settings: [",
         ),
+        # A model section that sets the vocabulary size is read before the
+        # config is built (to reconcile it with data.vocabulary_size).
+        (
+            {"model": {"vocabulary_size": 900, "warmup_steps": 9}},
+            "Unknown `model` settings: ['warmup_steps']. It is "
+            "model.optimizer.warmup_steps. Known settings: [",
+        ),
+        (
+            {"model": {"preset": "tiny", "vocabulary_size": 900, "d_mdel": 8}},
+            "Unknown `model` settings: ['d_mdel']. Did you mean 'd_model'? ",
+        ),
         (
             {"kind": "image", "model": {"num_layer": 2}},
             "Unknown `model` settings: ['num_layer']. Did you mean 'num_layers'? ",
