@@ -307,6 +307,9 @@ def test_bad_settings_are_one_line_each(
         # Rows that are not whole rows of the 2 x 2 query blocks.
         (image_run, ["--given-rows", "1"], "multiple of the query block's height 2"),
         (image_run, ["--given-rows", "6"], "from 0 to the image height 4"),
+        # They named the Python argument: "Received: given_rows=6".
+        (image_run, ["--given-rows", "6"], "error: --given-rows must be from 0"),
+        (image_run, ["--given-rows", "6"], "Received: --given-rows 6."),
     ]
     # Out of any range: refused before the run is read (exit status 2).
     refused = [(image_run, ["--temperature", "-1"], "--temperature -1.0: pass a")]

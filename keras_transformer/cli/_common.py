@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import functools
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from typing import Any
 __all__ = [
     "PATH_KINDS",
     "CommandError",
+    "in_flag_words",
     "add_model_arguments",
     "add_search_arguments",
     "add_translator_arguments",
@@ -43,6 +45,23 @@ __all__ = [
 
 class CommandError(Exception):
     """A user error: printed without a traceback, exit status 2."""
+
+
+def in_flag_words(message: str, *names: str) -> str:
+    """`message` with the settings `names` named by their flags:
+    ``given_rows=99`` as ``--given-rows 99``, `given_rows` as
+    `--given-rows` (the Python API's words are not the command's), unless
+    it names the flag already."""
+    for name in names:
+        flag = "--" + name.replace("_", "-")
+        if flag in message:
+            continue
+        message = re.sub(
+            rf"(?<![\w.-]){re.escape(name)}\b(=?)",
+            lambda match, flag=flag: flag + (" " if match.group(1) else ""),
+            message,
+        )
+    return message
 
 
 #: What a path argument must be: an existing folder or file to read, or a

@@ -16,6 +16,7 @@ from keras_transformer.cli._common import (
     check_numbers,
     check_paths,
     check_run_kind,
+    in_flag_words,
     refuse_export,
 )
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             args.workdir, args.output, num_images=args.images, **options
         )
     except (ValueError, FileNotFoundError) as e:
-        raise CommandError(str(e)) from e
+        raise CommandError(in_flag_words(str(e), *names)) from e
     images = f"{args.images} test image" + ("s" if args.images != 1 else "")
     samples = f"{args.samples} completion" + ("s" if args.samples != 1 else "")
     print(

@@ -17,6 +17,7 @@ from keras_transformer.cli._common import (
     CommandError,
     add_translator_arguments,
     check_translator_arguments,
+    in_flag_words,
     search_settings,
 )
 from keras_transformer.export.formats import DEFAULT_FORMAT, FORMATS
@@ -126,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     except (FileExistsError, FolderLockedError) as e:
         # One line (a FileWriteError, a full disk, is an OSError: one line too).
         raise ValueError(str(e)) from e
+    except ValueError as e:
+        # The image settings' checks speak of the Python arguments.
+        raise ValueError(in_flag_words(str(e), "given_rows")) from e
     quantization = args.quantization or next(iter(export_format.quantizations), None)
     print(export_format.summary(path, run_kind(args.workdir), quantization))
     return 0

@@ -840,7 +840,7 @@ def test_a_run_of_another_kind_is_one_line_naming_it(
 def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsys):
     """`complete --samples 0` wrote a grid of given rows and originals, "0
     completions"; `--images 0` named the config's `train.test_samples`;
-    `--seed -1` failed in numpy."""
+    `--seed -1` failed in numpy; `--given-rows 99` named `given_rows`."""
     from keras_transformer.training.image_recipe import complete_run_images
 
     output = tmp_path / "grid.png"
@@ -851,6 +851,10 @@ def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsy
     # numpy's bare "expected non-negative integer".
     assert cli.main([*run, "--seed", "-1"]) == 2
     _one_line_error(capsys, "--seed -1: pass a seed of 0 or more")
+    # Rows the run's images lack were refused in the Python argument's
+    # words: "Received: given_rows=99. Pass e.g. given_rows=2 ...".
+    assert cli.main([*run, "--given-rows", "99"]) == 2
+    _one_line_error(capsys, "Received: --given-rows 99. Pass e.g. --given-rows 2")
     assert not output.exists()
     with pytest.raises(ValueError, match="`samples` must be a positive integer"):
         complete_run_images(trained_image, output, samples=0)
