@@ -8,6 +8,8 @@ per subword token (END last).
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from keras_transformer.cli._common import (
     CommandError,
@@ -15,6 +17,9 @@ from keras_transformer.cli._common import (
     check_run_kind,
     check_translator_arguments,
     translating,
+    typed_lines,
+    until_ctrl_c,
+    warn,
 )
 
 NAME = "score"
@@ -39,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pairs.add_argument(
         "--input",
         default="-",
-        help="File of 'source<TAB>target' lines (default: standard input).",
+        help="File of 'source<TAB>target' lines (default: standard input; "
+        "typed at a terminal, each pair is scored when Enter is pressed).",
     )
     parser.add_argument(
         "--output",
@@ -86,28 +92,65 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return sources, targets
 
 
+def _score_lines(scores: list[Any]) -> list[str]:
+    """One output line per `TranslationScore`: the sum, a tab, the tokens'."""
+    return [
+        f"{s.log_prob:.4f}\t" + " ".join(f"{x:.4f}" for x in s.token_log_probs)
+        for s in scores
+    ]
+
+
+def _score_typed(args: argparse.Namespace, translator: Any) -> None:
+    """Scores each 'source<TAB>target' pair typed at the terminal as soon as
+    it is entered, until end of input; a line without a tab is skipped with
+    a warning (a file's ends the command). With --output FILE the scores are
+    written there at the end, an empty line for each skipped pair."""
+    from keras_transformer.translation import write_lines
+
+    to_file = str(args.output) != "-"
+    written: list[str] = []
+    prompt = "type 'source<TAB>target' and press Enter to score the pair"
+    with until_ctrl_c():
+        for number, line in typed_lines(NAME, prompt):
+            if line is not None and "\t" not in line:
+                warn(NAME, f"line {number} has no tab: type 'source<TAB>target'.")
+                line = None
+            if line is None:
+                written.append("")
+                continue
+            source, target = line.split("\t", 1)
+            with translating(NAME, translator, "lines", first_number=number):
+                (output,) = _score_lines(translator.score([source], [target]))
+            if to_file:
+                written.append(output)
+            else:
+                print(output, flush=True)
+    if to_file:
+        write_lines(args.output, written)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Reads the pairs, scores them with `Translator.score`, writes the scores."""
+    """Reads the pairs, scores them with `Translator.score`, writes the scores
+    (pairs typed at a terminal: each as it is entered, `_score_typed`)."""
     check_translator_arguments(
         args, source="file", target="file", input="file", output="new file"
     )
     check_run_kind(args.workdir, "translation", "--workdir", NAME)
     from keras_transformer.translation import Translator, write_lines
 
-    sources, targets = read_pairs(args)
+    typed = args.source is None and args.target is None and str(args.input) == "-"
+    typed = typed and sys.stdin.isatty()
+    sources, targets = ([], []) if typed else read_pairs(args)
     translator = Translator.load(
         args.workdir,
         args.weights,
         max_input_length=args.max_input_length,
         batch_size=args.batch_size,
     )
+    if typed:
+        _score_typed(args, translator)
+        return 0
     with translating(NAME, translator, "lines"):
         scores = translator.score(sources, targets)
-    write_lines(
-        args.output,
-        [
-            f"{s.log_prob:.4f}\t" + " ".join(f"{x:.4f}" for x in s.token_log_probs)
-            for s in scores
-        ],
-    )
+    write_lines(args.output, _score_lines(scores))
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from typing import Any
 
@@ -17,6 +16,8 @@ from keras_transformer.cli._common import (
     refuse_export_without_model,
     search_settings,
     translating,
+    typed_lines,
+    until_ctrl_c,
     warn,
 )
 
@@ -159,19 +160,12 @@ def _translate_typed(
 
     to_file = str(args.output) != "-"
     written: list[str] = []
-    print(
-        f"keras-transformer {NAME}: type a sentence and press Enter to translate "
-        "it; Ctrl-D (or Ctrl-C) ends.",
-        file=sys.stderr,
-    )
-    try:
-        for index, raw in enumerate(sys.stdin.buffer):
-            number = index + 1
-            try:
-                line = raw.decode("utf-8").rstrip("\n").removesuffix("\r")
-            except UnicodeDecodeError:
-                warn(NAME, f"line {number} is not valid UTF-8: skipped.")
-                written.append("")  # one output line per input line, as for a file
+    prompt = "type a sentence and press Enter to translate it"
+    with until_ctrl_c():
+        for number, line in typed_lines(NAME, prompt):
+            if line is None:
+                # One output line per input line, as for a file.
+                written.append("")
                 continue
             sources, prefixes = read_prefixes(args, [line])
             if prefixes is not None:
@@ -179,16 +173,11 @@ def _translate_typed(
             with translating(NAME, translator, "lines", first_number=number):
                 outputs = translator.translate(sources, **options)
             if options.get("n_best") is not None:
-                outputs = n_best_lines(outputs, start=index)
+                outputs = n_best_lines(outputs, start=number - 1)
             if to_file:
                 written.extend(outputs)
             else:
                 print(*outputs, sep="\n", flush=True)
-    except KeyboardInterrupt as interrupt:
-        # Ctrl-C ends the typing as Ctrl-D does (SIGTERM still stops it all).
-        if getattr(interrupt, "signum", signal.SIGINT) != signal.SIGINT:
-            raise
-        print(file=sys.stderr)
     if to_file:
         write_lines(args.output, written)
 

@@ -974,3 +974,42 @@ def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
         "the input's, which a terminal gives one at a time: pass the sentences "
         "as --input FILE (or pipe them in)."
     )
+
+
+def test_score_at_a_terminal_answers_each_pair_as_it_is_typed(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`score` read typed pairs to the end of input (Ctrl-D) before scoring
+    any: the user saw nothing. Each is now scored when entered, and a line
+    without a tab is skipped with a warning (in a file it ends the command)."""
+    pairs = ["3. März 2001\t2001-03-03", "23 mars 1950\t1950-03-23"]
+    pairs_file = tmp_path / "pairs.txt"
+    pairs_file.write_text("".join(f"{pair}\n" for pair in pairs), encoding="utf-8")
+    argv = ["score", "--workdir", str(trained_run)]
+    assert cli.main([*argv, "--input", str(pairs_file)]) == 0
+    expected = capsys.readouterr().out.splitlines()
+    assert len(expected) == 2 and all("\t" in line for line in expected)
+    typed = [f"{pairs[0]}\r\n".encode(), b"no tab\n", b"\xff\tx\n", pairs[1].encode()]
+    terminal = _Terminal(typed, capsys)
+    monkeypatch.setattr("sys.stdin", terminal)
+    assert cli.main(argv) == 0
+    err = terminal.errors + capsys.readouterr().err
+    printed = [out.splitlines() for out in terminal.printed]
+    assert printed == [expected[:1], [], [], expected[1:]]
+    assert _warnings(err) == [
+        "keras-transformer score: type 'source<TAB>target' and press Enter to "
+        "score the pair; Ctrl-D (or Ctrl-C) ends.",
+        "keras-transformer score: warning: line 2 has no tab: type "
+        "'source<TAB>target'.",
+        "keras-transformer score: warning: line 3 is not valid UTF-8: skipped.",
+    ]
+    # With --output the scores are written there, a line per typed line.
+    output = tmp_path / "scores.txt"
+    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
+    assert cli.main([*argv, "--output", str(output)]) == 0
+    written = output.read_text(encoding="utf-8").splitlines()
+    assert written == [expected[0], "", "", expected[1]]
+    # --target without --source is refused, not taken for typing.
+    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
+    assert cli.main([*argv, "--target", str(pairs_file)]) == 2
+    assert "Pass both --source and --target" in capsys.readouterr().err
