@@ -7,6 +7,7 @@ settings."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from keras_transformer.conventions import PRECISIONS, TASK_NAMES
@@ -103,7 +104,9 @@ class DataConfig:
             ``task="files"``, in the same layout (required unless
             ``held_out_pairs`` is set).
         test_source, test_target: the test pairs of ``task="files"``;
-            ``None`` evaluates on the validation pairs at the end.
+            ``None`` evaluates on the validation pairs at the end. These
+            paths and `data_dir` are stored absolute: a relative one (or
+            ``~``) is taken from the current folder when the config is made.
         held_out_pairs: for ``task="files"`` with only training files: hold
             out this many source sentences of the training file, with their
             pairs, as the validation split, and as many again as the test
@@ -195,6 +198,14 @@ class DataConfig:
             "test_target",
         )
         check_fields(check_string, self, paths, section="data", allow_none=True)
+        for name in paths:
+            # Absolute, from the folder the config is given in (and `~`): a
+            # run's config.json names the same files from any folder.
+            path = getattr(self, name)
+            if path is not None:
+                object.__setattr__(
+                    self, name, os.path.abspath(os.path.expanduser(path))
+                )
         counts = ("num_train_examples", "num_eval_examples", "max_tokens_per_batch")
         check_fields(check_positive_int, self, counts, section="data")
         optional = (

@@ -710,3 +710,31 @@ def test_a_config_files_unknown_key_says_where_it_is(values, message):
     with pytest.raises(ValueError) as raised:
         TrainConfig.from_dict(values)
     assert message in str(raised.value)
+
+
+def test_data_file_paths_are_stored_absolute(tmp_path, monkeypatch):
+    """A run trained with ``data.train_source=data/pairs.tsv`` stored that
+    relative path: `evaluate` or a resume from another folder said "Text
+    file not found: data/pairs.tsv". Paths are now taken from the folder the
+    config is given in (and ``~`` expanded) and stored absolute."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    data = DataConfig(
+        task="files",
+        train_source="data/pairs.tsv",
+        held_out_pairs=10,
+        data_dir="~/corpora",
+    )
+    assert data.train_source == str(tmp_path / "data" / "pairs.tsv")
+    assert data.data_dir == str(tmp_path / "home" / "corpora")
+    assert data.train_target is None
+    config = small_config(
+        "data.task=files", "data.train_source=pairs.tsv", "data.held_out_pairs=5"
+    )
+    config.save(tmp_path / "config.json")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = TrainConfig.load(tmp_path / "config.json")
+    assert loaded.data.train_source == str(tmp_path / "pairs.tsv")
+    assert config_differences(config, loaded) == {}
