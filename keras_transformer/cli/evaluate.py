@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.cli._common import (
+    SEARCH_NUMBERS,
     CommandError,
     add_translator_arguments,
     check_translator_arguments,
@@ -29,6 +30,13 @@ from keras_transformer.conventions import TASK_NAMES
 
 NAME = "evaluate"
 HELP = "Translate a test set (beam search, §6.1); print and log sacreBLEU and chrF."
+
+#: The search's number rules, and evaluate's own.
+_NUMBERS = {
+    **SEARCH_NUMBERS,
+    "--max-sentences": (lambda v: v >= 1, "a positive number of sentences"),
+    "--step": (lambda v: v >= 0, "a TensorBoard step of 0 or more"),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,11 +164,7 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
     else:
         pairs, name = _task_pairs(args, workdir)
         sources, references = list(pairs.sources), list(pairs.targets)
-    if args.max_sentences is not None:
-        if args.max_sentences < 1:
-            raise ValueError(
-                f"--max-sentences must be positive. Received: {args.max_sentences}"
-            )
+    if args.max_sentences is not None:  # positive (`_NUMBERS`)
         sources = sources[: args.max_sentences]
         references = references[: args.max_sentences]
     if not sources:
@@ -331,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
     """
     check_translator_arguments(
         args,
+        numbers=_NUMBERS,
         source="file",
         reference="file",
         data_dir="folder",

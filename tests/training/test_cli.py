@@ -124,6 +124,15 @@ def test_numeric_decoding_flags_out_of_range_name_the_flag(tmp_path, capsys):
             said = f"error: {flag} {value}: pass "
             assert len(error) == 1 and said in error[0], (argv, error)
     assert not output.exists()
+    # evaluate's own: --max-sentences 0 was refused after the test set was
+    # read (exit 1), --step -5 not at all (a negative TensorBoard step).
+    for flag, value, what in (
+        ("--max-sentences", "0", "a positive number of sentences"),
+        ("--step", "-5", "a TensorBoard step of 0 or more"),
+    ):
+        assert cli.main(["evaluate", "--workdir", str(workdir), flag, value]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith(f"error: {flag} {value}: pass {what}."), line
     # An image export samples at temperature 0 (its most likely values).
     argv = ["export", "--workdir", str(workdir), "--output", str(output)]
     for flag, value in (("--temperature", "-1.0"), ("--given-rows", "-1")):
