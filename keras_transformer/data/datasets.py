@@ -63,7 +63,10 @@ __all__ = [
 #: ``tatoeba_spa_eng/``; used when ``data_dir`` is not given.
 DATA_DIR_ENV = "KT_DATA_DIR"
 #: The data folder as a loader's argument and as a run's setting, in messages.
-DATA_DIR_SETTING = "data_dir (a run's data.data_dir: --set data.data_dir=FOLDER)"
+DATA_DIR_SETTING = (
+    "data_dir (a run's data.data_dir: train --set data.data_dir=FOLDER, "
+    "evaluate --data-dir FOLDER)"
+)
 #: Environment variable overriding the download cache root
 #: (default ``~/.cache/keras_transformer``).
 CACHE_DIR_ENV = "KT_CACHE_DIR"
@@ -153,7 +156,7 @@ def download_file(url: str, destination: Path) -> Path:
         raise OSError(
             f"Could not download {url} to {destination}: {e}. Check the internet "
             f"connection, or download the file by hand and set {DATA_DIR_SETTING} "
-            "to the folder holding it."
+            f"to the folder holding it (or {DATA_DIR_ENV} to its parent)."
         ) from e
     finally:
         if os.path.exists(partial):

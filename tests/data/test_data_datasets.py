@@ -130,8 +130,11 @@ def test_multi30k_download_path_is_cached(
     assert cached.is_file()
     (upstream / "val.de.gz").unlink()  # a second load must not download again
     assert load_multi30k("val") == pairs
-    with pytest.raises(OSError, match="Could not download .*val.fr.gz.*data_dir"):
+    with pytest.raises(OSError, match="Could not download .*val.fr.gz.*data_dir") as e:
         load_multi30k("val", "fr", "en", cache_dir=tmp_path / "other")
+    # Each command's way to set it (evaluate has no --set), and the variable.
+    message = str(e.value)
+    assert "evaluate --data-dir FOLDER" in message and "KT_DATA_DIR" in message
 
 
 # -- Tatoeba ------------------------------------------------------------------
