@@ -22,6 +22,9 @@ from keras_transformer.conventions import STRATEGIES, TASK_NAMES
 
 NAME = "train"
 HELP = "Train a Transformer: translation, image or classification (resumes --workdir)."
+#: The most logical CPU devices per core that ``--cpu-devices`` splits into
+#: (at least 8 in all).
+MAX_CPU_DEVICES_PER_CORE = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,12 +135,19 @@ def run(args: argparse.Namespace) -> int:
     check_paths(args, config="file", workdir="new run or export folder")
     # Logical CPU devices must be set before TensorFlow initialises.
     if args.cpu_devices is not None:
+        # Hundreds of replicas on a few cores (a core count mistaken for
+        # "how many cores to use" times ten) took all the memory and never
+        # finished an update.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        most = max(MAX_CPU_DEVICES_PER_CORE * cores, 8)
         check_numbers(
             args,
             {
                 "--cpu-devices": (
-                    lambda v: v >= 1,
-                    "a positive number of logical CPU devices",
+                    lambda v: 1 <= v <= most,
+                    f"from 1 to {most} logical CPU devices (this machine has "
+                    f"{cores} CPU cores; the devices try the mirrored code "
+                    "path and add no speed)",
                 )
             },
         )

@@ -75,15 +75,19 @@ def test_cpu_devices_make_the_default_strategy_mirrored():
         assert strategy_name(args) == expected, flags
 
 
-def test_cpu_devices_below_one_name_the_flag(tmp_path, capsys):
-    """It said "`count` must be a positive integer. Received: count=0"."""
+def test_cpu_devices_out_of_range_name_the_flag(tmp_path, capsys, monkeypatch):
+    """It said "`count` must be a positive integer. Received: count=0"; and
+    999 devices on 2 cores took all the memory and never finished an update."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     workdir = tmp_path / "run"
-    for value in ("0", "-2"):
+    for value in ("0", "-2", "9", "999"):
         argv = ["train", "--workdir", str(workdir), "--cpu-devices", value]
         assert cli.main(argv) == 2
         error = capsys.readouterr().err.strip()
         assert error.endswith(
-            f"--cpu-devices {value}: pass a positive number of logical CPU devices."
+            f"--cpu-devices {value}: pass from 1 to 8 logical CPU devices (this "
+            "machine has 2 CPU cores; the devices try the mirrored code path and "
+            "add no speed)."
         ), error
     assert not workdir.exists()
 
