@@ -39,6 +39,7 @@ from matplotlib.figure import Figure
 
 from keras_transformer.conventions import PAD_ID
 from keras_transformer.models.transformer import ATTENTION_KINDS, TransformerStack
+from keras_transformer.validation import check_positive_int
 
 #: The three kinds of attention, keys of `attention_maps`.
 KINDS = ATTENTION_KINDS
@@ -53,6 +54,11 @@ def _as_ids(name: str, ids: Any) -> np.ndarray:
     array = np.asarray(ids)
     if array.ndim == 1:
         array = array[None]
+    if array.size == 0:
+        raise ValueError(
+            f"`{name}` holds no token ids. Received: {name}.shape={array.shape}. "
+            "Pass at least one id per sequence (the tokenizer's ids, END last)."
+        )
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
         raise ValueError(
             f"`{name}` must be integer token ids of shape (batch, length) or "
@@ -226,6 +232,7 @@ def grid_shape(num_heads: int, columns: int | None = None) -> tuple[int, int]:
     """
     if num_heads < 1:
         raise ValueError(f"`num_heads` must be positive. Received: {num_heads}")
+    check_positive_int("columns", columns, allow_none=True)
     if columns is None:
         rows = max(1, math.isqrt(num_heads))
         columns = math.ceil(num_heads / rows)

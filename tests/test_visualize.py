@@ -75,6 +75,9 @@ def test_bad_inputs_raise(model):
         visualize.attention_maps(model, SOURCE, TARGET[:1])
     with pytest.raises(ValueError, match="source_ids"):
         visualize.attention_maps(model, np.zeros((1, 2, 3), "int32"), TARGET)
+    # An empty list became float64 and was told to be integer ids.
+    with pytest.raises(ValueError, match="`target_ids` holds no token ids"):
+        visualize.attention_maps(model, SOURCE, [[]])
 
 
 def test_plot_attention_and_image(maps):
@@ -167,6 +170,9 @@ def test_grid_shape():
     assert visualize.grid_shape(3, columns=10) == (1, 3)
     with pytest.raises(ValueError, match="num_heads"):
         visualize.grid_shape(0)
+    # columns=0 drew one column without a word.
+    with pytest.raises(ValueError, match="`columns` must be a positive integer"):
+        visualize.grid_shape(4, columns=0)
 
 
 def _heat_maps(figure):
