@@ -47,7 +47,12 @@ _NUMBERS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer complete``."""
     parser.add_argument("--workdir", required=True, help="The image run's folder.")
-    parser.add_argument("--output", required=True, help="The PNG file to write.")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="The image file to write: .png (other endings that Pillow writes, "
+        "such as .webp, work too).",
+    )
     for flag, kind, default, text in _OPTIONS:
         parser.add_argument(flag, type=kind, default=default, help=text)
     add_weights_without_fingerprint_argument(parser)
@@ -73,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
             args.workdir, args.output, num_images=args.images, **options
         )
     except (ValueError, FileNotFoundError) as e:
-        raise CommandError(in_flag_words(str(e), *names)) from e
+        message = in_flag_words(str(e), *names)
+        raise CommandError(message.replace("num_images=", "--images ")) from e
     images = f"{args.images} test image" + ("s" if args.images != 1 else "")
     samples = f"{args.samples} completion" + ("s" if args.samples != 1 else "")
     print(

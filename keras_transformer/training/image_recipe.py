@@ -362,6 +362,17 @@ def complete_run_images(
 
     check_positive_int("num_images", num_images)
     check_positive_int("samples", samples)
+    path = Path(output)
+    writers = Image.registered_extensions()
+    if (
+        path.suffix.lower() not in writers
+        or writers[path.suffix.lower()] not in Image.SAVE
+    ):
+        raise ValueError(
+            f"{output} does not end in an image file type that can be written: "
+            "pass a .png file (lossless; .webp, .jpg and the other endings that "
+            "Pillow writes work too)."
+        )
     folder, config = stored_run(workdir, num_images)
     if config.kind != "image":
         raise ValueError(
@@ -370,6 +381,11 @@ def complete_run_images(
         )
     model, _ = folder.load(weights)
     test = ImageRecipe().load_data(config).test
+    if len(test.images) < num_images:
+        raise ValueError(
+            f"The run's test split holds {len(test.images)} images, fewer than "
+            f"num_images={num_images}: pass at most {len(test.images)}."
+        )
     if given_rows is None:
         given_rows = config.model.image_shape[0] // 2
         block = config.model.generation_query_block
@@ -382,7 +398,6 @@ def complete_run_images(
     ]
     grid = completion_grid(test.images, completions, given_rows)
     grid = np.repeat(np.repeat(grid, scale, axis=0), scale, axis=1)
-    path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(grid).save(path)
     return path

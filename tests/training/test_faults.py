@@ -840,7 +840,8 @@ def test_a_run_of_another_kind_is_one_line_naming_it(
 def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsys):
     """`complete --samples 0` wrote a grid of given rows and originals, "0
     completions"; `--images 0` named the config's `train.test_samples`;
-    `--seed -1` failed in numpy; `--given-rows 99` named `given_rows`."""
+    `--seed -1` failed in numpy; `--given-rows 99` named `given_rows`;
+    `--images 99999` and `--output grid.txt`, below, were not refused."""
     from keras_transformer.training.image_recipe import complete_run_images
 
     output = tmp_path / "grid.png"
@@ -855,6 +856,18 @@ def test_complete_refuses_no_images_or_no_samples(trained_image, tmp_path, capsy
     # words: "Received: given_rows=99. Pass e.g. given_rows=2 ...".
     assert cli.main([*run, "--given-rows", "99"]) == 2
     _one_line_error(capsys, "Received: --given-rows 99. Pass e.g. --given-rows 2")
+    # More images than the test split holds: the grid held what there was,
+    # and the command said it held all that were asked for.
+    assert cli.main([*run, "--images", "99999"]) == 2
+    _one_line_error(capsys, "images, fewer than --images 99999: pass at most ")
+    # An ending that is no image type: Pillow's "unknown file extension: ",
+    # after the completions were drawn.
+    for name in ("grid.txt", "grid"):
+        path = tmp_path / name
+        argv = ["complete", "--workdir", str(trained_image), "--output", str(path)]
+        assert cli.main(argv) == 2
+        _one_line_error(capsys, f"{path} does not end in an image file type")
+        assert not path.exists()
     assert not output.exists()
     with pytest.raises(ValueError, match="`samples` must be a positive integer"):
         complete_run_images(trained_image, output, samples=0)
