@@ -111,9 +111,10 @@ def _multi_worker_strategy() -> tf.distribute.Strategy:
             '"task": {"type": "worker", "index": 0}} (see docs/training.md).'
         )
     try:
-        json.loads(config)
+        values = json.loads(config)
     except json.JSONDecodeError as e:
         raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {config!r}") from e
+    _check_tf_config(values)
     try:
         return tf.distribute.MultiWorkerMirroredStrategy()
     except RuntimeError as e:
@@ -121,6 +122,40 @@ def _multi_worker_strategy() -> tf.distribute.Strategy:
             f"{e}: create the multiworker strategy before anything else uses "
             "TensorFlow (make_strategy('multiworker') first thing in the program)."
         ) from e
+
+
+def _check_tf_config(values: Any) -> None:
+    """Refuses, in TF_CONFIG's own words, a cluster or task that TensorFlow
+    would refuse as ``cluster_spec``, ``task_type`` and ``task_id``."""
+    example = (
+        '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": '
+        '{"type": "worker", "index": 0}} (index 1 on the second worker)'
+    )
+    cluster = values.get("cluster") if isinstance(values, dict) else None
+    task = values.get("task") if isinstance(values, dict) else None
+    if not isinstance(cluster, dict) or not cluster or not isinstance(task, dict):
+        missing = "task for this worker" if cluster else "cluster"
+        raise ValueError(f"TF_CONFIG names no {missing}: it must be like {example}.")
+    for job, addresses in cluster.items():
+        if not isinstance(addresses, list) or not all(
+            isinstance(address, str) and ":" in address for address in addresses
+        ):
+            raise ValueError(
+                f"TF_CONFIG's cluster.{job} must be a list of 'host:port' "
+                f"addresses. Received: {addresses!r}"
+            )
+    kind, index = task.get("type"), task.get("index")
+    if kind not in cluster:
+        raise ValueError(
+            f"TF_CONFIG's task.type {kind!r} is none of the cluster's jobs "
+            f"({', '.join(map(repr, cluster))})."
+        )
+    count = len(cluster[kind])
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        raise ValueError(
+            f"TF_CONFIG's task.index {index!r} is not one of the {count} "
+            f"addresses of cluster.{kind}: pass an index from 0 to {count - 1}."
+        )
 
 
 def _resolver(strategy: tf.distribute.Strategy) -> Any:

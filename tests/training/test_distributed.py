@@ -153,6 +153,49 @@ def _run_two_workers(
     return processes, outputs
 
 
+@pytest.mark.parametrize(
+    ("tf_config", "message"),
+    [
+        (None, "which is not set. Set it on every worker"),
+        ("{bad", "TF_CONFIG is not valid JSON"),
+        ("[1]", "TF_CONFIG names no cluster: it must be like {"),
+        (
+            '{"cluster": {"worker": ["h:1"]}}',
+            "TF_CONFIG names no task for this worker: ",
+        ),
+        (
+            '{"cluster": {"worker": "h:1"}, "task": {"type": "worker", "index": 0}}',
+            "cluster.worker must be a list of 'host:port' addresses",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "chief", "index": 0}}',
+            "task.type 'chief' is none of the cluster's jobs ('worker')",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", '
+            '"index": 2}}',
+            "task.index 2 is not one of the 2 addresses of cluster.worker: pass "
+            "an index from 0 to 1.",
+        ),
+    ],
+)
+def test_a_bad_tf_config_is_refused_in_its_own_words(tf_config, message, monkeypatch):
+    """TensorFlow refused a cluster without a task or an index past the
+    workers as "When `cluster_spec` is given, you must also specify
+    `task_type` and `task_id`" and "The `task_id` 3 exceeds the maximum id of
+    worker"; they are now refused before the strategy is made, naming the
+    TF_CONFIG key."""
+    from keras_transformer.training.distribute import make_strategy
+
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(ValueError) as raised:
+        make_strategy("multiworker")
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
 def test_multi_worker_run_of_two_processes(tmp_path):
     """Two workers on localhost train 4 updates and end with the same weights.
 
