@@ -550,4 +550,10 @@ def test_command_line_export_and_translate(
     refused = ["export", "--workdir", str(run), "--output", str(tmp_path / "sm")]
     # The SavedModel takes float32 and int8 (test_export.py); not CTranslate2's int16.
     assert cli.main([*refused, "--quantization", "int16"]) != 0
-    assert "(--format savedmodel takes float32, int8)" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "(--format savedmodel takes float32, int8)" in error
+    # It named every format with quantizations: "applies to --format
+    # savedmodel or litert or ctranslate2".
+    assert "--quantization int16 applies to --format ctranslate2 (" in error
+    assert cli.main([*refused, "--quantization", "int4"]) != 0
+    assert "--quantization int4 is written by no format (" in capsys.readouterr().err

@@ -188,10 +188,10 @@ def export_run_as(
         )
     offered = export_format.quantizations
     if quantization is not None and quantization not in offered:
-        formats = [n for n in FORMATS if get_format(n).quantizations]
+        takers = [n for n in FORMATS if quantization in get_format(n).quantizations]
+        where = f"applies to --format {' or '.join(takers)}" if takers else None
         raise ValueError(
-            f"--quantization {quantization} applies to --format "
-            f"{' or '.join(formats)}"
+            f"--quantization {quantization} {where or 'is written by no format'}"
             + (f" (--format {name} takes {', '.join(offered)})" if offered else "")
             + "; change it or leave --quantization out."
         )
