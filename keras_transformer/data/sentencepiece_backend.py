@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import io
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
@@ -187,10 +188,13 @@ def learn_model(
         message = str(e)
         used = min(counter["sentences"], max_sentences or counter["sentences"])
         if "Vocabulary size too high" in message or "vocab_size" in message:
+            most = re.search(r"<= *(\d+)", message)
+            limit = f" to at most {most.group(1)}" if most else ""
             raise ValueError(
                 f"vocabulary_size={options['vocab_size']} is too large for "
-                f"{used} training sentences ({message}). "
-                "Lower vocabulary_size or train on more text."
+                f"{used} training sentences ({message}). Lower vocabulary_size"
+                f"{limit} (a run's data.vocabulary_size: --set "
+                "data.vocabulary_size=N) or train on more text."
             ) from e
         raise ValueError(f"SentencePiece training failed: {message}") from e
     return model.getvalue()

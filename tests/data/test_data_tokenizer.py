@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -192,8 +193,11 @@ def test_train_is_deterministic_and_validates(multi30k_val: TextPairs) -> None:
         SubwordTokenizer.train(texts, vocabulary_size=300).fingerprint
         == first.fingerprint
     )
-    with pytest.raises(ValueError, match="vocabulary_size=5000 is too large"):
+    with pytest.raises(ValueError, match="vocabulary_size=5000 is too large") as e:
         SubwordTokenizer.train(texts[:20], vocabulary_size=5000)
+    # How far to lower it (SentencePiece's bound), and the setting of a run.
+    most = re.search(r"<= *(\d+)", str(e.value)).group(1)
+    assert f"Lower vocabulary_size to at most {most} (a run's data." in str(e.value)
     with pytest.raises(ValueError, match="model_type='word'.*'unigram', 'bpe'"):
         SubwordTokenizer.train(texts, 300, model_type="word")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no non-empty sentence"):
