@@ -339,7 +339,7 @@ def test_bad_settings_are_one_line_each(
 
 
 def test_a_translator_names_an_export_of_another_kind(
-    exports: dict[str, Path], image_run: Path
+    exports: dict[str, Path], image_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`Translator.load` of an image export said "config.json is missing",
     as if it were a broken run (an image export holds no tokenizer/, so it
@@ -353,6 +353,14 @@ def test_a_translator_names_an_export_of_another_kind(
             Translator.load(exports[kind])
     with pytest.raises(ValueError, match=re.escape("a run of kind 'image'")):
         Translator.load(image_run)
+    # evaluate asked for --source and --reference, then was refused by them.
+    for kind in ("image", "classification"):
+        assert cli.main(["evaluate", "--workdir", str(exports[kind])]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"is {'an' if kind == 'image' else 'a'} {kind} export: evaluate" in line
+    # Image runs take no decoding flags (it said "a image run's").
+    assert cli.main(["evaluate", "--workdir", str(image_run), "--beam-size", "2"]) == 2
+    assert "--beam-size: an image run's evaluation" in capsys.readouterr().err
     # --format ctranslate2 of an image run: "an image run" (was "a image").
     with pytest.raises(
         ValueError, match=f"{re.escape(str(image_run))} is an image run"

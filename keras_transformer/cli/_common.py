@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "PATH_KINDS",
     "CommandError",
+    "DECODE_BATCH_SIZE",
     "in_flag_words",
     "add_model_arguments",
     "add_search_arguments",
@@ -382,6 +383,10 @@ class GivenSetting(argparse.Action):
         namespace.given_settings = given | {self.dest}
 
 
+#: ``--batch-size``'s default: sentences decoded together.
+DECODE_BATCH_SIZE = 32
+
+
 def add_search_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -471,7 +476,10 @@ def add_search_arguments(
     )
     if batch_size:
         group.add_argument(
-            "--batch-size", type=int, default=32, help="Sentences decoded together."
+            "--batch-size",
+            type=int,
+            default=DECODE_BATCH_SIZE,
+            help="Sentences decoded together.",
         )
 
 

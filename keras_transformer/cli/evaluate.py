@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.cli._common import (
+    DECODE_BATCH_SIZE,
     SEARCH_NUMBERS,
     CommandError,
     add_translator_arguments,
     check_translator_arguments,
     load_search_translator,
+    search_settings,
     translating,
     warn,
 )
@@ -310,10 +312,42 @@ def _save(output: _Output, write: Callable[[Path], None]) -> bool:
     return True
 
 
+#: evaluate's flags that only the translation of a test set reads.
+_TRANSLATION_FLAGS = (
+    "seed",
+    "source",
+    "reference",
+    "task",
+    "split",
+    "source_language",
+    "target_language",
+    "hypotheses",
+    "log_dir",
+    "step",
+)
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
 def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
     """The test score of a run its kind's recipe evaluates (the accuracy of
-    a classification run, the bits/dim of an image run)."""
+    a classification run, the bits/dim of an image run); the translation
+    flags are refused (they were ignored)."""
     from keras_transformer.training.recipes import evaluate_run
+
+    given = [*search_settings(args)] + [
+        name for name in _TRANSLATION_FLAGS if getattr(args, name) is not None
+    ]
+    given += ["batch_size"] if args.batch_size != DECODE_BATCH_SIZE else []
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise CommandError(
+            f"{flags}: {_a(kind)} run's evaluation translates nothing (it scores "
+            "the run's own test split); leave "
+            f"{'it' if len(given) == 1 else 'them'} out."
+        )
 
     result = evaluate_run(
         args.workdir,
@@ -349,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
             "each source. Leave --n-best out (translate --n-best prints the "
             "hypotheses)."
         )
-    from keras_transformer.runs import RunFolder, is_run_dir
+    from keras_transformer.runs import EXPORT_INFO_FILE, RunFolder, is_run_dir, run_kind
 
     if is_run_dir(args.workdir):
         from keras_transformer.training.kinds import recipe_for
@@ -357,6 +391,15 @@ def run(args: argparse.Namespace) -> int:
         kind = RunFolder(args.workdir).kind()
         if recipe_for(kind).evaluates_stored_runs:
             return _evaluate_stored_run(args, kind)
+    elif (Path(args.workdir) / EXPORT_INFO_FILE).is_file():
+        kind = run_kind(args.workdir)
+        if kind != "translation":
+            # It was asked for --source and --reference, then refused by them.
+            raise CommandError(
+                f"--workdir {args.workdir} is {_a(kind)} export: evaluate scores "
+                f"{_a(kind)} run's test split from the run's folder (train "
+                "--workdir), and the translations of translation runs and exports."
+            )
     from keras_transformer.translation import log_scores, write_lines
 
     workdir = Path(args.workdir)

@@ -212,6 +212,23 @@ def test_evaluate_reports_the_accuracy_of_a_classification_run(tmp_path, capsys)
     )
     assert status == 0
     assert capsys.readouterr().out.startswith("accuracy ")
+    # The flags of a translation's evaluation were ignored; now refused.
+    argv = ["evaluate", "--workdir", str(tmp_path / "run"), "--no-progress"]
+    for flags, named in (
+        (["--beam-size", "2"], "--beam-size"),
+        (
+            ["--sample", "--seed", "3", "--batch-size", "8"],
+            "--method, --seed, --batch-size",
+        ),
+        (["--source", str(reviews / "test.tsv")], "--source"),
+    ):
+        assert cli.main([*argv, *flags]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith(
+            f"error: {named}: a classification run's evaluation translates "
+            "nothing (it scores the run's own test split); leave "
+            f"{'it' if ',' not in named else 'them'} out."
+        ), line
 
 
 def test_the_image_config_round_trips_in_the_papers_order():
