@@ -28,16 +28,19 @@ __all__ = [
 TRAINING_BYTES_PER_PARAMETER = 16
 
 
-def planned_updates(train: Any) -> int | None:
-    """The run's optimizer updates as far as its `TrainingConfig` tells them
-    (as training counts them): `train_steps`, else `epochs` (1 if unset)
-    times `steps_per_epoch`; None when the update count of an epoch is
-    learned from the data."""
-    if train.train_steps is not None:
+def planned_updates(config: Any, updates_per_epoch: int | None = None) -> int | None:
+    """The run's optimizer updates: `train.train_steps`, else `train.epochs`
+    times the updates of an epoch (`updates_per_epoch`, or
+    `train.steps_per_epoch`), else the kind's default length
+    (`Recipe.default_updates`); None while the updates of an epoch are not
+    known (learned from the data)."""
+    train = config.train
+    per_epoch = updates_per_epoch or train.steps_per_epoch
+    if train.train_steps is not None or per_epoch is None:
         return train.train_steps
-    if train.steps_per_epoch is None:
-        return None
-    return (train.epochs or 1) * train.steps_per_epoch
+    if train.epochs is not None:
+        return train.epochs * per_epoch
+    return recipe_for(config).default_updates(config, per_epoch)
 
 
 def check_warmup(config: Any, total_steps: int) -> None:
@@ -126,7 +129,7 @@ def check_before_training(config: Any) -> None:
         ValueError: one line naming the settings and what to change.
     """
     recipe = recipe_for(config)
-    total = planned_updates(config.train)
+    total = planned_updates(config)
     if total is not None:
         recipe.check_schedule(config, total)
     memory = physical_memory()

@@ -40,7 +40,7 @@ from keras_transformer.training.callbacks import (
     write_skipped_pairs,
 )
 from keras_transformer.training.checkpoints import ConfigMismatchError
-from keras_transformer.training.checks import check_before_training
+from keras_transformer.training.checks import check_before_training, planned_updates
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.distribute import is_chief, make_strategy, worker_index
 from keras_transformer.training.kinds import recipe_for
@@ -319,7 +319,7 @@ def _steps(
     per_epoch = train_config.steps_per_epoch
     if per_epoch is None:
         per_epoch = recipe.updates_per_epoch(config, data, tokenizer)
-    total = train_config.train_steps or (train_config.epochs or 1) * per_epoch
+    total = planned_updates(config, per_epoch)
     recipe.check_schedule(config, total)
     return total, min(per_epoch, total)
 

@@ -174,6 +174,11 @@ class Recipe:
     def check_schedule(self, config: Any, total_steps: int) -> None:
         """Refuses a learning-rate schedule that does not fit the run's length."""
 
+    def default_updates(self, config: Any, updates_per_epoch: int) -> int:
+        """The run's updates when its config sets neither `train.train_steps`
+        nor `train.epochs`: one epoch."""
+        return updates_per_epoch
+
     def build_model(self, config: Any, dtype: str | None) -> keras.Model:
         raise NotImplementedError
 

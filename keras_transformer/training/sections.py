@@ -325,7 +325,8 @@ class TrainingConfig:
 
     Attributes:
         train_steps: optimizer updates in the whole run. Exactly one of
-            `train_steps` and `epochs` may be set; with neither, one epoch.
+            `train_steps` and `epochs` may be set; with neither, one epoch
+            (a translation run: at least twice its warm-up of Eq. 7).
         epochs: length of the run in epochs of `steps_per_epoch` updates.
         steps_per_epoch: optimizer updates per epoch (``None``: one pass over
             the training pairs). Every epoch ends with a checkpoint; every

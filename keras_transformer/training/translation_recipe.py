@@ -74,6 +74,13 @@ class TranslationRecipe(Recipe):
         end at its peak."""
         check_warmup(config, total_steps)
 
+    def default_updates(self, config: TrainConfig, updates_per_epoch: int) -> int:
+        """One epoch, or the warm-up of Eq. 7 twice over when that is longer,
+        so that the learning rate decays for as long as it rose (§5.3; one
+        epoch of the dates or Multi30k is shorter than the paper's 4,000
+        warm-up steps, which `check_schedule` refuses)."""
+        return max(updates_per_epoch, 2 * config.model.optimizer.warmup_steps)
+
     def model_parts(self, config: TrainConfig) -> list[tuple[str, int, str]]:
         return text_model_parts(config, decoder=True)
 

@@ -738,3 +738,27 @@ def test_data_file_paths_are_stored_absolute(tmp_path, monkeypatch):
     loaded = TrainConfig.load(tmp_path / "config.json")
     assert loaded.data.train_source == str(tmp_path / "pairs.tsv")
     assert config_differences(config, loaded) == {}
+
+
+def test_a_run_without_a_length_trains_at_least_twice_its_warmup():
+    """With neither `train.train_steps` nor `train.epochs` a run trained one
+    epoch: the defaults (`train --workdir RUN`: the dates, 116 updates an
+    epoch) were refused against the paper's 4,000 warm-up steps. A
+    translation run now trains one epoch or its warm-up twice over, whichever
+    is longer; the other kinds (no Eq. 7) one epoch."""
+    from keras_transformer.training.checks import check_before_training, planned_updates
+
+    config = TrainConfig.from_dict({})
+    assert config.model.optimizer.warmup_steps == 4000
+    assert planned_updates(config) is None  # an epoch's updates: from the data
+    assert planned_updates(config, 116) == 8000
+    assert planned_updates(config, 9000) == 9000
+    per_epoch = apply_overrides(config, ["train.steps_per_epoch=116"])
+    assert planned_updates(per_epoch) == 8000
+    check_before_training(per_epoch)  # was refused: "(116 updates)"
+    one_epoch = apply_overrides(per_epoch, ["train.epochs=1"])
+    with pytest.raises(ValueError, match=r"longer than the run \(116 updates\)"):
+        check_before_training(one_epoch)
+    assert planned_updates(apply_overrides(config, ["train.train_steps=50"]), 9) == 50
+    classifier = TrainConfig.from_dict({"kind": "classification"})
+    assert planned_updates(classifier, 116) == 116 * (classifier.train.epochs or 1)
