@@ -187,6 +187,14 @@ def learn_model(
             ) from e
         message = str(e)
         used = min(counter["sentences"], max_sentences or counter["sentences"])
+        needed = re.search(r"smaller than required_chars\. *\d+ vs (\d+)", message)
+        if needed:
+            raise ValueError(
+                f"vocabulary_size={options['vocab_size']} is too small for the "
+                f"characters of the training text ({message}). Raise "
+                f"vocabulary_size to at least {needed.group(1)} (a run's "
+                "data.vocabulary_size: --set data.vocabulary_size=N)."
+            ) from e
         if "Vocabulary size too high" in message or "vocab_size" in message:
             most = re.search(r"<= *(\d+)", message)
             limit = f" to at most {most.group(1)}" if most else ""

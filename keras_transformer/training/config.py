@@ -317,8 +317,9 @@ class TrainConfig:
                 )
         if not recipe.reads_data_section and "data" in values:
             raise ValueError(
-                f"A {kind} run (kind={kind!r}) reads its data from the `{kind}` "
-                f"section ({kind}.batch_size, ...); remove `data`."
+                f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} run (kind={kind!r}) "
+                f"reads its data from the `{kind}` section ({kind}.batch_size, "
+                "...); remove `data` (which --task and --set data.* write)."
             )
         model_values = values.get("model", recipe.default_model)
         data = section_from_mapping(DataConfig, "data", values.get("data", {}), kind)

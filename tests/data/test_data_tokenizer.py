@@ -198,6 +198,11 @@ def test_train_is_deterministic_and_validates(multi30k_val: TextPairs) -> None:
     # How far to lower it (SentencePiece's bound), and the setting of a run.
     most = re.search(r"<= *(\d+)", str(e.value)).group(1)
     assert f"Lower vocabulary_size to at most {most} (a run's data." in str(e.value)
+    # Fewer pieces than the text has characters was "too large ... Lower".
+    with pytest.raises(ValueError, match="vocabulary_size=10 is too small") as e:
+        SubwordTokenizer.train(texts, vocabulary_size=10)
+    least = int(re.search(r"Raise vocabulary_size to at least (\d+) ", str(e.value))[1])
+    assert SubwordTokenizer.train(texts, vocabulary_size=least).vocabulary_size == least
     with pytest.raises(ValueError, match="model_type='word'.*'unigram', 'bpe'"):
         SubwordTokenizer.train(texts, 300, model_type="word")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no non-empty sentence"):
