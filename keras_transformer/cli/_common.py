@@ -44,6 +44,7 @@ __all__ = [
     "warn",
     "typed_lines",
     "until_ctrl_c",
+    "with_article",
 ]
 
 
@@ -232,10 +233,7 @@ def check_run_kind(
     found = folder.kind()
     if found == kind:
         return
-
-    def a(noun: str) -> str:
-        return ("an " if noun[0] in "aeiou" else "a ") + noun
-
+    a = with_article
     from keras_transformer.training.kinds import recipe_for
 
     use = recipe_for(found).output_commands
@@ -244,6 +242,11 @@ def check_run_kind(
         f"config.json), but {command} needs {a(kind)} run: pass {a(kind)} "
         f"run's folder ({a(found)} run: {use})."
     )
+
+
+def with_article(noun: str) -> str:
+    """``a classification``, ``an image``."""
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
 
 
 def check_weights(args: argparse.Namespace) -> None:

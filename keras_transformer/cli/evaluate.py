@@ -22,6 +22,7 @@ from keras_transformer.cli._common import (
     search_settings,
     translating,
     warn,
+    with_article,
 )
 from keras_transformer.cli._record import (
     add_record_arguments,
@@ -327,10 +328,6 @@ _TRANSLATION_FLAGS = (
 )
 
 
-def _a(noun: str) -> str:
-    return ("an " if noun[0] in "aeiou" else "a ") + noun
-
-
 def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
     """The test score of a run its kind's recipe evaluates (the accuracy of
     a classification run, the bits/dim of an image run); the translation
@@ -344,8 +341,8 @@ def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise CommandError(
-            f"{flags}: {_a(kind)} run's evaluation translates nothing (it scores "
-            "the run's own test split); leave "
+            f"{flags}: {with_article(kind)} run's evaluation translates nothing "
+            "(it scores the run's own test split); leave "
             f"{'it' if len(given) == 1 else 'them'} out."
         )
 
@@ -396,9 +393,10 @@ def run(args: argparse.Namespace) -> int:
         if kind != "translation":
             # It was asked for --source and --reference, then refused by them.
             raise CommandError(
-                f"--workdir {args.workdir} is {_a(kind)} export: evaluate scores "
-                f"{_a(kind)} run's test split from the run's folder (train "
-                "--workdir), and the translations of translation runs and exports."
+                f"--workdir {args.workdir} is {with_article(kind)} export: "
+                f"evaluate scores {with_article(kind)} run's test split from the "
+                "run's folder (train --workdir), and the translations of "
+                "translation runs and exports."
             )
     from keras_transformer.translation import log_scores, write_lines
 
