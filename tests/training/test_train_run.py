@@ -483,6 +483,7 @@ def test_a_warmup_longer_than_the_run_is_refused_before_training(tmp_path, capsy
     # same check then comes once the data is read.
     by_epochs = small_config(
         "train.train_steps=null",
+        "train.epochs=1",
         "train.steps_per_epoch=null",
         "model.optimizer.warmup_steps=300",
     )
