@@ -362,6 +362,8 @@ class RunFolder:
                 )
                 raise FileNotFoundError(f"{path} does not exist: {how}.")
             self._load_weights_file(model, path, expected)
+            if weights == "average":
+                self._warn_of_an_older_average()
         elif str(weights).endswith(".weights.h5"):
             self._load_weights_file(model, Path(weights), expected)
         else:
@@ -381,6 +383,22 @@ class RunFolder:
                     "last, best, average or a .weights.h5 file."
                 )
             restore_checkpoint(model, prefix, expected, config)
+
+    def _warn_of_an_older_average(self) -> None:
+        """A warning when the run has trained on since its average was
+        written: the average is of the checkpoints of then (§6.1's "last 5
+        checkpoints" are no longer the last)."""
+        averaged, last = self.weights_step("average"), self.weights_step("last")
+        if 0 < averaged < last:
+            logger.warning(
+                "%s averages checkpoints up to step %d, but the run has trained "
+                "to step %d since: run `keras-transformer average-checkpoints "
+                "--workdir %s` again to average the newest.",
+                self.averaged_weights,
+                averaged,
+                last,
+                self.path,
+            )
 
     def _warn_of_changed_model_settings(self) -> None:
         """One warning (per process) when ``config.json``'s model settings

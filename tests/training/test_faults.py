@@ -377,13 +377,15 @@ def test_checkpoints_removed_while_averaging_are_replaced_by_the_newest(
         average_checkpoints(run, last=2, output=tmp_path / "avg2.weights.h5")
 
 
-def test_average_checkpoints_averages_every_kind(kind_run, capsys):
+def test_average_checkpoints_averages_every_kind(kind_run, capsys, caplog):
     # The same command for translation, classification and image runs: the
     # run's own model, each weight the mean of the last checkpoints' values.
     kind, run = kind_run
     assert cli.main(["average-checkpoints", "--workdir", str(run), "--last", "2"]) == 0
     assert "averaged.weights.h5" in capsys.readouterr().out
-    model, _ = RunFolder(run).load(weights="average")
+    with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+        model, _ = RunFolder(run).load(weights="average")
+    assert "average-checkpoints" not in caplog.text  # of the newest checkpoints
     second, third = _weights_of(run, "ckpt-6"), _weights_of(run, "ckpt-9")
     averaged = model.get_weights()
     assert len(averaged) == len(second) == len(third)
@@ -391,6 +393,19 @@ def test_average_checkpoints_averages_every_kind(kind_run, capsys):
         np.testing.assert_allclose(value, (a + b) / 2, rtol=1e-6, atol=1e-7)
     info = json.loads((run / "averaged.json").read_text())
     assert info["steps"] == [6, 9], kind
+    # An average written before the run trained on was loaded without a word.
+    record = run / "averaged.json"
+    older = {**info, "checkpoints": ["ckpt-3", "ckpt-6"], "steps": [3, 6]}
+    record.write_text(json.dumps(older))
+    try:
+        with caplog.at_level(logging.WARNING, logger="keras_transformer"):
+            RunFolder(run).load(weights="average")
+    finally:
+        record.write_text(json.dumps(info))
+    assert (
+        "averages checkpoints up to step 6, but the run has trained to step 9 "
+        "since: run `keras-transformer average-checkpoints --workdir"
+    ) in caplog.text
 
 
 @pytest.mark.parametrize(
