@@ -214,6 +214,16 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
         changes = config_differences(stored, config) if stored else {}
         resumable = RESUMABLE_CHANGES | recipe_for(config).resumable_changes
         blocking = {k: v for k, v in changes.items() if k not in resumable}
+        precision = changes.get("train.precision")
+        if resumed and precision and "mixed_float16" in precision:
+            raise ConfigMismatchError(
+                f"train.precision {precision[0]!r} -> {precision[1]!r} cannot "
+                f"continue the run in {directory}, even with --force: "
+                "mixed_float16 trains with a loss-scale optimizer, whose state "
+                "the other precisions' checkpoints lack (and the reverse). Keep "
+                f"train.precision={precision[0]!r}, or start a new run in another "
+                "--workdir."
+            )
         if blocking and resumed and not force:
             lines = "\n".join(
                 f"  {key}: {old!r} -> {new!r}" for key, (old, new) in blocking.items()

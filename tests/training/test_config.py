@@ -280,6 +280,21 @@ def test_restart_with_a_changed_config_is_refused(tmp_path):
     # --force accepts it and records the new config.
     assert prepare_run_config(changed, tmp_path, force=True) is True
     assert TrainConfig.load(tmp_path / "config.json") == changed
+    # Into or out of mixed_float16 (a loss-scale optimizer of other state)
+    # --force failed at the restore with TensorFlow's "RestoreV2 ... tensor_name
+    # = optimizer/..."; it is refused first, with or without --force.
+    # float32 <-> mixed_bfloat16 (no loss scale) resumes with --force.
+    for precision in ("mixed_float16", "mixed_bfloat16"):
+        other = small_config("train.train_steps=12", "model.dropout=0.3",
+                             f"train.precision={precision}")  # fmt: skip
+        if precision == "mixed_bfloat16":
+            assert prepare_run_config(other, tmp_path, force=True) is True
+            prepare_run_config(changed, tmp_path, force=True)
+            continue
+        for force in (False, True):
+            with pytest.raises(ConfigMismatchError, match="even with --force"):
+                prepare_run_config(other, tmp_path, force=force)
+        assert TrainConfig.load(tmp_path / "config.json") == changed
 
 
 # ------------------------------------------------ one owner per setting
