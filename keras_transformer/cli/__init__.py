@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keras-transformer",
         description="The Transformer of 'Attention Is All You Need' for Keras 3.",
     )
+    from keras_transformer import __version__
+
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for entry in COMMANDS.values():

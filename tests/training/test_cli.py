@@ -540,6 +540,13 @@ def test_help_and_argument_errors_answer_without_tensorflow():
     assert "invalid choice: 'nope'" in wrong.stderr
     _assert_no_tensorflow_logs(wrong.stdout + wrong.stderr)
 
+    # --version was "the following arguments are required: COMMAND".
+    from keras_transformer import __version__
+
+    version = _run_cli("--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"keras-transformer {__version__}"
+
 
 def test_building_the_parser_imports_neither_tensorflow_nor_keras():
     code = (
