@@ -300,7 +300,7 @@ def test_bad_settings_are_one_line_each(
         # A setting the kind does not take.
         (classification_run, ["--beam-size", "2"], "classification export takes no"),
         (classification_run, ["--given-rows", "2"], "given_rows (--given-rows)"),
-        (image_run, ["--method", "greedy"], "image export takes no method"),
+        (image_run, ["--method", "greedy"], "error: An image export takes no method"),
         # The registry passes no quantization unless given; these kinds take none.
         (classification_run, ["--quantization", "float32"], "takes no quantization"),
         (image_run, ["--quantization", "int8"], "takes no quantization"),

@@ -353,7 +353,9 @@ def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
         max_examples=args.max_sentences,
     )
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
-    write_result_record(args, result.to_dict(), f"the test scores of a {kind} run")
+    write_result_record(
+        args, result.to_dict(), f"the test scores of {with_article(kind)} run"
+    )
     return 0
 
 
