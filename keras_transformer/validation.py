@@ -39,6 +39,7 @@ __all__ = [
     "check_rate",
     "check_sentence",
     "check_string",
+    "with_article",
 ]
 
 
@@ -257,6 +258,11 @@ def close_name_hint(unknown: Sequence[str], known: Iterable[str]) -> str:
     if len(unknown) == 1:
         return f" Did you mean {pairs[0][1]!r}?"
     return " Did you mean " + ", ".join(f"{m!r} for {n!r}" for n, m in pairs) + "?"
+
+
+def with_article(noun: str) -> str:
+    """``a classification``, ``an image``: a kind's name in a message."""
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
 
 
 def check_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:

@@ -44,7 +44,6 @@ __all__ = [
     "warn",
     "typed_lines",
     "until_ctrl_c",
-    "with_article",
 ]
 
 
@@ -52,13 +51,14 @@ class CommandError(Exception):
     """A user error: printed without a traceback, exit status 2."""
 
 
-def in_flag_words(message: str, *names: str) -> str:
+def in_flag_words(message: str, *names: str, **flags: str) -> str:
     """`message` with the settings `names` named by their flags:
     ``given_rows=99`` as ``--given-rows 99``, `given_rows` as
     `--given-rows` (the Python API's words are not the command's), unless
-    it names the flag already."""
-    for name in names:
-        flag = "--" + name.replace("_", "-")
+    it names the flag already. `flags` name the settings whose flag is not
+    their name (``num_images="--images"``)."""
+    named = {name: "--" + name.replace("_", "-") for name in names} | flags
+    for name, flag in named.items():
         if flag in message:
             continue
         message = re.sub(
@@ -233,8 +233,8 @@ def check_run_kind(
     found = folder.kind()
     if found == kind:
         return
-    a = with_article
     from keras_transformer.training.kinds import recipe_for
+    from keras_transformer.validation import with_article as a
 
     use = recipe_for(found).output_commands
     raise CommandError(
@@ -242,11 +242,6 @@ def check_run_kind(
         f"config.json), but {command} needs {a(kind)} run: pass {a(kind)} "
         f"run's folder ({a(found)} run: {use})."
     )
-
-
-def with_article(noun: str) -> str:
-    """``a classification``, ``an image``."""
-    return ("an " if noun[0] in "aeiou" else "a ") + noun
 
 
 def check_weights(args: argparse.Namespace) -> None:

@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             args.workdir, args.output, num_images=args.images, **options
         )
     except (ValueError, FileNotFoundError) as e:
-        message = in_flag_words(str(e), *names)
-        raise CommandError(message.replace("num_images=", "--images ")) from e
+        message = in_flag_words(str(e), *names, num_images="--images")
+        raise CommandError(message) from e
     images = f"{args.images} test image" + ("s" if args.images != 1 else "")
     samples = f"{args.samples} completion" + ("s" if args.samples != 1 else "")
     print(

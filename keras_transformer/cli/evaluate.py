@@ -22,7 +22,6 @@ from keras_transformer.cli._common import (
     search_settings,
     translating,
     warn,
-    with_article,
 )
 from keras_transformer.cli._record import (
     add_record_arguments,
@@ -30,6 +29,7 @@ from keras_transformer.cli._record import (
     write_result_record,
 )
 from keras_transformer.conventions import TASK_NAMES
+from keras_transformer.validation import with_article
 
 NAME = "evaluate"
 HELP = "Translate a test set (beam search, §6.1); print and log sacreBLEU and chrF."

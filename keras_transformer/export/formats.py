@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from keras_transformer.export.target import ExportFormat
+from keras_transformer.validation import with_article
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -175,7 +176,7 @@ def export_run_as(
         )
         raise ValueError(
             f"--format {name} exports {' and '.join(export_format.kinds)} runs; "
-            f"{workdir} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
+            f"{workdir} is {with_article(kind)} "
             f"{'run' if is_run_dir(workdir) else 'export'}.{other}"
         )
     takes = export_format.settings

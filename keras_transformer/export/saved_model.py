@@ -637,7 +637,7 @@ def export_run(
         flags = ", ".join(f"{n} (--{n.replace('_', '-')})" for n in refused)
         offered = ", ".join(takes) if takes else "no settings"
         raise ValueError(
-            f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} export takes no "
+            f"{validation.with_article(kind).capitalize()} export takes no "
             f"{flags}; it takes {offered}. Leave "
             f"{'it' if len(refused) == 1 else 'them'} out."
         )

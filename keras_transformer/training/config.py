@@ -52,6 +52,7 @@ from keras_transformer.validation import (
     check_known_names,
     close_name_hint,
     closest_name,
+    with_article,
 )
 
 __all__ = [
@@ -317,7 +318,7 @@ class TrainConfig:
                 )
         if not recipe.reads_data_section and "data" in values:
             raise ValueError(
-                f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} run (kind={kind!r}) "
+                f"{with_article(kind).capitalize()} run (kind={kind!r}) "
                 f"reads its data from the `{kind}` section ({kind}.batch_size, "
                 "...); remove `data` (which --task and --set data.* write)."
             )

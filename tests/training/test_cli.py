@@ -930,6 +930,33 @@ class _Terminal:
             self.errors += captured.err
 
 
+def _typed(
+    argv: list[str], typed: list[bytes], monkeypatch: pytest.MonkeyPatch, capsys
+) -> tuple[list[list[str]], list[str]]:
+    """The command run with `typed` entered at a terminal (exit 0): the lines
+    it printed after each typed line, and its warnings."""
+    terminal = _Terminal(typed, capsys)
+    monkeypatch.setattr("sys.stdin", terminal)
+    assert cli.main(argv) == 0
+    err = terminal.errors + capsys.readouterr().err
+    return [out.splitlines() for out in terminal.printed], _warnings(err)
+
+
+def _typed_into(
+    output: Path,
+    argv: list[str],
+    typed: list[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+) -> list[str]:
+    """The lines of `output` after the command, with ``--output`` `output`,
+    ran with `typed` entered at a terminal (exit 0)."""
+    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
+    assert cli.main([*argv, "--output", str(output)]) == 0
+    capsys.readouterr()
+    return output.read_text(encoding="utf-8").splitlines()
+
+
 def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
     trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -944,24 +971,20 @@ def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
         assert cli.main([*argv, "--n-best", "2", "--input", str(source)]) == 0
         expected.append(capsys.readouterr().out.splitlines())
     typed = [f"{sentences[0]}\r\n".encode(), b"\xff bad\n", sentences[1].encode()]
-    terminal = _Terminal(typed, capsys)
-    monkeypatch.setattr("sys.stdin", terminal)
-    assert cli.main([*argv, "--n-best", "2"]) == 0
-    err = terminal.errors + capsys.readouterr().err
+    printed, warnings = _typed([*argv, "--n-best", "2"], typed, monkeypatch, capsys)
     # Line 3's n-best indices are its own (2), as in a file of three lines.
     third = [line.replace("0 |||", "2 |||", 1) for line in expected[1]]
-    assert [out.splitlines() for out in terminal.printed] == [expected[0], [], third]
-    assert _warnings(err) == [
+    assert printed == [expected[0], [], third]
+    assert warnings == [
         "keras-transformer translate: type a sentence and press Enter to "
         "translate it; Ctrl-D (or Ctrl-C) ends.",
         "keras-transformer translate: warning: line 2 is not valid UTF-8: skipped.",
     ]
     # With --output the translations are written there, a line per typed line.
     output = tmp_path / "typed.txt"
-    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
-    assert cli.main([*argv, "--output", str(output)]) == 0
     best = [lines[0].split(" ||| ")[1] for lines in expected]
-    assert output.read_text(encoding="utf-8").splitlines() == [best[0], "", best[1]]
+    written = _typed_into(output, argv, typed, monkeypatch, capsys)
+    assert written == [best[0], "", best[1]]
 
     # Ctrl-C ends the typing as Ctrl-D does: exit 0, the lines translated
     # so far written (it said "Stopped by SIGINT ... Run the same command
@@ -1010,13 +1033,9 @@ def test_score_at_a_terminal_answers_each_pair_as_it_is_typed(
     expected = capsys.readouterr().out.splitlines()
     assert len(expected) == 2 and all("\t" in line for line in expected)
     typed = [f"{pairs[0]}\r\n".encode(), b"no tab\n", b"\xff\tx\n", pairs[1].encode()]
-    terminal = _Terminal(typed, capsys)
-    monkeypatch.setattr("sys.stdin", terminal)
-    assert cli.main(argv) == 0
-    err = terminal.errors + capsys.readouterr().err
-    printed = [out.splitlines() for out in terminal.printed]
+    printed, warnings = _typed(argv, typed, monkeypatch, capsys)
     assert printed == [expected[:1], [], [], expected[1:]]
-    assert _warnings(err) == [
+    assert warnings == [
         "keras-transformer score: type 'source<TAB>target' and press Enter to "
         "score the pair; Ctrl-D (or Ctrl-C) ends.",
         "keras-transformer score: warning: line 2 has no tab: type "
@@ -1024,10 +1043,7 @@ def test_score_at_a_terminal_answers_each_pair_as_it_is_typed(
         "keras-transformer score: warning: line 3 is not valid UTF-8: skipped.",
     ]
     # With --output the scores are written there, a line per typed line.
-    output = tmp_path / "scores.txt"
-    monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
-    assert cli.main([*argv, "--output", str(output)]) == 0
-    written = output.read_text(encoding="utf-8").splitlines()
+    written = _typed_into(tmp_path / "scores.txt", argv, typed, monkeypatch, capsys)
     assert written == [expected[0], "", "", expected[1]]
     # --target without --source is refused, not taken for typing.
     monkeypatch.setattr("sys.stdin", _Terminal(typed, capsys))
