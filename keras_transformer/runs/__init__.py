@@ -13,6 +13,7 @@ averaged.weights.h5   the average of the last checkpoints (§6.1, + averaged.jso
 logs/                 TensorBoard logs
 translations/         hypotheses written by ``keras-transformer evaluate``
 result.json           the final scores
+data.json             the run's data files' fingerprints (task "files")
 writer.lock           the one writer's lock (`keras_transformer.files.FolderLock`)
 ```
 

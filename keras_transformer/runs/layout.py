@@ -26,6 +26,7 @@ __all__ = [
     "CHECKPOINT_METADATA",
     "CHECKPOINT_STATE",
     "CONFIG_FILE",
+    "DATA_RECORD",
     "DAMAGED_SUFFIX",
     "EXPORT_INFO_FILE",
     "EXPORT_MODEL_FILE",
@@ -54,6 +55,8 @@ AVERAGED_INFO = "averaged.json"
 LOG_DIR = "logs"
 TRANSLATIONS_DIR = "translations"
 RESULT_FILE = "result.json"
+#: The fingerprints of the data files a run trains on (`training.data_record`).
+DATA_RECORD = "data.json"
 #: The folders of the other workers of a multi-worker run (``worker_<i>/``).
 WORKERS_DIR = "workers"
 #: The Keras model and settings next to an exported SavedModel.
@@ -71,6 +74,7 @@ RUN_ENTRIES = (
     AVERAGED_INFO,
     LOG_DIR,
     RESULT_FILE,
+    DATA_RECORD,
     LOCK_FILE,
     WORKERS_DIR,
 )

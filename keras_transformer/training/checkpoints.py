@@ -83,6 +83,7 @@ from keras_transformer.training.config import (
     TrainConfig,
     config_differences,
 )
+from keras_transformer.training.data_record import check_data_files
 from keras_transformer.training.kinds import recipe_for
 from keras_transformer.validation import check_positive_int
 
@@ -130,7 +131,8 @@ _restore_model = restore_checkpoint
 
 
 class ConfigMismatchError(ValueError):
-    """A run was restarted in a work directory with a different config."""
+    """A run was restarted in a work directory with a different config, or
+    on changed data files (`check_data_files`)."""
 
 
 # ------------------------------------------------------------ resume policy
@@ -195,12 +197,15 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
     the new config simply replaces the old one, and a tokenizer learned for
     other data settings is discarded. A `config.json` written with old key
     names loads into the same config as the new names, so it is no change.
+    A resume on data files whose content changed is refused as well (unless
+    `force`; `check_data_files`).
 
     Returns:
         Whether checkpoints of this run exist (the run resumes).
     """
     path = directory / CONFIG_FILE
     resumed = bool(checkpoint_paths(directory / CHECKPOINT_DIR))
+    changes: dict[str, Any] = {}
     if path.is_file():
         try:
             stored = TrainConfig.load(path)
@@ -238,13 +243,6 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
             )
         if resumed:
             _check_trained_model_settings(config, directory, changes, force)
-        if changes:
-            logger.warning(
-                "%s %s with changed settings: %s",
-                "Resuming" if resumed else "Restarting",
-                directory,
-                ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
-            )
         tokenizer_dir = directory / TOKENIZER_DIR
         if (
             not resumed
@@ -255,6 +253,17 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
             )
         ):
             shutil.rmtree(tokenizer_dir)
+    try:
+        check_data_files(config.data, directory, resumed, force)
+    except ValueError as e:
+        raise ConfigMismatchError(str(e)) from None
+    if changes:
+        logger.warning(
+            "%s %s with changed settings: %s",
+            "Resuming" if resumed else "Restarting",
+            directory,
+            ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+        )
     config.save(path)
     return resumed
 

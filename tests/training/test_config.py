@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -753,6 +756,59 @@ def test_data_file_paths_are_stored_absolute(tmp_path, monkeypatch):
     loaded = TrainConfig.load(tmp_path / "config.json")
     assert loaded.data.train_source == str(tmp_path / "pairs.tsv")
     assert config_differences(config, loaded) == {}
+
+
+def test_a_resume_on_changed_data_files_is_refused(tmp_path, caplog):
+    """A run of ``task='files'`` whose training file was edited or replaced
+    between two starts resumed on the new text (with the tokenizer learned
+    from the old) without a word. ``data.json`` records the files' content
+    at the first start; a changed one is refused as a changed config is."""
+    run = tmp_path / "run"
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{i} a\t{i} b\n" for i in range(20)), encoding="utf-8")
+    config = small_config(
+        "data.task=files", f"data.train_source={pairs}", "data.held_out_pairs=5"
+    )
+    assert prepare_run_config(config, run, force=False) is False
+    record = json.loads((run / "data.json").read_text(encoding="utf-8"))
+    assert list(record) == ["train_source"]
+    assert record["train_source"]["path"] == str(pairs)
+    assert record["train_source"]["size"] == pairs.stat().st_size
+    _fake_checkpoint(run)
+    # Touched but the same text: resumes (and records the new time).
+    os.utime(pairs, ns=(1, 1))
+    assert prepare_run_config(config, run, force=False) is True
+    record = json.loads((run / "data.json").read_text(encoding="utf-8"))
+    assert record["train_source"]["mtime_ns"] == 1
+    # Another text at the same path: refused, naming the file and the ways on.
+    pairs.write_text("x\ty\n" * 20, encoding="utf-8")
+    with pytest.raises(ConfigMismatchError) as error:
+        prepare_run_config(config, run, force=False)
+    message = str(error.value)
+    assert f"data.train_source {pairs} (" in message
+    assert "was trained on other text" in message
+    assert "--force" in message and "--workdir" in message
+    assert "\n" not in message
+    # Even with the same size and time (a copy that kept them): the hash.
+    os.utime(pairs, ns=(1, 1))
+    with pytest.raises(ConfigMismatchError, match="was trained on other text"):
+        prepare_run_config(config, run, force=False)
+    # --force continues on the new text, with a warning, and records it.
+    with caplog.at_level(logging.WARNING):
+        assert prepare_run_config(config, run, force=True) is True
+    assert "Continuing on the new text (--force)" in caplog.text
+    assert prepare_run_config(config, run, force=False) is True
+    # A garbled record is a warning, and written anew.
+    (run / "data.json").write_text("{", encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert prepare_run_config(config, run, force=False) is True
+    assert "data.json is not valid JSON" in caplog.text
+    assert json.loads((run / "data.json").read_text(encoding="utf-8"))
+    # A new run of the dates in the folder (no checkpoint) drops the record.
+    shutil.rmtree(run / "checkpoints")
+    assert prepare_run_config(small_config(), run, force=False) is False
+    assert not (run / "data.json").exists()
 
 
 def test_a_run_without_a_length_trains_at_least_twice_its_warmup():
