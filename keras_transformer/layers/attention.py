@@ -84,8 +84,8 @@ class MultiHeadAttention(keras.layers.Layer):
         value: `(batch, key_length, value_input_dim)`; `None`: self-attention.
         key: optional `(batch, key_length, key_input_dim)`; defaults to value.
         attention_mask: optional boolean `(batch, query_length, key_length)`
-            (or `(query_length, key_length)`), `True` means "may attend"; with
-            a cache, over the cache rows.
+            (a batch of 1 is shared), `True` means "may attend"; with a
+            cache, over the cache rows.
         use_causal_mask: forbid attending to later positions (decoder
             self-attention, §3.2.3).
         training: whether attention dropout is active.

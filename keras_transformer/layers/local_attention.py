@@ -102,8 +102,8 @@ class _BlockedSelfAttention(MultiHeadAttention):
             query_mask, key_mask: padding masks `(batch, n)`, `True` on real
                 tokens.
             use_causal_mask: use the causal (left-only) window.
-            attention_mask: optional dense boolean `(batch, n, n)` or
-                `(n, n)`, gathered into the blocked layout (its own size is
+            attention_mask: optional dense boolean `(batch, n, n)`,
+                gathered into the blocked layout (its own size is
                 `O(n^2)`; prefer padding masks for long inputs).
             training: whether attention dropout is active.
 
@@ -344,9 +344,9 @@ class RestrictedMultiHeadAttention(_BlockedSelfAttention):
             length must equal the query length (self-attention only; a
             `ValueError` is raised otherwise).
         key: optional, defaults to `value`.
-        attention_mask: optional dense boolean `(batch, n, n)` or `(n, n)`
-            combined with the band; gathered into blocks, but the mask itself
-            costs `O(n^2)` memory: prefer `padding_mask`.
+        attention_mask: optional dense boolean `(batch, n, n)` combined
+            with the band; gathered into blocks, but the mask itself costs
+            `O(n^2)` memory: prefer `padding_mask`.
         use_causal_mask: left-only window, keys `[i - r, i]`.
         training: whether attention dropout is active.
         padding_mask: boolean `(batch, n)`, `True` on real tokens. Padded
@@ -596,15 +596,13 @@ def _gather_windows(x: Any, block: int, left: int, right: int, pad_end: Any) -> 
 def _blocked_dense_mask(
     attention_mask: Any, block: int, left: int, right: int, length: Any
 ) -> Any:
-    """A dense `(batch, n, n)` or `(n, n)` mask in the blocked layout.
+    """A dense `(batch, n, n)` mask in the blocked layout.
 
     Returns:
         boolean `(batch or 1, 1, n_blocks, block, W)`; `False` for keys
         outside `[0, n)`.
     """
     mask = ops.cast(attention_mask, "int32")
-    if len(attention_mask.shape) == 2:
-        mask = mask[None]
     width = left + block + right
     pad_end = (-length) % block
     # (batch, n_blocks * block, n) -> (batch, n_blocks, block, n)

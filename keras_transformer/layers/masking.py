@@ -2,9 +2,11 @@
 and the checks of the shapes of what an attention layer is given.
 
 A padding mask has shape `(batch, length)` and is `True` on real tokens. An
-attention mask has shape `(batch, query_length, key_length)` (or
-`(query_length, key_length)`, shared by the batch). Padding, causal and
-explicit masks are combined with a logical AND.
+attention mask has shape `(batch, query_length, key_length)` (a batch of 1
+is shared by the batch), as in Keras' `MultiHeadAttention`: a
+`(query_length, key_length)` one could not be told from a padding mask
+whose batch equals the query length. Padding, causal and explicit masks
+are combined with a logical AND.
 """
 
 from __future__ import annotations
@@ -82,9 +84,10 @@ def check_mask_shapes(
     """Raises `ValueError` naming a mask whose rank, or a length known before
     the call, disagrees with the attention's: a padding mask passed as
     `attention_mask`, or the mask of another sequence, which would fail
-    inside the softmax with a broadcasting error. (A `(batch, length)` mask
-    whose batch equals the query length has the shape of a
-    `(query_length, key_length)` one and cannot be told from it.)"""
+    inside the softmax with a broadcasting error. `attention_mask` must be
+    `(batch, query_length, key_length)`: a two-dimensional one is refused,
+    since a `(batch, length)` padding mask whose batch equals the query
+    length has the shape of a `(query_length, key_length)` mask."""
     lengths = {"query": _known(query_length), "key": _known(key_length)}
     for name, mask, side in (
         ("query_mask", query_mask, "query"),
@@ -105,18 +108,19 @@ def check_mask_shapes(
     shape = tuple(attention_mask.shape)
     wanted = (lengths["query"], lengths["key"])
     found = tuple(_known(length) for length in shape[-2:])
-    agree = len(shape) in (2, 3) and all(
+    agree = len(shape) == 3 and all(
         None in pair or pair[0] == pair[1] for pair in zip(found, wanted, strict=True)
     )
     if not agree:
         query = "query_length" if wanted[0] is None else wanted[0]
         key = "key_length" if wanted[1] is None else wanted[1]
         raise ValueError(
-            "`attention_mask` must be (batch, query_length, key_length) or "
-            f"(query_length, key_length), here (batch, {query}, {key}) or "
-            f"({query}, {key}), True where attention is allowed. Received: "
-            f"attention_mask.shape={shape}. A padding mask, (batch, length), "
-            "goes in `query_mask` or `key_mask` (`value_mask`) instead."
+            "`attention_mask` must be (batch, query_length, key_length), here "
+            f"(batch, {query}, {key}), True where attention is allowed. "
+            f"Received: attention_mask.shape={shape}. A padding mask, (batch, "
+            "length), goes in `query_mask` or `key_mask` (`value_mask`) "
+            f"instead; a ({query}, {key}) mask shared by the batch as "
+            "mask[None]."
         )
 
 
@@ -135,8 +139,8 @@ def merge_attention_masks(
         query_length, key_length: the two sequence lengths.
         query_mask: padding mask of the queries, `(batch, query_length)`.
         key_mask: padding mask of the keys, `(batch, key_length)`.
-        attention_mask: explicit mask, `(batch, query_length, key_length)` or
-            `(query_length, key_length)`.
+        attention_mask: explicit mask, `(batch, query_length, key_length)`
+            (a batch of 1: shared by the batch).
         use_causal_mask: add the decoder's causal mask.
         query_offset: position of the first query (cached decoding).
 
@@ -148,8 +152,6 @@ def merge_attention_masks(
     mask = None
     if attention_mask is not None:
         mask = ops.cast(attention_mask, "bool")
-        if len(attention_mask.shape) == 2:
-            mask = ops.expand_dims(mask, 0)
     if query_mask is not None:
         # (batch, query_length, 1)
         query_part = ops.expand_dims(ops.cast(query_mask, "bool"), -1)

@@ -203,16 +203,16 @@ def test_masks_of_other_lengths_are_refused_by_name():
     attention = MultiHeadAttention(num_heads=2, key_dim=4)
     x, memory = np.ones((2, 5, 8), "float32"), np.ones((2, 7, 8), "float32")
     attention(x, memory)
-    for shape in ((2, 5), (2, 5, 5), (5, 5), (2, 1, 5, 7)):
+    for shape in ((2, 5), (2, 5, 5), (5, 5), (5, 7), (2, 1, 5, 7)):
         mask = np.ones(shape, bool)
         with pytest.raises(ValueError) as error:
             attention(x, memory, attention_mask=mask)
         assert (
-            "`attention_mask` must be (batch, query_length, key_length) or "
-            "(query_length, key_length), here (batch, 5, 7) or (5, 7), True where "
-            f"attention is allowed. Received: attention_mask.shape={mask.shape}. A "
-            "padding mask, (batch, length), goes in `query_mask` or `key_mask` "
-            "(`value_mask`) instead."
+            "`attention_mask` must be (batch, query_length, key_length), here "
+            "(batch, 5, 7), True where attention is allowed. Received: "
+            f"attention_mask.shape={mask.shape}. A padding mask, (batch, length), "
+            "goes in `query_mask` or `key_mask` (`value_mask`) instead; a (5, 7) "
+            "mask shared by the batch as mask[None]."
         ) in str(error.value)
     with pytest.raises(ValueError, match=r"`key_mask` covers 5 positions but the "):
         attention(x, memory, value_mask=np.ones((2, 5), bool))
@@ -221,7 +221,22 @@ def test_masks_of_other_lengths_are_refused_by_name():
     # The shapes it takes.
     attention(x, memory, attention_mask=np.ones((2, 5, 7), bool))
     attention(x, memory, attention_mask=np.ones((1, 5, 7), bool))
-    attention(x, memory, attention_mask=np.ones((5, 7), bool))
+
+
+def test_a_padding_mask_given_as_attention_mask_is_refused_whatever_its_batch():
+    """A `(batch, length)` padding mask passed as `attention_mask`, where the
+    batch equals the query length, was taken for a `(query_length,
+    key_length)` mask: query `i` attended as sentence `i`'s padding allowed,
+    without a word. Two-dimensional attention masks are refused."""
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.random.default_rng(0).normal(size=(3, 3, 8)).astype("float32")
+    padding = np.array([[1, 1, 1], [1, 1, 0], [1, 0, 0]], bool)
+    with pytest.raises(ValueError, match="goes in `query_mask` or `key_mask`"):
+        attention(x, x, attention_mask=padding)
+    # Given where it belongs, and as a shared mask, it computes.
+    by_key = attention(x, x, key_mask=padding).output
+    shared = attention(x, x, attention_mask=padding[None]).output
+    assert not np.allclose(by_key, shared)
 
 
 def test_inputs_of_other_batches_lengths_or_widths_are_refused_by_name():

@@ -112,7 +112,7 @@ def test_equals_multi_head_attention_with_dense_mask(
     mask = local_2d_attention_mask(
         rows, cols, query_block, memory_flange, causal, generation_order=order
     )
-    expected, expected_scores, _ = dense(sequence, sequence, attention_mask=mask)
+    expected, expected_scores, _ = dense(sequence, sequence, attention_mask=mask[None])
     output, scores, _ = layer(x, use_causal_mask=causal)
     assert tuple(output.shape) == (BATCH, rows, cols, D_MODEL)
     _close(_numpy(output).reshape(BATCH, rows * cols, D_MODEL), expected)

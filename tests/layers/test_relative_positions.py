@@ -218,7 +218,7 @@ def test_restricted_attention_equals_dense_attention_on_its_band(causal):
     restricted.set_weights(dense.get_weights())
     x = _inputs(length=8)
     band = restricted_attention_mask(8, 2, causal=causal)
-    expected = _numpy(dense(x, attention_mask=band, use_causal_mask=causal))
+    expected = _numpy(dense(x, attention_mask=band[None], use_causal_mask=causal))
     got = _numpy(restricted(x, use_causal_mask=causal))
     np.testing.assert_allclose(got, expected, atol=1e-5)
     # Cached decoding of the restricted layer (a window of the cache).
@@ -237,7 +237,7 @@ def test_local_1d_attention_equals_dense_attention_and_its_cache():
     local.set_weights(dense.get_weights())
     x = _inputs(length=9)
     memory = local_block_attention_mask(9, 3, 2, causal=True)
-    expected = _numpy(dense(x, attention_mask=memory))
+    expected = _numpy(dense(x, attention_mask=memory[None]))
     got = _numpy(local(x, use_causal_mask=True))
     np.testing.assert_allclose(got, expected, atol=1e-5)
     cache = local.empty_cache(2, 9)
