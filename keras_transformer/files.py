@@ -16,13 +16,15 @@ this module:
 A write that fails (a full disk, a read-only folder, an I/O error) raises
 `FileWriteError`: one line that names the file, what went wrong, and says
 that the previous file is intact. `read_json_object` reads back the JSON
-records those writes leave (a damaged one is one line naming the file).
+records those writes leave (a damaged one is one line naming the file);
+`check_utf8_start` refuses a text file that is not UTF-8 from its first line.
 
 Pure Python (standard library only): every level of the package may use it.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import ctypes
 import errno
@@ -44,6 +46,7 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "check_free_space",
+    "check_utf8_start",
     "fsync_directory",
     "read_json_object",
     "write_atomically",
@@ -103,6 +106,41 @@ def read_json_object(path: str | os.PathLike[str], remedy: str) -> dict:
         kind = _JSON_TYPE_NAMES.get(type(value).__name__, type(value).__name__)
         problem = f"holds a JSON {kind}, not an object"
     raise ValueError(f"{path} {problem}: {remedy}")
+
+
+#: Byte-order marks of the Unicode encodings other than UTF-8 (UTF-32's
+#: first: its little-endian mark begins with UTF-16's).
+_OTHER_ENCODING_MARKS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def check_utf8_start(name: str | os.PathLike[str], first_line: bytes) -> None:
+    """Refuses a text file whose first line shows it is not UTF-8: a UTF-16
+    or UTF-32 byte-order mark (a text editor's "Unicode"), or NUL bytes
+    (UTF-16 without a mark, or not text). Its lines would otherwise read as
+    text with a NUL between every two characters.
+
+    Raises:
+        ValueError: one line naming the file, its encoding and a conversion.
+    """
+    for mark, encoding in _OTHER_ENCODING_MARKS:
+        if first_line.startswith(mark):
+            raise ValueError(
+                f"{name} is {encoding} text, not UTF-8 (it starts with "
+                f"{encoding}'s byte-order mark): convert it, e.g. with `iconv "
+                f"-f {encoding} -t UTF-8 {name} > converted.txt`, or save it as "
+                "UTF-8."
+            )
+    if b"\x00" in first_line:
+        raise ValueError(
+            f"{name} holds NUL bytes in its first line: it is UTF-16 text "
+            "without a byte-order mark, or not text. Save it as UTF-8 (e.g. "
+            f"`iconv -f UTF-16LE -t UTF-8 {name} > converted.txt`)."
+        )
 
 
 def _reason(error: BaseException) -> str:

@@ -267,6 +267,14 @@ def test_read_lines_keeps_alignment(tmp_path: Path) -> None:
     path.write_bytes(b"ok\nbad \xff\n")
     with pytest.raises(ValueError, match="line 2"):
         translation.read_lines(path)
+    # UTF-16 gave "not valid UTF-8 (line 1, byte 0). Convert it, e.g. with
+    # `iconv -f latin1`"; without a byte-order mark it translated NULs.
+    path.write_bytes("a\nb\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"is UTF-16 text, not UTF-8 .*-f UTF-16"):
+        translation.read_lines(path)
+    path.write_bytes("a\nb\n".encode("utf-16-le"))
+    with pytest.raises(ValueError, match="holds NUL bytes in its first line"):
+        translation.read_lines(path)
 
 
 def test_translate_command_preserves_line_alignment(

@@ -34,6 +34,7 @@ from typing import Literal
 
 import tensorflow as tf
 
+from keras_transformer.files import check_utf8_start
 from keras_transformer.validation import check_sentence
 
 __all__ = [
@@ -216,12 +217,15 @@ def _read_raw_lines(path: Path) -> list[bytes]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            return f.readlines()
+            lines = f.readlines()
     except (OSError, EOFError) as e:  # e.g. a truncated or non-gzip ".gz" file
         raise OSError(
             f"Could not read {path}: {e}. If the file is not gzip-compressed, "
             "remove the '.gz' suffix; if it is truncated, download it again."
         ) from e
+    if lines:
+        check_utf8_start(path, lines[0])
+    return lines
 
 
 def _utf8(raw: bytes, line_number: int) -> str:

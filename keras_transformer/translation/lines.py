@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.files import write_atomically, write_error
+from keras_transformer.files import check_utf8_start, write_atomically, write_error
 from keras_transformer.validation import check_sentence
 
 
@@ -91,6 +91,7 @@ def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
             raise FileNotFoundError(f"{path} does not exist (or is not a file).")
         data = path.read_bytes()
         name = str(path)
+    check_utf8_start(name, data.split(b"\n", 1)[0])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

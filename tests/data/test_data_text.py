@@ -75,6 +75,38 @@ def test_invalid_utf8(tmp_path: Path) -> None:
     assert pairs.skipped == {"invalid_utf8": 1}
 
 
+@pytest.mark.parametrize(
+    ("encoding", "name"),
+    [("utf-16", "UTF-16"), ("utf-16-be", None), ("utf-32", "UTF-32")],
+)
+def test_a_file_in_another_unicode_encoding_is_refused(
+    tmp_path: Path, encoding: str, name: str | None
+) -> None:
+    """A file saved as UTF-16 (an editor's "Unicode") was read line by line
+    as UTF-8: its first line skipped as invalid, every other one kept as
+    text with a NUL between every two characters, and trained on."""
+    text = "eins\tone\nzwei\ttwo\ndrei\tthree\n"
+    path = write(tmp_path / "pairs.tsv.gz", text.encode(encoding))
+    for policy in ("raise", "skip"):
+        with pytest.raises(ValueError) as info:
+            read_tsv_pairs(path, on_bad_line=policy)
+        (message,) = str(info.value).splitlines()
+        if name is None:  # no byte-order mark
+            assert message.startswith(f"{path} holds NUL bytes in its first line")
+        else:
+            assert message == (
+                f"{path} is {name} text, not UTF-8 (it starts with {name}'s "
+                f"byte-order mark): convert it, e.g. with `iconv -f {name} -t "
+                f"UTF-8 {path} > converted.txt`, or save it as UTF-8."
+            )
+    source = write(tmp_path / "a.de", "eins\n".encode(encoding))
+    with pytest.raises(ValueError, match="not UTF-8|NUL bytes"):
+        read_parallel_files(source, write(tmp_path / "a.en", b"one\n"))
+    # A UTF-8 byte-order mark is UTF-8: read, without the mark.
+    utf8 = write(tmp_path / "utf8.tsv", text.encode("utf-8-sig"))
+    assert read_tsv_pairs(utf8).sources == ("eins", "zwei", "drei")
+
+
 def test_too_long_line(tmp_path: Path) -> None:
     src = write(tmp_path / "a.de", b"kurz\n" + b"x" * 30 + b"\nauch kurz\n")
     tgt = write(tmp_path / "a.en", b"short\nlong\nalso short\n")
