@@ -329,7 +329,11 @@ _last_read: list[Any] = []
 def _read_files_uncached(
     source: str, target: str | None, on_bad_line: Any, split: str
 ) -> TextPairs:
-    from keras_transformer.data.text import read_parallel_files, read_tsv_pairs
+    from keras_transformer.data.text import (
+        SKIP_REASON_NAMES,
+        read_parallel_files,
+        read_tsv_pairs,
+    )
 
     if target is None:
         if not re.search(r"\.tsv(\.gz)?$", source):
@@ -339,8 +343,23 @@ def _read_files_uncached(
                 f".tsv.gz). Set data.{split}_target to the matching target file "
                 "for line-aligned files."
             )
-        return read_tsv_pairs(source, num_columns=None, on_bad_line=on_bad_line)
-    return read_parallel_files(source, target, on_bad_line=on_bad_line)
+        pairs = read_tsv_pairs(source, num_columns=None, on_bad_line=on_bad_line)
+    else:
+        pairs = read_parallel_files(source, target, on_bad_line=on_bad_line)
+    if not len(pairs):
+        # Said here, by the file: the tokenizer or the held-out split said
+        # "no non-empty sentence" or "only 0 distinct ones".
+        skipped = ", ".join(
+            f"{SKIP_REASON_NAMES.get(reason, reason)}: {count}"
+            for reason, count in pairs.skipped.items()
+        )
+        why = f"every line was skipped ({skipped})" if skipped else "it is empty"
+        want = "a pair" if target is None else "a sentence"
+        raise ValueError(
+            f"data.{split}_source {source} holds no pairs: {why}. Pass files "
+            f"with {want} on each line."
+        )
+    return pairs
 
 
 def _files(split: str, settings: TaskSettings, seed: int) -> TextPairs:

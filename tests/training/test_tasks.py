@@ -107,3 +107,46 @@ def test_held_out_pairs_settings_are_checked():
         DataConfig(task="dates", held_out_pairs=5)
     with pytest.raises(ValueError, match="positive integer"):
         DataConfig(task="files", train_source="pairs.tsv", held_out_pairs=0)
+
+
+def test_a_split_file_without_pairs_is_named(tmp_path):
+    """An empty training file, or one of blank lines, failed in the
+    tokenizer ("Cannot train a tokenizer on no text: texts held no non-empty
+    sentence") or, with held-out pairs, said "there are only 0 distinct
+    ones ... Lower data.held_out_pairs"; an empty validation file was read
+    as a split of no pairs."""
+    pairs, empty, blank = (tmp_path / name for name in ("p.tsv", "e.tsv", "b.tsv"))
+    pairs.write_text("a\tA\nb\tB\n", encoding="utf-8")
+    empty.write_bytes(b"")
+    blank.write_text("\n \n\n", encoding="utf-8")
+    files = tasks.get_task("files")
+    cases = [
+        ("train", {"train_source": empty, "held_out_pairs": 1}, "it is empty"),
+        ("train", {"train_source": empty, "validation_source": pairs}, "it is empty"),
+        (
+            "validation",
+            {"train_source": pairs, "validation_source": blank},
+            "every line was skipped (empty line: 3)",
+        ),
+    ]
+    for split, paths, why in cases:
+        settings = DataConfig(
+            task="files",
+            **{k: v if isinstance(v, int) else str(v) for k, v in paths.items()},
+        )
+        name = "train" if "held_out_pairs" in paths else split
+        with pytest.raises(ValueError) as error:
+            files.load_split(split, settings)
+        assert str(error.value) == (
+            f"data.{name}_source {paths[f'{name}_source']} holds no pairs: {why}. "
+            "Pass files with a pair on each line."
+        )
+    (tmp_path / "e.en").write_bytes(b"")
+    aligned = DataConfig(
+        task="files",
+        train_source=str(empty),
+        train_target=str(tmp_path / "e.en"),
+        validation_source=str(pairs),
+    )
+    with pytest.raises(ValueError, match="with a sentence on each line"):
+        files.load_split("train", aligned)
