@@ -42,7 +42,7 @@ from typing import Any
 from keras_transformer.conventions import (
     LABEL_SMOOTHING,
 )
-from keras_transformer.files import write_atomically
+from keras_transformer.files import check_utf8_start, write_atomically
 from keras_transformer.models import TransformerConfig, get_preset
 from keras_transformer.models.presets import PRESET_LABEL_SMOOTHING
 from keras_transformer.training.kinds import DEFAULT_KIND, known_kinds, recipe_for
@@ -472,8 +472,10 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"few kB and at most {MAX_CONFIG_BYTES:,} bytes are read. Is it the "
             "right file?"
         )
+    data = path.read_bytes()
+    check_utf8_start(path, data.split(b"\n", 1)[0])
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8-sig")  # an editor's byte-order mark is UTF-8
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: the config file is not UTF-8 text ({e}).") from e
     try:

@@ -646,6 +646,21 @@ def test_oversize_deep_and_non_object_config_files_are_refused(tmp_path):
     assert read_config_file(write_config(tmp_path, SMALL_CONFIG)) == SMALL_CONFIG
 
 
+def test_a_config_saved_with_a_byte_order_mark_or_as_utf16(tmp_path):
+    """A config saved by an editor with a UTF-8 byte-order mark was refused
+    ("Unexpected UTF-8 BOM (decode using utf-8-sig)"); one saved as UTF-16
+    said "not UTF-8 text ('utf-8' codec can't decode byte 0xff ...)"."""
+    from keras_transformer.training.config import read_config_file
+
+    marked = tmp_path / "marked.json"
+    marked.write_text(json.dumps(SMALL_CONFIG), encoding="utf-8-sig")
+    assert read_config_file(marked) == SMALL_CONFIG
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_text(json.dumps(SMALL_CONFIG), encoding="utf-16")
+    with pytest.raises(ValueError, match=r"is UTF-16 text, not UTF-8 .*-f UTF-16"):
+        TrainConfig.load(utf16)
+
+
 def test_train_given_a_path_or_a_dict_says_how_to_make_a_config(tmp_path):
     """`train("configs/x.json", ...)` said only "`config` must be a
     TrainConfig. Received: str"; nothing is written."""
