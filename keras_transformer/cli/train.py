@@ -78,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="Continue a run in --workdir even though its stored config differs; "
+        help="Continue a run in --workdir even though its stored config (or "
+        "the content of its data files) differs; "
         "start it again from step 0 when all its checkpoints are damaged (their "
         "files stay moved aside as *.corrupt).",
     )

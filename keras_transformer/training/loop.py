@@ -388,7 +388,7 @@ def train(
         strategy: a `tf.distribute.Strategy`, or ``"default"``,
             ``"mirrored"``, ``"multiworker"`` (see `make_strategy`);
             ``None`` means ``"default"``.
-        force: continue a run whose stored config differs from `config`;
+        force: continue a run whose stored config or data files differ;
             start again from step 0 when every checkpoint is damaged.
         callbacks: extra Keras callbacks.
         printer: where progress messages go (``None`` for silence).
@@ -402,8 +402,8 @@ def train(
         ValueError: before `workdir` is touched, when the config alone
             shows that the run cannot go well (`check_before_training`: a
             warm-up longer than the run, a model too large for memory).
-        ConfigMismatchError: when `workdir` holds a run with another config
-            (unless `force`).
+        ConfigMismatchError: when `workdir` holds a run with another config,
+            or trained on other data files (unless `force`).
         ValueError: when the tokenizer does not match the checkpoints.
         TrainingDivergedError: when the loss becomes NaN or infinite.
         CheckpointDamagedError: when every checkpoint of the run is damaged
