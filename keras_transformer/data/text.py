@@ -225,7 +225,29 @@ def _read_raw_lines(path: Path) -> list[bytes]:
         ) from e
     if lines:
         check_utf8_start(path, lines[0])
+        _check_mostly_utf8(path, lines)
     return lines
+
+
+def _check_mostly_utf8(path: Path, lines: list[bytes]) -> None:
+    """Refuses a file more than half of whose lines are not UTF-8: it is in
+    another encoding, and skipping its bad lines (`on_bad_line="skip"`)
+    would keep only the lines without accents (a German corpus in
+    Windows-1252: the sentences without ä, ö, ü or ß)."""
+    invalid = 0
+    for line in lines:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            invalid += 1
+    if invalid * 2 > len(lines):
+        raise ValueError(
+            f"{path}: {invalid:,} of its {len(lines):,} lines are not valid "
+            "UTF-8, so it is in another encoding (Windows-1252 or Latin-1, "
+            "most likely). Convert it, e.g. with `iconv -f WINDOWS-1252 -t "
+            f"UTF-8 {path} > converted.txt` (data.on_bad_line=skip drops a few "
+            "bad lines, not most of a file)."
+        )
 
 
 def _utf8(raw: bytes, line_number: int) -> str:

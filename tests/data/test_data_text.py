@@ -107,6 +107,28 @@ def test_a_file_in_another_unicode_encoding_is_refused(
     assert read_tsv_pairs(utf8).sources == ("eins", "zwei", "drei")
 
 
+def test_a_file_mostly_not_utf8_is_refused_whatever_the_policy(tmp_path: Path) -> None:
+    """A German corpus saved as Windows-1252 lost every sentence with ä, ö,
+    ü or ß as "invalid UTF-8" (skipped, and counted), and trained on the
+    rest; with held-out pairs it said "only 7 distinct ones ... Lower
+    data.held_out_pairs"."""
+    german = ["Mädchen läuft", "grüne Straße", "Haus", "über Brücken"]
+    text = "".join(f"{sentence}\t{i}\n" for i, sentence in enumerate(german))
+    path = write(tmp_path / "pairs.tsv", text.encode("cp1252"))
+    for policy in ("raise", "skip"):
+        with pytest.raises(ValueError) as info:
+            read_tsv_pairs(path, on_bad_line=policy)
+        assert str(info.value) == (
+            f"{path}: 3 of its 4 lines are not valid UTF-8, so it is in another "
+            "encoding (Windows-1252 or Latin-1, most likely). Convert it, e.g. "
+            f"with `iconv -f WINDOWS-1252 -t UTF-8 {path} > converted.txt` "
+            "(data.on_bad_line=skip drops a few bad lines, not most of a file)."
+        )
+    # Half of the lines or fewer: the bad ones are skipped and counted.
+    path.write_bytes(text.encode("utf-8") + "Füße\t5\n".encode("cp1252"))
+    assert read_tsv_pairs(path, on_bad_line="skip").skipped == {"invalid_utf8": 1}
+
+
 def test_too_long_line(tmp_path: Path) -> None:
     src = write(tmp_path / "a.de", b"kurz\n" + b"x" * 30 + b"\nauch kurz\n")
     tgt = write(tmp_path / "a.en", b"short\nlong\nalso short\n")
