@@ -87,11 +87,12 @@ def check_data_files(data: Any, directory: Path, resumed: bool, force: bool) -> 
     current = {}
     for setting in DATA_FILE_SETTINGS:
         name = getattr(data, setting)
-        if name is None or not Path(name).is_file():
-            continue
         known = record.get(setting)
         known = known if isinstance(known, Mapping) else {}
-        current[setting] = _file_fingerprint(Path(name), known)
+        if name is not None and Path(name).is_file():
+            current[setting] = _file_fingerprint(Path(name), known)
+        elif name is not None and known.get("path") == name:
+            current[setting] = dict(known)  # missing: the loader says so
     changed = [
         f"data.{setting} {entry['path']} ({record[setting].get('size')} -> "
         f"{entry['size']} bytes)"

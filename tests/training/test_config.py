@@ -804,10 +804,16 @@ def test_a_resume_on_changed_data_files_is_refused(tmp_path, caplog):
     assert "was trained on other text" in message
     assert "--force" in message and "--workdir" in message
     assert "\n" not in message
-    # Even with the same size and time (a copy that kept them): the hash.
-    os.utime(pairs, ns=(1, 1))
+    # The same size (an edit of one letter a line): the hash tells.
+    pairs.write_text("".join(f"{i} c\t{i} b\n" for i in range(20)), encoding="utf-8")
+    assert pairs.stat().st_size == record["train_source"]["size"]
     with pytest.raises(ConfigMismatchError, match="was trained on other text"):
         prepare_run_config(config, run, force=False)
+    # A file missing at a resume (the data loader says so) keeps its record.
+    moved = pairs.rename(tmp_path / "moved.tsv")
+    prepare_run_config(config, run, force=False)
+    assert json.loads((run / "data.json").read_text(encoding="utf-8")) == record
+    moved.rename(pairs)
     # --force continues on the new text, with a warning, and records it.
     with caplog.at_level(logging.WARNING):
         assert prepare_run_config(config, run, force=True) is True
