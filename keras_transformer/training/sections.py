@@ -81,6 +81,17 @@ def _bucket_boundaries(value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+#: The `DataConfig` settings that name files of ``task="files"``.
+_FILE_SETTINGS = (
+    "train_source",
+    "train_target",
+    "validation_source",
+    "validation_target",
+    "test_source",
+    "test_target",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Where the sentence pairs come from and how they are batched.
@@ -188,15 +199,7 @@ class DataConfig:
         languages = ("source_language", "target_language")
         check_fields(check_string, self, languages, section="data", allow_none=True)
         self._resolve_direction()
-        paths = (
-            "data_dir",
-            "train_source",
-            "train_target",
-            "validation_source",
-            "validation_target",
-            "test_source",
-            "test_target",
-        )
+        paths = ("data_dir", *_FILE_SETTINGS)
         check_fields(check_string, self, paths, section="data", allow_none=True)
         for name in paths:
             # Absolute, from the folder the config is given in (and `~`): a
@@ -279,6 +282,15 @@ class DataConfig:
             raise ValueError(
                 "`data.source_language` and `data.target_language` must differ. "
                 f"Received: both {self.source_language!r}"
+            )
+        own_files = [name for name in _FILE_SETTINGS if getattr(self, name)]
+        if own_files and self.task != "files":
+            # The named tasks read their own files: this one was ignored.
+            raise ValueError(
+                f"`data.{own_files[0]}` names a file of your own, which only "
+                f"data.task='files' reads; with task={self.task!r} it would be "
+                "ignored. Set data.task=files (train --task files), or remove "
+                f"it (--set data.{own_files[0]}=null)."
             )
         if self.held_out_pairs is not None and self.task != "files":
             raise ValueError(

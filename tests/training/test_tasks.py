@@ -105,6 +105,17 @@ def test_held_out_pairs_settings_are_checked():
         )
     with pytest.raises(ValueError, match="needs data.task='files'"):
         DataConfig(task="dates", held_out_pairs=5)
+    # A file of one's own under another task trained that task's data (the
+    # dates, by default) without a word.
+    for setting in ("train_source", "validation_target", "test_source"):
+        with pytest.raises(ValueError) as error:
+            DataConfig(task="dates", **{setting: "pairs.tsv"})
+        assert str(error.value) == (
+            f"`data.{setting}` names a file of your own, which only "
+            "data.task='files' reads; with task='dates' it would be ignored. Set "
+            "data.task=files (train --task files), or remove it (--set "
+            f"data.{setting}=null)."
+        )
     with pytest.raises(ValueError, match="positive integer"):
         DataConfig(task="files", train_source="pairs.tsv", held_out_pairs=0)
 
