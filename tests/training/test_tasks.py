@@ -93,7 +93,7 @@ def test_a_single_tsv_file_gives_all_three_splits(tmp_path):
     assert test == data.test
 
 
-def test_held_out_pairs_settings_are_checked():
+def test_held_out_pairs_and_own_files_are_checked_against_the_task():
     with pytest.raises(ValueError, match="data.held_out_pairs=N"):
         DataConfig(task="files", train_source="pairs.tsv")
     with pytest.raises(ValueError, match="validation_source` is set too"):
