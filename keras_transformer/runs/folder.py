@@ -282,7 +282,13 @@ class RunFolder:
 
     def tokenizer(self) -> SubwordTokenizer:
         """The run's tokenizer, checked against its checkpoints."""
-        tokenizer = SubwordTokenizer.load(self.check().tokenizer_dir)
+        if not self.check().tokenizer_dir.exists() and not self.checkpoints():
+            raise FileNotFoundError(
+                f"{self.path} holds no trained model yet (no tokenizer, no "
+                "checkpoint): `keras-transformer train` writes them once it "
+                "trains. Wait for its first checkpoint, or pass a trained run."
+            )
+        tokenizer = SubwordTokenizer.load(self.tokenizer_dir)
         check_tokenizer(self.checkpoint_dir, tokenizer)
         return tokenizer
 

@@ -287,6 +287,28 @@ def test_weights_given_for_an_export_are_refused(exported, tmp_path, capsys):
         Translator.load(exported, "average")
 
 
+def test_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, run, capsys):
+    """A run refused while it read its data (or just started) holds only
+    config.json: `translate` and `export` said "tokenizer/tokenizer.model not
+    found. Pass the folder that SubwordTokenizer.save(directory) wrote"."""
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    small_config().save(fresh / "config.json")
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    commands = (
+        ["translate", "--workdir", str(fresh), "--input", str(source)],
+        ["export", "--workdir", str(fresh), "--output", str(tmp_path / "out")],
+    )
+    for argv in commands:
+        assert cli.main(argv) == 1
+        _one_line_error(capsys, f"{fresh} holds no trained model yet", "Wait for")
+    # With the tokenizer learned, before the first checkpoint.
+    shutil.copytree(run / "tokenizer", fresh / "tokenizer")
+    assert cli.main(commands[0]) == 1
+    _one_line_error(capsys, "holds no checkpoint yet: train first")
+
+
 def test_weights_naming_no_checkpoint_list_the_runs_checkpoints(run, capsys):
     """``--weights <run>/checkpoints/ckpt-5`` (no such step) said "ckpt-5.index
     is missing ... restore the file from a backup", as if a file were lost."""
