@@ -105,8 +105,8 @@ def check_data_files(data: Any, directory: Path, resumed: bool, force: bool) -> 
         message = (
             f"{directory} was trained on other text: "
             f"{'; '.join(changed)} changed since the run's first start, so "
-            "resuming would continue on other data (with the tokenizer learned "
-            "from the old)."
+            "resuming would continue on other data than its tokenizer and its "
+            "best weights were made from."
         )
         if not force:
             raise ValueError(
