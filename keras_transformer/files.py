@@ -118,15 +118,17 @@ _OTHER_ENCODING_MARKS = (
 )
 
 
-def check_utf8_start(name: str | os.PathLike[str], first_line: bytes) -> None:
-    """Refuses a text file whose first line shows it is not UTF-8: a UTF-16
-    or UTF-32 byte-order mark (a text editor's "Unicode"), or NUL bytes
-    (UTF-16 without a mark, or not text). Its lines would otherwise read as
-    text with a NUL between every two characters.
+def check_utf8_start(name: str | os.PathLike[str], data: bytes) -> None:
+    """Refuses a text file whose first line (of `data`, the file's bytes or
+    its first line) shows it is not UTF-8: a UTF-16 or UTF-32 byte-order
+    mark (a text editor's "Unicode"), or NUL bytes (UTF-16 without a mark,
+    or not text). Its lines would otherwise read as text with a NUL between
+    every two characters.
 
     Raises:
         ValueError: one line naming the file, its encoding and a conversion.
     """
+    first_line = data.split(b"\n", 1)[0]
     for mark, encoding in _OTHER_ENCODING_MARKS:
         if first_line.startswith(mark):
             raise ValueError(

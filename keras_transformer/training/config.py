@@ -473,7 +473,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             "right file?"
         )
     data = path.read_bytes()
-    check_utf8_start(path, data.split(b"\n", 1)[0])
+    check_utf8_start(path, data)
     try:
         text = data.decode("utf-8-sig")  # an editor's byte-order mark is UTF-8
     except UnicodeDecodeError as e:

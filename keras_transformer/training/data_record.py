@@ -22,6 +22,7 @@ from typing import Any
 
 from keras_transformer.files import read_json_object, write_atomically
 from keras_transformer.runs.layout import DATA_RECORD
+from keras_transformer.training.sections import FILE_SETTINGS
 
 __all__ = ["DATA_FILE_SETTINGS", "check_data_files"]
 
@@ -29,12 +30,7 @@ logger = logging.getLogger(__name__)
 
 #: The data settings whose files a run trains and chooses its weights on
 #: (the test files only score it: they may change).
-DATA_FILE_SETTINGS = (
-    "train_source",
-    "train_target",
-    "validation_source",
-    "validation_target",
-)
+DATA_FILE_SETTINGS = tuple(n for n in FILE_SETTINGS if not n.startswith("test_"))
 
 
 def _file_fingerprint(path: Path, known: Mapping[str, Any]) -> dict[str, Any]:

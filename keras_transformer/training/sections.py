@@ -29,6 +29,7 @@ from keras_transformer.validation import (
 __all__ = [
     "MAX_BUCKET_BOUNDARIES",
     "TASKS",
+    "FILE_SETTINGS",
     "DataConfig",
     "TrainingConfig",
     "shorten",
@@ -82,7 +83,7 @@ def _bucket_boundaries(value: Any) -> tuple[int, ...]:
 
 
 #: The `DataConfig` settings that name files of ``task="files"``.
-_FILE_SETTINGS = (
+FILE_SETTINGS = (
     "train_source",
     "train_target",
     "validation_source",
@@ -199,7 +200,7 @@ class DataConfig:
         languages = ("source_language", "target_language")
         check_fields(check_string, self, languages, section="data", allow_none=True)
         self._resolve_direction()
-        paths = ("data_dir", *_FILE_SETTINGS)
+        paths = ("data_dir", *FILE_SETTINGS)
         check_fields(check_string, self, paths, section="data", allow_none=True)
         for name in paths:
             # Absolute, from the folder the config is given in (and `~`): a
@@ -283,7 +284,7 @@ class DataConfig:
                 "`data.source_language` and `data.target_language` must differ. "
                 f"Received: both {self.source_language!r}"
             )
-        own_files = [name for name in _FILE_SETTINGS if getattr(self, name)]
+        own_files = [name for name in FILE_SETTINGS if getattr(self, name)]
         if own_files and self.task != "files":
             # The named tasks read their own files: this one was ignored.
             raise ValueError(

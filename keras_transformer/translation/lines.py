@@ -91,7 +91,7 @@ def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
             raise FileNotFoundError(f"{path} does not exist (or is not a file).")
         data = path.read_bytes()
         name = str(path)
-    check_utf8_start(name, data.split(b"\n", 1)[0])
+    check_utf8_start(name, data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
