@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Every setting is checked here, before anything is written to --workdir
     # (and --print-config runs the same checks): each one alone, then what
-    # the config tells of the run (its warm-up, its model's memory).
+    # the config tells of the run (its warm-up, its model's memory, its files).
     try:
         config = apply_overrides(_load_raw_config(args), args.overrides)
         check_before_training(config)

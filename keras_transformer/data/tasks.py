@@ -41,6 +41,7 @@ __all__ = [
     "Task",
     "TaskData",
     "TaskSettings",
+    "check_file_paths",
     "get_task",
     "held_out_splits",
 ]
@@ -326,6 +327,65 @@ def _read_files(
 _last_read: list[Any] = []
 
 
+def check_file_paths(settings: TaskSettings) -> None:
+    """Refuses a ``files`` task whose data file settings name a folder or no
+    file, or a source of pairs without a target that is not a ``.tsv`` file,
+    naming the setting (`train` makes it before a run folder is written).
+
+    Raises:
+        ValueError: a setting names a folder (its files are listed), or a
+            ``.tsv`` file of pairs is missing its suffix.
+        FileNotFoundError: a setting names nothing.
+    """
+    if settings.task != "files":
+        return
+    for split in ("train", "validation", "test"):
+        source = getattr(settings, f"{split}_source", None)
+        target = getattr(settings, f"{split}_target", None)
+        _check_split_files(split, source, target)
+
+
+def _check_split_files(split: str, source: str | None, target: str | None) -> None:
+    """A split's named files are files (not folders), a source without a
+    target is a ``.tsv`` file of pairs, and each exists: the first problem
+    is refused, naming its setting."""
+    named = [
+        (f"data.{split}_{side}", path)
+        for side, path in (("source", source), ("target", target))
+        if path is not None
+    ]
+    for setting, path in named:
+        if os.path.isdir(path):
+            inside = sorted(
+                name
+                for name in os.listdir(path)
+                if os.path.isfile(os.path.join(path, name))
+            )
+            holds = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
+            raise ValueError(
+                f"{setting} {path} is a folder, not a file "
+                f"({'it holds ' + holds if inside else 'it is empty'}): name the "
+                f"file itself ({setting}={os.path.join(path, 'FILE')})."
+            )
+    if (
+        source is not None
+        and target is None
+        and not re.search(r"\.tsv(\.gz)?$", source)
+    ):
+        raise ValueError(
+            f"data.{split}_target is not set, so data.{split}_source={source!r} "
+            "must be a tab-separated file of pairs (ending in .tsv or "
+            f".tsv.gz). Set data.{split}_target to the matching target file "
+            "for line-aligned files."
+        )
+    for setting, path in named:
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{setting} {path} does not exist: check the path (a relative "
+                "one is read from the folder the command runs in)."
+            )
+
+
 def _read_files_uncached(
     source: str, target: str | None, on_bad_line: Any, split: str
 ) -> TextPairs:
@@ -335,14 +395,8 @@ def _read_files_uncached(
         read_tsv_pairs,
     )
 
+    _check_split_files(split, source, target)
     if target is None:
-        if not re.search(r"\.tsv(\.gz)?$", source):
-            raise ValueError(
-                f"data.{split}_target is not set, so data.{split}_source={source!r} "
-                "must be a tab-separated file of pairs (ending in .tsv or "
-                f".tsv.gz). Set data.{split}_target to the matching target file "
-                "for line-aligned files."
-            )
         pairs = read_tsv_pairs(source, num_columns=None, on_bad_line=on_bad_line)
     else:
         pairs = read_parallel_files(source, target, on_bad_line=on_bad_line)

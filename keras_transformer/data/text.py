@@ -209,6 +209,10 @@ def _check_policy(on_bad_line: str, max_chars: int | None) -> None:
 
 def _read_raw_lines(path: Path) -> list[bytes]:
     """Reads the lines of a plain or ``.gz`` file as bytes, newline included."""
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{path} is a folder, not a text file: name a file in it."
+        )
     if not path.is_file():
         raise FileNotFoundError(
             f"Text file not found: {path}. Check the path (or the data_dir "

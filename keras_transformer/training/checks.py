@@ -1,8 +1,9 @@
 """The checks of a run that need only its config, before anything is built.
 
 `check_before_training` (also made by ``train --print-config``) refuses a
-warm-up longer than the run and a model that cannot fit in this machine's
-memory, estimated from the config's sizes alone (`estimated_parameters`).
+warm-up longer than the run, a model that cannot fit in this machine's
+memory, estimated from the config's sizes alone (`estimated_parameters`),
+and data file settings that name a folder or no file.
 """
 
 from __future__ import annotations
@@ -123,11 +124,16 @@ def check_before_training(config: Any) -> None:
       (`planned_updates`; otherwise training checks it once the data tells
       the updates of an epoch);
     * a model that cannot fit in this machine's memory: its parameters
-      (`estimated_parameters`) times `TRAINING_BYTES_PER_PARAMETER`.
+      (`estimated_parameters`) times `TRAINING_BYTES_PER_PARAMETER`;
+    * a ``files`` task's data file settings that name a folder or no file
+      (`kt.data.tasks.check_file_paths`).
 
     Raises:
         ValueError: one line naming the settings and what to change.
     """
+    from keras_transformer.data.tasks import check_file_paths
+
+    check_file_paths(config.data)
     recipe = recipe_for(config)
     total = planned_updates(config)
     if total is not None:

@@ -148,6 +148,9 @@ def test_invalid_arguments_and_missing_file(tmp_path: Path) -> None:
         read_parallel_files(src, src, on_bad_line="ignore")  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError, match="missing.en"):
         read_parallel_files(src, tmp_path / "missing.en")
+    # A folder was "Text file not found" (it exists).
+    with pytest.raises(IsADirectoryError, match="is a folder, not a text file"):
+        read_parallel_files(src, tmp_path)
 
 
 def test_tsv_pairs_and_bad_columns(tmp_path: Path) -> None:

@@ -161,3 +161,74 @@ def test_a_split_file_without_pairs_is_named(tmp_path):
     )
     with pytest.raises(ValueError, match="with a sentence on each line"):
         files.load_split("train", aligned)
+
+
+def test_data_files_that_are_folders_or_missing_are_named_before_the_run_folder(
+    tmp_path,
+):
+    """``--set data.train_source=corpus`` (a folder) said "Text file not
+    found: .../corpus"; a missing file said so without the setting; both,
+    and a source of pairs that is not a ``.tsv`` file, left a run folder
+    with a config.json of a run that never started, so the corrected
+    command printed "Restarting ... with changed settings"."""
+    from keras_transformer.training import train
+    from tests.training.helpers import small_config
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.tsv", "b.tsv", "c.de", "d.en"):
+        (corpus / name).write_text("a\tA\n", encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "pairs.csv").write_text("a,A\n", encoding="utf-8")
+    (tmp_path / "pairs.tsv").write_text("a\tA\n", encoding="utf-8")
+    cases = [
+        (
+            {"train_source": corpus, "held_out_pairs": 1},
+            ValueError,
+            f"data.train_source {corpus} is a folder, not a file (it holds a.tsv, "
+            f"b.tsv, c.de, ...): name the file itself "
+            f"(data.train_source={corpus}/FILE).",
+        ),
+        (
+            {"train_source": tmp_path / "pairs.tsv", "validation_source": corpus},
+            ValueError,
+            f"data.validation_source {corpus} is a folder",
+        ),
+        (
+            {
+                "train_source": tmp_path / "pairs.tsv",
+                "validation_source": tmp_path / "pairs.tsv",
+                "test_source": tmp_path / "pairs.tsv",
+                "test_target": tmp_path / "empty",
+            },
+            ValueError,
+            "data.test_target",
+        ),
+        (
+            {"train_source": tmp_path / "missing.tsv", "held_out_pairs": 1},
+            FileNotFoundError,
+            f"data.train_source {tmp_path / 'missing.tsv'} does not exist: check "
+            "the path",
+        ),
+        (
+            {"train_source": tmp_path / "pairs.csv", "held_out_pairs": 1},
+            ValueError,
+            "so data.train_source=",
+        ),
+    ]
+    for settings, error, message in cases:
+        overrides = [f"data.{key}={value}" for key, value in settings.items()]
+        config = small_config("data.task=files", *overrides)
+        with pytest.raises(error) as raised:
+            train(config, tmp_path / "run", printer=None)
+        assert message in str(raised.value)
+        assert not (tmp_path / "run").exists()
+        # The loader (evaluate, a library caller) names the setting too.
+        with pytest.raises(error) as raised:
+            tasks.get_task("files").load(config.data)
+        assert message in str(raised.value)
+    empty = DataConfig(
+        task="files", train_source=str(tmp_path / "empty"), held_out_pairs=1
+    )
+    with pytest.raises(ValueError, match=r"is a folder, not a file \(it is empty\)"):
+        tasks.check_file_paths(empty)
