@@ -476,6 +476,22 @@ class FolderLock:
             return {}
         return holder if isinstance(holder, dict) else {}
 
+    def running_holder(self) -> dict[str, object] | None:
+        """The holder the lock file names while that process runs on this
+        host; None when the file names none (released), or a process that
+        has exited (killed) or runs on another host (not known here)."""
+        holder = self.holder()
+        pid = holder.get("pid")
+        if not isinstance(pid, int) or holder.get("host") != socket.gethostname():
+            return None
+        try:
+            os.kill(pid, 0)  # signal 0: whether the process exists
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # it exists, under another user
+        return holder
+
     def _refusal(self) -> FolderLockedError:
         holder = self.holder()
         pid, host = holder.get("pid", "?"), holder.get("host", "?")

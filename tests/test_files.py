@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import json
+import os
+import socket
 import time
 from pathlib import Path
 
@@ -128,6 +131,22 @@ def test_the_lock_is_reentrant_in_one_process(tmp_path):
     # Released: another process may take it now (checked below); here the
     # holder record is cleared.
     assert lock.holder() == {}
+
+
+def test_the_running_holder_is_a_live_process_of_this_host(tmp_path):
+    lock = FolderLock(tmp_path, "reader")
+    assert lock.running_holder() is None  # no lock file
+    with FolderLock(tmp_path, "this process"):
+        assert lock.running_holder()["command"] == "this process"
+    assert lock.running_holder() is None  # released: the record is cleared
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": "x"}
+    for record, running in (
+        (holder, True),
+        ({**holder, "host": "another-host"}, False),  # not known from here
+        ({**holder, "pid": "12"}, False),  # garbled
+    ):
+        (tmp_path / "writer.lock").write_text(json.dumps(record))
+        assert (lock.running_holder() is not None) == running
 
 
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):

@@ -18,7 +18,7 @@ from typing import Any
 import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.files import read_json_object
+from keras_transformer.files import FolderLock, read_json_object
 from keras_transformer.models import TransformerConfig, build_transformer, get_preset
 from keras_transformer.models.classifier import build_classifier
 from keras_transformer.models.image_config import ImageTransformerConfig
@@ -283,10 +283,20 @@ class RunFolder:
     def tokenizer(self) -> SubwordTokenizer:
         """The run's tokenizer, checked against its checkpoints."""
         if not self.check().tokenizer_dir.exists() and not self.checkpoints():
+            writer = FolderLock(self.path, "").running_holder()
+            if writer:
+                state = (
+                    f"{writer.get('command')} (PID {writer.get('pid')}) is "
+                    "starting its training. Wait for its first checkpoint"
+                )
+            else:
+                state = (
+                    "its training was refused or stopped before it wrote them. "
+                    f"Train it (keras-transformer train --workdir {self.path})"
+                )
             raise FileNotFoundError(
                 f"{self.path} holds no trained model yet (no tokenizer, no "
-                "checkpoint): `keras-transformer train` writes them once it "
-                "trains. Wait for its first checkpoint, or pass a trained run."
+                f"checkpoint): {state}, or pass a trained run."
             )
         tokenizer = SubwordTokenizer.load(self.tokenizer_dir)
         check_tokenizer(self.checkpoint_dir, tokenizer)

@@ -46,6 +46,7 @@ from tests.training.helpers import (
     SHARED_RUN_OVERRIDES,
     SMALL_CONFIG,
     damage_file,
+    holding_lock,
     small_classification_config,
     small_config,
     small_image_config,
@@ -302,7 +303,25 @@ def test_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, run, capsys)
     )
     for argv in commands:
         assert cli.main(argv) == 1
-        _one_line_error(capsys, f"{fresh} holds no trained model yet", "Wait for")
+        _one_line_error(
+            capsys,
+            f"{fresh} holds no trained model yet",
+            "its training was refused or stopped before it wrote them. Train it "
+            f"(keras-transformer train --workdir {fresh})",
+        )
+    # While a training holds the folder (it said "Wait for its first
+    # checkpoint" whether one did or not).
+    with holding_lock(fresh) as writer:
+        assert cli.main(commands[0]) == 1
+        _one_line_error(
+            capsys,
+            f"keras-transformer train (PID {writer.pid}) is starting its training",
+            "Wait for its first checkpoint",
+        )
+    # Killed: the lock file still names it, and the process is gone.
+    assert json.loads((fresh / "writer.lock").read_text())["pid"] == writer.pid
+    assert cli.main(commands[0]) == 1
+    _one_line_error(capsys, "its training was refused or stopped")
     # With the tokenizer learned, before the first checkpoint.
     shutil.copytree(run / "tokenizer", fresh / "tokenizer")
     assert cli.main(commands[0]) == 1
