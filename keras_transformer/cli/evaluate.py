@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.cli._common import (
-    DECODE_BATCH_SIZE,
     SEARCH_NUMBERS,
     CommandError,
     add_translator_arguments,
@@ -313,19 +312,35 @@ def _save(output: _Output, write: Callable[[Path], None]) -> bool:
     return True
 
 
-#: evaluate's flags that only the translation of a test set reads.
-_TRANSLATION_FLAGS = (
-    "seed",
-    "source",
-    "reference",
-    "task",
-    "split",
-    "source_language",
-    "target_language",
-    "hypotheses",
-    "log_dir",
-    "step",
+#: What the evaluation of a classification or image run reads; every other
+#: flag of evaluate given (its value not the default, or a search setting
+#: given at all) translates a test set and is refused there.
+_STORED_RUN_FLAGS = frozenset(
+    {
+        "workdir",
+        "weights",
+        "weights_without_fingerprint",
+        "data_dir",
+        "max_sentences",
+        "no_progress",
+        "json",
+        "record",
+        "records_dir",
+    }
 )
+
+
+def _translation_flags_given(args: argparse.Namespace) -> list[str]:
+    """The flags of `args` that only the translation of a test set reads."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    defaults = vars(parser.parse_args(["--workdir", "-"]))
+    changed = (
+        name
+        for name, default in defaults.items()
+        if name not in _STORED_RUN_FLAGS and getattr(args, name, default) != default
+    )
+    return list(dict.fromkeys([*search_settings(args), *changed]))
 
 
 def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
@@ -334,10 +349,7 @@ def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
     flags are refused (they were ignored)."""
     from keras_transformer.training.recipes import evaluate_run
 
-    given = [*search_settings(args)] + [
-        name for name in _TRANSLATION_FLAGS if getattr(args, name) is not None
-    ]
-    given += ["batch_size"] if args.batch_size != DECODE_BATCH_SIZE else []
+    given = _translation_flags_given(args)
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise CommandError(

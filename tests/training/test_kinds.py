@@ -9,6 +9,7 @@ test_faults.py and test_distributed.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -187,7 +188,9 @@ def test_test_sample_holds_both_classes(tmp_path):
     assert len(data.validation) == 32 and len(data.train) == 288
 
 
-def test_evaluate_reports_the_accuracy_of_a_classification_run(tmp_path, capsys):
+def test_evaluate_reports_the_accuracy_of_a_classification_run(
+    tmp_path, capsys, monkeypatch
+):
     """`keras-transformer evaluate` on a classification run: its test accuracy,
     the same as the run's final evaluation of the same weights."""
     from keras_transformer import cli
@@ -229,6 +232,23 @@ def test_evaluate_reports_the_accuracy_of_a_classification_run(tmp_path, capsys)
             "nothing (it scores the run's own test split); leave "
             f"{'it' if ',' not in named else 'them'} out."
         ), line
+    # A flag added to evaluate later is refused too (the refused flags were a
+    # list kept by hand beside the parser).
+    from keras_transformer.cli import evaluate
+
+    add_arguments = evaluate.add_arguments
+
+    def with_a_new_flag(parser):
+        add_arguments(parser)
+        parser.add_argument("--new-flag", type=int)
+
+    monkeypatch.setattr(evaluate, "add_arguments", with_a_new_flag)
+    command = dataclasses.replace(
+        cli.COMMANDS["evaluate"], add_arguments=with_a_new_flag
+    )
+    monkeypatch.setitem(cli.COMMANDS, "evaluate", command)
+    assert cli.main([*argv, "--new-flag", "3"]) == 2
+    assert "error: --new-flag: a classification run's" in capsys.readouterr().err
 
 
 def test_the_image_config_round_trips_in_the_papers_order():
