@@ -458,12 +458,15 @@ def _quiet_tensorflow_warnings() -> Any:
         tf_logger.setLevel(level)
 
 
-def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> None:
+def restore_or_explain(
+    restore: Callable[[], Any], path: str, config: str, forced: bool = False
+) -> None:
     """Runs `restore`; a shape or name mismatch becomes one clear error.
 
     TensorFlow reports a checkpoint that does not fit the model with its own
     message and, when the half-restored checkpoint is collected, a hundred
-    warning lines; this names the checkpoint and the config instead.
+    warning lines; this names the checkpoint and the config instead (`forced`:
+    the config was changed on purpose, ``train --force``).
 
     Raises:
         CheckpointMismatchError: naming `path` and `config`.
@@ -484,6 +487,13 @@ def restore_or_explain(restore: Callable[[], Any], path: str, config: str) -> No
             f"{path} was removed while it was read: a `keras-transformer train` "
             "of the run removes its oldest checkpoints as it writes new ones "
             f"(train.keep_checkpoints). Read it again, or once it ends. ({failure})"
+        )
+    if failure is not None and forced:
+        raise CheckpointMismatchError(
+            f"{path} does not match the model of the new settings: {failure} "
+            "--force continues a run with other settings, but not with weights "
+            "of other shapes. Keep the run's model sizes, or train the new ones "
+            "in another --workdir."
         )
     if failure is not None:
         raise CheckpointMismatchError(

@@ -329,7 +329,7 @@ def resume_checkpoints(
         def restore_all() -> None:
             assert_every_weight_restored(checkpoint.restore(prefix))
 
-        restore_or_explain(restore_all, prefix, str(config_file))
+        restore_or_explain(restore_all, prefix, str(config_file), forced=force)
 
     try:
         restored = restore_newest_checkpoint(

@@ -448,6 +448,28 @@ def test_model_settings_that_keep_the_shapes_are_warned_of_and_not_resumed(run, 
     assert (workdir / "checkpoints" / "checkpoints.json").read_bytes() == metadata
 
 
+def test_force_with_other_model_sizes_says_force_cannot_reshape_the_weights(run):
+    """``train --set model.d_model=64 --force`` on a run of 32 said "config.json
+    was changed after the checkpoint was written (restore the run's own
+    settings)", as if someone had edited the file; the user asked for it."""
+    from keras_transformer.runs import CheckpointMismatchError
+
+    workdir, _ = run
+    stored = (workdir / "config.json").read_bytes()
+    config = small_config(*RUN_OVERRIDES, "model.d_model=64", "train.train_steps=9")
+    with pytest.raises(CheckpointMismatchError) as error:
+        train(config, workdir, printer=None, force=True)
+    message = str(error.value)
+    assert "does not match the model of the new settings" in message
+    assert "(32, " in message or ", 32)" in message
+    assert (
+        "--force continues a run with other settings, but not with weights of "
+        "other shapes" in message
+    )
+    assert "another --workdir" in message and "\n" not in message
+    assert (workdir / "config.json").read_bytes() == stored
+
+
 # ----------------------------------------------------------- one writer
 def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
     workdir, _ = run
