@@ -147,6 +147,11 @@ class LineProgress:
             parts.append(f"eta {format_duration(left)}")
         return "  ".join(parts)
 
+    def part(self, offset: int) -> Any:
+        """A view of this report for a part of the units after the first
+        `offset`: its ``update(done)`` reports ``offset + done``."""
+        return _Part(self, offset)
+
     def update(self, done: int) -> None:
         """Reports that `done` units are done (the last call: `total`)."""
         if self._finished:
@@ -167,3 +172,14 @@ class LineProgress:
             self.stream.write(self.line(done) + "\n")
         self._finished = finished
         self.stream.flush()
+
+
+class _Part:
+    """`LineProgress.part`: a part's progress, reported in the whole's."""
+
+    def __init__(self, whole: LineProgress, offset: int) -> None:
+        self.whole = whole
+        self.offset = offset
+
+    def update(self, done: int) -> None:
+        self.whole.update(self.offset + done)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -232,6 +233,19 @@ def _interrupted_message(args: argparse.Namespace, error: KeyboardInterrupt) -> 
             f"checkpoint is {prefix} (update {step}). Run the same command again "
             "to go on from it."
         )
+    output = str(getattr(args, "output", None) or "-")
+    state = Path(f"{output}.partial.json")
+    if args.command == "translate" and output != "-" and state.is_file():
+        try:
+            lines = int(json.loads(state.read_text(encoding="utf-8"))["lines"])
+        except (OSError, ValueError, KeyError, TypeError):
+            lines = None
+        if lines:
+            return (
+                f"Stopped by {name} after line {lines} of the input, whose "
+                f"translations are in {output}.partial. Run the same command "
+                f"again to go on from line {lines + 1}."
+            )
     return f"Stopped by {name} before it finished. Run the same command again."
 
 

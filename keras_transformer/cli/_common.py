@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -596,18 +596,24 @@ def load_search_translator(args: argparse.Namespace) -> Any:
 
 @contextlib.contextmanager
 def translating(
-    command: str, translator: Any, noun: str = "lines", first_number: int = 1
+    command: str,
+    translator: Any,
+    noun: str = "lines",
+    first_number: int = 1,
+    report: bool = True,
 ) -> Iterator[None]:
     """Around a command's `translator.translate` or `evaluate`: the progress
     bar goes to standard error (the translations may go to standard output),
     and the sources that were cut are reported in the command's own words
-    (`report_cut_sources`) instead of the library's `SourceCutWarning`."""
+    (`report_cut_sources`; not `report`: the caller reports them) instead of
+    the library's `SourceCutWarning`."""
     from keras_transformer.translation import SourceCutWarning
 
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore", SourceCutWarning)
         yield
-    report_cut_sources(command, translator, noun, first_number)
+    if report:
+        report_cut_sources(command, translator, noun, first_number)
 
 
 def warn(command: str, message: str) -> None:
@@ -648,19 +654,23 @@ def until_ctrl_c() -> Iterator[None]:
 
 
 def report_cut_sources(
-    command: str, translator: Any, noun: str = "lines", first_number: int = 1
+    command: str,
+    translator: Any,
+    noun: str = "lines",
+    first_number: int = 1,
+    cut: Sequence[int] | None = None,
 ) -> None:
     """One warning line naming the sources that `translator` cut, if any.
 
     `translator` is the `Translator` that just translated them; its
-    `cut_lines` are the indices (from 0) of the cut sources. `noun` names
-    what they are to the user (``lines`` of a file, ``sentences``), and
-    `first_number` the number the first of them has (a line typed at a
-    terminal is translated alone).
+    `cut_lines` are the indices (from 0) of the cut sources (or `cut`, those
+    of several calls). `noun` names what they are to the user (``lines`` of
+    a file, ``sentences``), and `first_number` the number the first of them
+    has (a line typed at a terminal is translated alone).
     """
     from keras_transformer.translation.lines import describe_lines
 
-    cut = list(getattr(translator, "cut_lines", ()))
+    cut = list(getattr(translator, "cut_lines", ()) if cut is None else cut)
     if not cut:
         return
     limit = getattr(translator, "source_limit", translator.max_input_length)

@@ -14,6 +14,7 @@ from keras_transformer.cli._common import (
     check_run_kind,
     check_translator_arguments,
     refuse_export_without_model,
+    report_cut_sources,
     search_settings,
     translating,
     typed_lines,
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         default="-",
         help="Where to write the translations, one per line (default: standard "
-        "output).",
+        "output). Saved to OUTPUT.partial as they are made: a stopped command "
+        "run again goes on after the lines it had translated.",
     )
     # Terminology constraints and ensembles (Post and Vilar 2018; averaged
     # log-probabilities).
@@ -202,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     _check_ensemble_runs(args.workdir, args.ensemble)
     _check_n_best(args)
     from keras_transformer.export.formats import TranslatorLike, serving_format
-    from keras_transformer.translation import read_lines, write_lines
+    from keras_transformer.translation import read_lines
 
     typed = _reads_a_terminal(args)
     lines, prefixes = read_prefixes(args, [] if typed else read_lines(args.input))
@@ -244,22 +246,136 @@ def run(args: argparse.Namespace) -> int:
     if typed:
         _translate_typed(args, translator, options)
         return 0
-    with translating(NAME, translator, "lines"):
-        outputs = translator.translate(lines, **options)
-    if options.get("constraints") is not None:
-        _warn_unmet_constraints(translator, args.workdir)
-    n_best = options.get("n_best") is not None
-    write_lines(args.output, n_best_lines(outputs) if n_best else outputs)
+    _translate_lines(args, translator, lines, options)
     return 0
 
 
-def _warn_unmet_constraints(translator: Any, workdir: str) -> None:
+#: Input lines translated at a time: written to standard output, or saved to
+#: ``OUTPUT.partial`` (`PartialOutput`), as each part is done.
+CHUNK_LINES = 1000
+
+
+def _translate_lines(
+    args: argparse.Namespace,
+    translator: Any,
+    lines: list[str],
+    options: dict[str, Any],
+) -> None:
+    """Translates `lines` CHUNK_LINES at a time, in order, each part written
+    as soon as it is done: a stopped command (Ctrl-C, a kill, a full disk)
+    keeps the translations of the parts before, in ``OUTPUT.partial``, and
+    the same command run again goes on after them."""
+    from keras_transformer.progress import LineProgress
+    from keras_transformer.translation import write_lines
+    from keras_transformer.translation.lines import PartialOutput
+
+    partial = None
+    start = 0
+    if str(args.output) != "-":
+        partial = PartialOutput(args.output, _signature(args, lines, options))
+        start, dropped = partial.start()
+        if dropped:
+            warn(
+                NAME,
+                f"{partial.lines_path} held the translations of another command "
+                "(another input, settings or model), or was damaged: translating "
+                "from the first line.",
+            )
+        elif start:
+            warn(
+                NAME,
+                f"going on after line {start} of {len(lines)}: the translations "
+                f"before it are in {partial.lines_path}, from an earlier run of "
+                "this command.",
+            )
+    bar = options.pop("progress", None) and LineProgress(len(lines) - start)
+    cut: list[int] = []
+    try:
+        for first in range(start, len(lines), CHUNK_LINES):
+            last = min(first + CHUNK_LINES, len(lines))
+            part = {
+                name: value[first:last] if name in _PER_LINE else value
+                for name, value in options.items()
+            }
+            if bar:
+                part["progress"] = bar.part(first - start)
+            with translating(NAME, translator, "lines", report=False):
+                outputs = translator.translate(lines[first:last], **part)
+            cut += [first + i for i in getattr(translator, "cut_lines", ())]
+            if options.get("constraints") is not None:
+                _warn_unmet_constraints(translator, args.workdir, first + 1)
+            if options.get("n_best") is not None:
+                outputs = n_best_lines(outputs, start=first)
+            if partial is None:
+                write_lines("-", outputs)
+            else:
+                partial.append(outputs, last)
+    except BaseException:
+        if partial is not None:
+            partial.stop()
+        raise
+    report_cut_sources(NAME, translator, "lines", cut=cut)
+    if partial is not None:
+        partial.finish()
+
+
+#: The options of `translate` with one value per input line.
+_PER_LINE = ("prefixes", "constraints")
+
+
+def _signature(
+    args: argparse.Namespace, lines: list[str], options: dict[str, Any]
+) -> str:
+    """What the translations of `lines` are made of, as one digest: the
+    input's lines, the command's settings (with each line's prefix and
+    constraints) and the model's files (a run that trained on, or another
+    export, differs)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
+    settings = {
+        name: value
+        for name, value in sorted(vars(args).items())
+        if name not in ("input", "output", "no_progress")
+        and isinstance(value, (str, int, float, bool, list, type(None)))
+    }
+    per_line = [options.get(name) for name in _PER_LINE]
+    models = [_folder_state(folder) for folder in [args.workdir, *args.ensemble]]
+    summary = json.dumps([settings, per_line, models], default=str)
+    digest.update(summary.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _folder_state(folder: str) -> list[tuple[str, int, int]]:
+    """Name, size and time of the files in `folder` and its sub-folders (one
+    level): a new checkpoint or a re-export changes it."""
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        entries = [entry]
+        if entry.is_dir():
+            entries = sorted(os.scandir(entry.path), key=lambda entry: entry.name)
+        for file in entries:
+            if file.is_file() and not file.name.endswith(".lock"):
+                stat = file.stat()
+                name = os.path.relpath(file.path, folder)
+                found.append((name, stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+def _warn_unmet_constraints(
+    translator: Any, workdir: str, first_number: int = 1
+) -> None:
     """One warning per line whose translation misses constraint phrases, and
     one per phrase that cannot be met because its text is not in the
-    vocabulary (naming the parts that would be the unknown piece ⁇)."""
+    vocabulary (naming the parts that would be the unknown piece ⁇); the
+    first of the translator's last lines is line `first_number`."""
     unknown_pieces = translator.unknown_constraint_pieces
-    for number, unmet in enumerate(translator.unmet_constraints, start=1):
-        unknown = unknown_pieces[number - 1] if unknown_pieces else {}
+    for index, unmet in enumerate(translator.unmet_constraints):
+        number = first_number + index
+        unknown = unknown_pieces[index] if unknown_pieces else {}
         for phrase, pieces in unknown.items():
             named = ", ".join(repr(piece) for piece in pieces)
             warn(

@@ -2,18 +2,26 @@
 
 `read_lines` / `write_lines` read and write one sentence per line (standard
 input and output for ``-``); `check_lines` and `check_line_pairs` refuse,
-in one line, what is not a list of strings or not one reference per line.
+in one line, what is not a list of strings or not one reference per line;
+`PartialOutput` saves a long command's output lines as they are made.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.files import check_utf8_start, write_atomically, write_error
+from keras_transformer.files import (
+    FolderLock,
+    check_utf8_start,
+    fsync_directory,
+    write_atomically,
+    write_error,
+)
 from keras_transformer.validation import check_sentence
 
 
@@ -132,7 +140,104 @@ def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> No
     write_atomically(path, data)
 
 
+class PartialOutput:
+    """The output lines of a long command, saved as they are made, so that a
+    stopped command (Ctrl-C, a kill, a full disk) loses only the lines it
+    was making: ``OUTPUT.partial`` holds them, ``OUTPUT.partial.json`` says
+    how many input lines they answer, and of what (`signature`: the input,
+    the settings and the model, as the caller sums them up). Run again with
+    the same `signature`, the command goes on after those lines; `finish`
+    renames the whole to ``OUTPUT``. One writer at a time (``.OUTPUT.lock``).
+
+    Args:
+        path: the output file.
+        signature: what the lines are made of; a partial output of another
+            signature is of another command, and is started again.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], signature: str) -> None:
+        self.path = Path(path)
+        self.lines_path = self.path.with_name(self.path.name + ".partial")
+        self.state_path = self.path.with_name(self.path.name + ".partial.json")
+        self.signature = signature
+        self.done = 0
+        self.lock = FolderLock(
+            self.path.parent,
+            "keras-transformer translate",
+            lock_file=self.path.with_name(f".{self.path.name}.lock"),
+            remove_when_released=True,
+        )
+
+    def start(self) -> tuple[int, bool]:
+        """Takes the lock; returns the input lines already answered by an
+        earlier run of the same signature (0 for none), and whether a
+        partial output of another signature was dropped."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise write_error(self.path, e) from e
+        self.lock.acquire()
+        state = self._state()
+        size = self.lines_path.stat().st_size if self.lines_path.is_file() else -1
+        if state.get("signature") == self.signature and 0 <= state["bytes"] <= size:
+            # Lines appended after the last state (a kill between the two
+            # writes) are made again.
+            os.truncate(self.lines_path, state["bytes"])
+            self.done = state["lines"]
+            return self.done, False
+        dropped = size > 0 or bool(state)
+        self._write(b"", 0, mode="wb")
+        return 0, dropped
+
+    def _state(self) -> dict[str, Any]:
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        valid = isinstance(state, dict) and all(
+            isinstance(state.get(key), int) for key in ("lines", "bytes")
+        )
+        return state if valid else {}
+
+    def _write(self, data: bytes, done: int, mode: str = "ab") -> None:
+        try:
+            with open(self.lines_path, mode) as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            state = {
+                "signature": self.signature,
+                "lines": done,
+                "bytes": self.lines_path.stat().st_size,
+            }
+            write_atomically(self.state_path, json.dumps(state) + "\n")
+        except OSError as e:
+            kept = f"{self.lines_path} keeps the lines of the first {self.done} inputs"
+            raise write_error(self.lines_path, e, kept=kept) from e
+        self.done = done
+
+    def append(self, lines: Sequence[str], done: int) -> None:
+        """Adds `lines`, the output up to input line `done` (counted from 1)."""
+        self._write("".join(f"{line}\n" for line in lines).encode("utf-8"), done)
+
+    def finish(self) -> None:
+        """``OUTPUT.partial`` becomes ``OUTPUT``; the state goes."""
+        try:
+            os.replace(self.lines_path, self.path)
+            self.state_path.unlink(missing_ok=True)
+            fsync_directory(self.path.parent)
+        except OSError as e:
+            raise write_error(self.path, e, kept=f"{self.lines_path} is whole") from e
+        finally:
+            self.lock.release()
+
+    def stop(self) -> None:
+        """Releases the lock of a command stopped before `finish`."""
+        self.lock.release()
+
+
 __all__ = [
+    "PartialOutput",
     "SOURCES_MISMATCH",
     "check_line_pairs",
     "refuse_empty_pairs",

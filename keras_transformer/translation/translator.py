@@ -352,7 +352,8 @@ class Translator:
             (i for i, ids in enumerate(sources) if len(ids) > 1 or not skip_empty),
             key=lambda i: len(sources[i]),
         )
-        bar = LineProgress(len(sources), "sentences") if progress else None
+        bar = progress if hasattr(progress, "update") else None
+        bar = bar or (LineProgress(len(sources), "sentences") if progress else None)
         done = len(sources) - len(order)  # the empty lines
         if bar is not None and sources and not order:
             bar.update(len(sources))
@@ -433,7 +434,7 @@ class Translator:
     def translate(
         self,
         lines: Sequence[str],
-        progress: bool = False,
+        progress: bool | Any = False,
         *,
         n_best: int | None = None,
         prefixes: Sequence[str] | None = None,
@@ -449,7 +450,8 @@ class Translator:
         Args:
             lines: the sentences.
             progress: show the progress on standard output (`LineProgress`:
-                a redrawn line on a terminal, plain lines elsewhere).
+                a redrawn line on a terminal, plain lines elsewhere), or
+                report it to a `LineProgress.part` (lines done, from 0).
             n_best: return, per line, the list of its `n_best` best
                 translations as ``(text, score)`` pairs, best first (beam
                 search, ``n_best <= beam_size``; the score is

@@ -1089,3 +1089,77 @@ def test_a_folder_in_place_of_the_writer_lock_says_what_to_do(run, capsys):
     assert cli.main([*argv, "--max-sentences", "2", "--no-progress"]) == 1
     line = _one_line_error(capsys, f"{lock} is a folder", "Remove or rename")
     assert "Errno" not in line
+
+
+def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
+    trained, tmp_path, capsys, monkeypatch
+):
+    """``translate --input BIG --output OUT`` wrote OUT only at the end: a
+    Ctrl-C, a kill or a full disk after hours of translating lost them all.
+    The lines are now translated in parts, each saved to OUT.partial when
+    done, and the same command run again goes on after the saved parts."""
+    import signal
+
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import translate as translate_command
+    from keras_transformer.data.datasets import synthetic_dates
+    from keras_transformer.translation import Translator
+
+    monkeypatch.setattr(translate_command, "CHUNK_LINES", 3)
+    source = tmp_path / "source.txt"
+    source.write_text("".join(f"{s}\n" for s in synthetic_dates(10, seed=4).sources))
+    command = ["translate", "--workdir", str(trained), "--input", str(source)]
+    full = tmp_path / "full.txt"
+    assert cli.main([*command, "--output", str(full)]) == 0
+    expected = full.read_text().splitlines()
+    assert len(expected) == 10 and any(expected)
+    # Standard output gets each part as it is done, the same lines.
+    capsys.readouterr()
+    assert cli.main([*command, "--no-progress"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+    calls: list[int] = []
+    original = Translator.translate
+    stop_at = {"call": 3}
+
+    def translate(self, lines, *args, **kwargs):
+        calls.append(len(lines))
+        if len(calls) == stop_at["call"]:
+            raise CommandInterrupted(signal.SIGINT)
+        return original(self, lines, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", translate)
+    out = tmp_path / "out" / "translations.txt"
+    partial = out.with_name("translations.txt.partial")
+    assert cli.main([*command, "--output", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert (
+        f"Stopped by SIGINT after line 6 of the input, whose translations are in "
+        f"{out}.partial. Run the same command again to go on from line 7." in err
+    )
+    assert not out.exists()
+    assert partial.read_text().splitlines() == expected[:6]
+    # A kill between a part's lines and its record: the extra lines are made
+    # again.
+    with open(partial, "a") as file:
+        file.write("half of a part\n")
+    calls.clear()
+    stop_at["call"] = None
+    assert cli.main([*command, "--output", str(out)]) == 0
+    assert calls == [3, 1]  # lines 7-9 and 10 only
+    assert "going on after line 6 of 10" in capsys.readouterr().err
+    assert out.read_text().splitlines() == expected
+    assert sorted(p.name for p in out.parent.iterdir()) == ["translations.txt"]
+
+    # A partial output of another command (another input) is started again.
+    stop_at["call"], calls[:] = 2, []
+    assert cli.main([*command, "--output", str(out)]) == 130
+    other = tmp_path / "other.txt"
+    other.write_text(source.read_text().replace("1", "2"))
+    stop_at["call"], calls[:] = None, []
+    capsys.readouterr()
+    assert cli.main([*command[:-1], str(other), "--output", str(out)]) == 0
+    assert calls == [3, 3, 3, 1]
+    assert "held the translations of another command" in capsys.readouterr().err
+    assert cli.main([*command[:-1], str(other), "--output", str(full)]) == 0
+    assert out.read_text() == full.read_text()
