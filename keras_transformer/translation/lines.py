@@ -162,7 +162,7 @@ class PartialOutput:
         self.signature = signature
         self.done = 0
         self.lock = FolderLock(
-            self.path.parent,
+            self.path,
             "keras-transformer translate",
             lock_file=self.path.with_name(f".{self.path.name}.lock"),
             remove_when_released=True,
