@@ -336,11 +336,13 @@ def _signature(
     digest = hashlib.sha256()
     for line in lines:
         digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    defaults = vars(parser.parse_args(["--workdir", "-"]))
     settings = {
-        name: value
-        for name, value in sorted(vars(args).items())
+        name: getattr(args, name, default)
+        for name, default in sorted(defaults.items())
         if name not in ("input", "output", "no_progress")
-        and isinstance(value, (str, int, float, bool, list, type(None)))
     }
     per_line = [options.get(name) for name in _PER_LINE]
     models = [_folder_state(folder) for folder in [args.workdir, *args.ensemble]]

@@ -1098,6 +1098,7 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     Ctrl-C, a kill or a full disk after hours of translating lost them all.
     The lines are now translated in parts, each saved to OUT.partial when
     done, and the same command run again goes on after the saved parts."""
+    import argparse
     import signal
 
     from keras_transformer.cli import CommandInterrupted
@@ -1106,17 +1107,17 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     from keras_transformer.translation import Translator
 
     monkeypatch.setattr(translate_command, "CHUNK_LINES", 3)
+    lines = list(synthetic_dates(10, seed=4).sources)
     source = tmp_path / "source.txt"
-    source.write_text("".join(f"{s}\n" for s in synthetic_dates(10, seed=4).sources))
-    command = ["translate", "--workdir", str(trained), "--input", str(source)]
-    full = tmp_path / "full.txt"
-    assert cli.main([*command, "--output", str(full)]) == 0
-    expected = full.read_text().splitlines()
+    source.write_text("".join(f"{line}\n" for line in lines))
+    out = tmp_path / "out" / "translations.txt"
+    partial = out.with_name("translations.txt.partial")
+    command = ["--workdir", str(trained), "--weights", "last", "--input", str(source)]
+    parser = argparse.ArgumentParser()
+    translate_command.add_arguments(parser)
+    translator = Translator.load(trained)
+    expected = translator.translate(lines)
     assert len(expected) == 10 and any(expected)
-    # Standard output gets each part as it is done, the same lines.
-    capsys.readouterr()
-    assert cli.main([*command, "--no-progress"]) == 0
-    assert capsys.readouterr().out.splitlines() == expected
 
     calls: list[int] = []
     original = Translator.translate
@@ -1128,10 +1129,19 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
             raise CommandInterrupted(signal.SIGINT)
         return original(self, lines, *args, **kwargs)
 
+    def translate_into(output: str, lines: list[str] = lines) -> None:
+        args = parser.parse_args([*command, "--output", output, "--no-progress"])
+        translate_command._translate_lines(args, translator, lines, {})
+
     monkeypatch.setattr(Translator, "translate", translate)
-    out = tmp_path / "out" / "translations.txt"
-    partial = out.with_name("translations.txt.partial")
-    assert cli.main([*command, "--output", str(out)]) == 130
+    # Standard output gets each part as it is done: the same lines.
+    capsys.readouterr()
+    stop_at["call"] = None
+    translate_into("-")
+    assert capsys.readouterr().out.splitlines() == expected and calls == [3, 3, 3, 1]
+    # Stopped in the third part, on the command line.
+    stop_at["call"], calls[:] = 3, []
+    assert cli.main(["translate", *command, "--output", str(out)]) == 130
     err = capsys.readouterr().err
     assert (
         f"Stopped by SIGINT after line 6 of the input, whose translations are in "
@@ -1143,23 +1153,22 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     # again.
     with open(partial, "a") as file:
         file.write("half of a part\n")
-    calls.clear()
-    stop_at["call"] = None
-    assert cli.main([*command, "--output", str(out)]) == 0
+    stop_at["call"], calls[:] = None, []
+    translate_into(str(out))
     assert calls == [3, 1]  # lines 7-9 and 10 only
     assert "going on after line 6 of 10" in capsys.readouterr().err
     assert out.read_text().splitlines() == expected
     assert sorted(p.name for p in out.parent.iterdir()) == ["translations.txt"]
-
     # A partial output of another command (another input) is started again.
     stop_at["call"], calls[:] = 2, []
-    assert cli.main([*command, "--output", str(out)]) == 130
-    other = tmp_path / "other.txt"
-    other.write_text(source.read_text().replace("1", "2"))
+    with pytest.raises(CommandInterrupted):
+        translate_into(str(out))
+    assert partial.read_text().splitlines() == expected[:3]
     stop_at["call"], calls[:] = None, []
-    capsys.readouterr()
-    assert cli.main([*command[:-1], str(other), "--output", str(out)]) == 0
+    others = [line.replace("1", "2") for line in lines]
+    translate_into(str(out), others)
     assert calls == [3, 3, 3, 1]
     assert "held the translations of another command" in capsys.readouterr().err
-    assert cli.main([*command[:-1], str(other), "--output", str(full)]) == 0
-    assert out.read_text() == full.read_text()
+    assert out.read_text().splitlines() == original(translator, others)
+    # One writer at a time: the output's lock is released after a stop.
+    assert not out.with_name(".translations.txt.lock").exists()
