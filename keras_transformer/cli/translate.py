@@ -250,8 +250,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Input lines translated at a time: written to standard output, or saved to
-#: ``OUTPUT.partial`` (`PartialOutput`), as each part is done.
+#: Input lines translated at a time (at least; 4 batches if more): written
+#: to standard output, or saved to ``OUTPUT.partial`` (`PartialOutput`), as
+#: each part is done.
 CHUNK_LINES = 1000
 
 
@@ -273,7 +274,11 @@ def _translate_lines(
     start = 0
     if str(args.output) != "-":
         partial = PartialOutput(args.output, _signature(args, lines, options))
-        start, dropped = partial.start()
+        try:
+            start, dropped = partial.start()
+        except BaseException:
+            partial.stop()
+            raise
         if dropped:
             warn(
                 NAME,
@@ -290,9 +295,10 @@ def _translate_lines(
             )
     bar = options.pop("progress", None) and LineProgress(len(lines) - start)
     cut: list[int] = []
+    chunk = max(CHUNK_LINES, 4 * args.batch_size)
     try:
-        for first in range(start, len(lines), CHUNK_LINES):
-            last = min(first + CHUNK_LINES, len(lines))
+        for first in range(start, len(lines), chunk):
+            last = min(first + chunk, len(lines))
             part = {
                 name: value[first:last] if name in _PER_LINE else value
                 for name, value in options.items()
@@ -345,22 +351,30 @@ def _signature(
         if name not in ("input", "output", "no_progress")
     }
     per_line = [options.get(name) for name in _PER_LINE]
-    models = [_folder_state(folder) for folder in [args.workdir, *args.ensemble]]
+    # The output's own files (an OUTPUT inside the run folder) are no part
+    # of the model.
+    own = os.path.abspath(args.output)
+    models = [
+        _folder_state(folder, ignore=own) for folder in [args.workdir, *args.ensemble]
+    ]
     summary = json.dumps([settings, per_line, models], default=str)
     digest.update(summary.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
-def _folder_state(folder: str) -> list[tuple[str, int, int]]:
+def _folder_state(folder: str, ignore: str) -> list[tuple[str, int, int]]:
     """Name, size and time of the files in `folder` and its sub-folders (one
-    level): a new checkpoint or a re-export changes it."""
+    level), but for lock files and those whose path starts with `ignore`: a
+    new checkpoint or a re-export changes it."""
     found = []
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
         entries = [entry]
         if entry.is_dir():
             entries = sorted(os.scandir(entry.path), key=lambda entry: entry.name)
         for file in entries:
-            if file.is_file() and not file.name.endswith(".lock"):
+            path = os.path.abspath(file.path)
+            skip = file.name.endswith(".lock") or path.startswith(ignore)
+            if file.is_file() and not skip:
                 stat = file.stat()
                 name = os.path.relpath(file.path, folder)
                 found.append((name, stat.st_size, stat.st_mtime_ns))

@@ -1106,13 +1106,14 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     from keras_transformer.data.datasets import synthetic_dates
     from keras_transformer.translation import Translator
 
-    monkeypatch.setattr(translate_command, "CHUNK_LINES", 3)
+    monkeypatch.setattr(translate_command, "CHUNK_LINES", 4)
     lines = list(synthetic_dates(10, seed=4).sources)
     source = tmp_path / "source.txt"
     source.write_text("".join(f"{line}\n" for line in lines))
     out = tmp_path / "out" / "translations.txt"
     partial = out.with_name("translations.txt.partial")
-    command = ["--workdir", str(trained), "--weights", "last", "--input", str(source)]
+    command = ["--workdir", str(trained), "--weights", "last", "--batch-size", "1"]
+    command += ["--input", str(source)]
     parser = argparse.ArgumentParser()
     translate_command.add_arguments(parser)
     translator = Translator.load(trained)
@@ -1129,46 +1130,59 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
             raise CommandInterrupted(signal.SIGINT)
         return original(self, lines, *args, **kwargs)
 
-    def translate_into(output: str, lines: list[str] = lines) -> None:
-        args = parser.parse_args([*command, "--output", output, "--no-progress"])
-        translate_command._translate_lines(args, translator, lines, {})
+    def translate_into(output: str, lines: list[str] = lines, *options: str) -> None:
+        given = [*command, "--output", output, "--no-progress", *options]
+        translate_command._translate_lines(
+            parser.parse_args(given), translator, lines, {}
+        )
 
     monkeypatch.setattr(Translator, "translate", translate)
     # Standard output gets each part as it is done: the same lines.
     capsys.readouterr()
     stop_at["call"] = None
     translate_into("-")
-    assert capsys.readouterr().out.splitlines() == expected and calls == [3, 3, 3, 1]
-    # Stopped in the third part, on the command line.
+    assert capsys.readouterr().out.splitlines() == expected and calls == [4, 4, 2]
+    # Stopped in the third part, on the command line (parts of 4 lines: at
+    # least CHUNK_LINES, and 4 batches).
     stop_at["call"], calls[:] = 3, []
     assert cli.main(["translate", *command, "--output", str(out)]) == 130
     err = capsys.readouterr().err
     assert (
-        f"Stopped by SIGINT after line 6 of the input, whose translations are in "
-        f"{out}.partial. Run the same command again to go on from line 7." in err
+        f"Stopped by SIGINT after line 8 of the input, whose translations are in "
+        f"{out}.partial. Run the same command again to go on from line 9." in err
     )
     assert not out.exists()
-    assert partial.read_text().splitlines() == expected[:6]
+    assert partial.read_text().splitlines() == expected[:8]
     # A kill between a part's lines and its record: the extra lines are made
     # again.
     with open(partial, "a") as file:
         file.write("half of a part\n")
     stop_at["call"], calls[:] = None, []
     translate_into(str(out))
-    assert calls == [3, 1]  # lines 7-9 and 10 only
-    assert "going on after line 6 of 10" in capsys.readouterr().err
+    assert calls == [2]  # lines 9 and 10 only
+    assert "going on after line 8 of 10" in capsys.readouterr().err
     assert out.read_text().splitlines() == expected
     assert sorted(p.name for p in out.parent.iterdir()) == ["translations.txt"]
     # A partial output of another command (another input) is started again.
     stop_at["call"], calls[:] = 2, []
     with pytest.raises(CommandInterrupted):
         translate_into(str(out))
-    assert partial.read_text().splitlines() == expected[:3]
+    assert partial.read_text().splitlines() == expected[:4]
     stop_at["call"], calls[:] = None, []
     others = [line.replace("1", "2") for line in lines]
     translate_into(str(out), others)
-    assert calls == [3, 3, 3, 1]
+    assert calls == [4, 4, 2]
     assert "held the translations of another command" in capsys.readouterr().err
     assert out.read_text().splitlines() == original(translator, others)
     # One writer at a time: the output's lock is released after a stop.
     assert not out.with_name(".translations.txt.lock").exists()
+    # An output inside the run folder is no change of the model.
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    inside = run / "hypotheses.txt"
+    stop_at["call"], calls[:] = 2, []
+    with pytest.raises(CommandInterrupted):
+        translate_into(str(inside), lines, "--workdir", str(run))
+    stop_at["call"], calls[:] = None, []
+    translate_into(str(inside), lines, "--workdir", str(run))
+    assert calls == [4, 2] and inside.read_text().splitlines() == expected
