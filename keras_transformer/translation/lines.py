@@ -153,9 +153,15 @@ class PartialOutput:
         path: the output file.
         signature: what the lines are made of; a partial output of another
             signature is of another command, and is started again.
+        command: the command, as a second writer's refusal names it.
     """
 
-    def __init__(self, path: str | os.PathLike[str], signature: str) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        signature: str,
+        command: str = "keras-transformer translate",
+    ) -> None:
         self.path = Path(path)
         self.lines_path = self.path.with_name(self.path.name + ".partial")
         self.state_path = self.path.with_name(self.path.name + ".partial.json")
@@ -163,7 +169,7 @@ class PartialOutput:
         self.done = 0
         self.lock = FolderLock(
             self.path,
-            "keras-transformer translate",
+            command,
             lock_file=self.path.with_name(f".{self.path.name}.lock"),
             remove_when_released=True,
         )
@@ -212,7 +218,12 @@ class PartialOutput:
             }
             write_atomically(self.state_path, json.dumps(state) + "\n")
         except OSError as e:
-            kept = f"{self.lines_path} keeps the lines of the first {self.done} inputs"
+            kept = (
+                f"{self.lines_path} keeps the output of the first {self.done} "
+                "input lines"
+                if self.done
+                else "nothing made so far is lost"
+            )
             raise write_error(self.lines_path, e, kept=kept) from e
         self.done = done
 
