@@ -424,13 +424,16 @@ class FolderLock:
 
     Taken by every command that writes a run folder or an export (train,
     average-checkpoints, evaluate's outputs, export); readers (translate,
-    evaluate's scoring) never take it. The lock is an ``flock`` on the file,
-    so the system releases it when the holder exits, even after SIGKILL;
-    the file itself only tells who holds it (PID, host, command, start).
-    Re-entrant within one process.
+    evaluate's scoring) never take a run's lock; ``translate --output`` locks
+    its output file (`translation.lines.PartialOutput`). The lock is an
+    ``flock`` on the file, so the system releases it when the holder exits,
+    even after SIGKILL; the file itself only tells who holds it (PID, host,
+    command, start). Re-entrant within one process.
 
     Args:
-        folder: the folder to lock (created if missing).
+        folder: what the lock guards, named in a refusal: a folder (created
+            if missing, with the default `lock_file`), or a file with its own
+            `lock_file`.
         command: what the holder is doing, for the message of a refused
             writer (e.g. ``"keras-transformer train"``).
         lock_file: the lock's path, default ``<folder>/writer.lock``.
@@ -439,6 +442,7 @@ class FolderLock:
             otherwise stay behind in the user's folder). A writer that
             opened the file before it was deleted finds it gone once it
             holds the lock, and takes the lock again on a new file.
+        another: what the refusal suggests instead (``"another folder"``).
 
     Example:
     >>> import tempfile
@@ -456,11 +460,13 @@ class FolderLock:
         command: str,
         lock_file: str | os.PathLike[str] | None = None,
         remove_when_released: bool = False,
+        another: str = "another folder",
     ) -> None:
         self.folder = Path(folder)
         self.command = command
         self.path = Path(lock_file) if lock_file else self.folder / LOCK_FILE
         self.remove_when_released = remove_when_released
+        self.another = another
 
     def __repr__(self) -> str:
         return f"FolderLock({str(self.folder)!r}, {self.command!r})"
@@ -500,7 +506,7 @@ class FolderLock:
         return FolderLockedError(
             f"{self.folder} is being written by {command} (PID {pid} on host "
             f"{host}, since {since}): one writer at a time. Wait for it to end "
-            "or stop it, or use another folder. The lock is released when that "
+            f"or stop it, or use {self.another}. The lock is released when that "
             "process exits; only if it runs on a machine that crashed (a shared "
             f"file system), delete {self.path} by hand."
         )

@@ -130,6 +130,7 @@ def check_before_training(config: Any) -> None:
 
     Raises:
         ValueError: one line naming the settings and what to change.
+        FileNotFoundError: a data file setting names no file.
     """
     from keras_transformer.data.tasks import check_file_paths
 

@@ -172,6 +172,7 @@ class PartialOutput:
             command,
             lock_file=self.path.with_name(f".{self.path.name}.lock"),
             remove_when_released=True,
+            another="another output file",
         )
 
     def start(self) -> tuple[int, bool]:

@@ -1104,6 +1104,7 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     from keras_transformer.cli import CommandInterrupted
     from keras_transformer.cli import translate as translate_command
     from keras_transformer.data.datasets import synthetic_dates
+    from keras_transformer.files import FolderLockedError
     from keras_transformer.translation import Translator
 
     monkeypatch.setattr(translate_command, "CHUNK_LINES", 4)
@@ -1176,6 +1177,14 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     assert out.read_text().splitlines() == original(translator, others)
     # One writer at a time: the output's lock is released after a stop.
     assert not out.with_name(".translations.txt.lock").exists()
+    lock_file = out.with_name(".translations.txt.lock")
+    with (
+        holding_lock(out, lock_file=lock_file),
+        pytest.raises(FolderLockedError) as error,
+    ):
+        translate_into(str(out))
+    assert f"{out} is being written by keras-transformer train" in str(error.value)
+    assert "or use another output file." in str(error.value)
     # An output inside the run folder is no change of the model.
     run = tmp_path / "run"
     shutil.copytree(trained, run)
