@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -163,11 +162,15 @@ class CommandInterrupted(KeyboardInterrupt):
 
     Attributes:
         signum: the signal's number.
+        kept: what the stopped command keeps of its work, as the end of the
+            line it stops with (``translate``: "after line 8 of the input,
+            whose translations are in ..."); None when it keeps nothing.
     """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.kept: str | None = None
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:
@@ -233,19 +236,9 @@ def _interrupted_message(args: argparse.Namespace, error: KeyboardInterrupt) -> 
             f"checkpoint is {prefix} (update {step}). Run the same command again "
             "to go on from it."
         )
-    output = str(getattr(args, "output", None) or "-")
-    state = Path(f"{output}.partial.json")
-    if args.command == "translate" and output != "-" and state.is_file():
-        try:
-            lines = int(json.loads(state.read_text(encoding="utf-8"))["lines"])
-        except (OSError, ValueError, KeyError, TypeError):
-            lines = None
-        if lines:
-            return (
-                f"Stopped by {name} after line {lines} of the input, whose "
-                f"translations are in {output}.partial. Run the same command "
-                f"again to go on from line {lines + 1}."
-            )
+    kept = getattr(error, "kept", None)
+    if kept:
+        return f"Stopped by {name} {kept}"
     return f"Stopped by {name} before it finished. Run the same command again."
 
 

@@ -580,6 +580,15 @@ def search_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def parser_defaults(
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+) -> dict[str, Any]:
+    """A command's settings as its parser (`add_arguments`) leaves them."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return vars(parser.parse_args(["--workdir", "-"]))
+
+
 def load_search_translator(args: argparse.Namespace) -> Any:
     """The `Translator` of ``--workdir`` and ``--weights``, with the decoding
     settings of the search flags (`search_settings`) and ``--batch-size``."""

@@ -18,6 +18,7 @@ from keras_transformer.cli._common import (
     add_translator_arguments,
     check_translator_arguments,
     load_search_translator,
+    parser_defaults,
     search_settings,
     translating,
     warn,
@@ -332,12 +333,9 @@ _STORED_RUN_FLAGS = frozenset(
 
 def _translation_flags_given(args: argparse.Namespace) -> list[str]:
     """The flags of `args` that only the translation of a test set reads."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_arguments(parser)
-    defaults = vars(parser.parse_args(["--workdir", "-"]))
     changed = (
         name
-        for name, default in defaults.items()
+        for name, default in parser_defaults(add_arguments).items()
         if name not in _STORED_RUN_FLAGS and getattr(args, name, default) != default
     )
     return list(dict.fromkeys([*search_settings(args), *changed]))

@@ -13,6 +13,7 @@ from keras_transformer.cli._common import (
     check_path,
     check_run_kind,
     check_translator_arguments,
+    parser_defaults,
     refuse_export_without_model,
     report_cut_sources,
     search_settings,
@@ -266,6 +267,7 @@ def _translate_lines(
     as soon as it is done: a stopped command (Ctrl-C, a kill, a full disk)
     keeps the translations of the parts before, in ``OUTPUT.partial``, and
     the same command run again goes on after them."""
+    from keras_transformer.cli import CommandInterrupted
     from keras_transformer.progress import LineProgress
     from keras_transformer.translation import write_lines
     from keras_transformer.translation.lines import PartialOutput
@@ -316,9 +318,15 @@ def _translate_lines(
                 write_lines("-", outputs)
             else:
                 partial.append(outputs, last)
-    except BaseException:
+    except BaseException as e:
         if partial is not None:
             partial.stop()
+            if isinstance(e, CommandInterrupted) and partial.done:
+                e.kept = (
+                    f"after line {partial.done} of the input, whose translations "
+                    f"are in {partial.lines_path}. Run the same command again to "
+                    f"go on from line {partial.done + 1}."
+                )
         raise
     report_cut_sources(NAME, translator, "lines", cut=cut)
     if partial is not None:
@@ -342,12 +350,9 @@ def _signature(
     digest = hashlib.sha256()
     for line in lines:
         digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
-    parser = argparse.ArgumentParser(add_help=False)
-    add_arguments(parser)
-    defaults = vars(parser.parse_args(["--workdir", "-"]))
     settings = {
         name: getattr(args, name, default)
-        for name, default in sorted(defaults.items())
+        for name, default in sorted(parser_defaults(add_arguments).items())
         if name not in ("input", "output", "no_progress")
     }
     per_line = [options.get(name) for name in _PER_LINE]
