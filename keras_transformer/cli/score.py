@@ -16,10 +16,16 @@ from keras_transformer.cli._common import (
     add_model_arguments,
     check_run_kind,
     check_translator_arguments,
+    report_cut_sources,
     translating,
     typed_lines,
     until_ctrl_c,
     warn,
+)
+from keras_transformer.cli.translate import (
+    CHUNK_LINES,
+    command_signature,
+    output_in_parts,
 )
 
 NAME = "score"
@@ -52,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="-",
         help="Where to write one line per pair: log P(target | source), a tab, "
         "then the log-probability of each subword token, END last, separated by "
-        "spaces (default: standard output).",
+        "spaces (default: standard output). Saved to OUTPUT.partial as they "
+        "are made: a stopped command run again goes on after the pairs it had "
+        "scored.",
     )
     parser.add_argument(
         "--max-input-length",
@@ -136,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         args, source="file", target="file", input="file", output="new file"
     )
     check_run_kind(args.workdir, "translation", "--workdir", NAME)
-    from keras_transformer.translation import Translator, write_lines
+    from keras_transformer.translation import Translator
 
     typed = args.source is None and args.target is None and str(args.input) == "-"
     typed = typed and sys.stdin.isatty()
@@ -150,7 +158,34 @@ def run(args: argparse.Namespace) -> int:
     if typed:
         _score_typed(args, translator)
         return 0
-    with translating(NAME, translator, "lines"):
-        scores = translator.score(sources, targets)
-    write_lines(args.output, _score_lines(scores))
+    _score_pairs(args, translator, sources, targets)
     return 0
+
+
+def _score_pairs(
+    args: argparse.Namespace, translator: Any, sources: list[str], targets: list[str]
+) -> None:
+    """Scores the pairs CHUNK_LINES at a time, in order, each part written as
+    soon as it is done (`output_in_parts`): a stopped command keeps the
+    scores of the parts before, in ``OUTPUT.partial``, and the same command
+    run again goes on after them."""
+    from keras_transformer.translation import write_lines
+
+    pairs = [f"{s}\t{t}" for s, t in zip(sources, targets, strict=True)]
+    signature = command_signature(args, pairs, add_arguments, [], [args.workdir])
+    with output_in_parts(NAME, args.output, len(pairs), signature) as (
+        partial,
+        start,
+    ):
+        cut: list[int] = []
+        chunk = max(CHUNK_LINES, 4 * args.batch_size)
+        for first in range(start, len(pairs), chunk):
+            last = min(first + chunk, len(pairs))
+            with translating(NAME, translator, "lines", report=False):
+                scores = translator.score(sources[first:last], targets[first:last])
+            cut += [first + i for i in translator.cut_lines]
+            if partial is None:
+                write_lines("-", _score_lines(scores))
+            else:
+                partial.append(_score_lines(scores), last)
+        report_cut_sources(NAME, translator, "lines", cut=cut)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from keras_transformer.cli._common import (
@@ -264,41 +266,23 @@ def _translate_lines(
     options: dict[str, Any],
 ) -> None:
     """Translates `lines` CHUNK_LINES at a time, in order, each part written
-    as soon as it is done: a stopped command (Ctrl-C, a kill, a full disk)
-    keeps the translations of the parts before, in ``OUTPUT.partial``, and
-    the same command run again goes on after them."""
-    from keras_transformer.cli import CommandInterrupted
+    as soon as it is done (`output_in_parts`): a stopped command (Ctrl-C, a
+    kill, a full disk) keeps the translations of the parts before, in
+    ``OUTPUT.partial``, and the same command run again goes on after them."""
     from keras_transformer.progress import LineProgress
     from keras_transformer.translation import write_lines
-    from keras_transformer.translation.lines import PartialOutput
 
-    partial = None
-    start = 0
-    if str(args.output) != "-":
-        partial = PartialOutput(args.output, _signature(args, lines, options))
-        try:
-            start, dropped = partial.start()
-        except BaseException:
-            partial.stop()
-            raise
-        if dropped:
-            warn(
-                NAME,
-                f"{partial.lines_path} held the translations of another command "
-                "(another input, settings or model), or was damaged: translating "
-                "from the first line.",
-            )
-        elif start:
-            warn(
-                NAME,
-                f"going on after line {start} of {len(lines)}: the translations "
-                f"before it are in {partial.lines_path}, from an earlier run of "
-                "this command.",
-            )
-    bar = options.pop("progress", None) and LineProgress(len(lines) - start)
-    cut: list[int] = []
-    chunk = max(CHUNK_LINES, 4 * args.batch_size)
-    try:
+    per_line = [options.get(name) for name in _PER_LINE]
+    signature = command_signature(
+        args, lines, add_arguments, per_line, [args.workdir, *args.ensemble]
+    )
+    with output_in_parts(NAME, args.output, len(lines), signature) as (
+        partial,
+        start,
+    ):
+        bar = options.pop("progress", None) and LineProgress(len(lines) - start)
+        cut: list[int] = []
+        chunk = max(CHUNK_LINES, 4 * args.batch_size)
         for first in range(start, len(lines), chunk):
             last = min(first + chunk, len(lines))
             part = {
@@ -318,32 +302,75 @@ def _translate_lines(
                 write_lines("-", outputs)
             else:
                 partial.append(outputs, last)
-    except BaseException as e:
-        if partial is not None:
-            partial.stop()
-            if isinstance(e, CommandInterrupted) and partial.done:
-                e.kept = (
-                    f"after line {partial.done} of the input, whose translations "
-                    f"are in {partial.lines_path}. Run the same command again to "
-                    f"go on from line {partial.done + 1}."
-                )
+        report_cut_sources(NAME, translator, "lines", cut=cut)
+
+
+@contextlib.contextmanager
+def output_in_parts(
+    command: str, output: str | os.PathLike[str], total: int, signature: str
+) -> Iterator[tuple[Any, int]]:
+    """A long command's output saved as it is made: yields the
+    `PartialOutput` of ``OUTPUT`` (None for standard output) and the input
+    lines an earlier run of the same `signature` already answered (0 for
+    none), with a warning for either case; the partial output becomes
+    ``OUTPUT`` when the block ends, and a stopped block
+    (`CommandInterrupted`) says which lines are kept and where."""
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.translation.lines import PartialOutput
+
+    if str(output) == "-":
+        yield None, 0
+        return
+    made = "translations" if command == NAME else "scores"
+    partial = PartialOutput(output, signature, command=f"keras-transformer {command}")
+    try:
+        start, dropped = partial.start()
+    except BaseException:
+        partial.stop()
         raise
-    report_cut_sources(NAME, translator, "lines", cut=cut)
-    if partial is not None:
-        partial.finish()
+    if dropped:
+        warn(
+            command,
+            f"{partial.lines_path} held the {made} of another command (another "
+            "input, settings or model), or was damaged: starting from the first "
+            "line.",
+        )
+    elif start:
+        warn(
+            command,
+            f"going on after line {start} of {total}: the {made} before it are "
+            f"in {partial.lines_path}, from an earlier run of this command.",
+        )
+    try:
+        yield partial, start
+    except BaseException as e:
+        partial.stop()
+        if isinstance(e, CommandInterrupted) and partial.done:
+            e.kept = (
+                f"after line {partial.done} of the input, whose {made} are in "
+                f"{partial.lines_path}. Run the same command again to go on from "
+                f"line {partial.done + 1}."
+            )
+        raise
+    partial.finish()
 
 
 #: The options of `translate` with one value per input line.
 _PER_LINE = ("prefixes", "constraints")
 
 
-def _signature(
-    args: argparse.Namespace, lines: list[str], options: dict[str, Any]
+def command_signature(
+    args: argparse.Namespace,
+    lines: Sequence[str],
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    per_line: Sequence[Any],
+    folders: Sequence[str],
 ) -> str:
-    """What the translations of `lines` are made of, as one digest: the
-    input's lines, the command's settings (with each line's prefix and
-    constraints) and the model's files (a run that trained on, or another
-    export, differs)."""
+    """What a command's output lines are made of, as one digest (for
+    `output_in_parts`): the input's `lines`, the command's settings (read
+    through its parser, `add_arguments`; `per_line`: options with one value
+    per line) and the files of the model `folders` (a run that trained on,
+    or another export, differs)."""
     import hashlib
     import json
 
@@ -353,16 +380,13 @@ def _signature(
     settings = {
         name: getattr(args, name, default)
         for name, default in sorted(parser_defaults(add_arguments).items())
-        if name not in ("input", "output", "no_progress")
+        if name not in ("input", "source", "target", "output", "no_progress")
     }
-    per_line = [options.get(name) for name in _PER_LINE]
     # The output's own files (an OUTPUT inside the run folder) are no part
     # of the model.
     own = os.path.abspath(args.output)
-    models = [
-        _folder_state(folder, ignore=own) for folder in [args.workdir, *args.ensemble]
-    ]
-    summary = json.dumps([settings, per_line, models], default=str)
+    models = [_folder_state(folder, ignore=own) for folder in folders]
+    summary = json.dumps([settings, list(per_line), models], default=str)
     digest.update(summary.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 

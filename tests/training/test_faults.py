@@ -1195,3 +1195,71 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     stop_at["call"], calls[:] = None, []
     translate_into(str(inside), lines, "--workdir", str(run))
     assert calls == [4, 2] and inside.read_text().splitlines() == expected
+
+
+def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
+    trained, tmp_path, capsys, monkeypatch
+):
+    """``score --output OUT`` wrote OUT only at the end, as ``translate`` did:
+    the pairs are now scored in parts, each saved to OUT.partial when done,
+    and the same command run again goes on after the saved parts."""
+    import signal
+
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import score as score_command
+    from keras_transformer.data.datasets import synthetic_dates
+    from keras_transformer.translation import Translator
+
+    monkeypatch.setattr(score_command, "CHUNK_LINES", 4)
+    dates = synthetic_dates(10, seed=5)
+    sources, targets = tmp_path / "sources.txt", tmp_path / "targets.txt"
+    sources.write_text("".join(f"{line}\n" for line in dates.sources))
+    targets.write_text("".join(f"{line}\n" for line in dates.targets))
+    translator = Translator.load(trained, "last", batch_size=1)
+    expected = score_command._score_lines(
+        translator.score(list(dates.sources), list(dates.targets))
+    )
+    out = tmp_path / "scores.txt"
+    command = ["score", "--workdir", str(trained), "--weights", "last"]
+    command += ["--batch-size", "1", "--source", str(sources)]
+    command += ["--target", str(targets), "--output", str(out)]
+
+    calls: list[int] = []
+    original = Translator.score
+    stop_at = {"call": 3}
+
+    def score(self, sources, targets):
+        calls.append(len(sources))
+        if len(calls) == stop_at["call"]:
+            raise CommandInterrupted(signal.SIGTERM)
+        return original(self, sources, targets)
+
+    monkeypatch.setattr(Translator, "score", score)
+    capsys.readouterr()
+    assert cli.main(command) == 143
+    assert (
+        "keras-transformer score: Stopped by SIGTERM after line 8 of the input, "
+        f"whose scores are in {out}.partial. Run the same command again to go "
+        "on from line 9." in capsys.readouterr().err
+    )
+    assert not out.exists()
+    partial = out.with_name("scores.txt.partial")
+    assert partial.read_text().splitlines() == expected[:8]
+    stop_at["call"], calls[:] = None, []
+    assert cli.main(command) == 0
+    assert calls == [2]  # pairs 9 and 10 only
+    assert "going on after line 8 of 10: the scores" in capsys.readouterr().err
+    assert out.read_text().splitlines() == expected
+    assert sorted(p.name for p in tmp_path.iterdir() if "scores" in p.name) == [
+        "scores.txt"
+    ]
+    # Other targets are another command: scored from the first pair.
+    stop_at["call"], calls[:] = 2, []
+    assert cli.main(command) == 143
+    targets.write_text("".join(f"{line}!\n" for line in dates.targets))
+    stop_at["call"], calls[:] = None, []
+    assert cli.main(command) == 0
+    assert calls == [4, 4, 2]
+    assert "held the scores of another command" in capsys.readouterr().err
+    assert out.read_text().splitlines() != expected
+    assert len(out.read_text().splitlines()) == 10
