@@ -31,14 +31,12 @@ saves a checkpoint and stops (exit 0), a second Ctrl-C stops at once.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from keras_transformer.cli import (
     average_checkpoints,
@@ -50,6 +48,11 @@ from keras_transformer.cli import (
     translate,
 )
 from keras_transformer.cli._common import CommandError, weights_policy
+from keras_transformer.cli._signals import (
+    STOP_SIGNALS,
+    CommandInterrupted,
+    stop_on_signals,
+)
 from keras_transformer.cli._startup import drop_tensorflow_startup_lines
 from keras_transformer.conventions import DISTRIBUTION
 
@@ -146,58 +149,6 @@ EXTRA_OF_MODULE = {
     ),
     "skimage": "image",
 }
-
-
-# ------------------------------------------------------------------ signals
-#: The signals that stop a command, and the exit status each one gives
-#: (128 + the signal's number, as a shell reports a process it ended).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class CommandInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM reached a command (outside the updates of ``train``).
-
-    A `KeyboardInterrupt`, so that no ``except Exception`` of the library
-    swallows it.
-
-    Attributes:
-        signum: the signal's number.
-        kept: what the stopped command keeps of its work, as the end of the
-            line it stops with (``translate``: "after line 8 of the input,
-            whose translations are in ..."); None when it keeps nothing.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-        self.kept: str | None = None
-
-
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise CommandInterrupted(signum)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM raise `CommandInterrupted` in the block.
-
-    Without it SIGTERM ends the process at once, silently (exit 143), and
-    SIGINT raises a bare `KeyboardInterrupt`. The previous handlers are
-    restored on exit. Outside the main thread it does nothing.
-    """
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _raise_interrupted)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def _latest_checkpoint(workdir: str | os.PathLike[str]) -> tuple[str, int] | None:

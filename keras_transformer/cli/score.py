@@ -173,7 +173,7 @@ def _score_pairs(
 
     pairs = [f"{s}\t{t}" for s, t in zip(sources, targets, strict=True)]
     signature = command_signature(args, pairs, add_arguments, [], [args.workdir])
-    with output_in_parts(NAME, args.output, len(pairs), signature) as (
+    with output_in_parts(NAME, args.output, len(pairs), signature, "scores") as (
         partial,
         start,
     ):

@@ -24,6 +24,7 @@ from keras_transformer.cli._common import (
     until_ctrl_c,
     warn,
 )
+from keras_transformer.cli._signals import CommandInterrupted
 
 NAME = "translate"
 HELP = (
@@ -307,21 +308,24 @@ def _translate_lines(
 
 @contextlib.contextmanager
 def output_in_parts(
-    command: str, output: str | os.PathLike[str], total: int, signature: str
+    command: str,
+    output: str | os.PathLike[str],
+    total: int,
+    signature: str,
+    made: str = "translations",
 ) -> Iterator[tuple[Any, int]]:
     """A long command's output saved as it is made: yields the
     `PartialOutput` of ``OUTPUT`` (None for standard output) and the input
-    lines an earlier run of the same `signature` already answered (0 for
-    none), with a warning for either case; the partial output becomes
-    ``OUTPUT`` when the block ends, and a stopped block
-    (`CommandInterrupted`) says which lines are kept and where."""
-    from keras_transformer.cli import CommandInterrupted
+    lines (of `total`) an earlier run of the same `signature` already
+    answered (0 for none), with a warning for either case; the partial
+    output becomes ``OUTPUT`` when the block ends, and a stopped block
+    (`CommandInterrupted`) says which lines are kept and where. `made` names
+    the output lines to the user."""
     from keras_transformer.translation.lines import PartialOutput
 
     if str(output) == "-":
         yield None, 0
         return
-    made = "translations" if command == NAME else "scores"
     partial = PartialOutput(output, signature, command=f"keras-transformer {command}")
     try:
         start, dropped = partial.start()

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.cli._signals import raise_interrupted
 from keras_transformer.models import build_transformer, presets
 from keras_transformer.training import TranslationTrainer, checkpoint_paths, train
 from keras_transformer.training.loop import _progress
@@ -499,7 +500,7 @@ def test_a_signal_while_the_model_is_built_ends_the_command_with_one_line(
     def build_then_terminate(*args, **kwargs):
         built = build(*args, **kwargs)
         # The command's handler, or the signal would end pytest.
-        assert signal.getsignal(signal.SIGTERM) is cli._raise_interrupted
+        assert signal.getsignal(signal.SIGTERM) is raise_interrupted
         os.kill(os.getpid(), signal.SIGTERM)
         return built
 
@@ -532,7 +533,7 @@ def test_main_handles_both_signals_and_restores_the_handlers(monkeypatch, capsys
             signal.getsignal(signal.SIGINT),
         )
         # The command's handler, or the signal would end pytest.
-        assert seen["handlers"] == (cli._raise_interrupted, cli._raise_interrupted)
+        assert seen["handlers"] == (raise_interrupted, raise_interrupted)
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # interrupted at once
         return 0
