@@ -397,10 +397,15 @@ def command_signature(
 
 def _folder_state(folder: str, ignore: str) -> list[tuple[str, int, int]]:
     """Name, size and time of the files in `folder` and its sub-folders (one
-    level), but for lock files and those whose path starts with `ignore`: a
-    new checkpoint or a re-export changes it."""
+    level), but for lock files, those whose path starts with `ignore` and
+    what other commands write into a run folder (``evaluate``'s hypotheses
+    and TensorBoard scores): a new checkpoint or a re-export changes it."""
+    from keras_transformer.runs.layout import LOG_DIR, TRANSLATIONS_DIR
+
     found = []
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.name in (LOG_DIR, TRANSLATIONS_DIR) and entry.is_dir():
+            continue
         entries = [entry]
         if entry.is_dir():
             entries = sorted(os.scandir(entry.path), key=lambda entry: entry.name)

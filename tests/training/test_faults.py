@@ -1192,6 +1192,11 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     stop_at["call"], calls[:] = 2, []
     with pytest.raises(CommandInterrupted):
         translate_into(str(inside), lines, "--workdir", str(run))
+    # Nor is what `evaluate` writes into it meanwhile (its hypotheses and
+    # TensorBoard scores).
+    for written in ("translations/test.beam4.last.txt", "logs/evaluate/events"):
+        (run / written).parent.mkdir(exist_ok=True)
+        (run / written).write_text("written by evaluate\n")
     stop_at["call"], calls[:] = None, []
     translate_into(str(inside), lines, "--workdir", str(run))
     assert calls == [4, 2] and inside.read_text().splitlines() == expected
