@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=32, help="Pairs scored together."
     )
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="No progress bar (shown on standard error when the pairs come "
+        "from files).",
+    )
 
 
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -169,20 +175,28 @@ def _score_pairs(
     soon as it is done (`output_in_parts`): a stopped command keeps the
     scores of the parts before, in ``OUTPUT.partial``, and the same command
     run again goes on after them."""
+    from keras_transformer.progress import LineProgress
     from keras_transformer.translation import write_lines
 
     pairs = [f"{s}\t{t}" for s, t in zip(sources, targets, strict=True)]
+    from_files = args.source is not None or str(args.input) != "-"
     signature = command_signature(args, pairs, add_arguments, [], [args.workdir])
     with output_in_parts(NAME, args.output, len(pairs), signature, "scores") as (
         partial,
         start,
     ):
+        bar = None
+        if from_files and not args.no_progress:
+            bar = LineProgress(len(pairs) - start, "pairs")
         cut: list[int] = []
         chunk = max(CHUNK_LINES, 4 * args.batch_size)
         for first in range(start, len(pairs), chunk):
             last = min(first + chunk, len(pairs))
+            part = bar.part(first - start) if bar else False
             with translating(NAME, translator, "lines", report=False):
-                scores = translator.score(sources[first:last], targets[first:last])
+                scores = translator.score(
+                    sources[first:last], targets[first:last], progress=part
+                )
             cut += [first + i for i in translator.cut_lines]
             if partial is None:
                 write_lines("-", _score_lines(scores))

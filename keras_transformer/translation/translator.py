@@ -539,7 +539,10 @@ class Translator:
         ]
 
     def score(
-        self, sources: Sequence[str], targets: Sequence[str]
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        progress: bool | Any = False,
     ) -> list[TargetScore]:
         """Forced decoding: the log-probability of each target given its source.
 
@@ -550,6 +553,8 @@ class Translator:
         Args:
             sources: the source sentences.
             targets: one target sentence per source.
+            progress: show the progress on standard output, as `translate`
+                does (or a `LineProgress.part` to advance).
 
         Returns:
             One `TargetScore` per pair, in order: ``log_prob`` = log P(Y | X)
@@ -576,7 +581,7 @@ class Translator:
         target_ids = self.tokenizer.encode(targets)
         scores: list[Any] = [None] * len(sources)
         decoder = get_decoder(self.model, self.jit_compile)
-        for batch, padded in self._batches(source_ids, False, skip_empty=False):
+        for batch, padded in self._batches(source_ids, progress, skip_empty=False):
             result = decoder.score(
                 padded,
                 [target_ids[i] for i in batch],

@@ -1233,11 +1233,11 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     original = Translator.score
     stop_at = {"call": 3}
 
-    def score(self, sources, targets):
+    def score(self, sources, targets, **options):
         calls.append(len(sources))
         if len(calls) == stop_at["call"]:
             raise CommandInterrupted(signal.SIGTERM)
-        return original(self, sources, targets)
+        return original(self, sources, targets, **options)
 
     monkeypatch.setattr(Translator, "score", score)
     capsys.readouterr()
@@ -1253,7 +1253,9 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     stop_at["call"], calls[:] = None, []
     assert cli.main(command) == 0
     assert calls == [2]  # pairs 9 and 10 only
-    assert "going on after line 8 of 10: the scores" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "going on after line 8 of 10: the scores" in err
+    assert "2/2 pairs" in err  # the progress of what is left (files given)
     assert out.read_text().splitlines() == expected
     assert sorted(p.name for p in tmp_path.iterdir() if "scores" in p.name) == [
         "scores.txt"
@@ -1261,10 +1263,12 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     # Other targets are another command: scored from the first pair.
     stop_at["call"], calls[:] = 2, []
     assert cli.main(command) == 143
+    assert "after line 4 of the input" in capsys.readouterr().err
     targets.write_text("".join(f"{line}!\n" for line in dates.targets))
     stop_at["call"], calls[:] = None, []
-    assert cli.main(command) == 0
+    assert cli.main([*command, "--no-progress"]) == 0
     assert calls == [4, 4, 2]
-    assert "held the scores of another command" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "held the scores of another command" in err and " pairs " not in err
     assert out.read_text().splitlines() != expected
     assert len(out.read_text().splitlines()) == 10
