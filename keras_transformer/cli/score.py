@@ -22,7 +22,7 @@ from keras_transformer.cli._common import (
     until_ctrl_c,
     warn,
 )
-from keras_transformer.cli.translate import (
+from keras_transformer.cli._parts import (
     CHUNK_LINES,
     command_signature,
     output_in_parts,

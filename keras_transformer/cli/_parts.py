@@ -1,0 +1,138 @@
+"""A long command's output lines, saved as they are made.
+
+``translate --input FILE --output OUT`` and ``score ... --output OUT`` work
+CHUNK_LINES input lines at a time and append each part's output lines to
+``OUT.partial`` as soon as it is done (`output_in_parts`, on
+`keras_transformer.translation.lines.PartialOutput`): a command stopped by
+Ctrl-C, a kill or a full disk keeps them, and the same command run again
+(the same `command_signature`: input, settings and model files) goes on
+after them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from keras_transformer.cli._common import parser_defaults, warn
+from keras_transformer.cli._signals import CommandInterrupted
+
+#: Input lines translated (or pairs scored) at a time (at least; 4 batches
+#: if more): written to standard output, or saved to ``OUTPUT.partial``
+#: (`output_in_parts`), as each part is done.
+CHUNK_LINES = 1000
+
+
+@contextlib.contextmanager
+def output_in_parts(
+    command: str,
+    output: str | os.PathLike[str],
+    total: int,
+    signature: str,
+    made: str = "translations",
+) -> Iterator[tuple[Any, int]]:
+    """A long command's output saved as it is made: yields the
+    `PartialOutput` of ``OUTPUT`` (None for standard output) and the input
+    lines (of `total`) an earlier run of the same `signature` already
+    answered (0 for none), with a warning for either case; the partial
+    output becomes ``OUTPUT`` when the block ends, and a stopped block
+    (`CommandInterrupted`) says which lines are kept and where. `made` names
+    the output lines to the user."""
+    from keras_transformer.translation.lines import PartialOutput
+
+    if str(output) == "-":
+        yield None, 0
+        return
+    partial = PartialOutput(output, signature, command=f"keras-transformer {command}")
+    try:
+        start, dropped = partial.start()
+    except BaseException:
+        partial.stop()
+        raise
+    if dropped:
+        warn(
+            command,
+            f"{partial.lines_path} held the {made} of another command (another "
+            "input, settings or model), or was damaged: starting from the first "
+            "line.",
+        )
+    elif start:
+        warn(
+            command,
+            f"going on after line {start} of {total}: the {made} before it are "
+            f"in {partial.lines_path}, from an earlier run of this command.",
+        )
+    try:
+        yield partial, start
+    except BaseException as e:
+        partial.stop()
+        if isinstance(e, CommandInterrupted) and partial.done:
+            e.kept = (
+                f"after line {partial.done} of the input, whose {made} are in "
+                f"{partial.lines_path}. Run the same command again to go on from "
+                f"line {partial.done + 1}."
+            )
+        raise
+    partial.finish()
+
+
+def command_signature(
+    args: argparse.Namespace,
+    lines: Sequence[str],
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    per_line: Sequence[Any],
+    folders: Sequence[str],
+) -> str:
+    """What a command's output lines are made of, as one digest (for
+    `output_in_parts`): the input's `lines`, the command's settings (read
+    through its parser, `add_arguments`; `per_line`: options with one value
+    per line) and the files of the model `folders` (a run that trained on,
+    or another export, differs)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
+    settings = {
+        name: getattr(args, name, default)
+        for name, default in sorted(parser_defaults(add_arguments).items())
+        if name not in ("input", "source", "target", "output", "no_progress")
+    }
+    # The output's own files (an OUTPUT inside the run folder) are no part
+    # of the model.
+    own = os.path.abspath(args.output)
+    models = [_folder_state(folder, ignore=own) for folder in folders]
+    summary = json.dumps([settings, list(per_line), models], default=str)
+    digest.update(summary.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _folder_state(folder: str, ignore: str) -> list[tuple[str, int, int]]:
+    """Name, size and time of the files in `folder` and its sub-folders (one
+    level), but for lock files, those whose path starts with `ignore` and
+    what other commands write into a run folder (``evaluate``'s hypotheses
+    and TensorBoard scores): a new checkpoint or a re-export changes it."""
+    from keras_transformer.runs.layout import LOG_DIR, TRANSLATIONS_DIR
+
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.name in (LOG_DIR, TRANSLATIONS_DIR) and entry.is_dir():
+            continue
+        entries = [entry]
+        if entry.is_dir():
+            entries = sorted(os.scandir(entry.path), key=lambda entry: entry.name)
+        for file in entries:
+            path = os.path.abspath(file.path)
+            skip = file.name.endswith(".lock") or path.startswith(ignore)
+            if file.is_file() and not skip:
+                stat = file.stat()
+                name = os.path.relpath(file.path, folder)
+                found.append((name, stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+__all__ = ["CHUNK_LINES", "command_signature", "output_in_parts"]
