@@ -196,15 +196,20 @@ def write_error(
 ) -> FileWriteError:
     """A `FileWriteError` for a failed write of `path` caused by `error`."""
     path = Path(path)
+    if getattr(error, "errno", None) == errno.EISDIR:
+        # A folder where the file goes (made by hand, or by another program):
+        # the target of a rename, or the file opened.
+        folder = getattr(error, "filename2", None) or getattr(error, "filename", None)
+        advice = f"Remove or rename the folder {folder or path}"
+        kept = kept or "nothing was written"
+    elif _is_full(error):
+        advice = "Free disk space"
+    else:
+        advice = "Check the folder's permissions and the disk"
     kept = kept or (
         f"the previous {path.name} is intact"
         if path.exists()
         else f"no partial {path.name} was left"
-    )
-    advice = (
-        "Free disk space"
-        if _is_full(error)
-        else "Check the folder's permissions and the disk"
     )
     result = FileWriteError(
         f"Could not write {path}: {_reason(error)}; {kept}. {advice}, then run "

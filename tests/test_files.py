@@ -55,6 +55,50 @@ def test_a_failed_write_keeps_the_previous_file_and_is_one_line(tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
+def test_a_folder_where_the_file_goes_is_named_in_the_remedy(tmp_path):
+    """A folder in the way was told "Check the folder's permissions and the
+    disk", which a user checks in vain."""
+    path = tmp_path / "out.txt"
+    path.mkdir()
+    with pytest.raises(FileWriteError) as error:
+        write_atomically(path, "new")
+    message = str(error.value)
+    assert f"Could not write {path}: is a directory; nothing was written." in message
+    assert f"Remove or rename the folder {path}, then run the same" in message
+    assert "permissions" not in message and path.is_dir()
+
+
+def test_a_partial_output_whose_state_cannot_be_written_is_one_message(
+    tmp_path, monkeypatch
+):
+    """A full disk at ``OUT.partial.json`` gave "Could not write OUT.partial:
+    Could not write OUT.partial.json: ...; ... again.; ... again." (the
+    state's error wrapped in the lines' one)."""
+    from keras_transformer.translation import lines as lines_module
+    from keras_transformer.translation.lines import PartialOutput
+
+    out = tmp_path / "out.txt"
+    partial = PartialOutput(out, "signature")
+    assert partial.start() == (0, False)
+    partial.append(["a", "b"], 2)
+
+    def full_disk(path, data):
+        raise files.write_error(path, OSError(errno.ENOSPC, "No space left"))
+
+    monkeypatch.setattr(lines_module, "write_atomically", full_disk)
+    with pytest.raises(FileWriteError) as error:
+        partial.append(["c"], 3)
+    partial.stop()
+    message = str(error.value)
+    assert message.count("Could not write") == 1 and message.count("again") == 1
+    assert (
+        f"Could not write {out}.partial.json: no space left on the device; "
+        f"{out}.partial keeps the output of the first 2 input lines. Free disk "
+        "space, then run the same command again." == message
+    )
+    assert error.value.errno == errno.ENOSPC
+
+
 def test_atomic_file_keeps_the_writers_suffix(tmp_path):
     # Keras insists on ".weights.h5" and ".keras": the temporary name ends
     # with the final name.

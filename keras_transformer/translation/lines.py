@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer.files import (
+    FileWriteError,
     FolderLock,
     check_utf8_start,
     fsync_directory,
@@ -225,7 +226,11 @@ class PartialOutput:
                 if self.done
                 else "nothing made so far is lost"
             )
-            raise write_error(self.lines_path, e, kept=kept) from e
+            # The state's own write error (`write_atomically`) is told once,
+            # with what the partial output keeps.
+            cause = e.__cause__ if isinstance(e, FileWriteError) else e
+            failed = e.filename if isinstance(e, FileWriteError) else self.lines_path
+            raise write_error(failed, cause or e, kept=kept) from e
         self.done = done
 
     def append(self, lines: Sequence[str], done: int) -> None:
