@@ -26,6 +26,40 @@ from keras_transformer.cli._signals import CommandInterrupted
 CHUNK_LINES = 1000
 
 
+class OutputParts:
+    """What `output_in_parts` yields: the parts of the input still to do
+    (`ranges`) and where each part's output lines go (`write`).
+
+    Attributes:
+        partial: the `PartialOutput` of ``OUTPUT`` (None: standard output).
+        start: the input lines an earlier run of the same command already
+            answered (0 for none).
+        total: the input lines.
+    """
+
+    def __init__(self, partial: Any, start: int, total: int) -> None:
+        self.partial = partial
+        self.start = start
+        self.total = total
+
+    def ranges(self, batch_size: int) -> Iterator[tuple[int, int]]:
+        """``(first, last)`` input line indices of each part left, in order:
+        CHUNK_LINES lines, or 4 batches of `batch_size` if more."""
+        chunk = max(CHUNK_LINES, 4 * batch_size)
+        for first in range(self.start, self.total, chunk):
+            yield first, min(first + chunk, self.total)
+
+    def write(self, lines: Sequence[str], done: int) -> None:
+        """Writes a part's output `lines`, the output up to input line `done`
+        (counted from 1): to standard output, or appended to ``OUTPUT.partial``."""
+        if self.partial is None:
+            from keras_transformer.translation import write_lines
+
+            write_lines("-", lines)
+        else:
+            self.partial.append(lines, done)
+
+
 @contextlib.contextmanager
 def output_in_parts(
     command: str,
@@ -33,18 +67,18 @@ def output_in_parts(
     total: int,
     signature: str,
     made: str = "translations",
-) -> Iterator[tuple[Any, int]]:
-    """A long command's output saved as it is made: yields the
-    `PartialOutput` of ``OUTPUT`` (None for standard output) and the input
-    lines (of `total`) an earlier run of the same `signature` already
-    answered (0 for none), with a warning for either case; the partial
+) -> Iterator[OutputParts]:
+    """A long command's output saved as it is made: yields the `OutputParts`
+    of the `total` input lines, which go on after the lines an earlier run
+    of the same `signature` already answered (with a warning, as for a
+    partial output of another signature that is dropped); the partial
     output becomes ``OUTPUT`` when the block ends, and a stopped block
     (`CommandInterrupted`) says which lines are kept and where. `made` names
     the output lines to the user."""
     from keras_transformer.translation.lines import PartialOutput
 
     if str(output) == "-":
-        yield None, 0
+        yield OutputParts(None, 0, total)
         return
     partial = PartialOutput(output, signature, command=f"keras-transformer {command}")
     try:
@@ -66,7 +100,7 @@ def output_in_parts(
             f"in {partial.lines_path}, from an earlier run of this command.",
         )
     try:
-        yield partial, start
+        yield OutputParts(partial, start, total)
     except BaseException as e:
         partial.stop()
         if isinstance(e, CommandInterrupted) and partial.done:
@@ -135,4 +169,4 @@ def _folder_state(folder: str, ignore: str) -> list[tuple[str, int, int]]:
     return found
 
 
-__all__ = ["CHUNK_LINES", "command_signature", "output_in_parts"]
+__all__ = ["CHUNK_LINES", "OutputParts", "command_signature", "output_in_parts"]

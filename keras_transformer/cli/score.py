@@ -22,11 +22,7 @@ from keras_transformer.cli._common import (
     until_ctrl_c,
     warn,
 )
-from keras_transformer.cli._parts import (
-    CHUNK_LINES,
-    command_signature,
-    output_in_parts,
-)
+from keras_transformer.cli._parts import command_signature, output_in_parts
 
 NAME = "score"
 HELP = (
@@ -176,30 +172,21 @@ def _score_pairs(
     scores of the parts before, in ``OUTPUT.partial``, and the same command
     run again goes on after them."""
     from keras_transformer.progress import LineProgress
-    from keras_transformer.translation import write_lines
 
     pairs = [f"{s}\t{t}" for s, t in zip(sources, targets, strict=True)]
     from_files = args.source is not None or str(args.input) != "-"
     signature = command_signature(args, pairs, add_arguments, [], [args.workdir])
-    with output_in_parts(NAME, args.output, len(pairs), signature, "scores") as (
-        partial,
-        start,
-    ):
+    with output_in_parts(NAME, args.output, len(pairs), signature, "scores") as parts:
         bar = None
         if from_files and not args.no_progress:
-            bar = LineProgress(len(pairs) - start, "pairs")
+            bar = LineProgress(len(pairs) - parts.start, "pairs")
         cut: list[int] = []
-        chunk = max(CHUNK_LINES, 4 * args.batch_size)
-        for first in range(start, len(pairs), chunk):
-            last = min(first + chunk, len(pairs))
-            part = bar.part(first - start) if bar else False
+        for first, last in parts.ranges(args.batch_size):
+            part = bar.part(first - parts.start) if bar else False
             with translating(NAME, translator, "lines", report=False):
                 scores = translator.score(
                     sources[first:last], targets[first:last], progress=part
                 )
             cut += [first + i for i in translator.cut_lines]
-            if partial is None:
-                write_lines("-", _score_lines(scores))
-            else:
-                partial.append(_score_lines(scores), last)
+            parts.write(_score_lines(scores), last)
         report_cut_sources(NAME, translator, "lines", cut=cut)

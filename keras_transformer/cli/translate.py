@@ -21,7 +21,7 @@ from keras_transformer.cli._common import (
     until_ctrl_c,
     warn,
 )
-from keras_transformer.cli._parts import CHUNK_LINES, command_signature, output_in_parts
+from keras_transformer.cli._parts import command_signature, output_in_parts
 
 NAME = "translate"
 HELP = (
@@ -262,27 +262,21 @@ def _translate_lines(
     kill, a full disk) keeps the translations of the parts before, in
     ``OUTPUT.partial``, and the same command run again goes on after them."""
     from keras_transformer.progress import LineProgress
-    from keras_transformer.translation import write_lines
 
     per_line = [options.get(name) for name in _PER_LINE]
     signature = command_signature(
         args, lines, add_arguments, per_line, [args.workdir, *args.ensemble]
     )
-    with output_in_parts(NAME, args.output, len(lines), signature) as (
-        partial,
-        start,
-    ):
-        bar = options.pop("progress", None) and LineProgress(len(lines) - start)
+    with output_in_parts(NAME, args.output, len(lines), signature) as parts:
+        bar = options.pop("progress", None) and LineProgress(len(lines) - parts.start)
         cut: list[int] = []
-        chunk = max(CHUNK_LINES, 4 * args.batch_size)
-        for first in range(start, len(lines), chunk):
-            last = min(first + chunk, len(lines))
+        for first, last in parts.ranges(args.batch_size):
             part = {
                 name: value[first:last] if name in _PER_LINE else value
                 for name, value in options.items()
             }
             if bar:
-                part["progress"] = bar.part(first - start)
+                part["progress"] = bar.part(first - parts.start)
             with translating(NAME, translator, "lines", report=False):
                 outputs = translator.translate(lines[first:last], **part)
             cut += [first + i for i in getattr(translator, "cut_lines", ())]
@@ -290,10 +284,7 @@ def _translate_lines(
                 _warn_unmet_constraints(translator, args.workdir, first + 1)
             if options.get("n_best") is not None:
                 outputs = n_best_lines(outputs, start=first)
-            if partial is None:
-                write_lines("-", outputs)
-            else:
-                partial.append(outputs, last)
+            parts.write(outputs, last)
         report_cut_sources(NAME, translator, "lines", cut=cut)
 
 

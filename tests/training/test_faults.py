@@ -1102,12 +1102,13 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     import signal
 
     from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import _parts as parts_module
     from keras_transformer.cli import translate as translate_command
     from keras_transformer.data.datasets import synthetic_dates
     from keras_transformer.files import FolderLockedError
     from keras_transformer.translation import Translator
 
-    monkeypatch.setattr(translate_command, "CHUNK_LINES", 4)
+    monkeypatch.setattr(parts_module, "CHUNK_LINES", 4)
     lines = list(synthetic_dates(10, seed=4).sources)
     source = tmp_path / "source.txt"
     source.write_text("".join(f"{line}\n" for line in lines))
@@ -1211,11 +1212,12 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     import signal
 
     from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import _parts as parts_module
     from keras_transformer.cli import score as score_command
     from keras_transformer.data.datasets import synthetic_dates
     from keras_transformer.translation import Translator
 
-    monkeypatch.setattr(score_command, "CHUNK_LINES", 4)
+    monkeypatch.setattr(parts_module, "CHUNK_LINES", 4)
     dates = synthetic_dates(10, seed=5)
     sources, targets = tmp_path / "sources.txt", tmp_path / "targets.txt"
     sources.write_text("".join(f"{line}\n" for line in dates.sources))
