@@ -1,8 +1,9 @@
 """A long command's output lines, saved as they are made.
 
-``translate --input FILE --output OUT`` and ``score ... --output OUT`` work
-CHUNK_LINES input lines at a time and append each part's output lines to
-``OUT.partial`` as soon as it is done (`output_in_parts`, on
+``translate --input FILE --output OUT``, ``score ... --output OUT`` and
+``evaluate`` (its translations of the test set) work CHUNK_LINES input lines
+at a time and append each part's output lines to ``OUT.partial`` as soon as
+it is done (`output_in_parts`, on
 `keras_transformer.translation.lines.PartialOutput`): a command stopped by
 Ctrl-C, a kill or a full disk keeps them, and the same command run again
 (the same `command_signature`: input, settings and model files) goes on
@@ -15,7 +16,10 @@ import argparse
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keras_transformer.translation.lines import PartialOutput
 
 from keras_transformer.cli._common import parser_defaults, warn
 from keras_transformer.cli._signals import CommandInterrupted
@@ -24,6 +28,10 @@ from keras_transformer.cli._signals import CommandInterrupted
 #: if more): written to standard output, or saved to ``OUTPUT.partial``
 #: (`output_in_parts`), as each part is done.
 CHUNK_LINES = 1000
+
+#: What a command holds while it writes its output (a lock), made anew for
+#: each write.
+Writing = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
 class OutputParts:
@@ -37,10 +45,22 @@ class OutputParts:
         total: the input lines.
     """
 
-    def __init__(self, partial: Any, start: int, total: int) -> None:
+    def __init__(
+        self,
+        partial: PartialOutput | None,
+        start: int,
+        total: int,
+        writing: Writing = contextlib.nullcontext,
+    ) -> None:
         self.partial = partial
         self.start = start
         self.total = total
+        self._writing = writing
+
+    def kept(self) -> list[str]:
+        """The output lines of the `start` input lines an earlier run of the
+        same command answered (none on standard output)."""
+        return [] if self.partial is None else self.partial.lines()
 
     def ranges(self, batch_size: int) -> Iterator[tuple[int, int]]:
         """``(first, last)`` input line indices of each part left, in order:
@@ -57,7 +77,8 @@ class OutputParts:
 
             write_lines("-", lines)
         else:
-            self.partial.append(lines, done)
+            with self._writing():
+                self.partial.append(lines, done)
 
 
 @contextlib.contextmanager
@@ -67,14 +88,23 @@ def output_in_parts(
     total: int,
     signature: str,
     made: str = "translations",
+    *,
+    unit: str = "line",
+    source: str = "the input",
+    writing: Writing = contextlib.nullcontext,
 ) -> Iterator[OutputParts]:
     """A long command's output saved as it is made: yields the `OutputParts`
     of the `total` input lines, which go on after the lines an earlier run
     of the same `signature` already answered (with a warning, as for a
     partial output of another signature that is dropped); the partial
     output becomes ``OUTPUT`` when the block ends, and a stopped block
-    (`CommandInterrupted`) says which lines are kept and where. `made` names
-    the output lines to the user."""
+    (`CommandInterrupted`) says which lines are kept and where.
+
+    `made` names the output lines to the user, `unit` one input line and
+    `source` the input (``"sentence"`` of ``"the test set"``); every write
+    into the output's folder (the start, each part, the end) happens inside
+    `writing()` (evaluate's lock of the run folder it writes into).
+    """
     from keras_transformer.translation.lines import PartialOutput
 
     if str(output) == "-":
@@ -82,7 +112,8 @@ def output_in_parts(
         return
     partial = PartialOutput(output, signature, command=f"keras-transformer {command}")
     try:
-        start, dropped = partial.start()
+        with writing():
+            start, dropped = partial.start()
     except BaseException:
         partial.stop()
         raise
@@ -90,27 +121,32 @@ def output_in_parts(
         warn(
             command,
             f"{partial.lines_path} held the {made} of another command (another "
-            "input, settings or model), or was damaged: starting from the first "
-            "line.",
+            f"input, settings or model), or was damaged: starting from the first "
+            f"{unit}.",
         )
     elif start:
         warn(
             command,
-            f"going on after line {start} of {total}: the {made} before it are "
+            f"going on after {unit} {start} of {total}: the {made} before it are "
             f"in {partial.lines_path}, from an earlier run of this command.",
         )
     try:
-        yield OutputParts(partial, start, total)
+        yield OutputParts(partial, start, total, writing)
     except BaseException as e:
         partial.stop()
         if isinstance(e, CommandInterrupted) and partial.done:
             e.kept = (
-                f"after line {partial.done} of the input, whose {made} are in "
+                f"after {unit} {partial.done} of {source}, whose {made} are in "
                 f"{partial.lines_path}. Run the same command again to go on from "
-                f"line {partial.done + 1}."
+                f"{unit} {partial.done + 1}."
             )
         raise
-    partial.finish()
+    try:
+        with writing():
+            partial.finish()
+    except BaseException:
+        partial.stop()
+        raise
 
 
 def command_signature(
@@ -119,12 +155,13 @@ def command_signature(
     add_arguments: Callable[[argparse.ArgumentParser], None],
     per_line: Sequence[Any],
     folders: Sequence[str],
+    output: str | os.PathLike[str],
 ) -> str:
     """What a command's output lines are made of, as one digest (for
     `output_in_parts`): the input's `lines`, the command's settings (read
     through its parser, `add_arguments`; `per_line`: options with one value
     per line) and the files of the model `folders` (a run that trained on,
-    or another export, differs)."""
+    or another export, differs), but for those of the `output` itself."""
     import hashlib
     import json
 
@@ -138,7 +175,7 @@ def command_signature(
     }
     # The output's own files (an OUTPUT inside the run folder) are no part
     # of the model.
-    own = os.path.abspath(args.output)
+    own = os.path.abspath(output)
     models = [_folder_state(folder, ignore=own) for folder in folders]
     summary = json.dumps([settings, list(per_line), models], default=str)
     digest.update(summary.encode("utf-8", "surrogatepass"))

@@ -19,6 +19,7 @@ from keras_transformer.cli._common import (
     check_translator_arguments,
     load_search_translator,
     parser_defaults,
+    report_cut_sources,
     search_settings,
     translating,
     warn,
@@ -78,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Where to write the translations (default for a training run: "
         "<workdir>/translations/<split>.beam<K>.<weights>.txt, with .alpha<A> and "
         "the stopping rule after beam<K> when they are not the defaults; not "
-        "saved, with a warning, when the run folder cannot be written).",
+        "saved, with a warning, when the run folder cannot be written). Saved to "
+        "HYPOTHESES.partial as they are made: a stopped command run again goes "
+        "on after the sentences it had translated.",
     )
     parser.add_argument(
         "--log-dir",
@@ -270,47 +273,123 @@ def _outputs(
     return hypotheses, log, step
 
 
-def _save(output: _Output, write: Callable[[Path], None]) -> bool:
-    """Writes `output` with `write`; False (after one line) when it failed.
+def _writing(output: _Output) -> Any:
+    """The lock to hold while writing `output`: its run folder's writer lock
+    (one writer at a time), or none for a file outside a run folder."""
+    from keras_transformer.files import FolderLock
 
-    Into a run folder only under its writer lock: while another command
-    (a `train`) writes the folder, the scores stand and the output is not
-    saved, with one warning naming that command.
-    """
-    from keras_transformer.files import FileWriteError, FolderLock, FolderLockedError
+    if output.run_folder is None:
+        return contextlib.nullcontext()
+    return FolderLock(output.run_folder, f"keras-transformer {NAME}")
+
+
+def _save(output: _Output, write: Callable[[Path], None]) -> bool:
+    """Writes `output` with `write` (under `_writing`); False (after one
+    line) when it failed (`_not_saved`)."""
+    from keras_transformer.files import FileWriteError, FolderLockedError
 
     if output.path is None:
         return True
-    lock = (
-        FolderLock(output.run_folder, f"keras-transformer {NAME}")
-        if output.run_folder is not None
-        else contextlib.nullcontext()
-    )
     try:
-        with lock:
+        with _writing(output):
             write(output.path)
-    except FolderLockedError as e:
+    except (FolderLockedError, FileWriteError) as e:
+        return _not_saved(output, e)
+    return True
+
+
+def _not_saved(output: _Output, error: OSError) -> bool:
+    """One line for an `output` that could not be saved; False when that is
+    an error (an output the user named that could not be written).
+
+    While another command (a `train`) writes the run folder, the scores
+    stand and the output is not saved, with one warning naming that
+    command."""
+    from keras_transformer.files import FolderLockedError
+
+    path, output.path = output.path, None
+    if isinstance(error, FolderLockedError):
         warn(
             NAME,
-            f"{output.what} were not saved to {output.path}: {e} The scores are "
+            f"{output.what} were not saved to {path}: {error} The scores are "
             f"complete; pass {output.option} to save them elsewhere.",
         )
-        output.path = None
         return True
-    except FileWriteError as e:
-        if output.explicit:
-            print(f"keras-transformer {NAME}: error: {e}", file=sys.stderr)
-        else:
-            reason = os.strerror(e.errno).lower() if e.errno else "write failed"
-            warn(
-                NAME,
-                f"{output.what} could not be saved to {output.path} ({reason}); "
-                f"the scores are complete. Pass {output.option} to save them "
-                "elsewhere.",
-            )
-        output.path = None
-        return not output.explicit
+    if output.explicit:
+        print(f"keras-transformer {NAME}: error: {error}", file=sys.stderr)
+        return False
+    reason = os.strerror(error.errno).lower() if error.errno else "write failed"
+    warn(
+        NAME,
+        f"{output.what} could not be saved to {path} ({reason}); the scores are "
+        f"complete. Pass {output.option} to save them elsewhere.",
+    )
     return True
+
+
+def _translate_test_set(
+    args: argparse.Namespace, translator: Any, sources: list[str], output: _Output
+) -> tuple[list[str], bool]:
+    """The translations of `sources`, and False if saving them failed with
+    an error (`_not_saved`).
+
+    Translated CHUNK_LINES sentences at a time, each part saved as soon as
+    it is done (`output_in_parts`, under the run folder's lock while it
+    writes): a stopped evaluation keeps the translations of the parts
+    before, in ``HYPOTHESES.partial``, and the same command run again goes
+    on after them. Without a file to save them to (a read-only run folder,
+    an export without --hypotheses), or once saving failed, the rest is
+    translated in memory.
+    """
+    from keras_transformer.cli._parts import command_signature, output_in_parts
+    from keras_transformer.files import FileWriteError, FolderLockedError
+    from keras_transformer.progress import LineProgress
+
+    translations: list[str] = []
+    cut: list[int] = []
+    # The progress bar, and the first sentence it counts (those an earlier
+    # run translated are not).
+    progress: tuple[LineProgress, int] | None = None
+
+    def show_progress(first: int) -> None:
+        nonlocal progress
+        if progress is None and not (args.no_progress or args.json):
+            progress = (LineProgress(len(sources) - first, "sentences"), first)
+
+    def translate(first: int, last: int) -> list[str]:
+        part = progress[0].part(first - progress[1]) if progress else False
+        with translating(NAME, translator, "sentences", report=False):
+            lines = translator.translate(sources[first:last], progress=part)
+        cut.extend(first + i for i in translator.cut_lines)
+        translations.extend(lines)
+        return lines
+
+    saved = True
+    if output.path is not None:
+        signature = command_signature(
+            args, sources, add_translator_arguments, [], [args.workdir], output.path
+        )
+        try:
+            with output_in_parts(
+                NAME,
+                output.path,
+                len(sources),
+                signature,
+                unit="sentence",
+                source="the test set",
+                writing=lambda: _writing(output),
+            ) as parts:
+                translations.extend(parts.kept())
+                show_progress(parts.start)
+                for first, last in parts.ranges(args.batch_size):
+                    parts.write(translate(first, last), last)
+        except (FolderLockedError, FileWriteError) as e:
+            saved = _not_saved(output, e)
+    if len(translations) < len(sources):
+        show_progress(len(translations))
+        translate(len(translations), len(sources))
+    report_cut_sources(NAME, translator, "sentences", cut=cut)
+    return translations, saved
 
 
 #: What the evaluation of a classification or image run reads; every other
@@ -410,20 +489,16 @@ def run(args: argparse.Namespace) -> int:
                 "run's folder (train --workdir), and the translations of "
                 "translation runs and exports."
             )
-    from keras_transformer.translation import log_scores, write_lines
+    from keras_transformer.translation import EvaluationResult, log_scores
 
     workdir = Path(args.workdir)
     sources, references, split = _test_set(args, workdir)
     translator = load_search_translator(args)
     hypotheses, log, step = _outputs(args, workdir, split)
-    with translating(NAME, translator, "sentences"):
-        result = translator.evaluate(
-            sources,
-            references,
-            split=split,
-            progress=not args.no_progress and not args.json,
-        )
-    saved = _save(hypotheses, lambda path: write_lines(path, result.hypotheses))
+    translations, saved = _translate_test_set(args, translator, sources, hypotheses)
+    result = EvaluationResult.scored(
+        sources, references, translations, translator.settings, split=split
+    )
     saved &= _save(log, lambda path: log_scores(result, path, step or 0))
     result = dataclasses.replace(
         result,

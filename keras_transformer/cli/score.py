@@ -175,7 +175,9 @@ def _score_pairs(
 
     pairs = [f"{s}\t{t}" for s, t in zip(sources, targets, strict=True)]
     from_files = args.source is not None or str(args.input) != "-"
-    signature = command_signature(args, pairs, add_arguments, [], [args.workdir])
+    signature = command_signature(
+        args, pairs, add_arguments, [], [args.workdir], args.output
+    )
     with output_in_parts(NAME, args.output, len(pairs), signature, "scores") as parts:
         bar = None
         if from_files and not args.no_progress:

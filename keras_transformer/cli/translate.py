@@ -265,7 +265,12 @@ def _translate_lines(
 
     per_line = [options.get(name) for name in _PER_LINE]
     signature = command_signature(
-        args, lines, add_arguments, per_line, [args.workdir, *args.ensemble]
+        args,
+        lines,
+        add_arguments,
+        per_line,
+        [args.workdir, *args.ensemble],
+        args.output,
     )
     with output_in_parts(NAME, args.output, len(lines), signature) as parts:
         bar = options.pop("progress", None) and LineProgress(len(lines) - parts.start)

@@ -237,6 +237,16 @@ class PartialOutput:
         """Adds `lines`, the output up to input line `done` (counted from 1)."""
         self._write("".join(f"{line}\n" for line in lines).encode("utf-8"), done)
 
+    def lines(self) -> list[str]:
+        """The output lines kept so far (of the first `done` input lines)."""
+        try:
+            text = self.lines_path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return []
+        # Split at line feeds only: an output line may hold a form feed or a
+        # line separator, which `str.splitlines` would also split at.
+        return text.split("\n")[:-1]
+
     def finish(self) -> None:
         """``OUTPUT.partial`` becomes ``OUTPUT``; the state goes."""
         try:

@@ -64,6 +64,30 @@ class EvaluationResult:
     hypotheses_path: str | None = None
     log_dir: str | None = None
 
+    @classmethod
+    def scored(
+        cls,
+        sources: Sequence[str],
+        references: Sequence[str],
+        hypotheses: Sequence[str],
+        settings: DecodeSettings,
+        **paths: Any,
+    ) -> EvaluationResult:
+        """The result of `hypotheses` (the translations of `sources` with
+        `settings`) scored against `references` (`score_translations`);
+        `paths`: `split`, `hypotheses_path`, `log_dir`."""
+        scores = score_translations(hypotheses, references)
+        return cls(
+            num_sentences=len(references),
+            translations=tuple(
+                Translation(s, r, h)
+                for s, r, h in zip(sources, references, hypotheses, strict=True)
+            ),
+            settings=settings,
+            **scores,
+            **{key: None if v is None else str(v) for key, v in paths.items()},
+        )
+
     @property
     def hypotheses(self) -> list[str]:
         """The translations, in the order of the sources."""

@@ -40,9 +40,7 @@ from keras_transformer.translation.loading import (
 from keras_transformer.translation.scores import (
     EvaluationResult,
     TargetScore,
-    Translation,
     log_scores,
-    score_translations,
 )
 
 
@@ -631,17 +629,14 @@ class Translator:
         hypotheses = self.translate(sources, progress=progress)
         if hypotheses_path is not None:
             write_lines(hypotheses_path, hypotheses)
-        result = EvaluationResult(
+        result = EvaluationResult.scored(
+            sources,
+            references,
+            hypotheses,
+            self.settings,
             split=split,
-            num_sentences=len(references),
-            translations=tuple(
-                Translation(s, r, h)
-                for s, r, h in zip(sources, references, hypotheses, strict=True)
-            ),
-            settings=self.settings,
-            hypotheses_path=None if hypotheses_path is None else str(hypotheses_path),
-            log_dir=None if log_dir is None else str(log_dir),
-            **score_translations(hypotheses, references),
+            hypotheses_path=hypotheses_path,
+            log_dir=log_dir,
         )
         if log_dir is not None:
             log_scores(result, log_dir, step)

@@ -825,6 +825,22 @@ def test_evaluate_says_in_one_line_when_a_write_fails(
         "and the disk, then run the same command again."
     )
 
+    # So is a file of translations the user named, which is saved in parts
+    # as they are made: the scores are still complete.
+    hypotheses = tmp_path / "hypotheses.txt"
+    argv = ["evaluate", "--workdir", str(trained_run), *EVALUATE, "--json"]
+    assert cli.main([*argv, "--hypotheses", str(hypotheses)]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["num_sentences"] == 2
+    assert json.loads(captured.out)["hypotheses_path"] is None
+    errors = [line for line in _warnings(captured.err) if ": error: " in line]
+    assert errors == [
+        f"keras-transformer evaluate: error: Could not write {hypotheses}.partial"
+        ".json: read-only file system; nothing made so far is lost. Check the "
+        "folder's permissions and the disk, then run the same command again."
+    ]
+    assert not hypotheses.exists()
+
 
 @pytest.mark.slow
 def test_evaluate_on_a_read_only_mount(trained_run: Path, tmp_path: Path) -> None:

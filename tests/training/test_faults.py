@@ -1274,3 +1274,94 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     assert "held the scores of another command" in err and " pairs " not in err
     assert out.read_text().splitlines() != expected
     assert len(out.read_text().splitlines()) == 10
+
+
+def test_a_stopped_evaluation_keeps_its_parts_and_the_same_command_goes_on(
+    run, tmp_path, capsys, monkeypatch
+):
+    """``evaluate`` translated the whole test set and wrote its translations
+    at the end: a stop lost them all. They are now saved in parts as they
+    are made (into the run folder, under its writer lock), the same command
+    run again goes on after them, and its scores are those of an evaluation
+    that was never stopped."""
+    import signal
+
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import _parts as parts_module
+    from keras_transformer.data.datasets import synthetic_dates
+    from keras_transformer.translation import Translator
+
+    monkeypatch.setattr(parts_module, "CHUNK_LINES", 4)
+    dates = synthetic_dates(10, seed=6)
+    sources, references = tmp_path / "sources.txt", tmp_path / "references.txt"
+    sources.write_text("".join(f"{line}\n" for line in dates.sources))
+    references.write_text("".join(f"{line}\n" for line in dates.targets))
+    command = ["evaluate", "--workdir", str(run), "--weights", "last"]
+    command += ["--beam-size", "2", "--batch-size", "1", "--json"]
+    command += ["--source", str(sources), "--reference", str(references)]
+    saved = run / "translations" / "sources.txt.beam2.last.txt"
+    partial = saved.with_name(saved.name + ".partial")
+
+    # Never stopped (its translations elsewhere: the same command otherwise).
+    whole = tmp_path / "whole.txt"
+    assert cli.main([*command, "--hypotheses", str(whole)]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    expected_lines = whole.read_text().splitlines()
+    assert len(expected_lines) == 10 and any(expected_lines)
+    assert expected["chrf"] > 0  # scores that a lost line would change
+
+    calls: list[int] = []
+    original = Translator.translate
+    stop_at = {"call": 3}
+
+    def translate(self, lines, *args, **kwargs):
+        calls.append(len(lines))
+        if len(calls) == stop_at["call"]:
+            raise CommandInterrupted(signal.SIGTERM)
+        return original(self, lines, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", translate)
+    assert cli.main(command) == 143
+    assert (
+        "keras-transformer evaluate: Stopped by SIGTERM after sentence 8 of the "
+        f"test set, whose translations are in {partial}. Run the same command "
+        "again to go on from sentence 9." in capsys.readouterr().err
+    )
+    assert not saved.exists()
+    assert partial.read_text().splitlines() == expected_lines[:8]
+
+    # While another command writes the run folder, the scores are complete
+    # (the rest translated in memory) and the partial output stays as it was.
+    stop_at["call"], calls[:] = None, []
+    with holding_lock(run):
+        assert cli.main(command) == 0
+    assert calls == [10]
+    captured = capsys.readouterr()
+    assert f"were not saved to {saved}" in captured.err
+    assert json.loads(captured.out)["bleu"] == expected["bleu"]
+    assert partial.read_text().splitlines() == expected_lines[:8]
+
+    # The same command goes on after sentence 8.
+    calls[:] = []
+    assert cli.main(command) == 0
+    assert calls == [2]
+    captured = capsys.readouterr()
+    assert "going on after sentence 8 of 10: the translations" in captured.err
+    printed = json.loads(captured.out)
+    for key in ("bleu", "chrf", "exact_match", "num_sentences", "translations"):
+        assert printed[key] == expected[key], key
+    assert printed["hypotheses_path"] == str(saved)
+    assert saved.read_text().splitlines() == expected_lines
+    assert sorted(path.name for path in saved.parent.iterdir()) == [saved.name]
+
+    # Other sources are another command: translated from the first sentence.
+    stop_at["call"], calls[:] = 2, []
+    assert cli.main(command) == 143
+    assert "after sentence 4 of the test set" in capsys.readouterr().err
+    sources.write_text("".join(f"{line}\n" for line in reversed(dates.sources)))
+    references.write_text("".join(f"{line}\n" for line in reversed(dates.targets)))
+    stop_at["call"], calls[:] = None, []
+    assert cli.main(command) == 0
+    assert calls == [4, 4, 2]
+    assert "held the translations of another command" in capsys.readouterr().err
+    assert saved.read_text().splitlines() == expected_lines[::-1]
