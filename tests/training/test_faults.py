@@ -1122,15 +1122,7 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     expected = translator.translate(lines)
     assert len(expected) == 10 and any(expected)
 
-    calls: list[int] = []
-    original = Translator.translate
-    stop_at = {"call": 3}
-
-    def translate(self, lines, *args, **kwargs):
-        calls.append(len(lines))
-        if len(calls) == stop_at["call"]:
-            raise CommandInterrupted(signal.SIGINT)
-        return original(self, lines, *args, **kwargs)
+    calls, stop_at = _stop_in_call(monkeypatch, "translate", signal.SIGINT)
 
     def translate_into(output: str, lines: list[str] = lines, *options: str) -> None:
         given = [*command, "--output", output, "--no-progress", *options]
@@ -1138,7 +1130,6 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
             parser.parse_args(given), translator, lines, {}
         )
 
-    monkeypatch.setattr(Translator, "translate", translate)
     # Standard output gets each part as it is done: the same lines.
     capsys.readouterr()
     stop_at["call"] = None
@@ -1175,7 +1166,7 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     translate_into(str(out), others)
     assert calls == [4, 4, 2]
     assert "held the translations of another command" in capsys.readouterr().err
-    assert out.read_text().splitlines() == original(translator, others)
+    assert out.read_text().splitlines() == translator.translate(others)
     # One writer at a time: the output's lock is released after a stop.
     assert not out.with_name(".translations.txt.lock").exists()
     lock_file = out.with_name(".translations.txt.lock")
@@ -1203,6 +1194,33 @@ def test_a_stopped_translation_keeps_its_parts_and_the_same_command_goes_on(
     assert calls == [4, 2] and inside.read_text().splitlines() == expected
 
 
+def _stop_in_call(
+    monkeypatch: pytest.MonkeyPatch, method: str, signum: int
+) -> tuple[list[int], dict[str, int | None]]:
+    """Counts the calls of `Translator.<method>` and stops one with `signum`
+    (`CommandInterrupted`, as the command's signal handler raises it).
+
+    Returns the sizes of the calls so far (the length of each call's first
+    argument) and ``{"call": N}``: the call that is stopped (first: 3; None
+    for none), for the test to change.
+    """
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.translation import Translator
+
+    calls: list[int] = []
+    stop_at: dict[str, int | None] = {"call": 3}
+    original = getattr(Translator, method)
+
+    def counted(translator, first, *args, **kwargs):
+        calls.append(len(first))
+        if len(calls) == stop_at["call"]:
+            raise CommandInterrupted(signum)
+        return original(translator, first, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, method, counted)
+    return calls, stop_at
+
+
 def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     trained, tmp_path, capsys, monkeypatch
 ):
@@ -1211,7 +1229,6 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     and the same command run again goes on after the saved parts."""
     import signal
 
-    from keras_transformer.cli import CommandInterrupted
     from keras_transformer.cli import _parts as parts_module
     from keras_transformer.cli import score as score_command
     from keras_transformer.data.datasets import synthetic_dates
@@ -1231,17 +1248,7 @@ def test_a_stopped_score_keeps_its_parts_and_the_same_command_goes_on(
     command += ["--batch-size", "1", "--source", str(sources)]
     command += ["--target", str(targets), "--output", str(out)]
 
-    calls: list[int] = []
-    original = Translator.score
-    stop_at = {"call": 3}
-
-    def score(self, sources, targets, **options):
-        calls.append(len(sources))
-        if len(calls) == stop_at["call"]:
-            raise CommandInterrupted(signal.SIGTERM)
-        return original(self, sources, targets, **options)
-
-    monkeypatch.setattr(Translator, "score", score)
+    calls, stop_at = _stop_in_call(monkeypatch, "score", signal.SIGTERM)
     capsys.readouterr()
     assert cli.main(command) == 143
     assert (
@@ -1286,10 +1293,8 @@ def test_a_stopped_evaluation_keeps_its_parts_and_the_same_command_goes_on(
     that was never stopped."""
     import signal
 
-    from keras_transformer.cli import CommandInterrupted
     from keras_transformer.cli import _parts as parts_module
     from keras_transformer.data.datasets import synthetic_dates
-    from keras_transformer.translation import Translator
 
     monkeypatch.setattr(parts_module, "CHUNK_LINES", 4)
     dates = synthetic_dates(10, seed=6)
@@ -1310,17 +1315,7 @@ def test_a_stopped_evaluation_keeps_its_parts_and_the_same_command_goes_on(
     assert len(expected_lines) == 10 and any(expected_lines)
     assert expected["chrf"] > 0  # scores that a lost line would change
 
-    calls: list[int] = []
-    original = Translator.translate
-    stop_at = {"call": 3}
-
-    def translate(self, lines, *args, **kwargs):
-        calls.append(len(lines))
-        if len(calls) == stop_at["call"]:
-            raise CommandInterrupted(signal.SIGTERM)
-        return original(self, lines, *args, **kwargs)
-
-    monkeypatch.setattr(Translator, "translate", translate)
+    calls, stop_at = _stop_in_call(monkeypatch, "translate", signal.SIGTERM)
     assert cli.main(command) == 143
     assert (
         "keras-transformer evaluate: Stopped by SIGTERM after sentence 8 of the "
