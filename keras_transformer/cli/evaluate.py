@@ -170,6 +170,7 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
     else:
         pairs, name = _task_pairs(args, workdir)
         sources, references = list(pairs.sources), list(pairs.targets)
+        refuse_empty_pairs(sources, references)
     if args.max_sentences is not None:  # positive (`_NUMBERS`)
         sources = sources[: args.max_sentences]
         references = references[: args.max_sentences]

@@ -1348,15 +1348,3 @@ def test_a_stopped_evaluation_keeps_its_parts_and_the_same_command_goes_on(
     assert printed["hypotheses_path"] == str(saved)
     assert saved.read_text().splitlines() == expected_lines
     assert sorted(path.name for path in saved.parent.iterdir()) == [saved.name]
-
-    # Other sources are another command: translated from the first sentence.
-    stop_at["call"], calls[:] = 2, []
-    assert cli.main(command) == 143
-    assert "after sentence 4 of the test set" in capsys.readouterr().err
-    sources.write_text("".join(f"{line}\n" for line in reversed(dates.sources)))
-    references.write_text("".join(f"{line}\n" for line in reversed(dates.targets)))
-    stop_at["call"], calls[:] = None, []
-    assert cli.main(command) == 0
-    assert calls == [4, 4, 2]
-    assert "held the translations of another command" in capsys.readouterr().err
-    assert saved.read_text().splitlines() == expected_lines[::-1]
