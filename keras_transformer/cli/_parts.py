@@ -18,11 +18,11 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from keras_transformer.translation.lines import PartialOutput
-
 from keras_transformer.cli._common import parser_defaults, warn
 from keras_transformer.cli._signals import CommandInterrupted
+
+if TYPE_CHECKING:  # imported where it is used: cli/ loads the standard library
+    from keras_transformer.translation.lines import PartialOutput
 
 #: Input lines translated (or pairs scored) at a time (at least; 4 batches
 #: if more): written to standard output, or saved to ``OUTPUT.partial``

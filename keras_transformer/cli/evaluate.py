@@ -380,8 +380,12 @@ def _translate_test_set(
                 source="the test set",
                 writing=lambda: _writing(output),
             ) as parts:
-                translations.extend(parts.kept())
-                show_progress(parts.start)
+                kept = parts.kept()
+                if len(kept) == parts.start:  # one line per sentence
+                    translations.extend(kept)
+                show_progress(len(translations))
+                if len(translations) < parts.start:  # made again, not saved
+                    translate(0, parts.start)
                 for first, last in parts.ranges(args.batch_size):
                     parts.write(translate(first, last), last)
         except (FolderLockedError, FileWriteError) as e:

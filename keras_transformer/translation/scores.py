@@ -71,21 +71,24 @@ class EvaluationResult:
         references: Sequence[str],
         hypotheses: Sequence[str],
         settings: DecodeSettings,
-        **paths: Any,
+        *,
+        split: str = "test",
+        hypotheses_path: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
     ) -> EvaluationResult:
         """The result of `hypotheses` (the translations of `sources` with
-        `settings`) scored against `references` (`score_translations`);
-        `paths`: `split`, `hypotheses_path`, `log_dir`."""
-        scores = score_translations(hypotheses, references)
+        `settings`) scored against `references` (`score_translations`)."""
         return cls(
+            split=split,
             num_sentences=len(references),
             translations=tuple(
                 Translation(s, r, h)
                 for s, r, h in zip(sources, references, hypotheses, strict=True)
             ),
             settings=settings,
-            **scores,
-            **{key: None if v is None else str(v) for key, v in paths.items()},
+            hypotheses_path=None if hypotheses_path is None else str(hypotheses_path),
+            log_dir=None if log_dir is None else str(log_dir),
+            **score_translations(hypotheses, references),
         )
 
     @property
