@@ -1348,3 +1348,61 @@ def test_a_stopped_evaluation_keeps_its_parts_and_the_same_command_goes_on(
     assert printed["hypotheses_path"] == str(saved)
     assert saved.read_text().splitlines() == expected_lines
     assert sorted(path.name for path in saved.parent.iterdir()) == [saved.name]
+
+
+def test_an_evaluation_goes_on_from_kept_translations_only_one_per_sentence(
+    tmp_path, monkeypatch
+):
+    """Kept translations that are not one line per sentence (a translation
+    holding a line feed, or a damaged file of the same size) are made again
+    for the scores, instead of shifting every later translation against its
+    reference. A stand-in translator: what is tested is the order of the
+    parts, not the model."""
+    import argparse
+    import signal
+
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import _parts as parts_module
+    from keras_transformer.cli import evaluate as evaluate_command
+
+    monkeypatch.setattr(parts_module, "CHUNK_LINES", 4)
+    sources = [f"sentence {number}" for number in range(10)]
+
+    class Translator:
+        cut_lines: list[int] = []
+
+        def __init__(self, stop_at: int | None = None) -> None:
+            self.calls: list[int] = []
+            self.stop_at = stop_at
+
+        def translate(self, lines, progress=False):
+            self.calls.append(len(lines))
+            if len(self.calls) == self.stop_at:
+                raise CommandInterrupted(signal.SIGINT)
+            return [line.upper() for line in lines]
+
+    parser = argparse.ArgumentParser()
+    evaluate_command.add_arguments(parser)
+    model = tmp_path / "model"
+    model.mkdir()
+    args = parser.parse_args(["--workdir", str(model), "--batch-size", "1"])
+    saved = tmp_path / "hypotheses.txt"
+
+    def evaluate(translator: Translator) -> list[str]:
+        output = evaluate_command._Output("the translations", saved, "", True)
+        translations, ok = evaluate_command._translate_test_set(
+            args, translator, sources, output
+        )
+        assert ok
+        return translations
+
+    with pytest.raises(CommandInterrupted):
+        evaluate(Translator(stop_at=3))
+    partial = tmp_path / "hypotheses.txt.partial"
+    kept = partial.read_bytes()
+    assert kept.decode().splitlines() == [line.upper() for line in sources[:8]]
+    # The same bytes, one more line.
+    partial.write_bytes(kept.replace(b" ", b"\n", 1))
+    translator = Translator()
+    assert evaluate(translator) == [line.upper() for line in sources]
+    assert translator.calls == [8, 2]  # the 8 made again, then the rest
