@@ -1333,7 +1333,9 @@ def test_a_stopped_evaluation_keeps_its_parts_and_the_same_command_goes_on(
     assert calls == [10]
     captured = capsys.readouterr()
     assert f"were not saved to {saved}" in captured.err
-    assert json.loads(captured.out)["bleu"] == expected["bleu"]
+    printed = json.loads(captured.out)
+    for key in ("bleu", "chrf", "exact_match", "num_sentences"):
+        assert printed[key] == expected[key], key
     assert partial.read_text().splitlines() == expected_lines[:8]
 
     # The same command goes on after sentence 8.
