@@ -170,12 +170,14 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
     else:
         pairs, name = _task_pairs(args, workdir)
         sources, references = list(pairs.sources), list(pairs.targets)
-        refuse_empty_pairs(sources, references)
     if args.max_sentences is not None:  # positive (`_NUMBERS`)
         sources = sources[: args.max_sentences]
         references = references[: args.max_sentences]
     if not sources:
         raise ValueError("The test set is empty: there is nothing to evaluate.")
+    if not args.source:
+        # The pairs evaluated (as `translation.evaluate` refuses them).
+        refuse_empty_pairs(sources, references)
     return sources, references, name
 
 

@@ -77,7 +77,8 @@ class EvaluationResult:
         log_dir: str | os.PathLike[str] | None = None,
     ) -> EvaluationResult:
         """The result of `hypotheses` (the translations of `sources` with
-        `settings`) scored against `references` (`score_translations`)."""
+        `settings`) scored against `references` (`score_translations`:
+        corpus sacreBLEU and chrF, Post 2018; the paper's BLEU, §6.1)."""
         return cls(
             split=split,
             num_sentences=len(references),
