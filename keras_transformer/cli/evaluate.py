@@ -350,16 +350,14 @@ def _translate_test_set(
 
     translations: list[str] = []
     cut: list[int] = []
-    # The progress bar, and the first sentence it counts (those an earlier
-    # run translated are not).
+    # The progress bar over the sentences left when the first is translated
+    # (not those an earlier run kept), and that first sentence.
     progress: tuple[LineProgress, int] | None = None
 
-    def show_progress(first: int) -> None:
+    def translate(first: int, last: int) -> list[str]:
         nonlocal progress
         if progress is None and not (args.no_progress or args.json):
             progress = (LineProgress(len(sources) - first, "sentences"), first)
-
-    def translate(first: int, last: int) -> list[str]:
         part = progress[0].part(first - progress[1]) if progress else False
         with translating(NAME, translator, "sentences", report=False):
             lines = translator.translate(sources[first:last], progress=part)
@@ -385,7 +383,6 @@ def _translate_test_set(
                 kept = parts.kept()
                 if len(kept) == parts.start:  # one line per sentence
                     translations.extend(kept)
-                show_progress(len(translations))
                 if len(translations) < parts.start:  # made again, not saved
                     translate(0, parts.start)
                 for first, last in parts.ranges(args.batch_size):
@@ -393,7 +390,6 @@ def _translate_test_set(
         except (FolderLockedError, FileWriteError) as e:
             saved = _not_saved(output, e)
     if len(translations) < len(sources):
-        show_progress(len(translations))
         translate(len(translations), len(sources))
     report_cut_sources(NAME, translator, "sentences", cut=cut)
     return translations, saved
