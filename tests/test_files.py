@@ -99,6 +99,41 @@ def test_a_partial_output_whose_state_cannot_be_written_is_one_message(
     assert error.value.errno == errno.ENOSPC
 
 
+def test_a_kill_inside_finish_leaves_a_state_that_the_next_run_drops_quietly(
+    tmp_path,
+):
+    """A kill between `finish`'s rename of ``OUT.partial`` and its removal of
+    ``OUT.partial.json`` made the next run of the same command warn that the
+    partial output "held the translations of another command ... or was
+    damaged"; the output was whole."""
+    from keras_transformer.translation.lines import PartialOutput
+
+    out = tmp_path / "out.txt"
+    first = PartialOutput(out, "signature")
+    assert first.start() == (0, False)
+    first.append(["a", "b"], 2)
+    state = first.state_path.read_bytes()
+    first.finish()
+    first.state_path.write_bytes(state)  # as the kill left it
+    again = PartialOutput(out, "signature")
+    assert again.start() == (0, False)  # nothing dropped, nothing to go on from
+    assert json.loads(again.state_path.read_text())["lines"] == 0
+    assert out.read_text() == "a\nb\n"  # the finished output, until replaced
+    again.append(["c"], 1)
+    again.finish()
+    assert out.read_text() == "c\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    # A state whose lines were emptied is still told as damaged.
+    damaged = PartialOutput(out, "signature")
+    damaged.start()
+    damaged.append(["d"], 1)
+    damaged.lines_path.write_bytes(b"")
+    damaged.stop()
+    last = PartialOutput(out, "signature")
+    assert last.start() == (0, True)
+    last.stop()
+
+
 def test_atomic_file_keeps_the_writers_suffix(tmp_path):
     # Keras insists on ".weights.h5" and ".keras": the temporary name ends
     # with the final name.

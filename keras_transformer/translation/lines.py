@@ -193,7 +193,10 @@ class PartialOutput:
             os.truncate(self.lines_path, state["bytes"])
             self.done = state["lines"]
             return self.done, False
-        dropped = size > 0 or bool(state)
+        # A state without its lines is what a kill between `finish`'s rename
+        # and its removal of the state leaves (or a partial output removed by
+        # hand): nothing is dropped, the command starts as after a finished run.
+        dropped = size > 0 or (bool(state) and size == 0)
         self._write(b"", 0, mode="wb")
         return 0, dropped
 
