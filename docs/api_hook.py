@@ -78,6 +78,15 @@ COMMAND_EXAMPLES = {
         "TensorFlow Text only; `1` is the version folder TensorFlow Serving "
         "expects.",
     ),
+    "classify": (
+        "keras-transformer train configs/imdb.json --workdir runs/imdb\n"
+        "keras-transformer classify --workdir runs/imdb --weights best "
+        "--input reviews.txt",
+        "Trains the IMDB sentiment classifier, then labels each line of "
+        "`reviews.txt` `positive` or `negative` with P(positive), read as "
+        "training read the reviews (the export's `classify` signature does "
+        "the same).",
+    ),
     "average-checkpoints": (
         "keras-transformer average-checkpoints --workdir runs/m30k_fast --last 5\n"
         "keras-transformer evaluate --workdir runs/m30k_fast --weights average",

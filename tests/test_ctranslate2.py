@@ -191,6 +191,7 @@ def test_one_string_is_refused_not_translated_character_by_character(
         ("score", ["--source", "{s}", "--target", "{s}"]),
         ("evaluate", ["--source", "{s}", "--reference", "{s}"]),
         ("export", ["--output", "{out}"]),
+        ("classify", ["--input", "{s}", "--output", "{out}"]),
     ],
 )
 def test_commands_that_need_the_keras_model_name_a_ctranslate2_export(

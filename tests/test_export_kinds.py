@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -164,6 +165,67 @@ def test_a_classification_export_classifies_raw_reviews_like_the_model(
     assert info["max_length"] == config.data.max_sentence_length
     assert info["tokenizer_fingerprint"] == tokenizer.fingerprint
     assert export.run_kind(exports["classification"]) == "classification"
+
+
+def test_classify_answers_each_review_as_the_served_export_does(
+    classification_run: Path,
+    image_run: Path,
+    exports: dict[str, Path],
+    served: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``keras-transformer classify`` (there was no command that classified a
+    review: `translate` refused the run and sent the user to `evaluate`)
+    prints 'label<TAB>P(positive)' per line, the SavedModel's probabilities,
+    for the run and for its export alike; an empty review gives an empty
+    line, so that the files stay aligned."""
+    positive = np.array(served["probabilities"])[:, 1]
+    expected = [
+        f"{'positive' if label else 'negative'}\t{p:.4f}" if review else ""
+        for review, label, p in zip(REVIEWS, served["labels"], positive, strict=True)
+    ]
+    reviews = tmp_path / "reviews.txt"
+    reviews.write_text("".join(f"{review}\n" for review in REVIEWS))
+    output = tmp_path / "labels.txt"
+    argv = ["classify", "--input", str(reviews), "--no-progress"]
+    assert (
+        cli.main(
+            [*argv, "--workdir", str(classification_run)]
+            + ["--output", str(output), "--batch-size", "2"]
+        )
+        == 0
+    )
+    assert output.read_text().split("\n")[:-1] == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.txt", "reviews.txt"]
+    capsys.readouterr()
+    assert cli.main([*argv, "--workdir", str(exports["classification"])]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == expected
+    classifier = export.ReviewClassifier.load(classification_run, batch_size=4)
+    np.testing.assert_allclose(classifier.classify(REVIEWS), positive, atol=1e-5)
+
+    # Typed at a terminal: each review answered as it is entered; a line
+    # that is not UTF-8 is skipped with a warning and an empty line.
+    class Terminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    typed = (REVIEWS[0] + "\n").encode() + b"\xff\n" + (REVIEWS[1] + "\n").encode()
+    monkeypatch.setattr("sys.stdin", Terminal(io.BytesIO(typed)))
+    assert cli.main(["classify", "--workdir", str(classification_run)]) == 0
+    shown = capsys.readouterr()
+    assert shown.out.split("\n")[:-1] == [expected[0], "", expected[1]]
+    assert "line 2 is not valid UTF-8: skipped" in shown.err
+
+    # A run or an export of another kind: one line each.
+    for folder, words in (
+        (exports["image"], "is an image export, not a classification one"),
+        (image_run, "is an image run (kind 'image' in its config.json), but"),
+    ):
+        assert cli.main(["classify", "--workdir", str(folder)]) == 2
+        error = capsys.readouterr().err
+        assert words in error and error.count("\n") == 1, error
 
 
 def test_the_exports_transpose_no_integers(exports: dict[str, Path]) -> None:

@@ -2,7 +2,7 @@
 
 Argument parsing lives here and only here: one module per subcommand
 (`train`, `average_checkpoints`, `evaluate`, `translate`, `score`,
-`export`, `complete`), each
+`export`, `complete`, `classify`), each
 with ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args)``.
 `main` builds the parser from the table `COMMANDS`; a new subcommand plugs
 in with `command`:
@@ -40,6 +40,7 @@ from pathlib import Path
 
 from keras_transformer.cli import (
     average_checkpoints,
+    classify,
     complete,
     evaluate,
     export,
@@ -107,6 +108,7 @@ for _module in (
     score,
     export,
     complete,
+    classify,
 ):
     command(_module.NAME, _module.HELP, _module.add_arguments)(_module.run)
 

@@ -3,6 +3,9 @@
 * `keras_transformer.export.saved_model`: the SavedModel of each kind of run
   (`export_translator`, `export_classifier`, `export_image_completer`,
   `export_run`); its translation graph is `keras_transformer.export.signatures`;
+* `keras_transformer.export.classification`: raw reviews classified with
+  a classification run or its export (`ReviewClassifier`), by the same
+  function as the SavedModel's ``classify`` signature;
 * `keras_transformer.export.litert`: greedy decoding on-device
   (`export_litert`, `LiteRTTranslator`);
 * `keras_transformer.export.ctranslate2`: a CTranslate2 model folder
@@ -39,6 +42,7 @@ _MODULE_NAMES = {
     "signatures": "BATCH_SHAPE_MESSAGE COMPILED_BATCH_SIZES COMPILED_SOURCE_WIDTHS "
     "IDS_SIGNATURE INPUT_NAME TRANSLATE_SIGNATURE check_sentence_batch "
     "checked_shape export_n_best phrases_met source_ids_from_strings",
+    "classification": "ReviewClassifier classify_function load_classifier",
     "settings": "ExportSettings resolve_settings",
     "target": "ExportFormat check_export_target lock_path writing_export",
     "formats": "FORMATS TranslatorLike export_run_as get_format serving_format",

@@ -38,10 +38,9 @@ from tensorflow.python.saved_model import save_context
 
 from keras_transformer import validation
 from keras_transformer.backend import forward_only
-from keras_transformer.conventions import PAD_ID
-from keras_transformer.data.imdb import cut_review_ids
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import DecodeSettings
+from keras_transformer.export.classification import classify_function, load_classifier
 from keras_transformer.export.settings import FORMAT_VERSION, resolve_settings
 from keras_transformer.export.signatures import (
     BATCH_SHAPE_MESSAGE,
@@ -62,7 +61,6 @@ from keras_transformer.runs import (
     TOKENIZER_DIR,
     RunFolder,
     is_run_dir,
-    load_export,
     run_kind,
     weights_nbytes,
 )
@@ -285,21 +283,10 @@ def _classify_archive(
     model: keras.Model, tokenizer: SubwordTokenizer, info: dict[str, Any]
 ) -> keras.export.ExportArchive:
     """The SavedModel's endpoint `classify`: reviews -> probabilities, labels."""
+    read = classify_function(model, tokenizer, info)
 
     def classify(texts: tf.Tensor) -> dict[str, tf.Tensor]:
-        texts = checked_shape(texts, [None], BATCH_SHAPE_MESSAGE)
-        if info["lowercase"]:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        ids = cut_review_ids(
-            tokenizer.tokenize(texts), info["max_length"], info["tail_tokens"]
-        )
-        # (batch, 1): P(positive), as the classifier computes it in training.
-        positive = model(ids.to_tensor(PAD_ID), training=False)[:, 0]
-        positive = tf.cast(positive, tf.float32)
-        return {
-            "probabilities": tf.stack([1.0 - positive, positive], axis=1),
-            "labels": tf.cast(positive > 0.5, tf.int32),
-        }
+        return read(checked_shape(texts, [None], BATCH_SHAPE_MESSAGE))
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -515,19 +502,7 @@ def _export_translation(
 def _export_classification(
     workdir: Path, weights: str, export_dir: Path, overwrite: bool
 ) -> Path:
-    if is_run_dir(workdir):
-        folder = RunFolder(workdir)
-        model, tokenizer = folder.load(weights)
-        config = folder.raw_config()  # the kind's section: `ClassificationSettings`
-        options = config.get("classification") or {}
-        settings = {
-            "max_length": config["data"]["max_sentence_length"],
-            **{k: options[k] for k in ("tail_tokens", "lowercase") if k in options},
-        }
-    else:  # an earlier classification export
-        check_export_weights(workdir, weights)
-        model, tokenizer, info = load_export(workdir)
-        settings = {k: info[k] for k in ("max_length", "tail_tokens", "lowercase")}
+    model, tokenizer, settings = load_classifier(workdir, weights)
     return export_classifier(
         model, tokenizer, export_dir, overwrite=overwrite, **settings
     )

@@ -413,6 +413,8 @@ class ClassificationRecipe(Recipe):
     kind = "classification"
     settings = ClassificationConfig
     hparams_metrics = ("accuracy", "loss")
+    output_commands = "classify and evaluate it"
+    try_it = ("classify your own reviews (type one, press Enter)", "classify")
 
     def resolve_sections(self, config: TrainConfig) -> None:
         """As a text run's, then refuses a translation task in ``data.task``

@@ -511,7 +511,8 @@ def test_a_finished_run_names_the_command_to_try_it(monkeypatch):
         "keras-transformer complete --workdir r --output completions.png"
     )
     assert try_it_line("classification", "r") == (
-        "To score its test set: keras-transformer evaluate --workdir r"
+        "To classify your own reviews (type one, press Enter): "
+        "keras-transformer classify --workdir r"
     )
     # Each suggestion is a command line the parser takes (the image one
     # lacked complete's required --output).
