@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -226,6 +227,65 @@ def test_classify_answers_each_review_as_the_served_export_does(
         assert cli.main(["classify", "--workdir", str(folder)]) == 2
         error = capsys.readouterr().err
         assert words in error and error.count("\n") == 1, error
+
+
+def test_a_stopped_classify_keeps_its_parts_and_the_same_command_goes_on(
+    classification_run: Path,
+    served: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``classify --output OUT`` saves its lines in parts, as ``translate``
+    does: stopped by SIGINT in its second part of 4 reviews, it keeps the
+    first part in ``OUT.partial``; the same command goes on after it."""
+    from keras_transformer.cli import CommandInterrupted
+    from keras_transformer.cli import _parts as parts_module
+
+    monkeypatch.setattr(parts_module, "CHUNK_LINES", 4)
+    calls: list[int] = []
+    original = export.ReviewClassifier.classify
+
+    def counted(classifier, reviews):
+        calls.append(len(reviews))
+        if stop:
+            raise CommandInterrupted(signal.SIGINT)
+        return original(classifier, reviews)
+
+    monkeypatch.setattr(export.ReviewClassifier, "classify", counted)
+    reviews = tmp_path / "reviews.txt"
+    reviews.write_text("".join(f"{review}\n" for review in REVIEWS))
+    out = tmp_path / "labels.txt"
+    argv = ["classify", "--workdir", str(classification_run), "--batch-size", "1"]
+    argv += ["--input", str(reviews), "--no-progress"]
+    stop = False
+    assert cli.main(argv) == 0  # to standard output, whole
+    expected = capsys.readouterr().out.split("\n")[:-1]
+    assert len(expected) == len(REVIEWS) and calls == [3, 2]  # the empty one: ""
+    calls.clear()
+    original_write = parts_module.OutputParts.write
+
+    def stop_after_first_part(parts, lines, done):
+        nonlocal stop
+        original_write(parts, lines, done)
+        stop = True
+
+    monkeypatch.setattr(parts_module.OutputParts, "write", stop_after_first_part)
+    argv += ["--output", str(out)]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert (
+        f"Stopped by SIGINT after review 4 of the input, whose labels are in "
+        f"{out}.partial. Run the same command again to go on from review 5." in err
+    )
+    assert not out.exists()
+    assert Path(f"{out}.partial").read_text().split("\n")[:-1] == expected[:4]
+    monkeypatch.setattr(parts_module.OutputParts, "write", original_write)
+    stop, calls[:] = False, []
+    assert cli.main(argv) == 0
+    assert "going on after review 4 of 6" in capsys.readouterr().err
+    assert calls == [2] and out.read_text().split("\n")[:-1] == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.txt", "reviews.txt"]
 
 
 def test_the_exports_transpose_no_integers(exports: dict[str, Path]) -> None:
