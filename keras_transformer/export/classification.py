@@ -90,7 +90,7 @@ def load_classifier(
     if is_run_dir(folder):
         run = RunFolder(folder)
         model, tokenizer = run.load(weights)
-        config = run.raw_config()  # the kind's section: `ClassificationSettings`
+        config = run.raw_config()  # the kind's section: `ClassificationConfig`
         options = config.get("classification") or {}
         settings = {
             "max_length": config["data"]["max_sentence_length"],
@@ -111,7 +111,7 @@ class ReviewClassifier:
         model: a model from `build_classifier` (a classification run's).
         tokenizer: the `SubwordTokenizer` it was trained with.
         settings: `READING_SETTINGS` (how training read a review); the
-            defaults of `ClassificationSettings` where left out.
+            defaults of `training.classification.ClassificationConfig` where left out.
         batch_size: reviews classified together (more: faster, more memory).
     """
 
