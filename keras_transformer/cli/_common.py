@@ -10,7 +10,6 @@ import contextlib
 import functools
 import os
 import re
-import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -42,8 +41,6 @@ __all__ = [
     "weights_policy",
     "report_cut_sources",
     "warn",
-    "typed_lines",
-    "until_ctrl_c",
 ]
 
 
@@ -628,38 +625,6 @@ def translating(
 def warn(command: str, message: str) -> None:
     """One warning line of `command` on standard error."""
     print(f"keras-transformer {command}: warning: {message}", file=sys.stderr)
-
-
-def typed_lines(command: str, prompt: str) -> Iterator[tuple[int, str | None]]:
-    """The lines typed at a terminal, numbered from 1, each as soon as it is
-    entered (reading them all first would answer nothing until Ctrl-D), after
-    a line saying what to type (`prompt`); None for a line that is not
-    UTF-8, with a warning."""
-    print(
-        f"keras-transformer {command}: {prompt}; Ctrl-D (or Ctrl-C) ends.",
-        file=sys.stderr,
-    )
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            warn(command, f"line {number} is not valid UTF-8: skipped.")
-            yield number, None
-        else:
-            yield number, line.rstrip("\n").removesuffix("\r")
-
-
-@contextlib.contextmanager
-def until_ctrl_c() -> Iterator[None]:
-    """Around the reading of `typed_lines`: Ctrl-C ends the typing as Ctrl-D
-    does (SIGTERM, a `CommandInterrupted` of another signal, still stops the
-    command)."""
-    try:
-        yield
-    except KeyboardInterrupt as interrupt:
-        if getattr(interrupt, "signum", signal.SIGINT) != signal.SIGINT:
-            raise
-        print(file=sys.stderr)
 
 
 def report_cut_sources(

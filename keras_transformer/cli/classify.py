@@ -18,10 +18,9 @@ from keras_transformer.cli._common import (
     add_model_arguments,
     check_run_kind,
     check_translator_arguments,
-    typed_lines,
-    until_ctrl_c,
 )
 from keras_transformer.cli._parts import command_signature, output_in_parts
+from keras_transformer.cli._typed import answer_typed_lines
 
 NAME = "classify"
 HELP = (
@@ -73,22 +72,14 @@ def _label_lines(classifier: Any, reviews: Sequence[str]) -> list[str]:
 
 
 def _classify_typed(args: argparse.Namespace, classifier: Any) -> None:
-    """Classifies each review typed at the terminal as soon as it is entered,
-    until end of input; with --output FILE the lines are written there at
-    the end (an empty line for a line that is not UTF-8)."""
-    from keras_transformer.translation import write_lines
-
-    to_file = str(args.output) != "-"
-    written: list[str] = []
-    with until_ctrl_c():
-        for _, line in typed_lines(NAME, "type a review and press Enter"):
-            (output,) = _label_lines(classifier, [line or ""])
-            if to_file:
-                written.append(output)
-            else:
-                print(output, flush=True)
-    if to_file:
-        write_lines(args.output, written)
+    """Classifies each review typed at the terminal as soon as it is entered
+    (`answer_typed_lines`)."""
+    answer_typed_lines(
+        NAME,
+        "type a review and press Enter",
+        args.output,
+        lambda _, review: _label_lines(classifier, [review]),
+    )
 
 
 def _classify_file(

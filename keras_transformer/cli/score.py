@@ -18,11 +18,10 @@ from keras_transformer.cli._common import (
     check_translator_arguments,
     report_cut_sources,
     translating,
-    typed_lines,
-    until_ctrl_c,
     warn,
 )
 from keras_transformer.cli._parts import command_signature, output_in_parts
+from keras_transformer.cli._typed import answer_typed_lines
 
 NAME = "score"
 HELP = (
@@ -112,31 +111,19 @@ def _score_lines(scores: list[Any]) -> list[str]:
 
 def _score_typed(args: argparse.Namespace, translator: Any) -> None:
     """Scores each 'source<TAB>target' pair typed at the terminal as soon as
-    it is entered, until end of input; a line without a tab is skipped with
-    a warning (a file's ends the command). With --output FILE the scores are
-    written there at the end, an empty line for each skipped pair."""
-    from keras_transformer.translation import write_lines
+    it is entered (`answer_typed_lines`); a line without a tab is skipped
+    with a warning (a file's ends the command)."""
 
-    to_file = str(args.output) != "-"
-    written: list[str] = []
+    def score(number: int, line: str) -> list[str] | None:
+        if "\t" not in line:
+            warn(NAME, f"line {number} has no tab: type 'source<TAB>target'.")
+            return None
+        source, target = line.split("\t", 1)
+        with translating(NAME, translator, "lines", first_number=number):
+            return _score_lines(translator.score([source], [target]))
+
     prompt = "type 'source<TAB>target' and press Enter to score the pair"
-    with until_ctrl_c():
-        for number, line in typed_lines(NAME, prompt):
-            if line is not None and "\t" not in line:
-                warn(NAME, f"line {number} has no tab: type 'source<TAB>target'.")
-                line = None
-            if line is None:
-                written.append("")
-                continue
-            source, target = line.split("\t", 1)
-            with translating(NAME, translator, "lines", first_number=number):
-                (output,) = _score_lines(translator.score([source], [target]))
-            if to_file:
-                written.append(output)
-            else:
-                print(output, flush=True)
-    if to_file:
-        write_lines(args.output, written)
+    answer_typed_lines(NAME, prompt, args.output, score)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,11 +17,10 @@ from keras_transformer.cli._common import (
     report_cut_sources,
     search_settings,
     translating,
-    typed_lines,
-    until_ctrl_c,
     warn,
 )
 from keras_transformer.cli._parts import command_signature, output_in_parts
+from keras_transformer.cli._typed import answer_typed_lines
 
 NAME = "translate"
 HELP = (
@@ -155,34 +154,21 @@ def _reads_a_terminal(args: argparse.Namespace) -> bool:
 def _translate_typed(
     args: argparse.Namespace, translator: Any, options: dict[str, Any]
 ) -> None:
-    """Translates each line typed at the terminal as soon as it is entered,
-    until end of input (Ctrl-D, or Ctrl-C); reading them all first would
-    show nothing until then. With --output FILE the translations are written
-    there at the end instead (whole, as for a file's lines)."""
-    from keras_transformer.translation import write_lines
+    """Translates each line typed at the terminal as soon as it is entered
+    (`answer_typed_lines`); reading them all first would show nothing until
+    Ctrl-D."""
 
-    to_file = str(args.output) != "-"
-    written: list[str] = []
+    def translate(number: int, line: str) -> list[str]:
+        sources, prefixes = read_prefixes(args, [line])
+        given = options if prefixes is None else {**options, "prefixes": prefixes}
+        with translating(NAME, translator, "lines", first_number=number):
+            outputs = translator.translate(sources, **given)
+        if options.get("n_best") is not None:
+            outputs = n_best_lines(outputs, start=number - 1)
+        return outputs
+
     prompt = "type a sentence and press Enter to translate it"
-    with until_ctrl_c():
-        for number, line in typed_lines(NAME, prompt):
-            if line is None:
-                # One output line per input line, as for a file.
-                written.append("")
-                continue
-            sources, prefixes = read_prefixes(args, [line])
-            if prefixes is not None:
-                options = {**options, "prefixes": prefixes}
-            with translating(NAME, translator, "lines", first_number=number):
-                outputs = translator.translate(sources, **options)
-            if options.get("n_best") is not None:
-                outputs = n_best_lines(outputs, start=number - 1)
-            if to_file:
-                written.extend(outputs)
-            else:
-                print(*outputs, sep="\n", flush=True)
-    if to_file:
-        write_lines(args.output, written)
+    answer_typed_lines(NAME, prompt, args.output, translate)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -991,7 +991,8 @@ def test_translate_at_a_terminal_answers_each_line_as_it_is_typed(
     printed, warnings = _typed([*argv, "--n-best", "2"], typed, monkeypatch, capsys)
     # Line 3's n-best indices are its own (2), as in a file of three lines.
     third = [line.replace("0 |||", "2 |||", 1) for line in expected[1]]
-    assert printed == [expected[0], [], third]
+    # A skipped line prints an empty line: ``> FILE`` keeps a line per line.
+    assert printed == [expected[0], [""], third]
     assert warnings == [
         "keras-transformer translate: type a sentence and press Enter to "
         "translate it; Ctrl-D (or Ctrl-C) ends.",
@@ -1051,7 +1052,7 @@ def test_score_at_a_terminal_answers_each_pair_as_it_is_typed(
     assert len(expected) == 2 and all("\t" in line for line in expected)
     typed = [f"{pairs[0]}\r\n".encode(), b"no tab\n", b"\xff\tx\n", pairs[1].encode()]
     printed, warnings = _typed(argv, typed, monkeypatch, capsys)
-    assert printed == [expected[:1], [], [], expected[1:]]
+    assert printed == [expected[:1], [""], [""], expected[1:]]
     assert warnings == [
         "keras-transformer score: type 'source<TAB>target' and press Enter to "
         "score the pair; Ctrl-D (or Ctrl-C) ends.",
