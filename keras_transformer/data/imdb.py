@@ -45,6 +45,7 @@ from keras_transformer.validation import check_choice
 __all__ = [
     "IMDB_SPLITS",
     "IMDB_URL",
+    "REVIEW_READING",
     "clean_review",
     "convert_archive",
     "cut_review_ids",
@@ -54,6 +55,11 @@ __all__ = [
 #: The upstream archive of the Large Movie Review Dataset v1.0.
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 IMDB_SPLITS = ("train", "test")
+#: How a review is read where a run does not say (its ``classification``
+#: section's defaults): the last `cut_review_ids` tokens kept of a long
+#: review, and whether it is lowercased. Training, the export and
+#: `keras_transformer.export.ReviewClassifier` take them from here.
+REVIEW_READING = {"tail_tokens": 128, "lowercase": True}
 _HEADER = "label\ttext"
 _ARCHIVE = "aclImdb_v1.tar.gz"
 _LABELS = {"neg": 0, "pos": 1}

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from keras_transformer import validation
 from keras_transformer.conventions import PAD_ID
-from keras_transformer.data.imdb import cut_review_ids
+from keras_transformer.data.imdb import REVIEW_READING, cut_review_ids
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.runs import RunFolder, is_run_dir, load_export, run_kind
 from keras_transformer.runs.exports import check_export_weights
@@ -110,8 +110,8 @@ class ReviewClassifier:
     Args:
         model: a model from `build_classifier` (a classification run's).
         tokenizer: the `SubwordTokenizer` it was trained with.
-        settings: `READING_SETTINGS` (how training read a review); the
-            defaults of `training.classification.ClassificationConfig` where left out.
+        settings: `READING_SETTINGS` (how training read a review);
+            `data.imdb.REVIEW_READING` where left out.
         batch_size: reviews classified together (more: faster, more memory).
     """
 
@@ -123,7 +123,7 @@ class ReviewClassifier:
         batch_size: int = 32,
     ) -> None:
         validation.check_int("batch_size", batch_size, 1)
-        self.settings = {"tail_tokens": 128, "lowercase": True, **settings}
+        self.settings = {**REVIEW_READING, **settings}
         self.batch_size = batch_size
         self._classify = tf.function(
             classify_function(model, tokenizer, self.settings),

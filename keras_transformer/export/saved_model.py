@@ -38,6 +38,7 @@ from tensorflow.python.saved_model import save_context
 
 from keras_transformer import validation
 from keras_transformer.backend import forward_only
+from keras_transformer.data.imdb import REVIEW_READING
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.decoding import DecodeSettings
 from keras_transformer.export.classification import classify_function, load_classifier
@@ -302,8 +303,8 @@ def export_classifier(
     export_dir: str | os.PathLike[str],
     *,
     max_length: int,
-    tail_tokens: int = 128,
-    lowercase: bool = True,
+    tail_tokens: int = REVIEW_READING["tail_tokens"],
+    lowercase: bool = REVIEW_READING["lowercase"],
     overwrite: bool = False,
 ) -> Path:
     """Writes a SavedModel classifying raw reviews, plus the Keras model.

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.data.imdb import cut_review_ids, load_imdb
+from keras_transformer.data.imdb import REVIEW_READING, cut_review_ids, load_imdb
 from keras_transformer.models.classifier import build_classifier
 from keras_transformer.training.callbacks import BestValidationWeights, BestWeights
 from keras_transformer.training.config import TrainConfig
@@ -107,8 +107,8 @@ class ClassificationConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.01
     warmup_share: float = 0.1
-    tail_tokens: int = 128
-    lowercase: bool = True
+    tail_tokens: int = REVIEW_READING["tail_tokens"]
+    lowercase: bool = REVIEW_READING["lowercase"]
     validation_share: float = 0.04
     train_examples: int | None = None
 
