@@ -149,6 +149,7 @@ GROUPS = (
         (
             "keras_transformer.training.fit_callbacks",
             "keras_transformer.training.callbacks",
+            "keras_transformer.training.epoch_end",
             "keras_transformer.training.preemption",
             "keras_transformer.training.progress_logger",
         ),

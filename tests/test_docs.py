@@ -73,6 +73,7 @@ MODULES = {
     "keras_transformer.models",
     "keras_transformer.models.classifier",
     "keras_transformer.training.callbacks",
+    "keras_transformer.training.epoch_end",
     "keras_transformer.training.preemption",
     "keras_transformer.schedules",
     "keras_transformer.optimizers",

@@ -14,6 +14,8 @@ logs/                 TensorBoard logs
 translations/         hypotheses written by ``keras-transformer evaluate``
 result.json           the final scores
 data.json             the run's data files' fingerprints (task "files")
+validation.json       the last epoch-end checkpoint's step, and whether its
+                      epoch's validation was done
 writer.lock           the one writer's lock (`keras_transformer.files.FolderLock`)
 ```
 
@@ -115,6 +117,7 @@ from keras_transformer.runs.layout import (
     RESULT_FILE,
     TOKENIZER_DIR,
     TRANSLATIONS_DIR,
+    VALIDATION_RECORD,
     WEIGHTS,
     WORKERS_DIR,
     checkpoint_files,
@@ -147,6 +150,7 @@ __all__ = [
     "RESULT_FILE",
     "TOKENIZER_DIR",
     "TRANSLATIONS_DIR",
+    "VALIDATION_RECORD",
     "WEIGHTS",
     "WORKERS_DIR",
     "CheckpointDamagedError",

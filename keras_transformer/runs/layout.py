@@ -36,6 +36,7 @@ __all__ = [
     "RUN_ENTRIES",
     "TOKENIZER_DIR",
     "TRANSLATIONS_DIR",
+    "VALIDATION_RECORD",
     "WEIGHTS",
     "WORKERS_DIR",
     "checkpoint_files",
@@ -57,6 +58,9 @@ TRANSLATIONS_DIR = "translations"
 RESULT_FILE = "result.json"
 #: The fingerprints of the data files a run trains on (`training.data_record`).
 DATA_RECORD = "data.json"
+#: The step of the last epoch-end checkpoint and whether its epoch's
+#: validation was done (`training.epoch_end`).
+VALIDATION_RECORD = "validation.json"
 #: The folders of the other workers of a multi-worker run (``worker_<i>/``).
 WORKERS_DIR = "workers"
 #: The Keras model and settings next to an exported SavedModel.
@@ -75,6 +79,7 @@ RUN_ENTRIES = (
     LOG_DIR,
     RESULT_FILE,
     DATA_RECORD,
+    VALIDATION_RECORD,
     LOCK_FILE,
     WORKERS_DIR,
 )

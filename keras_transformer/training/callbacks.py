@@ -1,5 +1,5 @@
-"""Keras callbacks of a training run: checkpoints, NaN guard, summaries, BLEU,
-attention images.
+"""Keras callbacks of a training run: NaN guard, summaries, BLEU, best weights,
+attention images (its checkpoints: `keras_transformer.training.epoch_end`).
 
 All summaries are written against the optimizer step (the number of
 updates, which survives a restart) rather than Keras' epoch or batch index.
@@ -23,7 +23,6 @@ from keras_transformer.files import read_json_object
 from keras_transformer.runs import (
     BEST_WEIGHTS,
     RunFingerprint,
-    save_checkpoint,
     save_weights,
 )
 from keras_transformer.runs.weights import weights_info_file
@@ -37,7 +36,6 @@ __all__ = [
     "AttentionImages",
     "BestValidationWeights",
     "BestWeights",
-    "CheckpointCallback",
     "NaNGuard",
     "StopAtStep",
     "TrainingSummaries",
@@ -124,34 +122,6 @@ class StopAtStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if optimizer_step(self.model) >= self.steps:
             self.model.stop_training = True
-
-
-class CheckpointCallback(keras.callbacks.Callback):
-    """Saves a `tf.train.CheckpointManager` checkpoint at the end of every epoch.
-
-    The checkpoint is numbered by the optimizer step and holds the model and
-    the optimizer (its step counter and moments), so a restart resumes with
-    the same step and learning rate. Nothing is saved after a NaN loss. The
-    write is complete or not seen (`keras_transformer.runs.save_checkpoint`):
-    a full disk stops training with a `CheckpointWriteError`, and the
-    previous checkpoint stays the latest.
-    """
-
-    def __init__(
-        self, manager: tf.train.CheckpointManager, nan_guard: NaNGuard | None = None
-    ) -> None:
-        super().__init__()
-        self.manager = manager
-        self.nan_guard = nan_guard
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
-            return
-        step = optimizer_step(self.model)
-        latest = self.manager.latest_checkpoint
-        if latest is not None and latest.endswith(f"-{step}"):
-            return
-        save_checkpoint(self.manager, step)
 
 
 class TrainingSummaries(keras.callbacks.Callback):

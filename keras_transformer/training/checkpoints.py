@@ -284,6 +284,15 @@ def check_vocabulary_size(config: TrainConfig, tokenizer: SubwordTokenizer) -> N
         )
 
 
+def random_streams(model: keras.Model) -> list[Any]:
+    """The states of `model`'s random-number streams (its dropout masks'),
+    in the model's order of variables (their names are numbered per
+    process). Every checkpoint of a run holds them, so that a resumed run
+    draws the masks an uninterrupted one would; without them the streams
+    start again from their seeds and repeat the first updates' masks."""
+    return [v for v in model.variables if v.name == "seed_generator_state"]
+
+
 def resume_checkpoints(
     checkpoint_dir: Path,
     model: keras.Model,
@@ -295,19 +304,21 @@ def resume_checkpoints(
 ) -> tf.train.CheckpointManager:
     """The run's checkpoint manager, with the newest intact checkpoint restored.
 
-    A checkpoint holds the weights and the optimizer (its moments and step
-    counter, hence the learning rate of Eq. 7), so a restart goes on where
-    the checkpoint left off; with no checkpoint yet, the run starts from its
-    initialisation. The checkpoints are the files on disk and the records
-    of ``checkpoints.json`` (`keras_transformer.runs.checkpoint_paths`), not
-    TensorFlow's ``checkpoint`` state file, which is written anew here
-    (`keras_transformer.runs.record_checkpoints_on_disk`): a deleted or
-    garbled one changes nothing. The last `keep` checkpoints are kept. A
-    damaged checkpoint (truncated, empty or missing file) is moved aside as
+    A checkpoint holds the weights, the optimizer (its moments and step counter,
+    hence the learning rate of Eq. 7) and the dropout streams' states
+    (`random_streams`; a checkpoint without them restores the rest), so a
+    restart goes on where the checkpoint left off; with no checkpoint yet, the
+    run starts from its initialisation. The checkpoints are the files on disk
+    and the records of ``checkpoints.json``
+    (`keras_transformer.runs.checkpoint_paths`), not TensorFlow's ``checkpoint``
+    state file, which is written anew here
+    (`keras_transformer.runs.record_checkpoints_on_disk`): a deleted or garbled
+    one changes nothing. The last `keep` checkpoints are kept. A damaged
+    checkpoint (truncated, empty or missing file) is moved aside as
     ``*.corrupt`` with a warning and the previous one restored
-    (`keras_transformer.runs.restore_newest_checkpoint`). Every new
-    checkpoint carries `fingerprint`, and one of another run is refused.
-    Call it holding the run's lock (it moves damaged files).
+    (`keras_transformer.runs.restore_newest_checkpoint`). Every new checkpoint
+    carries `fingerprint`, and one of another run is refused. Call it holding
+    the run's lock (it moves damaged files).
 
     Args:
         force: start from step 0 when every checkpoint is damaged (their
@@ -323,11 +334,14 @@ def resume_checkpoints(
         CheckpointMismatchError: when it does not fit the model.
     """
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    streams = random_streams(model)
     config_file = checkpoint_dir.parent / CONFIG_FILE
 
     def restore(prefix: str) -> None:
         def restore_all() -> None:
             assert_every_weight_restored(checkpoint.restore(prefix))
+            streams_only = tf.train.Checkpoint(random_streams=streams)
+            streams_only.restore(prefix).expect_partial()  # none in older ones
 
         restore_or_explain(restore_all, prefix, str(config_file), forced=force)
 
@@ -359,14 +373,15 @@ def resume_checkpoints(
     record_checkpoints_on_disk(
         checkpoint_dir, fingerprint, verified=(restored,) if restored else ()
     )
-    if fingerprint is not None:
-        # The saved checkpoint carries the fingerprint; restoring reads only
-        # the model and the optimizer, so older checkpoints still load.
-        checkpoint = tf.train.Checkpoint(
-            model=model,
-            optimizer=optimizer,
-            fingerprint=runs_fingerprint_variable(fingerprint),
-        )
+    # The saved checkpoint carries the streams and the fingerprint; restoring
+    # needs only the model and the optimizer, so older checkpoints still load.
+    extra = {} if fingerprint is None else {"fingerprint": fingerprint}
+    checkpoint = tf.train.Checkpoint(
+        model=model,
+        optimizer=optimizer,
+        random_streams=streams,
+        **{k: runs_fingerprint_variable(v) for k, v in extra.items()},
+    )
     return CheckpointManager(
         checkpoint, str(checkpoint_dir), max_to_keep=keep, on_new_folder=on_new_folder
     )

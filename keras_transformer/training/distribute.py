@@ -20,6 +20,7 @@ import json
 import os
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.conventions import STRATEGIES
@@ -27,6 +28,7 @@ from keras_transformer.validation import check_positive_int
 
 __all__ = [
     "STRATEGIES",
+    "broadcast_from_chief",
     "configure_cpu_devices",
     "is_chief",
     "make_strategy",
@@ -186,3 +188,31 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         cluster = resolver.cluster_spec().as_dict()
         return "chief" not in cluster and int(resolver.task_id or 0) == 0
     return False
+
+
+def broadcast_from_chief(strategy: tf.distribute.Strategy, data: bytes) -> bytes:
+    """The chief's `data` on every worker (each must call this, in step).
+
+    A sum over all replicas to which only the chief's replicas contribute:
+    first the length, then the bytes as 32-bit words in float64 (exact). Each
+    replica of the chief adds them, so the sums are ``copies`` times them.
+    """
+    chief = is_chief(strategy)
+
+    @tf.function
+    def total(values: tf.Tensor) -> tf.Tensor:
+        per_replica = strategy.run(tf.identity, args=(values,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    mine = float(chief), float(len(data) if chief else 0)
+    copies, length = (int(v) for v in total(tf.constant(mine, tf.float64)).numpy())
+    length //= max(copies, 1)
+    words = -(-length // 4)
+    if chief:
+        values = np.frombuffer(data.ljust(words * 4, b"\0"), "<u4").astype(np.float64)
+    else:
+        values = np.zeros(words, np.float64)
+    if not words:
+        return b""
+    summed = total(tf.constant(values)).numpy() / copies
+    return np.rint(summed).astype("<u4").tobytes()[:length]

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer import runs
@@ -32,7 +31,6 @@ from keras_transformer.files import FolderLock, write_atomically
 from keras_transformer.progress import is_terminal
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.callbacks import (
-    CheckpointCallback,
     NaNGuard,
     StopAtStep,
     TrainingSummaries,
@@ -42,7 +40,16 @@ from keras_transformer.training.callbacks import (
 from keras_transformer.training.checkpoints import ConfigMismatchError
 from keras_transformer.training.checks import check_before_training, planned_updates
 from keras_transformer.training.config import TrainConfig
-from keras_transformer.training.distribute import is_chief, make_strategy, worker_index
+from keras_transformer.training.distribute import (
+    broadcast_from_chief,
+    is_chief,
+    make_strategy,
+    worker_index,
+)
+from keras_transformer.training.epoch_end import (
+    CheckpointCallback,
+    validate_pending_epoch,
+)
 from keras_transformer.training.kinds import recipe_for
 from keras_transformer.training.preemption import (
     PreemptionCheckpoint,
@@ -172,7 +179,7 @@ def _tokenizer(
             tokenizer = _load_or_learn_tokenizer(config, directory, train_pairs, say)
         except Exception as e:  # re-raised after the broadcast
             failure = e  # the other workers wait for the bytes: send none
-    proto = _broadcast_from_chief(strategy, tokenizer.model_proto if tokenizer else b"")
+    proto = broadcast_from_chief(strategy, tokenizer.model_proto if tokenizer else b"")
     if failure is not None:
         raise failure
     if tokenizer is not None:
@@ -232,34 +239,6 @@ def _holds_tokenizer(folder: Path, tokenizer: SubwordTokenizer) -> bool:
         return SubwordTokenizer.load(folder).fingerprint == tokenizer.fingerprint
     except (OSError, ValueError):
         return False
-
-
-def _broadcast_from_chief(strategy: tf.distribute.Strategy, data: bytes) -> bytes:
-    """The chief's `data` on every worker (each must call this, in step).
-
-    A sum over all replicas to which only the chief's replicas contribute:
-    first the length, then the bytes as 32-bit words in float64 (exact). Each
-    replica of the chief adds them, so the sums are ``copies`` times them.
-    """
-    chief = is_chief(strategy)
-
-    @tf.function
-    def total(values: tf.Tensor) -> tf.Tensor:
-        per_replica = strategy.run(tf.identity, args=(values,))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-    mine = float(chief), float(len(data) if chief else 0)
-    copies, length = (int(v) for v in total(tf.constant(mine, tf.float64)).numpy())
-    length //= max(copies, 1)
-    words = -(-length // 4)
-    if chief:
-        values = np.frombuffer(data.ljust(words * 4, b"\0"), "<u4").astype(np.float64)
-    else:
-        values = np.zeros(words, np.float64)
-    if not words:
-        return b""
-    summed = total(tf.constant(values)).numpy() / copies
-    return np.rint(summed).astype("<u4").tobytes()[:length]
 
 
 def _check_same_on_all_workers(strategy: tf.distribute.Strategy, text: str) -> None:
@@ -489,12 +468,24 @@ def _train(
     validation = recipe.validation(run) if chief else None
     nan_guard = NaNGuard()
     preemption = PreemptionCheckpoint(manager, nan_guard)
-    run_callbacks = [nan_guard, StopAtStep(schedule[0])]
-    if chief:
-        run_callbacks += _chief_callbacks(run, validation)
-    run_callbacks += [CheckpointCallback(manager, nan_guard), *callbacks]
+    validators = _chief_callbacks(run, validation) if chief else []
+    # After the validators: its record says when their epoch-end work is done.
+    record = root / runs.VALIDATION_RECORD if chief else None
+    checkpoints = CheckpointCallback(manager, nan_guard, record)
+    run_callbacks = [nan_guard, StopAtStep(schedule[0]), *validators, checkpoints]
     verbose, progress = _progress(config, say if printer else None, schedule[0])
-    run_callbacks += [*progress, preemption]  # last: the others have run
+    run_callbacks += [*callbacks, *progress, preemption]  # last: the others have run
+    # A run stopped during an epoch's validation resumes from the epoch's
+    # checkpoint (saved before it) and validates it first.
+    validate_pending_epoch(
+        trainer,
+        initial_step,
+        record,
+        validators,
+        lambda: recipe.validation_dataset(config, data, tokenizer),
+        config.train.validation_every,
+        say,
+    )
     history = _fit(
         config, trainer, data, tokenizer, run_callbacks, initial_step, schedule, verbose
     )

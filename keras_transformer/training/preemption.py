@@ -85,19 +85,23 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
     Cloud schedulers and Kubernetes send SIGTERM some seconds before they
     kill a job. From `on_train_begin` to `on_train_end` this callback
     replaces the handlers of SIGTERM and SIGINT (Ctrl-C) with one that only
-    sets a flag. At the end of the update that is running (or at the start
-    of the next epoch, when the signal came during validation) the model
-    and optimizer are saved through `manager`, the same
-    `tf.train.CheckpointManager` the `CheckpointCallback` uses, numbered by
-    the optimizer step, and `TrainingPreempted` is raised out of `fit`. So
-    the stop skips the validation pass, BLEU decoding and epoch-end work of
-    the unfinished epoch, which can take longer than a scheduler's grace
-    period. A second SIGINT while the stop is pending raises
-    `TrainingAborted` (a `KeyboardInterrupt`) at once, as Ctrl-C usually
-    does; its one-line message names the checkpoint a rerun resumes from
-    (the last checkpoint written stays intact: a checkpoint becomes the
-    latest only once it is complete). After a NaN loss (`nan_guard`)
-    nothing is saved.
+    sets a flag. At the end of the update that is running (or of the
+    validation batch, when the signal came during `fit`'s validation; at
+    the start of the next epoch, when it came during the epoch-end
+    callbacks) the model and optimizer are saved through `manager`, the
+    same `tf.train.CheckpointManager` the `CheckpointCallback` uses,
+    numbered by the optimizer step (during validation the epoch's
+    checkpoint is there already), and `TrainingPreempted` is raised out of
+    `fit`. So the stop skips the validation pass, BLEU decoding and
+    epoch-end work of the unfinished epoch, which can take longer than a
+    scheduler's grace period; a run resumed after a stop during an epoch's
+    validation validates that epoch first
+    (`keras_transformer.training.epoch_end`). A second SIGINT while the
+    stop is pending raises `TrainingAborted` (a `KeyboardInterrupt`) at
+    once, as Ctrl-C usually does; its one-line message names the checkpoint
+    a rerun resumes from (the last checkpoint written stays intact: a
+    checkpoint becomes the latest only once it is complete). After a NaN
+    loss (`nan_guard`) nothing is saved.
 
     The previous handlers are restored at the end of training; call
     `uninstall` in a ``finally`` block too, since `on_train_end` does not run
@@ -236,6 +240,12 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
         self._stop_if_requested()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._stop_if_requested()
+
+    def on_test_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._stop_if_requested()
+
+    def on_test_end(self, logs: dict | None = None) -> None:
         self._stop_if_requested()
 
     def on_train_end(self, logs: dict | None = None) -> None:

@@ -257,8 +257,17 @@ def test_progress_bar_on_a_terminal_plain_lines_elsewhere():
 
 
 # ------------------------------------------------------------------ train()
-def test_train_stops_on_sigterm_and_a_rerun_resumes(tmp_path, capsys):
-    """In-process: stopped after update 4 of 6 (mid-epoch), then resumed."""
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """`small_config`'s 6 updates, never stopped (read only)."""
+    return train(small_config(), tmp_path_factory.mktemp("uninterrupted"))
+
+
+def test_train_stops_on_sigterm_and_a_rerun_resumes(tmp_path, capsys, uninterrupted):
+    """In-process: stopped after update 4 of 6 (mid-epoch), then resumed,
+    with the dropout masks an uninterrupted run draws: the resumed run's
+    streams started again from their seeds, repeating the first updates'
+    masks, and ended with other weights."""
     config = small_config("train.verbose=1")
     before = signal.getsignal(signal.SIGTERM)
     result = train(config, tmp_path, callbacks=[SignalAt(4, signal.SIGTERM)])
@@ -282,6 +291,137 @@ def test_train_stops_on_sigterm_and_a_rerun_resumes(tmp_path, capsys):
     assert resumed.evaluation is not None
     assert _steps(tmp_path / "checkpoints") == [3, 4, 6]
     assert json.loads((tmp_path / "result.json").read_text())["steps"] == 6
+    assert resumed.weights_checksum == uninterrupted.weights_checksum
+
+
+def test_the_epoch_checkpoint_comes_before_the_epochs_validation(tmp_path, caplog):
+    """In a plain `fit`, the epoch's checkpoint is on disk when its
+    validation starts, and the record says when the validation is done."""
+    from keras_transformer.training.epoch_end import (
+        CheckpointCallback,
+        pending_validation,
+    )
+
+    model, manager, data = _dense_run(tmp_path)
+    record = tmp_path / "validation.json"
+    seen = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_test_begin(self, logs=None):
+            seen.append((_steps(tmp_path), json.loads(record.read_text())))
+
+    model.fit(
+        data,
+        epochs=2,
+        steps_per_epoch=3,
+        validation_data=data,
+        validation_steps=1,
+        verbose=0,
+        callbacks=[CheckpointCallback(manager, record=record), Probe()],
+    )
+    assert seen == [
+        ([3], {"step": 3, "epoch": 0, "validated": False}),
+        ([3, 6], {"step": 6, "epoch": 1, "validated": False}),
+    ]
+    assert json.loads(record.read_text())["validated"] is True
+    assert pending_validation(record, 6) is None
+    record.write_text('{"step": 6, "epoch": 1, "validated": false}')
+    assert pending_validation(record, 6) == 1 and pending_validation(record, 3) is None
+    # A damaged record: one warning naming it, and no validation owed.
+    record.write_text('{"step": 6')
+    assert pending_validation(record, 6) is None
+    assert f"{record} is not valid JSON" in caplog.text
+
+
+class _Killed(BaseException):
+    """A kill, in-process: nothing of the run's code runs after it."""
+
+
+def _record_validations(monkeypatch, kill_first: bool) -> list[int]:
+    """The updates at which `ValidationTranslations` ends an epoch (its
+    BLEU decoding and best weights); with `kill_first`, the first one is a
+    kill (`_Killed`) instead."""
+    from keras_transformer.training.callbacks import ValidationTranslations
+    from keras_transformer.training.progress_logger import optimizer_step
+
+    steps: list[int] = []
+    real = ValidationTranslations.on_epoch_end
+
+    def on_epoch_end(self, epoch, logs=None):
+        steps.append(optimizer_step(self.model))
+        if kill_first and len(steps) == 1:
+            raise _Killed
+        real(self, epoch, logs)
+
+    monkeypatch.setattr(ValidationTranslations, "on_epoch_end", on_epoch_end)
+    return steps
+
+
+def test_a_kill_during_an_epochs_validation_loses_none_of_its_updates(
+    tmp_path, monkeypatch, capsys, uninterrupted
+):
+    """The epoch's checkpoint was saved after its validation, so a kill
+    during the validation (BLEU decoding can take minutes) lost the whole
+    epoch's updates: the rerun started again from the epoch before. It is
+    saved before the validation now, and the rerun validates that epoch
+    first: it ends as a run never killed does."""
+    config = small_config()
+    validated = _record_validations(monkeypatch, kill_first=True)
+    with pytest.raises(_Killed):
+        train(config, tmp_path / "killed")
+    assert validated == [3]
+    assert _steps(tmp_path / "killed" / "checkpoints") == [3]
+    record = tmp_path / "killed" / "validation.json"
+    assert json.loads(record.read_text()) == {
+        "step": 3,
+        "epoch": 0,
+        "validated": False,
+    }
+
+    resumed = train(config, tmp_path / "killed", printer=print)
+    out = capsys.readouterr().out
+    assert resumed.initial_step == 3 and resumed.steps == 6
+    assert validated == [3, 3, 6]
+    assert (
+        "The run stopped during the validation of update 3: validating it before "
+        "training goes on." in out
+    )
+    assert re.search(r"^val_loss \d+\.\d{4}  .*val_bleu \d+\.\d{4}", out, re.M), out
+    assert json.loads(record.read_text()) == {"step": 6, "epoch": 1, "validated": True}
+    # The same weights, best BLEU and best.json as a run never killed.
+    monkeypatch.undo()
+    assert resumed.weights_checksum == uninterrupted.weights_checksum
+    assert resumed.best_validation_score == uninterrupted.best_validation_score
+    best = json.loads((tmp_path / "killed" / "best.json").read_text())
+    never_killed = json.loads((uninterrupted.workdir / "best.json").read_text())
+    assert best == never_killed | {"fingerprint": best["fingerprint"]}
+    # A rerun of the finished run owes no validation.
+    train(config, tmp_path / "killed", printer=print)
+    assert "validating it" not in capsys.readouterr().out
+
+
+def test_sigterm_during_validation_stops_at_its_batch_and_the_rerun_validates(
+    tmp_path, monkeypatch
+):
+    """A SIGTERM during the validation loss waited for the whole validation
+    and the BLEU decoding, which may outlast a scheduler's grace period. It
+    now stops at the validation batch (the epoch's checkpoint is saved), and
+    the rerun makes that epoch's validation first."""
+
+    class SignalInValidation(keras.callbacks.Callback):
+        def on_test_batch_begin(self, batch, logs=None):
+            handler = signal.getsignal(signal.SIGTERM)
+            assert isinstance(getattr(handler, "__self__", None), PreemptionCheckpoint)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    config = small_config()
+    validated = _record_validations(monkeypatch, kill_first=False)
+    stopped = train(config, tmp_path, callbacks=[SignalInValidation()])
+    assert stopped.preempted and stopped.steps == 3
+    assert validated == [] and _steps(tmp_path / "checkpoints") == [3]
+    resumed = train(config, tmp_path)
+    assert (resumed.initial_step, resumed.steps) == (3, 6)
+    assert validated == [3, 6]
 
 
 # ------------------------------------------------------ the command, for real

@@ -1,0 +1,186 @@
+"""An epoch's end that a stop cannot lose: its checkpoint comes before its validation.
+
+At the end of an epoch `fit` first validates (the validation loss, then the
+chief's callbacks: greedy-decoding BLEU, the best weights, attention
+images), and only then calls ``on_epoch_end``. A checkpoint saved there
+made a kill during the validation, which can take minutes, lose the whole
+epoch's updates. `CheckpointCallback` saves the epoch's checkpoint after
+its last update instead, before the validation, and records in the run
+folder's ``validation.json`` that the epoch's validation is pending, then
+that it is done once the epoch-end work is. A run resumed from that
+checkpoint with its validation still pending validates it first
+(`validate_pending_epoch`), so that neither the updates nor the epoch's
+validation (and best weights) are lost.
+
+Under `MultiWorkerMirroredStrategy` only the chief keeps the record; the
+other workers follow its decision (the validation loss is a collective
+computation on every worker).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.files import read_json_object, write_atomically
+from keras_transformer.runs import save_checkpoint
+from keras_transformer.training.callbacks import NaNGuard
+from keras_transformer.training.distribute import broadcast_from_chief
+from keras_transformer.training.progress_logger import optimizer_step
+
+__all__ = ["CheckpointCallback", "pending_validation", "validate_pending_epoch"]
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves a `tf.train.CheckpointManager` checkpoint at the end of every epoch,
+    before the epoch's validation.
+
+    The checkpoint is numbered by the optimizer step and holds the model and
+    the optimizer (its step counter and moments), so a restart resumes with
+    the same step and learning rate. It is saved after the epoch's last
+    update (or the update after which training stops), before `fit`
+    validates; where `fit` gives no number of updates per epoch, at
+    ``on_epoch_end``. Nothing is saved after a NaN loss. The write is
+    complete or not seen (`keras_transformer.runs.save_checkpoint`): a full
+    disk stops training with a `CheckpointWriteError`, and the previous
+    checkpoint stays the latest.
+
+    Args:
+        manager: the run's checkpoint manager.
+        nan_guard: the run's `NaNGuard`, or ``None``.
+        record: the chief's ``validation.json``: written "pending" before
+            each epoch-end checkpoint and "done" at ``on_epoch_end`` (put
+            this callback after the validation callbacks); ``None`` on the
+            other workers, or to keep no record.
+    """
+
+    def __init__(
+        self,
+        manager: tf.train.CheckpointManager,
+        nan_guard: NaNGuard | None = None,
+        record: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.manager = manager
+        self.nan_guard = nan_guard
+        self.record = record
+        self._epoch = 0
+
+    def _diverged(self) -> bool:
+        return self.nan_guard is not None and self.nan_guard.bad_step is not None
+
+    def _save(self) -> None:
+        if self._diverged():
+            return
+        step = optimizer_step(self.model)
+        latest = self.manager.latest_checkpoint
+        if latest is not None and latest.endswith(f"-{step}"):
+            return
+        if self.record is not None:  # before the checkpoint it speaks of
+            write_record(self.record, step, self._epoch, validated=False)
+        save_checkpoint(self.manager, step)
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        updates = (self.params or {}).get("steps")
+        if self.model.stop_training or (updates is not None and batch + 1 >= updates):
+            self._save()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._save()
+        if self.record is not None and not self._diverged():
+            step = optimizer_step(self.model)
+            write_record(self.record, step, epoch, validated=True)
+
+
+def write_record(path: Path, step: int, epoch: int, validated: bool) -> None:
+    """Writes ``validation.json``: the epoch-end checkpoint `step`, its
+    `epoch` (from 0) and whether the epoch's validation was done."""
+    record = {"step": step, "epoch": epoch, "validated": validated}
+    write_atomically(path, json.dumps(record) + "\n")
+
+
+def pending_validation(path: Path | None, step: int) -> int | None:
+    """The epoch (from 0) whose validation a run resumed from `step` still
+    owes: the one `path` (``validation.json``) records as pending at that
+    step; None when there is none (a checkpoint saved mid-epoch by a
+    preemption, a validation that was done, a run without a record). A
+    damaged record is told in a warning and read as none."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        saved = read_json_object(path, "it is read as no pending validation.")
+    except (OSError, ValueError) as error:
+        logger.warning("%s", error)
+        return None
+    epoch = saved.get("epoch")
+    if saved.get("step") != step or saved.get("validated", True) is not False:
+        return None
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        logger.warning("%s holds epoch=%r: read as no pending validation.", path, epoch)
+        return None
+    return epoch
+
+
+def validate_pending_epoch(
+    trainer: keras.Model,
+    step: int,
+    record: Path | None,
+    callbacks: Sequence[keras.callbacks.Callback],
+    validation_data: Callable[[], Any],
+    validation_every: int,
+    say: Callable[[str], None],
+) -> None:
+    """Before a resumed run trains: the validation its checkpoint's epoch
+    still owes (`pending_validation`), as `fit` would have made it.
+
+    The validation loss (`trainer.evaluate` on `validation_data()`, when the
+    epoch is one of every `validation_every`) goes into the logs, with
+    which the chief's validation `callbacks` (BLEU, best weights, summaries)
+    end the epoch; then the record says it is done. Every worker of a
+    multi-worker run calls this, in step; the chief's record decides.
+
+    Args:
+        trainer: the model `fit` trains (the run's, restored).
+        step: the step the run resumes from.
+        record: the chief's ``validation.json`` (None on the other workers).
+        callbacks: the validation callbacks (the chief's; none elsewhere).
+        validation_data: makes the validation dataset (or None: none).
+        validation_every: ``train.validation_every``.
+        say: prints a line for the user.
+    """
+    epoch = pending_validation(record, step)
+    strategy = trainer.distribute_strategy
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        data = broadcast_from_chief(strategy, b"" if epoch is None else b"%d" % epoch)
+        epoch = int(data) if data else None
+    if epoch is None:
+        return
+    if (epoch + 1) % validation_every == 0:  # an epoch that `fit` validates
+        say(
+            f"The run stopped during the validation of update {step}: validating "
+            "it before training goes on."
+        )
+        logs: dict[str, Any] = {}
+        dataset = validation_data()
+        if dataset is not None:
+            found = trainer.evaluate(dataset, verbose=0, return_dict=True)
+            logs = {f"val_{name}": float(value) for name, value in found.items()}
+        for callback in callbacks:  # one `logs`, as in `fit`: BLEU joins it
+            callback.set_model(trainer)
+            callback.on_epoch_end(epoch, logs)
+        values = [(k, v) for k, v in logs.items() if isinstance(v, (int, float))]
+        if values:
+            say("  ".join(f"{name} {value:.4f}" for name, value in values))
+    if record is not None:
+        write_record(record, step, epoch, validated=True)
