@@ -10,7 +10,9 @@ folder's ``validation.json`` that the epoch's validation is pending, then
 that it is done once the epoch-end work is. A run resumed from that
 checkpoint with its validation still pending validates it first
 (`validate_pending_epoch`), so that neither the updates nor the epoch's
-validation (and best weights) are lost.
+validation (and best weights) are lost. `fit_epochs` runs `fit` so that a
+run resumed in the middle of an epoch ends its epochs (validations,
+checkpoints) after the same updates as an uninterrupted run.
 
 Under `MultiWorkerMirroredStrategy` only the chief keeps the record; the
 other workers follow its decision (the validation loss is a collective
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,9 +35,19 @@ from keras_transformer.files import read_json_object, write_atomically
 from keras_transformer.runs import save_checkpoint
 from keras_transformer.training.callbacks import NaNGuard
 from keras_transformer.training.distribute import broadcast_from_chief
+from keras_transformer.training.kinds import recipe_for
+from keras_transformer.training.preemption import (
+    PreemptionCheckpoint,
+    TrainingPreempted,
+)
 from keras_transformer.training.progress_logger import optimizer_step
 
-__all__ = ["CheckpointCallback", "pending_validation", "validate_pending_epoch"]
+__all__ = [
+    "CheckpointCallback",
+    "fit_epochs",
+    "pending_validation",
+    "validate_pending_epoch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -184,3 +197,94 @@ def validate_pending_epoch(
             say("  ".join(f"{name} {value:.4f}" for name, value in values))
     if record is not None:
         write_record(record, step, epoch, validated=True)
+
+
+class _EndAfterThisEpoch(keras.callbacks.Callback):
+    """Ends `fit` after its first epoch (the rest of a resumed one)."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.model.stop_training = True
+
+
+def fit_epochs(
+    config: Any,
+    trainer: keras.Model,
+    data: Any,
+    tokenizer: Any,
+    callbacks: list[keras.callbacks.Callback],
+    initial_step: int,
+    schedule: tuple[int, int],
+    verbose: int | None = None,
+) -> dict[str, list[float]]:
+    """Runs `fit` from `initial_step` to the last update; Keras' history.
+
+    The data stream skips the `initial_step` updates already made, so a
+    resumed run sees the batches an uninterrupted one would (§5.1). A run
+    resumed in the middle of an epoch (after a preemption) first trains the
+    rest of that epoch alone, so that its epochs end, validate and save
+    their checkpoints at the updates of the uninterrupted run (and
+    checkpoint averaging, §6.1, averages the same ones). A
+    `PreemptionCheckpoint` among the callbacks ends `fit` early on SIGTERM
+    or SIGINT, with a checkpoint; the history then holds the finished
+    epochs.
+
+    Args:
+        config: the run's `TrainConfig`.
+        trainer: the model to train.
+        data, tokenizer: the run's data and tokenizer (its recipe makes the
+            datasets).
+        callbacks: the run's callbacks.
+        initial_step: the update the run resumes from (0: a new run).
+        schedule: (the run's updates, updates per epoch).
+        verbose: `fit`'s (None: ``train.verbose``).
+    """
+    total_steps, per_epoch = schedule
+    recipe = recipe_for(config)
+    validation_data = recipe.validation_dataset(config, data, tokenizer)
+    preemption = next(
+        (c for c in callbacks if isinstance(c, PreemptionCheckpoint)), None
+    )
+    nan_guard = next((c for c in callbacks if isinstance(c, NaNGuard)), None)
+    history: dict[str, list[float]] = {}
+    step = initial_step
+    try:
+        while step < total_steps:
+            epoch, done = divmod(step, per_epoch)
+            before = getattr(trainer, "history", None)
+            try:
+                trainer.fit(
+                    recipe.training_dataset(config, data, tokenizer, step),
+                    epochs=math.ceil(total_steps / per_epoch),
+                    initial_epoch=epoch,
+                    steps_per_epoch=per_epoch - done,
+                    validation_data=validation_data,
+                    validation_freq=config.train.validation_every,
+                    shuffle=False,
+                    callbacks=[*callbacks, _EndAfterThisEpoch()] if done else callbacks,
+                    verbose=config.train.verbose if verbose is None else verbose,
+                )
+            finally:
+                if getattr(trainer, "history", None) is not before:
+                    for name, values in _history_so_far(trainer).items():
+                        history.setdefault(name, []).extend(values)
+            reached = optimizer_step(trainer)
+            diverged = nan_guard is not None and nan_guard.bad_step is not None
+            if not done or diverged or reached % per_epoch or reached <= step:
+                break  # the last `fit`, a NaN, or no epoch end reached
+            step = reached
+    except TrainingPreempted:
+        # `fit` ended without `on_train_end`: flush the summaries here.
+        for callback in callbacks:
+            callback.on_train_end()
+    finally:
+        if preemption is not None:
+            preemption.uninstall()
+    if preemption is not None:
+        preemption.finish()  # a signal after the last update still gets its checkpoint
+    return history
+
+
+def _history_so_far(trainer: keras.Model) -> dict[str, list[float]]:
+    """Keras' history of the epochs `fit` finished (all of them, or before a stop)."""
+    history = getattr(getattr(trainer, "history", None), "history", None) or {}
+    return {k: [float(v) for v in values] for k, values in history.items()}

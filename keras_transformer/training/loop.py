@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -48,13 +47,11 @@ from keras_transformer.training.distribute import (
 )
 from keras_transformer.training.epoch_end import (
     CheckpointCallback,
+    fit_epochs,
     validate_pending_epoch,
 )
 from keras_transformer.training.kinds import recipe_for
-from keras_transformer.training.preemption import (
-    PreemptionCheckpoint,
-    TrainingPreempted,
-)
+from keras_transformer.training.preemption import PreemptionCheckpoint
 from keras_transformer.training.progress_logger import PlainProgressLogger
 from keras_transformer.training.recipes import RunContext
 
@@ -486,7 +483,7 @@ def _train(
         config.train.validation_every,
         say,
     )
-    history = _fit(
+    history = fit_epochs(
         config, trainer, data, tokenizer, run_callbacks, initial_step, schedule, verbose
     )
     if nan_guard.bad_step is not None:
@@ -587,61 +584,6 @@ def _chief_callbacks(
             session="validation",
         )
     return found
-
-
-def _fit(
-    config: TrainConfig,
-    trainer: keras.Model,
-    data: Any,
-    tokenizer: SubwordTokenizer,
-    callbacks: list[keras.callbacks.Callback],
-    initial_step: int,
-    schedule: tuple[int, int],
-    verbose: int | None = None,
-) -> dict[str, list[float]]:
-    """Runs `fit` from `initial_step` to the last update; Keras' history.
-
-    The data stream skips the `initial_step` updates already made, so a
-    resumed run sees the batches an uninterrupted one would (§5.1). A
-    `PreemptionCheckpoint` among the callbacks ends `fit` early on SIGTERM
-    or SIGINT, with a checkpoint; the history then holds the finished epochs.
-    """
-    total_steps, per_epoch = schedule
-    if initial_step >= total_steps:
-        return {}
-    recipe = recipe_for(config)
-    dataset = recipe.training_dataset(config, data, tokenizer, initial_step)
-    preemption = next(
-        (c for c in callbacks if isinstance(c, PreemptionCheckpoint)), None
-    )
-    try:
-        trainer.fit(
-            dataset,
-            epochs=math.ceil(total_steps / per_epoch),
-            initial_epoch=initial_step // per_epoch,
-            steps_per_epoch=per_epoch,
-            validation_data=recipe.validation_dataset(config, data, tokenizer),
-            validation_freq=config.train.validation_every,
-            shuffle=False,
-            callbacks=callbacks,
-            verbose=config.train.verbose if verbose is None else verbose,
-        )
-    except TrainingPreempted:
-        # `fit` ended without `on_train_end`: flush the summaries here.
-        for callback in callbacks:
-            callback.on_train_end()
-    finally:
-        if preemption is not None:
-            preemption.uninstall()
-    if preemption is not None:
-        preemption.finish()  # a signal after the last update still gets its checkpoint
-    return _history_so_far(trainer)
-
-
-def _history_so_far(trainer: keras.Model) -> dict[str, list[float]]:
-    """Keras' history of the epochs `fit` finished (all of them, or before a stop)."""
-    history = getattr(getattr(trainer, "history", None), "history", None) or {}
-    return {k: [float(v) for v in values] for k, values in history.items()}
 
 
 def _progress(

@@ -424,6 +424,31 @@ def test_sigterm_during_validation_stops_at_its_batch_and_the_rerun_validates(
     assert validated == [3, 6]
 
 
+def test_a_run_resumed_mid_epoch_ends_its_epochs_where_an_uninterrupted_one_does(
+    tmp_path, monkeypatch, capsys
+):
+    """Resumed after update 4 (3 per epoch), the run's epochs ran updates
+    5-7 and 8-9: its validations and checkpoints came after 7 and 9 instead
+    of 6 and 9, so its best weights and its averaged checkpoints (§6.1)
+    were chosen among other updates than an uninterrupted run's. It trains
+    the rest of the stopped epoch alone first now."""
+    config = small_config("train.train_steps=9", "train.verbose=1")
+    validated = _record_validations(monkeypatch, kill_first=False)
+    stopped = train(config, tmp_path, callbacks=[SignalAt(4, signal.SIGTERM)])
+    assert stopped.preempted and stopped.steps == 4 and validated == [3]
+    capsys.readouterr()
+    resumed = train(config, tmp_path)
+    assert (resumed.initial_step, resumed.steps) == (4, 9)
+    assert validated == [3, 6, 9]
+    assert _steps(tmp_path / "checkpoints") == [3, 4, 6, 9]
+    assert len(resumed.history["loss"]) == len(resumed.history["val_loss"]) == 2
+    epochs = [line.split("  ")[:2] for line in capsys.readouterr().out.splitlines()]
+    assert [words for words in epochs if words[0].startswith("epoch")] == [
+        ["epoch 2/3", "step 6"],
+        ["epoch 3/3", "step 9"],
+    ]
+
+
 # ------------------------------------------------------ the command, for real
 def _cli_args(config: Path, workdir: Path, *overrides: str) -> list[str]:
     words = ["train", str(config), "--workdir", str(workdir)]
@@ -699,13 +724,13 @@ def test_a_second_ctrl_c_in_the_train_command_is_one_line(
     from keras_transformer import cli
     from keras_transformer.training import loop
 
-    fit = loop._fit
+    fit = loop.fit_epochs
 
     def fit_with_two_interrupts(config, trainer, data, tokenizer, callbacks, *rest):
         callbacks = [SignalAt(4, signal.SIGINT, signal.SIGINT), *callbacks]
         return fit(config, trainer, data, tokenizer, callbacks, *rest)
 
-    monkeypatch.setattr(loop, "_fit", fit_with_two_interrupts)
+    monkeypatch.setattr(loop, "fit_epochs", fit_with_two_interrupts)
     config = write_config(tmp_path, SMALL_CONFIG)
     workdir = tmp_path / "run"
     before = signal.getsignal(signal.SIGINT)
