@@ -193,8 +193,9 @@ def validate_pending_epoch(
             callback.set_model(trainer)
             callback.on_epoch_end(epoch, logs)
         values = [(k, v) for k, v in logs.items() if isinstance(v, (int, float))]
-        if values:
-            say("  ".join(f"{name} {value:.4f}" for name, value in values))
+        if values:  # as the epoch's line of `PlainProgressLogger`
+            words = [f"epoch {epoch + 1}", f"step {step}"]
+            say("  ".join(words + [f"{name} {value:.4f}" for name, value in values]))
     if record is not None:
         write_record(record, step, epoch, validated=True)
 
@@ -223,10 +224,10 @@ def fit_epochs(
     resumed in the middle of an epoch (after a preemption) first trains the
     rest of that epoch alone, so that its epochs end, validate and save
     their checkpoints at the updates of the uninterrupted run (and
-    checkpoint averaging, §6.1, averages the same ones). A
-    `PreemptionCheckpoint` among the callbacks ends `fit` early on SIGTERM
-    or SIGINT, with a checkpoint; the history then holds the finished
-    epochs.
+    checkpoint averaging, §6.1, averages the same ones); the callbacks then
+    see two `fit`s (``on_train_begin`` twice). A `PreemptionCheckpoint`
+    among the callbacks ends `fit` early on SIGTERM or SIGINT, with a
+    checkpoint; the history then holds the finished epochs.
 
     Args:
         config: the run's `TrainConfig`.

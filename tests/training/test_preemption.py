@@ -386,7 +386,8 @@ def test_a_kill_during_an_epochs_validation_loses_none_of_its_updates(
         "The run stopped during the validation of update 3: validating it before "
         "training goes on." in out
     )
-    assert re.search(r"^val_loss \d+\.\d{4}  .*val_bleu \d+\.\d{4}", out, re.M), out
+    line = r"^epoch 1  step 3  val_loss \d+\.\d{4}  .*val_bleu \d+\.\d{4}"
+    assert re.search(line, out, re.M), out
     assert json.loads(record.read_text()) == {"step": 6, "epoch": 1, "validated": True}
     # The same weights, best BLEU and best.json as a run never killed.
     monkeypatch.undo()
