@@ -250,6 +250,31 @@ def test_multi_worker_run_stops_every_worker_when_the_chief_has_no_tokenizer(
     assert not (workdir / "workers" / "worker_1" / "tokenizer").exists()
 
 
+@pytest.mark.slow
+def test_both_workers_make_the_validation_a_killed_chief_missed(tmp_path):
+    """Killed during its last validation, the run's workers restart: the
+    chief's `validation.json` says the validation of update 4 is pending,
+    and every worker validates it (the validation loss is a collective),
+    worker 1 on the chief's word (its folder keeps no record); none waits
+    forever."""
+    values = copy.deepcopy(SMALL_CONFIG)
+    values["train"].update(train_steps=4, steps_per_epoch=2, test_samples=4)
+    config = write_config(tmp_path, values)
+    workdir = tmp_path / "run"
+    processes, outputs = _run_two_workers(tmp_path, config, workdir)
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    record = workdir / "validation.json"
+    assert json.loads(record.read_text()) == {"step": 4, "epoch": 1, "validated": True}
+    assert not (workdir / "workers" / "worker_1" / "validation.json").exists()
+    # What a kill during the last validation leaves: the record still pending.
+    record.write_text(json.dumps({"step": 4, "epoch": 1, "validated": False}))
+    processes, outputs = _run_two_workers(tmp_path, config, workdir, timeout=180)
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    said = "The run stopped during the validation of update 4: validating it"
+    assert all(said in output for output in outputs), outputs
+    assert json.loads(record.read_text())["validated"] is True
+
+
 def _final_learning_rate(values: dict, steps: int) -> float:
     """The learning rate of the kind's schedule after `steps` updates."""
     if values.get("kind") == "classification":
