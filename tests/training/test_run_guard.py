@@ -667,11 +667,14 @@ def test_the_lock_file_is_released_after_train(tmp_path):
     assert os.path.getsize(workdir / files.LOCK_FILE) == 0
 
 
-@pytest.mark.parametrize("name", ["config.json", "checkpoints.json", "result.json"])
+@pytest.mark.parametrize(
+    "name", ["config.json", "checkpoints.json", "result.json", "validation.json"]
+)
 def test_a_full_disk_at_each_run_file_keeps_its_previous_version(
     run, monkeypatch, name
 ):
-    """Resuming writes config.json and checkpoints.json, finishing result.json."""
+    """Resuming writes config.json and checkpoints.json, an epoch's end
+    validation.json (before its checkpoint), finishing result.json."""
     workdir, _ = run
     path = next(workdir.rglob(name))
     previous = path.read_bytes()
