@@ -375,13 +375,10 @@ def resume_checkpoints(
     )
     # The saved checkpoint carries the streams and the fingerprint; restoring
     # needs only the model and the optimizer, so older checkpoints still load.
-    extra = {} if fingerprint is None else {"fingerprint": fingerprint}
-    checkpoint = tf.train.Checkpoint(
-        model=model,
-        optimizer=optimizer,
-        random_streams=streams,
-        **{k: runs_fingerprint_variable(v) for k, v in extra.items()},
-    )
+    saved: dict[str, Any] = {"random_streams": streams}
+    if fingerprint is not None:
+        saved["fingerprint"] = runs_fingerprint_variable(fingerprint)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **saved)
     return CheckpointManager(
         checkpoint, str(checkpoint_dir), max_to_keep=keep, on_new_folder=on_new_folder
     )

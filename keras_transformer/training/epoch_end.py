@@ -240,6 +240,8 @@ def fit_epochs(
         verbose: `fit`'s (None: ``train.verbose``).
     """
     total_steps, per_epoch = schedule
+    if initial_step >= total_steps:
+        return {}  # a finished run: no dataset to build
     recipe = recipe_for(config)
     validation_data = recipe.validation_dataset(config, data, tokenizer)
     preemption = next(
