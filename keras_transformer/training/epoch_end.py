@@ -200,10 +200,70 @@ def validate_pending_epoch(
         write_record(record, step, epoch, validated=True)
 
 
+class _OneTraining(keras.callbacks.Callback):
+    """The run's callbacks, which see `fit_epochs`' `fit`s as one training.
+
+    Each hook goes to every callback, in order, but ``on_train_begin`` (the
+    first `fit`'s only) and ``on_train_end`` (kept until `end`): a user's
+    `keras.callbacks.EarlyStopping` keeps its patience, `CheckpointAveraging`
+    its snapshots, `PreemptionCheckpoint` its signal handlers, across the
+    rest of a resumed epoch and the epochs after it.
+    """
+
+    def __init__(self, callbacks: Sequence[keras.callbacks.Callback]) -> None:
+        super().__init__()
+        self.callbacks = list(callbacks)
+        self._begun = False
+        self._end_logs: dict | None = None
+
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        for callback in self.callbacks:
+            callback.set_model(model)
+
+    def set_params(self, params: dict) -> None:
+        super().set_params(params)
+        for callback in self.callbacks:
+            callback.set_params(params)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if not self._begun:
+            self._begun = True
+            for callback in self.callbacks:
+                callback.on_train_begin(logs)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self._end_logs = logs
+
+    def end(self) -> None:
+        """Every callback's ``on_train_end``, with the last `fit`'s logs."""
+        for callback in self.callbacks:
+            callback.on_train_end(self._end_logs)
+
+
+def _forward(hook: str) -> Callable[..., None]:
+    def forward(self: _OneTraining, *args: Any, **kwargs: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(*args, **kwargs)
+
+    forward.__name__ = hook
+    return forward
+
+
+_STAGES = ("epoch", "train_batch", "test", "test_batch", "predict", "predict_batch")
+for _stage in _STAGES:
+    for _hook in (f"on_{_stage}_begin", f"on_{_stage}_end"):
+        setattr(_OneTraining, _hook, _forward(_hook))
+
+
 class _EndAfterThisEpoch(keras.callbacks.Callback):
-    """Ends `fit` after its first epoch (the rest of a resumed one)."""
+    """Ends `fit` after its first epoch (the rest of a resumed one); says
+    whether another callback had asked to stop there."""
+
+    others_stopped = False
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.others_stopped = bool(self.model.stop_training)
         self.model.stop_training = True
 
 
@@ -224,8 +284,8 @@ def fit_epochs(
     resumed in the middle of an epoch (after a preemption) first trains the
     rest of that epoch alone, so that its epochs end, validate and save
     their checkpoints at the updates of the uninterrupted run (and
-    checkpoint averaging, §6.1, averages the same ones); the callbacks then
-    see two `fit`s (``on_train_begin`` twice). A `PreemptionCheckpoint`
+    checkpoint averaging, §6.1, averages the same ones); the callbacks see
+    one training all the same (`_OneTraining`). A `PreemptionCheckpoint`
     among the callbacks ends `fit` early on SIGTERM or SIGINT, with a
     checkpoint; the history then holds the finished epochs.
 
@@ -247,38 +307,38 @@ def fit_epochs(
     preemption = next(
         (c for c in callbacks if isinstance(c, PreemptionCheckpoint)), None
     )
-    nan_guard = next((c for c in callbacks if isinstance(c, NaNGuard)), None)
+    one_training = _OneTraining(callbacks)
     history: dict[str, list[float]] = {}
     step = initial_step
     try:
-        while step < total_steps:
-            epoch, done = divmod(step, per_epoch)
-            before = getattr(trainer, "history", None)
-            try:
-                trainer.fit(
-                    recipe.training_dataset(config, data, tokenizer, step),
-                    epochs=math.ceil(total_steps / per_epoch),
-                    initial_epoch=epoch,
-                    steps_per_epoch=per_epoch - done,
-                    validation_data=validation_data,
-                    validation_freq=config.train.validation_every,
-                    shuffle=False,
-                    callbacks=[*callbacks, _EndAfterThisEpoch()] if done else callbacks,
-                    verbose=config.train.verbose if verbose is None else verbose,
-                )
-            finally:
-                if getattr(trainer, "history", None) is not before:
-                    for name, values in _history_so_far(trainer).items():
-                        history.setdefault(name, []).extend(values)
-            reached = optimizer_step(trainer)
-            diverged = nan_guard is not None and nan_guard.bad_step is not None
-            if not done or diverged or reached % per_epoch or reached <= step:
-                break  # the last `fit`, a NaN, or no epoch end reached
-            step = reached
-    except TrainingPreempted:
-        # `fit` ended without `on_train_end`: flush the summaries here.
-        for callback in callbacks:
-            callback.on_train_end()
+        try:
+            while step < total_steps:
+                epoch, done = divmod(step, per_epoch)
+                end_after = _EndAfterThisEpoch()
+                before = getattr(trainer, "history", None)
+                try:
+                    trainer.fit(
+                        recipe.training_dataset(config, data, tokenizer, step),
+                        epochs=math.ceil(total_steps / per_epoch),
+                        initial_epoch=epoch,
+                        steps_per_epoch=per_epoch - done,
+                        validation_data=validation_data,
+                        validation_freq=config.train.validation_every,
+                        shuffle=False,
+                        callbacks=[one_training, end_after] if done else [one_training],
+                        verbose=config.train.verbose if verbose is None else verbose,
+                    )
+                finally:
+                    if getattr(trainer, "history", None) is not before:
+                        for name, values in _history_so_far(trainer).items():
+                            history.setdefault(name, []).extend(values)
+                reached = optimizer_step(trainer)
+                if not done or end_after.others_stopped or reached % per_epoch:
+                    break  # the last `fit`, a stop (a NaN, a callback), a short epoch
+                step = reached
+        except TrainingPreempted:
+            pass  # `fit` ended without `on_train_end`
+        one_training.end()  # flushes the summaries, among others
     finally:
         if preemption is not None:
             preemption.uninstall()

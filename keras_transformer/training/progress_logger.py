@@ -96,7 +96,6 @@ class PlainProgressLogger(keras.callbacks.Callback):
         self._stream = stream
         self._start = time.monotonic()
         self._first_step = 0
-        self._begun = False
         self._mark: tuple[float, float] | None = None
         self._line = RedrawnLine(self._terminal, redraw_seconds)
 
@@ -151,9 +150,6 @@ class PlainProgressLogger(keras.callbacks.Callback):
             return None
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        if self._begun:  # a run's next `fit` (after a resumed epoch's rest)
-            return
-        self._begun = True
         self._start = time.monotonic()
         self._first_step = optimizer_step(self.model)  # a resumed run's first update
 

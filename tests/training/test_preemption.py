@@ -425,6 +425,41 @@ def test_sigterm_during_validation_stops_at_its_batch_and_the_rerun_validates(
     assert validated == [3, 6]
 
 
+class _UserCallback(keras.callbacks.Callback):
+    """A user's callback: records training begins, epoch ends and training
+    ends; with `stop_after_epoch`, asks to stop at the end of that epoch."""
+
+    def __init__(self, stop_after_epoch: int | None = None) -> None:
+        super().__init__()
+        self.stop_after_epoch = stop_after_epoch
+        self.events: list[str] = []
+
+    def on_train_begin(self, logs=None):
+        self.events.append("begin")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.events.append(f"epoch {epoch + 1}")
+        if epoch + 1 == self.stop_after_epoch:
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        self.events.append("end")
+
+
+def test_a_callbacks_stop_at_the_end_of_a_resumed_epoch_ends_the_run(tmp_path):
+    """A user's callback (an `EarlyStopping`) that stopped the training at
+    the end of the resumed epoch's rest was overruled: the run went on with
+    the next epochs."""
+    config = small_config("train.train_steps=9")
+    stopped = train(config, tmp_path, callbacks=[SignalAt(4, signal.SIGTERM)])
+    assert stopped.preempted and stopped.steps == 4
+    stopper = _UserCallback(stop_after_epoch=2)
+    resumed = train(config, tmp_path, callbacks=[stopper])
+    assert (resumed.initial_step, resumed.steps) == (4, 6)
+    assert stopper.events == ["begin", "epoch 2", "end"]
+    assert _steps(tmp_path / "checkpoints") == [3, 4, 6]
+
+
 def test_a_run_resumed_mid_epoch_ends_its_epochs_where_an_uninterrupted_one_does(
     tmp_path, monkeypatch, capsys
 ):
@@ -438,8 +473,12 @@ def test_a_run_resumed_mid_epoch_ends_its_epochs_where_an_uninterrupted_one_does
     stopped = train(config, tmp_path, callbacks=[SignalAt(4, signal.SIGTERM)])
     assert stopped.preempted and stopped.steps == 4 and validated == [3]
     capsys.readouterr()
-    resumed = train(config, tmp_path)
+    hooks = _UserCallback()
+    resumed = train(config, tmp_path, callbacks=[hooks])
     assert (resumed.initial_step, resumed.steps) == (4, 9)
+    # One training for the user's callbacks, though `fit` ran twice (an
+    # `EarlyStopping` would have reset its patience at the second begin).
+    assert hooks.events == ["begin", "epoch 2", "epoch 3", "end"]
     assert validated == [3, 6, 9]
     assert _steps(tmp_path / "checkpoints") == [3, 4, 6, 9]
     assert len(resumed.history["loss"]) == len(resumed.history["val_loss"]) == 2
