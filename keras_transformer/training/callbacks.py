@@ -41,6 +41,7 @@ __all__ = [
     "TrainingSummaries",
     "TranslationEvaluator",
     "ValidationTranslations",
+    "has_diverged",
     "write_hparams",
     "write_skipped_pairs",
 ]
@@ -110,6 +111,12 @@ class NaNGuard(keras.callbacks.TerminateOnNaN):
 
     def on_batch_end(self, batch: int, logs: dict | None = None) -> None:
         return None
+
+
+def has_diverged(nan_guard: NaNGuard | None) -> bool:
+    """Whether `nan_guard` (a run's `NaNGuard`; None: no guard) saw a NaN
+    or infinite loss: then no checkpoint is saved of the broken weights."""
+    return nan_guard is not None and nan_guard.bad_step is not None
 
 
 class StopAtStep(keras.callbacks.Callback):

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from keras_transformer.files import read_json_object, write_atomically
 from keras_transformer.runs import save_checkpoint
-from keras_transformer.training.callbacks import NaNGuard
+from keras_transformer.training.callbacks import NaNGuard, has_diverged
 from keras_transformer.training.distribute import broadcast_from_chief
 from keras_transformer.training.kinds import recipe_for
 from keras_transformer.training.preemption import (
@@ -87,11 +87,8 @@ class CheckpointCallback(keras.callbacks.Callback):
         self.record = record
         self._epoch = 0
 
-    def _diverged(self) -> bool:
-        return self.nan_guard is not None and self.nan_guard.bad_step is not None
-
     def _save(self) -> None:
-        if self._diverged():
+        if has_diverged(self.nan_guard):
             return
         step = optimizer_step(self.model)
         latest = self.manager.latest_checkpoint
@@ -111,7 +108,7 @@ class CheckpointCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._save()
-        if self.record is not None and not self._diverged():
+        if self.record is not None and not has_diverged(self.nan_guard):
             step = optimizer_step(self.model)
             write_record(self.record, step, epoch, validated=True)
 

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.runs import save_checkpoint
-from keras_transformer.training.callbacks import NaNGuard
+from keras_transformer.training.callbacks import NaNGuard, has_diverged
 from keras_transformer.training.progress_logger import optimizer_step
 
 __all__ = ["PreemptionCheckpoint", "TrainingAborted", "TrainingPreempted"]
@@ -212,7 +212,7 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
         """
         if self.requested is None or self.checkpoint is not None:
             return
-        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
+        if has_diverged(self.nan_guard):
             return
         self.save()
 
@@ -227,7 +227,7 @@ class PreemptionCheckpoint(keras.callbacks.Callback):
     def _stop_if_requested(self) -> None:
         if self.requested is None:
             return
-        if self.nan_guard is not None and self.nan_guard.bad_step is not None:
+        if has_diverged(self.nan_guard):
             return  # the NaN guard ends the run; broken weights are not saved
         checkpoint = self.save()
         self.model.stop_training = True
