@@ -273,6 +273,7 @@ def fit_epochs(
     initial_step: int,
     schedule: tuple[int, int],
     verbose: int | None = None,
+    validation_data: Callable[[], Any] | None = None,
 ) -> dict[str, list[float]]:
     """Runs `fit` from `initial_step` to the last update; Keras' history.
 
@@ -295,12 +296,17 @@ def fit_epochs(
         initial_step: the update the run resumes from (0: a new run).
         schedule: (the run's updates, updates per epoch).
         verbose: `fit`'s (None: ``train.verbose``).
+        validation_data: makes the validation dataset (None: the recipe's
+            `validation_dataset`); `validate_pending_epoch` may have built it.
     """
     total_steps, per_epoch = schedule
     if initial_step >= total_steps:
         return {}  # a finished run: no dataset to build
     recipe = recipe_for(config)
-    validation_data = recipe.validation_dataset(config, data, tokenizer)
+    if validation_data is None:
+        validation = recipe.validation_dataset(config, data, tokenizer)
+    else:
+        validation = validation_data()
     preemption = next(
         (c for c in callbacks if isinstance(c, PreemptionCheckpoint)), None
     )
@@ -319,7 +325,7 @@ def fit_epochs(
                         epochs=math.ceil(total_steps / per_epoch),
                         initial_epoch=epoch,
                         steps_per_epoch=per_epoch - done,
-                        validation_data=validation_data,
+                        validation_data=validation,
                         validation_freq=config.train.validation_every,
                         shuffle=False,
                         callbacks=[one_training, end_after] if done else [one_training],

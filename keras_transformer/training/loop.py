@@ -11,6 +11,7 @@ are skipped).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -474,17 +475,28 @@ def _train(
     run_callbacks += [*callbacks, *progress, preemption]  # last: the others have run
     # A run stopped during an epoch's validation resumes from the epoch's
     # checkpoint (saved before it) and validates it first.
+    validation_data = functools.cache(
+        lambda: recipe.validation_dataset(config, data, tokenizer)
+    )  # built once, for both
     validate_pending_epoch(
         trainer,
         initial_step,
         record,
         validators,
-        lambda: recipe.validation_dataset(config, data, tokenizer),
+        validation_data,
         config.train.validation_every,
         say,
     )
     history = fit_epochs(
-        config, trainer, data, tokenizer, run_callbacks, initial_step, schedule, verbose
+        config,
+        trainer,
+        data,
+        tokenizer,
+        run_callbacks,
+        initial_step,
+        schedule,
+        verbose,
+        validation_data=validation_data,
     )
     if nan_guard.bad_step is not None:
         raise _diverged(nan_guard, manager.latest_checkpoint)

@@ -357,6 +357,21 @@ def _record_validations(monkeypatch, kill_first: bool) -> list[int]:
     return steps
 
 
+def _count_validation_datasets(monkeypatch) -> list[int]:
+    """[how many validation datasets the translation recipe has made]."""
+    from keras_transformer.training.translation_recipe import TranslationRecipe
+
+    built = [0]
+    real = TranslationRecipe.validation_dataset
+
+    def validation_dataset(self, *args):
+        built[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(TranslationRecipe, "validation_dataset", validation_dataset)
+    return built
+
+
 def test_a_kill_during_an_epochs_validation_loses_none_of_its_updates(
     tmp_path, monkeypatch, capsys, uninterrupted
 ):
@@ -378,10 +393,12 @@ def test_a_kill_during_an_epochs_validation_loses_none_of_its_updates(
         "validated": False,
     }
 
+    built = _count_validation_datasets(monkeypatch)
     resumed = train(config, tmp_path / "killed", printer=print)
     out = capsys.readouterr().out
     assert resumed.initial_step == 3 and resumed.steps == 6
     assert validated == [3, 3, 6]
+    assert built == [1]  # one validation dataset, for the redone validation and fit
     assert (
         "The run stopped during the validation of update 3: validating it before "
         "training goes on." in out
