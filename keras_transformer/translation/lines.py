@@ -18,6 +18,7 @@ from typing import Any
 from keras_transformer.files import (
     FileWriteError,
     FolderLock,
+    FolderLockedError,
     check_utf8_start,
     fsync_directory,
     write_atomically,
@@ -182,9 +183,11 @@ class PartialOutput:
         partial output of another signature was dropped."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
+            self.lock.acquire()
+        except (FileWriteError, FolderLockedError, IsADirectoryError):
+            raise  # one line already
+        except OSError as e:  # a folder that takes no new file (/proc)
             raise write_error(self.path, e) from e
-        self.lock.acquire()
         state = self._state()
         size = self.lines_path.stat().st_size if self.lines_path.is_file() else -1
         if state.get("signature") == self.signature and 0 <= state["bytes"] <= size:
