@@ -13,7 +13,8 @@ averaged.weights.h5   the average of the last checkpoints (§6.1, + averaged.jso
 logs/                 TensorBoard logs
 translations/         hypotheses written by ``keras-transformer evaluate``
 result.json           the final scores
-data.json             the run's data files' fingerprints (task "files")
+data.json             the training examples as read (number, SHA-256) and
+                      the data files' fingerprints (task "files")
 validation.json       the last epoch-end checkpoint's step, and whether its
                       epoch's validation was done
 writer.lock           the one writer's lock (`keras_transformer.files.FolderLock`)

@@ -40,6 +40,7 @@ from keras_transformer.training.callbacks import (
 from keras_transformer.training.checkpoints import ConfigMismatchError
 from keras_transformer.training.checks import check_before_training, planned_updates
 from keras_transformer.training.config import TrainConfig
+from keras_transformer.training.data_record import check_data_content, data_content
 from keras_transformer.training.distribute import (
     broadcast_from_chief,
     is_chief,
@@ -240,7 +241,7 @@ def _holds_tokenizer(folder: Path, tokenizer: SubwordTokenizer) -> bool:
 
 
 def _check_same_on_all_workers(strategy: tf.distribute.Strategy, text: str) -> None:
-    """Refuses to train when workers run different configs or tokenizers."""
+    """Refuses to train when workers run different configs, data or tokenizers."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
     digest = float(int(hashlib.sha256(text.encode()).hexdigest()[:6], 16))
@@ -255,9 +256,9 @@ def _check_same_on_all_workers(strategy: tf.distribute.Strategy, text: str) -> N
     # All values are equal exactly when n * sum(v^2) == sum(v)^2.
     if workers * squares != total**2:
         raise ValueError(
-            "The workers disagree on the config or the tokenizer. Start every "
-            "worker with the same command, config and data (and, when resuming, "
-            "the same work directory contents)."
+            "The workers disagree on the config, the data or the tokenizer. "
+            "Start every worker with the same command, config and data (and, "
+            "when resuming, the same work directory contents)."
         )
 
 
@@ -449,7 +450,7 @@ def _train(
         # Data and the tokenizer (learned once, then reloaded on every restart).
         keras.utils.set_random_seed(config.train.seed)
         data, tokenizer = _data_and_tokenizer(
-            config, directory, strategy, say, given_data
+            config, directory, strategy, say, given_data, force
         )
         schedule = _steps(config, data, tokenizer)
         # The model, resumed from the newest intact checkpoint (of this run).
@@ -538,20 +539,31 @@ def _data_and_tokenizer(
     strategy: tf.distribute.Strategy,
     say: Callable[[str], None],
     given_data: Any = None,
+    force: bool = False,
 ) -> tuple[Any, SubwordTokenizer | None]:
     """(the recipe's data, the run's tokenizer or None for a kind without
-    one); the workers are checked to run the same config and tokenizer."""
+    one). The data are those of the run's first start (`check_data_content`;
+    `force`: continue on other data), and the workers are checked to run the
+    same config, data and tokenizer."""
     recipe = recipe_for(config)
     if given_data is None:
         data = recipe.load_data(config)
     else:
         data = recipe.given_data(config, given_data)
     _report_skipped(data, say)  # bad lines are never dropped silently
+    content = data_content(data)
+    data_dir = getattr(config.data, "data_dir", None)
+    source = "its data" + (f" (data.data_dir {data_dir})" if data_dir else "")
+    try:
+        check_data_content(content, directory, force, source)
+    except ValueError as e:
+        raise ConfigMismatchError(str(e)) from None
     tokenizer = None
     if recipe.has_tokenizer:
         tokenizer = _tokenizer(config, directory, data.train, strategy, say)
     fingerprint = tokenizer.fingerprint if tokenizer else ""
-    _check_same_on_all_workers(strategy, config.to_json() + fingerprint)
+    everything = config.to_json() + fingerprint + json.dumps(content, sort_keys=True)
+    _check_same_on_all_workers(strategy, everything)
     return data, tokenizer
 
 

@@ -778,6 +778,8 @@ def test_a_resume_on_changed_data_files_is_refused(tmp_path, caplog):
     between two starts resumed on the new text (with the tokenizer learned
     from the old) without a word. ``data.json`` records the files' content
     at the first start; a changed one is refused as a changed config is."""
+    from keras_transformer.training.data_record import check_data_content
+
     run = tmp_path / "run"
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("".join(f"{i} a\t{i} b\n" for i in range(20)), encoding="utf-8")
@@ -790,11 +792,15 @@ def test_a_resume_on_changed_data_files_is_refused(tmp_path, caplog):
     assert record["train_source"]["path"] == str(pairs)
     assert record["train_source"]["size"] == pairs.stat().st_size
     _fake_checkpoint(run)
-    # Touched but the same text: resumes (and records the new time).
+    content = {"train": {"examples": 10, "sha256": "0"}}
+    check_data_content(content, run, force=False, source="its data")
+    # Touched but the same text: resumes (and records the new time, keeping
+    # the record of the data as read).
     os.utime(pairs, ns=(1, 1))
     assert prepare_run_config(config, run, force=False) is True
     record = json.loads((run / "data.json").read_text(encoding="utf-8"))
     assert record["train_source"]["mtime_ns"] == 1
+    assert record["content"] == content
     # Another text at the same path: refused, naming the file and the ways on.
     pairs.write_text("x\ty\n" * 20, encoding="utf-8")
     with pytest.raises(ConfigMismatchError) as error:
@@ -830,6 +836,64 @@ def test_a_resume_on_changed_data_files_is_refused(tmp_path, caplog):
     shutil.rmtree(run / "checkpoints")
     assert prepare_run_config(small_config(), run, force=False) is False
     assert not (run / "data.json").exists()
+
+
+def test_the_data_as_read_are_recorded_and_checked(tmp_path, caplog):
+    """Data that changed between two starts without a file setting changing
+    (another copy under a moved ``data.data_dir``, another version
+    downloaded, a reader that cleans the text otherwise) were trained on
+    without a word. ``data.json`` records the training examples as read; a
+    resume on others is refused unless forced."""
+    import numpy as np
+
+    from keras_transformer.data import TextPairs, synthetic_dates
+    from keras_transformer.data.images import ImageSplit
+    from keras_transformer.data.tasks import TaskData
+    from keras_transformer.training.data_record import (
+        CONTENT_KEY,
+        check_data_content,
+        data_content,
+    )
+
+    pairs = synthetic_dates(20, seed=0)
+    data = TaskData(pairs, pairs.take(5), pairs.take(5), test_name="test")
+    content = data_content(data)
+    assert content == {"train": {"examples": 20, "sha256": content["train"]["sha256"]}}
+    # Where the pairs were read from is not what they hold; the validation
+    # and test splits may change; one letter of one sentence is another content.
+    moved = TextPairs(pairs.sources, pairs.targets, files=("elsewhere.tsv",))
+    assert data_content(TaskData(moved, pairs.take(4), pairs.take(1), "x")) == content
+    edited = TextPairs((pairs.sources[0] + "!", *pairs.sources[1:]), pairs.targets)
+    assert (
+        data_content(TaskData(edited, pairs.take(5), pairs.take(5), "test"))["train"]
+        != content["train"]
+    )
+    images = ImageSplit(np.zeros((3, 2, 2, 1), np.uint8), np.arange(3))
+    brighter = ImageSplit(np.ones((3, 2, 2, 1), np.uint8), np.arange(3))
+    image_content = data_content(TaskData(images, images, images, "test"))
+    assert image_content["train"]["examples"] == 3
+    assert data_content(TaskData(brighter, images, images, "test")) != image_content
+    assert data_content(TaskData(object(), images, images, "test")) is None
+
+    run = tmp_path / "run"
+    check_data_content(content, run, force=False, source="its data")
+    record = json.loads((run / "data.json").read_text(encoding="utf-8"))
+    assert record == {CONTENT_KEY: content}
+    check_data_content(content, run, force=False, source="its data")  # the same
+    other = data_content(TaskData(edited, pairs.take(5), pairs.take(5), "test"))
+    with pytest.raises(ValueError) as error:
+        check_data_content(other, run, force=False, source="its data (data.data_dir D)")
+    message = str(error.value)
+    assert (
+        "was trained on other data: its data (data.data_dir D) as read now differ "
+        "from those of the run's first start in the train split (20 -> 20 examples),"
+    ) in message
+    assert "--force" in message and "--workdir" in message and "\n" not in message
+    assert json.loads((run / "data.json").read_text(encoding="utf-8")) == record
+    with caplog.at_level(logging.WARNING):
+        check_data_content(other, run, force=True, source="its data")
+    assert "Continuing on the new data (--force)" in caplog.text
+    check_data_content(other, run, force=False, source="its data")  # recorded
 
 
 def test_a_run_without_a_length_trains_at_least_twice_its_warmup():

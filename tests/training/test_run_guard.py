@@ -414,6 +414,60 @@ def test_a_config_changed_after_training_is_one_line_naming_config_json(run, cha
     assert str(workdir / "config.json") in errors[0]
 
 
+def test_a_resume_on_other_data_as_read_is_one_line_unless_forced(
+    run, monkeypatch, capsys, caplog
+):
+    """The data a resumed run reads can differ from its first start's with
+    every setting the same (another copy under a moved ``data.data_dir``,
+    another version downloaded, a reader that now cleans the text
+    otherwise): the run went on with them, its tokenizer and best weights
+    made from the others, without a word. Here the dates' reader changes
+    one training pair."""
+    from keras_transformer.data import TextPairs, datasets
+
+    workdir, _ = run
+    record = json.loads((workdir / "data.json").read_text(encoding="utf-8"))
+    assert record["content"]["train"]["examples"] == 300
+    real = datasets.synthetic_dates
+
+    def one_pair_other(size, seed=0):
+        pairs = real(size, seed=seed)
+        if seed:  # the validation and test splits are left as they were
+            return pairs
+        return TextPairs(pairs.sources, ("1999-12-31", *pairs.targets[1:]))
+
+    monkeypatch.setattr(datasets, "synthetic_dates", one_pair_other)
+    config = write_config(
+        workdir.parent,
+        {
+            **SMALL_CONFIG,
+            "train": {**SMALL_CONFIG["train"], "test_samples": 2, "train_steps": 9},
+        },
+    )
+    argv = ["train", str(config), "--workdir", str(workdir)]
+    assert cli.main(argv) == 1
+    line = _one_line_error(
+        capsys,
+        "was trained on other data: its data as read now differ from those of the "
+        "run's first start in the train split (300 -> 300 examples)",
+    )
+    assert "--force" in line
+    assert json.loads((workdir / "data.json").read_text(encoding="utf-8")) == record
+    assert checkpoint_paths(workdir / "checkpoints")[-1].endswith("ckpt-6")
+    with caplog.at_level(logging.WARNING):
+        result = train(
+            small_config(*RUN_OVERRIDES, "train.train_steps=9"),
+            workdir,
+            force=True,
+            printer=None,
+        )
+    assert (result.initial_step, result.steps) == (6, 9)
+    assert "Continuing on the new data (--force)" in caplog.text
+    again = json.loads((workdir / "data.json").read_text(encoding="utf-8"))
+    assert again["content"]["train"]["examples"] == 300
+    assert again["content"]["train"] != record["content"]["train"]
+
+
 def test_model_settings_that_keep_the_shapes_are_warned_of_and_not_resumed(run, caplog):
     """Another `num_heads` in `config.json` (the same weight shapes) loaded
     without a word and split the weights into other heads; the checkpoints
