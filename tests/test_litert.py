@@ -150,6 +150,9 @@ def test_one_litert_writer_at_a_time_and_overwrite_of_a_litert_export(
     target = tmp_path / "litert"
     litert.export_litert(model, tokenizer, target, quantization="float32")
     (target / "NOTES.md").write_text("mine\n")
+    # An export's record of its run's test set is the export's, never
+    # carried over into the next one (made from another model).
+    (target / export.TEST_SET_FILE).write_text('{"data": {}, "seed": 0}\n')
     before = {p.name: p.read_bytes() for p in target.iterdir()}
     lock = export.lock_path(target)
     with (

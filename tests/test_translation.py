@@ -353,6 +353,49 @@ def test_evaluate_command_with_files_and_with_a_task(
         evaluate_command.run(_parse(evaluate_command.add_arguments, argv))
 
 
+def test_an_export_scores_its_runs_test_split_without_task(
+    model_dir: Path,
+    shared_translation_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``evaluate --workdir EXPORT`` said that the test set was unknown
+    (pass --task): an export did not know its run's data. The run's data
+    settings and seed go into its exports (``test_set.json``), and an export
+    of the export keeps them; ``evaluate`` scores the run's test split."""
+    import shutil
+
+    from keras_transformer.export.formats import record_test_set
+    from keras_transformer.export.target import TEST_SET_FILE
+
+    folder = Path(shutil.copytree(model_dir, tmp_path / "export"))
+    record_test_set(shared_translation_run, folder)
+    run_config = json.loads((shared_translation_run / "config.json").read_text())
+    record = json.loads((folder / TEST_SET_FILE).read_text())
+    assert record == {"data": run_config["data"], "seed": run_config["train"]["seed"]}
+    again = tmp_path / "again"
+    again.mkdir()
+    record_test_set(folder, again)  # an export of the export
+    assert json.loads((again / TEST_SET_FILE).read_text()) == record
+
+    argv = ["--workdir", str(folder), "--beam-size", "1", "--json"]
+    assert evaluate_command.run(_parse(evaluate_command.add_arguments, argv)) == 0
+    printed = json.loads(capsys.readouterr().out)
+    # The run's 16 test dates (data.num_eval_examples), not the task's default.
+    assert printed["split"] == "test" and printed["num_sentences"] == 16
+    assert run_config["data"]["num_eval_examples"] == 16
+
+    (folder / TEST_SET_FILE).write_text("{")
+    with pytest.raises(ValueError) as error:
+        evaluate_command.run(_parse(evaluate_command.add_arguments, argv))
+    message = str(error.value)
+    assert str(folder / TEST_SET_FILE) in message and "\n" not in message
+    assert "--task" in message
+    (folder / TEST_SET_FILE).unlink()
+    with pytest.raises(ValueError, match="neither a training run nor an export that"):
+        evaluate_command.run(_parse(evaluate_command.add_arguments, argv))
+
+
 @pytest.mark.slow
 def test_commands_on_a_real_training_run(tmp_path: Path, capsys) -> None:
     """train -> evaluate (the run's test split) -> export -> compare (~25 s)."""
@@ -376,6 +419,17 @@ def test_commands_on_a_real_training_run(tmp_path: Path, capsys) -> None:
     exported = tmp_path / "exported" / "1"
     argv = ["--workdir", str(workdir), "--output", str(exported)]
     assert export_command.run(_parse(export_command.add_arguments, argv)) == 0
+    capsys.readouterr()
+    # The export scores the run's test split as the run does, without --task.
+    argv = ["--workdir", str(workdir), "--max-sentences", "4", "--beam-size", "2"]
+    scores = {}
+    for folder in (workdir, exported):
+        argv[1] = str(folder)
+        args = _parse(evaluate_command.add_arguments, [*argv, "--json"])
+        assert evaluate_command.run(args) == 0
+        scores[folder] = json.loads(capsys.readouterr().out)
+    assert scores[exported]["split"] == scores[workdir]["split"] == "test"
+    assert scores[exported]["bleu"] == scores[workdir]["bleu"]
     loaded = tf.saved_model.load(str(exported))
     got = loaded.signatures["serving_default"](sentences=tf.constant(SOURCES[:3]))
     model, tokenizer = translation.load_translator(workdir)

@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference", help="File of reference translations, line by line."
     )
     data.add_argument(
-        "--task", choices=TASK_NAMES, help="Data set (default: the run's data.task)."
+        "--task",
+        choices=TASK_NAMES,
+        help="Data set (default: the run's data.task, also for an export of it).",
     )
     data.add_argument(
         "--split",
@@ -104,20 +106,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
-    """The test pairs named by --task/--split (or the run's), and their name."""
+    """The test pairs named by --task/--split (or the run's, also when
+    `workdir` is an export of it), and their name."""
     from keras_transformer.data.tasks import get_task
+    from keras_transformer.export.formats import read_test_set
     from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig
     from keras_transformer.training.checkpoints import CONFIG_FILE
     from keras_transformer.training.config import TrainConfig
 
-    config = TrainConfig.load(workdir / CONFIG_FILE) if is_run_dir(workdir) else None
+    if is_run_dir(workdir):
+        config = TrainConfig.load(workdir / CONFIG_FILE)
+    else:  # an export of a run: its record of the run's data settings
+        record = read_test_set(workdir)
+        config = None
+        if record is not None:
+            values = {"data": record["data"], "train": {"seed": record["seed"]}}
+            config = TrainConfig.from_dict(values)
     data_config = config.data if config is not None else None
     name = args.task or (data_config.task if data_config is not None else None)
     if name is None:
         raise ValueError(
-            f"{args.workdir} is not a training run, so the test set is unknown: "
-            "pass --source FILE --reference FILE, or --task (and --split)."
+            f"{args.workdir} is neither a training run nor an export that "
+            "recorded its run's test set, so the test set is unknown: pass "
+            "--source FILE --reference FILE, or --task (and --split)."
         )
     task = get_task(name)
     if data_config is None or data_config.task != name:

@@ -44,8 +44,9 @@ _MODULE_NAMES = {
     "checked_shape export_n_best phrases_met source_ids_from_strings",
     "classification": "ReviewClassifier classify_function load_classifier",
     "settings": "ExportSettings resolve_settings",
-    "target": "ExportFormat check_export_target lock_path writing_export",
-    "formats": "FORMATS TranslatorLike export_run_as get_format serving_format",
+    "target": "TEST_SET_FILE ExportFormat check_export_target lock_path writing_export",
+    "formats": "FORMATS TranslatorLike export_run_as get_format read_test_set "
+    "record_test_set serving_format",
     "ctranslate2": "CTranslate2Translator export_ctranslate2",
     "litert": "LiteRTTranslator export_litert",
 }

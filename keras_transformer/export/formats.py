@@ -14,12 +14,14 @@ imports none of them.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from keras_transformer.export.target import ExportFormat
+from keras_transformer.export.target import TEST_SET_FILE, ExportFormat
+from keras_transformer.files import read_json_object, write_atomically
 from keras_transformer.validation import with_article
 
 __all__ = [
@@ -30,6 +32,8 @@ __all__ = [
     "export_format_of",
     "export_run_as",
     "get_format",
+    "read_test_set",
+    "record_test_set",
     "serving_format",
 ]
 
@@ -201,6 +205,55 @@ def export_run_as(
     # Inside another export (which its next --overwrite deletes whole) or in
     # one of a run's own folders (its checkpoints/) an export is refused.
     check_output_placement(output_dir, "output_dir")
-    return export_format.run_export(
+    path = export_format.run_export(
         workdir, output_dir, weights, overwrite=overwrite, **settings
     )
+    if kind == "translation":
+        record_test_set(workdir, path)
+    return path
+
+
+def record_test_set(source: str | os.PathLike[str], export_dir: Path) -> None:
+    """Writes ``test_set.json`` (`TEST_SET_FILE`) into the translation
+    export `export_dir` made from `source`: the run's ``data`` settings and
+    ``train.seed`` (from its ``config.json``), or what the export `source`
+    recorded; ``evaluate --workdir EXPORT`` then scores the run's test split
+    without ``--task``. Nothing for an export that recorded none.
+    """
+    from keras_transformer.runs import CONFIG_FILE, is_run_dir
+
+    source = Path(source)
+    remedy = "export the run again, or pass evaluate --task"
+    if is_run_dir(source):
+        config = read_json_object(source / CONFIG_FILE, "restore the run's config.json")
+        train = config.get("train")
+        seed = train.get("seed", 0) if isinstance(train, dict) else 0
+        record = {"data": config.get("data") or {}, "seed": seed}
+    elif (source / TEST_SET_FILE).is_file():
+        record = read_json_object(source / TEST_SET_FILE, remedy)
+    else:
+        return
+    write_atomically(
+        Path(export_dir) / TEST_SET_FILE, json.dumps(record, indent=2) + "\n"
+    )
+
+
+def read_test_set(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """``{"data": the run's data settings, "seed": its train.seed}`` that
+    the export `folder` recorded (`record_test_set`), or None.
+
+    Raises:
+        ValueError: (one line, naming the file) for a damaged record.
+    """
+    path = Path(folder) / TEST_SET_FILE
+    if not path.is_file():
+        return None
+    remedy = "export the run again, or pass evaluate --task (or --source)"
+    record = read_json_object(path, remedy)
+    if not isinstance(record.get("data"), dict) or not isinstance(
+        record.get("seed", 0), int
+    ):
+        raise ValueError(
+            f'{path} holds no data settings (a "data" object and a "seed"): {remedy}.'
+        )
+    return record

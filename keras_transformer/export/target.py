@@ -35,12 +35,19 @@ from keras_transformer.files import (
 )
 
 __all__ = [
+    "TEST_SET_FILE",
     "ExportFormat",
     "check_export_target",
     "lock_path",
     "read_export_record",
     "writing_export",
 ]
+
+#: A translation export's record of the data settings and seed of the run it
+#: was made from (`keras_transformer.export.formats.record_test_set`): the
+#: test set that ``evaluate --workdir EXPORT`` scores. An export of any
+#: format may hold it, so an overwrite never carries an earlier one over.
+TEST_SET_FILE = "test_set.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +278,6 @@ def writing_export(
         # export (or nothing) until then, whatever happens.
         with atomic_directory(export_dir) as temporary:
             yield temporary
-            _carry_over(export_dir, temporary, export_format.entries)
+            _carry_over(export_dir, temporary, (*export_format.entries, TEST_SET_FILE))
             if export_dir.is_dir():  # the earlier folder's permissions
                 shutil.copymode(export_dir, temporary)

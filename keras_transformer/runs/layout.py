@@ -56,7 +56,8 @@ AVERAGED_INFO = "averaged.json"
 LOG_DIR = "logs"
 TRANSLATIONS_DIR = "translations"
 RESULT_FILE = "result.json"
-#: The fingerprints of the data files a run trains on (`training.data_record`).
+#: What a run trains on: its training examples as read, and the fingerprints
+#: of its data files (`training.data_record`).
 DATA_RECORD = "data.json"
 #: The step of the last epoch-end checkpoint and whether its epoch's
 #: validation was done (`training.epoch_end`).
