@@ -783,9 +783,11 @@ def test_a_second_ctrl_c_in_the_train_command_is_one_line(
 
     fit = loop.fit_epochs
 
-    def fit_with_two_interrupts(config, trainer, data, tokenizer, callbacks, *rest):
+    def fit_with_two_interrupts(
+        config, trainer, data, tokenizer, callbacks, *rest, **options
+    ):
         callbacks = [SignalAt(4, signal.SIGINT, signal.SIGINT), *callbacks]
-        return fit(config, trainer, data, tokenizer, callbacks, *rest)
+        return fit(config, trainer, data, tokenizer, callbacks, *rest, **options)
 
     monkeypatch.setattr(loop, "fit_epochs", fit_with_two_interrupts)
     config = write_config(tmp_path, SMALL_CONFIG)
