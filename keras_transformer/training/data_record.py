@@ -181,7 +181,7 @@ def data_content(data: Any) -> dict[str, dict[str, Any]] | None:
     for split in CONTENT_SPLITS:
         examples = getattr(data, split, None)
         digest = hashlib.sha256()
-        if examples is None or not _feed(digest, examples):
+        if not hasattr(examples, "__len__") or not _feed(digest, examples):
             return None
         found[split] = {"examples": len(examples), "sha256": digest.hexdigest()}
     return found

@@ -874,6 +874,8 @@ def test_the_data_as_read_are_recorded_and_checked(tmp_path, caplog):
     assert image_content["train"]["examples"] == 3
     assert data_content(TaskData(brighter, images, images, "test")) != image_content
     assert data_content(TaskData(object(), images, images, "test")) is None
+    without_length = dataclasses.make_dataclass("Texts", [("texts", list)])(["a"])
+    assert data_content(TaskData(without_length, images, images, "test")) is None
 
     run = tmp_path / "run"
     check_data_content(content, run, force=False, source="its data")
