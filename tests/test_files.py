@@ -99,12 +99,20 @@ def test_a_partial_output_whose_state_cannot_be_written_is_one_message(
     assert error.value.errno == errno.ENOSPC
 
 
+@pytest.mark.parametrize(
+    ("number", "reason"),
+    [
+        (errno.ENOENT, "no such file or directory"),
+        (errno.EROFS, "read-only file system"),
+    ],
+)
 def test_an_output_in_a_folder_that_takes_no_file_is_named_not_its_lock(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, number, reason
 ):
     """``--output /proc/out.txt``: the lock file beside it cannot be made
-    (ENOENT), and the one line named ``/proc/.out.txt.lock``, a file the user
-    never asked for; it names the output now."""
+    (ENOENT; EROFS on a read-only mount), and the one line named
+    ``/proc/.out.txt.lock``, a file the user never asked for; it names the
+    output now."""
     from keras_transformer.translation.lines import PartialOutput
 
     out = tmp_path / "out.txt"
@@ -112,14 +120,14 @@ def test_an_output_in_a_folder_that_takes_no_file_is_named_not_its_lock(
 
     def no_new_file(path, *args, **kwargs):
         if str(path).endswith(".lock"):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+            raise OSError(number, os.strerror(number), path)
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(files.os, "open", no_new_file)
     with pytest.raises(FileWriteError) as raised:
         PartialOutput(out, "signature").start()
     message = str(raised.value)
-    assert message.startswith(f"Could not write {out}: no such file or directory")
+    assert message.startswith(f"Could not write {out}: {reason}")
     assert ".lock" not in message
     assert list(tmp_path.iterdir()) == []
 

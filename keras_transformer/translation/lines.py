@@ -184,10 +184,10 @@ class PartialOutput:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()
-        except (FileWriteError, FolderLockedError, IsADirectoryError):
-            raise  # one line already
-        except OSError as e:  # a folder that takes no new file (/proc)
-            raise write_error(self.path, e) from e
+        except (FolderLockedError, IsADirectoryError):
+            raise  # another writer, or a folder where the lock file goes
+        except OSError as e:  # a read-only folder, one that takes no new file
+            raise write_error(self.path, e) from e  # the output, not its lock
         state = self._state()
         size = self.lines_path.stat().st_size if self.lines_path.is_file() else -1
         if state.get("signature") == self.signature and 0 <= state["bytes"] <= size:
