@@ -34,6 +34,7 @@ from keras_transformer.training.callbacks import (
     NaNGuard,
     StopAtStep,
     TrainingSummaries,
+    has_diverged,
     write_hparams,
     write_skipped_pairs,
 )
@@ -499,7 +500,7 @@ def _train(
         verbose,
         validation_data=validation_data,
     )
-    if nan_guard.bad_step is not None:
+    if has_diverged(nan_guard):
         raise _diverged(nan_guard, manager.latest_checkpoint)
 
     # The final evaluation (chief only) and the results; none after a preemption.
