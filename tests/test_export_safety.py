@@ -335,6 +335,56 @@ def test_overwrite_deletes_no_folder_without_an_export_of_its_format(
     assert _leftovers(tmp_path) == []
 
 
+def test_an_export_appears_with_its_test_set_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``test_set.json`` (the run's data settings and seed, which ``evaluate
+    --workdir EXPORT`` scores) was written after the export was swapped in:
+    a kill or a full disk between the two left an export that did not know
+    its test set. It is written into the new folder before the swap, for
+    every format (the conversion is replaced here by a few marks); a damaged
+    ``config.json`` stops the export before the conversion."""
+    from keras_transformer.export.formats import export_run_as, test_set_record
+    from keras_transformer.export.target import (
+        TEST_SET_FILE,
+        ExportFormat,
+        writing_export,
+    )
+
+    run = run_like_folder(tmp_path / "run")
+    config = {"kind": "translation", "data": {"task": "dates"}, "train": {"seed": 7}}
+    (run / "config.json").write_text(json.dumps(config))
+    at_swap: list[dict[str, Any]] = []
+
+    def converted(  # what each format's run export does, in miniature
+        self: ExportFormat, workdir: Path, output_dir: Path, weights: str, **_: Any
+    ) -> Path:
+        with writing_export(Path(output_dir), True, self) as folder:
+            for mark in self.marks:
+                (folder / mark).write_text(mark)
+        record = Path(output_dir) / TEST_SET_FILE  # the moment of the swap
+        at_swap.append(json.loads(record.read_text()) if record.exists() else {})
+        return Path(output_dir)
+
+    monkeypatch.setattr(ExportFormat, "run_export", converted)
+    expected = {"data": {"task": "dates"}, "seed": 7}
+    for name in ("savedmodel", "litert", "ctranslate2"):
+        output = tmp_path / name
+        assert export_run_as(name, run, output) == output
+        assert json.loads((output / TEST_SET_FILE).read_text()) == expected
+    again = export_run_as("savedmodel", tmp_path / "savedmodel", tmp_path / "again")
+    assert at_swap == [expected] * 4  # an export of the export keeps it
+    assert json.loads((again / TEST_SET_FILE).read_text()) == expected
+    (tmp_path / "bare").mkdir()
+    assert test_set_record(tmp_path / "bare") is None  # an export recording none
+
+    (run / "config.json").write_text("{")
+    with pytest.raises(ValueError) as error:
+        export_run_as("savedmodel", run, tmp_path / "late")
+    assert "config.json" in str(error.value) and "\n" not in str(error.value)
+    assert len(at_swap) == 4 and not (tmp_path / "late").exists()
+
+
 # ------------------------------------------------------ killed while writing
 def _start_export(workdir: Path, output: Path) -> subprocess.Popen:
     """``keras-transformer export --overwrite`` (greedy) in a child process."""

@@ -365,18 +365,15 @@ def test_an_export_scores_its_runs_test_split_without_task(
     of the export keeps them; ``evaluate`` scores the run's test split."""
     import shutil
 
-    from keras_transformer.export.formats import record_test_set
+    from keras_transformer.export.formats import test_set_record
     from keras_transformer.export.target import TEST_SET_FILE
 
     folder = Path(shutil.copytree(model_dir, tmp_path / "export"))
-    record_test_set(shared_translation_run, folder)
+    (folder / TEST_SET_FILE).write_text(test_set_record(shared_translation_run))
     run_config = json.loads((shared_translation_run / "config.json").read_text())
     record = json.loads((folder / TEST_SET_FILE).read_text())
     assert record == {"data": run_config["data"], "seed": run_config["train"]["seed"]}
-    again = tmp_path / "again"
-    again.mkdir()
-    record_test_set(folder, again)  # an export of the export
-    assert json.loads((again / TEST_SET_FILE).read_text()) == record
+    assert json.loads(test_set_record(folder)) == record  # an export of the export
 
     argv = ["--workdir", str(folder), "--beam-size", "1", "--json"]
     assert evaluate_command.run(_parse(evaluate_command.add_arguments, argv)) == 0

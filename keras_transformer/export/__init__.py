@@ -46,7 +46,7 @@ _MODULE_NAMES = {
     "settings": "ExportSettings resolve_settings",
     "target": "TEST_SET_FILE ExportFormat check_export_target lock_path writing_export",
     "formats": "FORMATS TranslatorLike export_run_as get_format read_test_set "
-    "record_test_set serving_format",
+    "serving_format test_set_record",
     "ctranslate2": "CTranslate2Translator export_ctranslate2",
     "litert": "LiteRTTranslator export_litert",
 }

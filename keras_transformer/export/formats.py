@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from keras_transformer.export.target import TEST_SET_FILE, ExportFormat
-from keras_transformer.files import read_json_object, write_atomically
+from keras_transformer.export.target import TEST_SET_FILE, ExportFormat, with_records
+from keras_transformer.files import read_json_object
 from keras_transformer.validation import with_article
 
 __all__ = [
@@ -33,8 +33,8 @@ __all__ = [
     "export_run_as",
     "get_format",
     "read_test_set",
-    "record_test_set",
     "serving_format",
+    "test_set_record",
 ]
 
 #: ``--format`` name -> the module that defines its ``FORMAT``.
@@ -205,20 +205,22 @@ def export_run_as(
     # Inside another export (which its next --overwrite deletes whole) or in
     # one of a run's own folders (its checkpoints/) an export is refused.
     check_output_placement(output_dir, "output_dir")
-    path = export_format.run_export(
-        workdir, output_dir, weights, overwrite=overwrite, **settings
-    )
-    if kind == "translation":
-        record_test_set(workdir, path)
-    return path
+    # The test set's record goes into the folder before the swap: an export
+    # appears with it or not at all (and a damaged config.json stops the
+    # command before the slow conversion).
+    test_set = test_set_record(workdir) if kind == "translation" else None
+    with with_records({TEST_SET_FILE: test_set} if test_set else {}):
+        return export_format.run_export(
+            workdir, output_dir, weights, overwrite=overwrite, **settings
+        )
 
 
-def record_test_set(source: str | os.PathLike[str], export_dir: Path) -> None:
-    """Writes ``test_set.json`` (`TEST_SET_FILE`) into the translation
-    export `export_dir` made from `source`: the run's ``data`` settings and
+def test_set_record(source: str | os.PathLike[str]) -> str | None:
+    """The text of ``test_set.json`` (`TEST_SET_FILE`) for a translation
+    export made from `source`: the run's ``data`` settings and
     ``train.seed`` (from its ``config.json``), or what the export `source`
     recorded; ``evaluate --workdir EXPORT`` then scores the run's test split
-    without ``--task``. Nothing for an export that recorded none.
+    without ``--task``. None for an export that recorded none.
     """
     from keras_transformer.runs import CONFIG_FILE, is_run_dir
 
@@ -232,15 +234,13 @@ def record_test_set(source: str | os.PathLike[str], export_dir: Path) -> None:
     elif (source / TEST_SET_FILE).is_file():
         record = read_json_object(source / TEST_SET_FILE, remedy)
     else:
-        return
-    write_atomically(
-        Path(export_dir) / TEST_SET_FILE, json.dumps(record, indent=2) + "\n"
-    )
+        return None
+    return json.dumps(record, indent=2) + "\n"
 
 
 def read_test_set(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     """``{"data": the run's data settings, "seed": its train.seed}`` that
-    the export `folder` recorded (`record_test_set`), or None.
+    the export `folder` recorded (`test_set_record`), or None.
 
     Raises:
         ValueError: (one line, naming the file) for a damaged record.

@@ -20,10 +20,11 @@ and translator loader. This module imports only the standard library and
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,34 @@ __all__ = [
     "check_export_target",
     "lock_path",
     "read_export_record",
+    "with_records",
     "writing_export",
 ]
 
 #: A translation export's record of the data settings and seed of the run it
-#: was made from (`keras_transformer.export.formats.record_test_set`): the
+#: was made from (`keras_transformer.export.formats.test_set_record`): the
 #: test set that ``evaluate --workdir EXPORT`` scores. An export of any
 #: format may hold it, so an overwrite never carries an earlier one over.
 TEST_SET_FILE = "test_set.json"
+
+#: Files (name: text) that every export written now also holds
+#: (`with_records`): written into the new folder before it is swapped in.
+_records: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
+    "export_records", default=()
+)
+
+
+@contextlib.contextmanager
+def with_records(records: Mapping[str, str]) -> Iterator[None]:
+    """Every export written inside the block (by any format, through
+    `writing_export`) also holds `records` (file name: text), written into
+    its folder before the swap: the folder appears with them or not at all.
+    """
+    token = _records.set(tuple(records.items()))
+    try:
+        yield
+    finally:
+        _records.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +299,8 @@ def writing_export(
         # export (or nothing) until then, whatever happens.
         with atomic_directory(export_dir) as temporary:
             yield temporary
+            for name, text in _records.get():
+                (temporary / name).write_text(text, encoding="utf-8")
             _carry_over(export_dir, temporary, (*export_format.entries, TEST_SET_FILE))
             if export_dir.is_dir():  # the earlier folder's permissions
                 shutil.copymode(export_dir, temporary)
