@@ -189,7 +189,6 @@ def test_one_string_is_refused_not_translated_character_by_character(
     "command, flags",
     [
         ("score", ["--source", "{s}", "--target", "{s}"]),
-        ("evaluate", ["--source", "{s}", "--reference", "{s}"]),
         ("export", ["--output", "{out}"]),
         ("classify", ["--input", "{s}", "--output", "{out}"]),
     ],
@@ -201,9 +200,10 @@ def test_commands_that_need_the_keras_model_name_a_ctranslate2_export(
     flags: list[str],
     capsys: pytest.CaptureFixture,
 ) -> None:
-    """Reported (issue 35): ``score``/``evaluate``/``export --workdir`` of a
-    CTranslate2 export said ``tokenizer/tokenizer.model not found``. One
-    line (exit 2) saying what the folder is and what the command needs."""
+    """Reported (issue 35): ``score``/``export --workdir`` of a CTranslate2
+    export said ``tokenizer/tokenizer.model not found``. One line (exit 2)
+    saying what the folder is and what the command needs (``evaluate``
+    scores the export: `test_evaluate_scores_a_ctranslate2_export_as_it_translates`)."""
     source = tmp_path / "source.txt"
     source.write_text("1. Mai 2020\n")
     given = [f.format(s=source, out=tmp_path / "out") for f in flags]
@@ -213,6 +213,55 @@ def test_commands_that_need_the_keras_model_name_a_ctranslate2_export(
     assert f"--workdir {folder} is a CTranslate2 export" in err
     assert "a training run folder" in err and "SavedModel export folder" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_scores_a_ctranslate2_export_as_it_translates(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``evaluate --workdir <CTranslate2 export>`` was refused (only
+    ``translate`` served the folder): the int8 export of a model could not
+    be scored against its float32 one on a test set. It scores the
+    translations of the export's own search (`CTranslate2Translator`, as
+    ``translate`` gives them), names the engine and its weights, keeps the
+    hypotheses, and takes the search flags the export serves."""
+    pairs = synthetic_dates(24, seed=3)
+    source, reference = tmp_path / "source.txt", tmp_path / "reference.txt"
+    source.write_text("\n".join(pairs.sources) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(pairs.targets) + "\n", encoding="utf-8")
+    argv = ["evaluate", "--workdir", str(folder), "--source", str(source)]
+    argv += ["--reference", str(reference), "--json"]
+    for method, beam in (("beam", 4), ("greedy", 1)):
+        hypotheses = tmp_path / f"{method}.txt"
+        given = [*argv, "--method", method, "--hypotheses", str(hypotheses)]
+        assert cli.main(given) == 0
+        printed = json.loads(capsys.readouterr().out)
+        expected = CTranslate2Translator(folder, beam_size=beam).translate(
+            list(pairs.sources)
+        )
+        assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
+        bleu = sacrebleu.corpus_bleu(expected, [list(pairs.targets)]).score
+        assert printed["bleu"] == pytest.approx(bleu)
+        assert printed["bleu"] > 10  # the tiny model translates dates
+        assert printed["beam_size"] == beam and printed["num_sentences"] == 24
+        # CTranslate2 stops a sentence by its own rule, not exact or heuristic.
+        assert printed["engine"] == "CTranslate2 export, float32 weights"
+        assert printed["early_stop"] is None
+    assert cli.main(argv[:-1] + ["--max-sentences", "2"]) == 0
+    assert "beam 4, alpha 0.6 (CTranslate2 export, float32 weights)" in (
+        capsys.readouterr().out
+    )
+    # A search the export does not serve is one line, before anything is read.
+    assert cli.main([*argv, "--method", "sample"]) == 1
+    err = capsys.readouterr().err
+    assert "CTranslate2 export" in err and "--method sample" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    # --weights picks a run's weights: refused for the export (the export's
+    # own config.json made it pass for a run, and translate ignored it).
+    translate = ["translate", "--workdir", str(folder), "--input", str(source)]
+    for command in (argv, translate):
+        assert cli.main([*command, "--weights", "best"]) == 2
+        err = capsys.readouterr().err
+        assert "is an export, which holds the weights it was exported with" in err
 
 
 @pytest.mark.parametrize(

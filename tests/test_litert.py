@@ -74,6 +74,36 @@ def test_int8_litert_is_smaller_and_close(exports: dict[str, Path]) -> None:
     assert abs(bleu_int8 - bleu_float) <= 6.0
 
 
+@pytest.mark.slow  # shares the module's exports
+def test_evaluate_scores_a_litert_export_as_it_translates(
+    exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``evaluate --workdir <LiteRT export>`` was refused: it scores the
+    translations of the export's greedy search (`LiteRTTranslator`, as
+    ``translate`` gives them) and names the engine and its weights."""
+    from keras_transformer import cli
+
+    source, reference = tmp_path / "source.txt", tmp_path / "reference.txt"
+    source.write_text("\n".join(VALIDATION.sources) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(VALIDATION.targets) + "\n", encoding="utf-8")
+    hypotheses = tmp_path / "hypotheses.txt"
+    argv = ["evaluate", "--workdir", str(exports["int8"]), "--source", str(source)]
+    argv += ["--reference", str(reference), "--hypotheses", str(hypotheses)]
+    assert cli.main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = litert.LiteRTTranslator(exports["int8"]).translate(VALIDATION.sources)
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
+    assert printed["bleu"] == pytest.approx(
+        score_translations(expected, VALIDATION.targets)["bleu"]
+    )
+    assert printed["method"] == "greedy" and printed["beam_size"] == 1
+    assert printed["engine"] == "LiteRT export, int8 weights"
+    # A beam is not what the export serves: one line.
+    assert cli.main([*argv, "--beam-size", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "LiteRT export" in err and "Traceback" not in err, err
+
+
 def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="quantization"):
         litert.export_litert(None, None, tmp_path / "x", quantization="int4")

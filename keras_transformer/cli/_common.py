@@ -269,15 +269,12 @@ def check_weights(args: argparse.Namespace) -> None:
 
 
 def _is_export(folder: Path) -> bool:
-    """Whether `folder` holds an export of any format (not a training run)."""
-    from keras_transformer.export.formats import FORMATS, get_format
-    from keras_transformer.runs import is_export_dir, is_run_dir
+    """Whether `folder` holds an export of any format (not a training run;
+    a CTranslate2 export holds a ``config.json`` as a run does)."""
+    from keras_transformer.export.formats import export_format_of
+    from keras_transformer.runs import is_export_dir
 
-    if is_run_dir(folder):
-        return False
-    return is_export_dir(folder) or any(
-        get_format(name).holds_export(folder) for name in FORMATS
-    )
+    return export_format_of(folder) is not None or is_export_dir(folder)
 
 
 #: A numeric flag's test of its value and what to pass instead: for
@@ -552,8 +549,9 @@ def refuse_export_without_model(
     if export_format.option != DEFAULT_FORMAT:
         raise CommandError(
             f"{argument} {folder} is a {export_format.name} export, which only "
-            f"`keras-transformer translate --workdir` serves; {command} needs the "
-            "Keras model: pass a training run folder (train --workdir) or a "
+            "`keras-transformer translate` and `evaluate` serve; "
+            f"{command} needs the Keras model: pass a training run folder "
+            "(train --workdir) or a "
             "SavedModel export folder (keras-transformer export without --format)."
         )
 

@@ -43,6 +43,15 @@ _NUMBERS = {
 }
 
 
+def _is_training_run(folder: str | os.PathLike[str]) -> bool:
+    """Whether `folder` is a training run: its ``config.json`` and no
+    export's files (a CTranslate2 export holds a ``config.json`` too)."""
+    from keras_transformer.export.formats import export_format_of
+    from keras_transformer.runs import is_run_dir
+
+    return is_run_dir(folder) and export_format_of(folder) is None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer evaluate``."""
     add_translator_arguments(parser)
@@ -110,12 +119,11 @@ def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
     `workdir` is an export of it), and their name."""
     from keras_transformer.data.tasks import get_task
     from keras_transformer.export.formats import read_test_set
-    from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig
     from keras_transformer.training.checkpoints import CONFIG_FILE
     from keras_transformer.training.config import TrainConfig
 
-    if is_run_dir(workdir):
+    if _is_training_run(workdir):
         config = TrainConfig.load(workdir / CONFIG_FILE)
     else:  # an export of a run: its record of the run's data settings
         record = read_test_set(workdir)
@@ -248,7 +256,7 @@ def _outputs(
     For a training run they go into the run folder by default; a run folder
     that cannot be written (read-only) only loses them, with a warning.
     """
-    from keras_transformer.runs import WEIGHTS, RunFolder, is_export_dir
+    from keras_transformer.runs import WEIGHTS, RunFolder
 
     hypotheses = _Output(
         "the translations",
@@ -263,7 +271,7 @@ def _outputs(
         args.log_dir is not None,
     )
     step = args.step
-    if not is_export_dir(workdir):
+    if _is_training_run(workdir):
         run_folder = RunFolder(workdir)
         label = args.weights if args.weights in WEIGHTS else "custom"
         beam = _search_label(args)
@@ -357,9 +365,12 @@ def _translate_test_set(
     translated in memory.
     """
     from keras_transformer.cli._parts import command_signature, output_in_parts
+    from keras_transformer.export.formats import serving_format
     from keras_transformer.files import FileWriteError, FolderLockedError
     from keras_transformer.progress import LineProgress
 
+    # A CTranslate2 or LiteRT export's translator draws no progress bar.
+    takes_progress = "progress" in serving_format(args.workdir).serves
     translations: list[str] = []
     cut: list[int] = []
     # The progress bar over the sentences left when the first is translated
@@ -368,12 +379,14 @@ def _translate_test_set(
 
     def translate(first: int, last: int) -> list[str]:
         nonlocal progress
-        if progress is None and not (args.no_progress or args.json):
+        if progress is None and takes_progress and not (args.no_progress or args.json):
             progress = (LineProgress(len(sources) - first, "sentences"), first)
         part = progress[0].part(first - progress[1]) if progress else False
         with translating(NAME, translator, "sentences", report=False):
-            lines = translator.translate(sources[first:last], progress=part)
-        cut.extend(first + i for i in translator.cut_lines)
+            lines = translator.translate(
+                sources[first:last], **({"progress": part} if takes_progress else {})
+            )
+        cut.extend(first + i for i in getattr(translator, "cut_lines", ()))
         translations.extend(lines)
         return lines
 
@@ -472,6 +485,7 @@ def run(args: argparse.Namespace) -> int:
     """
     check_translator_arguments(
         args,
+        serves_exports=True,
         numbers=_NUMBERS,
         source="file",
         reference="file",
@@ -486,9 +500,9 @@ def run(args: argparse.Namespace) -> int:
             "each source. Leave --n-best out (translate --n-best prints the "
             "hypotheses)."
         )
-    from keras_transformer.runs import EXPORT_INFO_FILE, RunFolder, is_run_dir, run_kind
+    from keras_transformer.runs import EXPORT_INFO_FILE, RunFolder, run_kind
 
-    if is_run_dir(args.workdir):
+    if _is_training_run(args.workdir):
         from keras_transformer.training.kinds import recipe_for
 
         kind = RunFolder(args.workdir).kind()
@@ -508,11 +522,11 @@ def run(args: argparse.Namespace) -> int:
 
     workdir = Path(args.workdir)
     sources, references, split = _test_set(args, workdir)
-    translator = load_search_translator(args)
+    translator, settings, engine = _load_translator(args)
     hypotheses, log, step = _outputs(args, workdir, split)
     translations, saved = _translate_test_set(args, translator, sources, hypotheses)
     result = EvaluationResult.scored(
-        sources, references, translations, translator.settings, split=split
+        sources, references, translations, settings, split=split
     )
     saved &= _save(log, lambda path: log_scores(result, path, step or 0))
     result = dataclasses.replace(
@@ -520,17 +534,55 @@ def run(args: argparse.Namespace) -> int:
         hypotheses_path=None if hypotheses.path is None else str(hypotheses.path),
         log_dir=None if log.path is None else str(log.path),
     )
+    values = result.to_dict()
+    if engine is not None:  # the search is the export's own
+        values.update(engine=engine, early_stop=None)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(values, indent=2))
     else:
-        print(result.summary())
+        print(result.summary() + ("" if engine is None else f" ({engine})"))
         if hypotheses.path is not None:
             print(f"Hypotheses: {hypotheses.path}")
         if log.path is not None:
             print(f"TensorBoard: tensorboard --logdir {log.path}")
     write_result_record(
-        args,
-        result.to_dict(),
-        "the BLEU, chrF and exact match of a test set's translations",
+        args, values, "the BLEU, chrF and exact match of a test set's translations"
     )
     return 0 if saved else 1
+
+
+def _load_translator(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+    """The translator of ``--workdir``, the search it runs and, for an
+    export served by its own engine (CTranslate2, LiteRT), that engine's
+    name: the translator ``keras-transformer translate`` would use
+    (`serving_format`), with the search flags given."""
+    from keras_transformer.decoding.settings import DecodeSettings, default_setting
+    from keras_transformer.export.formats import DEFAULT_FORMAT, serving_format
+
+    export_format = serving_format(args.workdir)
+    if export_format.option == DEFAULT_FORMAT:
+        translator = load_search_translator(args)
+        return translator, translator.settings, None
+    translator = export_format.load_translator(
+        args.workdir,
+        args.weights,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        **search_settings(args),
+    )
+    # Its search, as far as DecodeSettings describes it: a CTranslate2
+    # translator's beam (its attributes; GNMT-reranked, stopped by
+    # CTranslate2's own rule), a LiteRT translator's greedy search (the
+    # lengths and weight type of its `settings`, as litert.json holds them).
+    record = getattr(translator, "settings", translator)
+    settings = DecodeSettings(
+        method="beam" if hasattr(translator, "beam_size") else "greedy",
+        beam_size=getattr(translator, "beam_size", 1),
+        alpha=getattr(translator, "alpha", default_setting("alpha")),
+        extra_length=record.extra_length,
+        max_input_length=record.max_input_length,
+    )
+    info = getattr(translator, "info", {})  # a CTranslate2 export's record
+    quantization = info.get("quantization", getattr(record, "quantization", None))
+    weights = f", {quantization} weights" if quantization else ""
+    return translator, settings, f"{export_format.name} export{weights}"
