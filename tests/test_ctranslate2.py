@@ -152,6 +152,42 @@ def test_output_cap_of_each_source(tmp_path: Path) -> None:
     assert len(cut) >= 2  # outputs did reach their (different) caps
 
 
+def test_sources_cut_to_the_exports_limit_are_named(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A source longer than the export's ``max_input_length`` was cut
+    without a word from a CTranslate2 export, where a run or a SavedModel
+    export names it: the translator records it in `cut_lines` and warns
+    (`SourceCutWarning`); ``translate`` and ``evaluate`` say which line was
+    cut and what keeps more of it."""
+    from keras_transformer.source_limits import SourceCutWarning
+
+    translator = CTranslate2Translator(folder)
+    long = " ".join(["1. Mai 2020"] * 40)  # far over 128 subword tokens
+    with pytest.warns(SourceCutWarning, match="CTranslate2Translator.cut_lines"):
+        translator.translate([SOURCES[0], long])
+    assert translator.cut_lines == (1,)
+    translator.translate([SOURCES[0]])
+    assert translator.cut_lines == ()
+
+    source = tmp_path / "source.txt"
+    source.write_text(f"{SOURCES[0]}\n{long}\n", encoding="utf-8")
+    argv = ["--workdir", str(folder), "--no-progress"]
+    output = tmp_path / "out.txt"
+    assert (
+        cli.main(["translate", *argv, "--input", str(source), "--output", str(output)])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "1 line was longer than the input limit of 128 subword tokens" in err, err
+    assert "(line 2)" in err and "export the run again with a larger" in err, err
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 2
+    evaluate = ["evaluate", *argv, "--source", str(source), "--reference", str(source)]
+    assert cli.main(evaluate) == 0
+    err = capsys.readouterr().err
+    assert "1 sentence was longer than the input limit" in err and "(sentence 2)" in err
+
+
 def test_own_ranking_without_reranking(folder: Path) -> None:
     """``rerank=False``: CTranslate2's best by ``log P / |Y| ** alpha``."""
     translator = CTranslate2Translator(folder)

@@ -37,6 +37,7 @@ LEVELS: dict[str, int] = {
             "schedules",
             "optimizers",
             "validation",
+            "source_limits",
             "results_records",
             "cpu",
             "progress",

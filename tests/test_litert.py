@@ -80,21 +80,33 @@ def test_evaluate_scores_a_litert_export_as_it_translates(
 ) -> None:
     """``evaluate --workdir <LiteRT export>`` was refused: it scores the
     translations of the export's greedy search (`LiteRTTranslator`, as
-    ``translate`` gives them) and names the engine and its weights."""
+    ``translate`` gives them) and names the engine and its weights. A
+    source longer than the export's limit, cut without a word before, is
+    named (`cut_lines`, `SourceCutWarning`, one line of evaluate)."""
     from keras_transformer import cli
+    from keras_transformer.source_limits import SourceCutWarning
 
+    long = " ".join(["1. Mai 2020"] * 40)  # far over 128 subword tokens
+    sources = [*VALIDATION.sources, long]
+    references = [*VALIDATION.targets, "1. Mai 2020"]
     source, reference = tmp_path / "source.txt", tmp_path / "reference.txt"
-    source.write_text("\n".join(VALIDATION.sources) + "\n", encoding="utf-8")
-    reference.write_text("\n".join(VALIDATION.targets) + "\n", encoding="utf-8")
+    source.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(references) + "\n", encoding="utf-8")
     hypotheses = tmp_path / "hypotheses.txt"
     argv = ["evaluate", "--workdir", str(exports["int8"]), "--source", str(source)]
     argv += ["--reference", str(reference), "--hypotheses", str(hypotheses)]
     assert cli.main([*argv, "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    expected = litert.LiteRTTranslator(exports["int8"]).translate(VALIDATION.sources)
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert "1 sentence was longer than the input limit of 128" in captured.err
+    assert f"(sentence {len(sources)})" in captured.err, captured.err
+    translator = litert.LiteRTTranslator(exports["int8"])
+    with pytest.warns(SourceCutWarning, match="LiteRTTranslator.cut_lines"):
+        expected = translator.translate(sources)
+    assert translator.cut_lines == (len(sources) - 1,)
     assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
     assert printed["bleu"] == pytest.approx(
-        score_translations(expected, VALIDATION.targets)["bleu"]
+        score_translations(expected, references)["bleu"]
     )
     assert printed["method"] == "greedy" and printed["beam_size"] == 1
     assert printed["engine"] == "LiteRT export, int8 weights"

@@ -64,6 +64,7 @@ FLOORS: list[tuple[int, tuple[str, ...], str, str]] = [
             "conventions",
             "files",
             "validation",
+            "source_limits",
             "backend",
             "results_records",
             "cpu",

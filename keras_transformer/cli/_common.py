@@ -611,7 +611,7 @@ def translating(
     and the sources that were cut are reported in the command's own words
     (`report_cut_sources`; not `report`: the caller reports them) instead of
     the library's `SourceCutWarning`."""
-    from keras_transformer.translation import SourceCutWarning
+    from keras_transformer.source_limits import SourceCutWarning
 
     with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
         warnings.simplefilter("ignore", SourceCutWarning)
@@ -640,7 +640,7 @@ def report_cut_sources(
     a file, ``sentences``), and `first_number` the number the first of them
     has (a line typed at a terminal is translated alone).
     """
-    from keras_transformer.translation.lines import describe_lines
+    from keras_transformer.source_limits import describe_lines
 
     cut = list(getattr(translator, "cut_lines", ()) if cut is None else cut)
     if not cut:
@@ -650,7 +650,7 @@ def report_cut_sources(
     several = len(cut) > 1
     one = noun[:-1] if noun.endswith("s") else noun
     were = "were" if several else "was"
-    remedy = (
+    remedy = getattr(translator, "input_limit_remedy", None) or (
         "pass --max-input-length to change it"
         if limit == translator.max_input_length
         else "it is the model's number of learned source positions"

@@ -75,6 +75,7 @@ from keras_transformer.export.target import (
     read_export_record,
     writing_export,
 )
+from keras_transformer.source_limits import EXPORT_CUT_REMEDY, warn_cut_sources
 
 #: The decoding settings and the provenance of the folder.
 INFO_FILE = "keras_transformer.json"
@@ -332,6 +333,10 @@ class CTranslate2Translator:
     Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
     """
 
+    #: What changes the input limit, for the command line's report of the
+    #: sources it cut (`keras_transformer.cli` `report_cut_sources`).
+    input_limit_remedy = EXPORT_CUT_REMEDY
+
     def __init__(
         self,
         folder: str | os.PathLike[str],
@@ -389,12 +394,17 @@ class CTranslate2Translator:
         self.extra_length = int(self.info["extra_length"])
         self.max_input_length = int(self.info["max_input_length"])
         self.max_output_length = int(self.info["max_output_length"])
+        #: The indices of the sentences of the last call that were cut to
+        #: `max_input_length` (`encode`).
+        self.cut_lines: tuple[int, ...] = ()
         self._pad_piece = self.processor.id_to_piece(PAD_ID)
         self._end_piece = self.processor.id_to_piece(END_ID)
 
     def encode(self, sentences: Sequence[str]) -> list[list[str]]:
         """The source pieces of each sentence: its first ``max_input_length
-        - 1``, then END (as `encode_sources` gives).
+        - 1``, then END (as `encode_sources` gives). The sentences that were
+        longer and cut are recorded in `cut_lines`, and a `SourceCutWarning`
+        names them.
 
         Raises:
             TypeError: for one string instead of a list of sentences (each
@@ -406,6 +416,16 @@ class CTranslate2Translator:
             )
         ids = self.processor.encode(list(sentences), out_type=int)
         keep = self.max_input_length - 1
+        self.cut_lines = tuple(i for i, row in enumerate(ids) if len(row) > keep)
+        if self.cut_lines:
+            warn_cut_sources(
+                self.cut_lines,
+                len(ids),
+                f"the export's max_input_length={self.max_input_length} subword ids",
+                keep,
+                "CTranslate2Translator.cut_lines",
+                EXPORT_CUT_REMEDY,
+            )
         end = [self._end_piece]
         return [self.processor.id_to_piece(row[:keep]) + end for row in ids]
 

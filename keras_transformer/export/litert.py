@@ -64,6 +64,7 @@ from keras_transformer.export.target import (
     read_export_record,
     writing_export,
 )
+from keras_transformer.source_limits import EXPORT_CUT_REMEDY, warn_cut_sources
 
 __all__ = [
     "FORMAT",
@@ -262,6 +263,10 @@ class LiteRTTranslator:
     ['A dog runs.', '']
     """
 
+    #: What changes the input limit, for the command line's report of the
+    #: sources it cut (`keras_transformer.cli` `report_cut_sources`).
+    input_limit_remedy = EXPORT_CUT_REMEDY
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -301,9 +306,19 @@ class LiteRTTranslator:
         self._shape: tuple[int, int] | None = None
         validation.check_int("batch_size", batch_size, 1)
         self.batch_size = batch_size
+        #: The indices of the lines of the last call that were cut to
+        #: `max_input_length` (`encode`).
+        self.cut_lines: tuple[int, ...] = ()
+
+    @property
+    def max_input_length(self) -> int:
+        """The longest source in subword ids, END included (``litert.json``)."""
+        return self.settings.max_input_length
 
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         """Each line's source ids: its first ``max_input_length - 1`` ids, END.
+        The lines that were longer and cut are recorded in `cut_lines`, and
+        a `SourceCutWarning` names them.
 
         Raises:
             TypeError: for one string instead of a list of lines (each of
@@ -313,6 +328,16 @@ class LiteRTTranslator:
             raise TypeError("`lines` must be a list of strings; wrap one in a list.")
         keep = self.settings.max_input_length - 1
         rows = self.sentencepiece.encode(list(lines), out_type=int)
+        self.cut_lines = tuple(i for i, row in enumerate(rows) if len(row) > keep)
+        if self.cut_lines:
+            warn_cut_sources(
+                self.cut_lines,
+                len(rows),
+                f"the export's max_input_length={self.max_input_length} subword ids",
+                keep,
+                "LiteRTTranslator.cut_lines",
+                EXPORT_CUT_REMEDY,
+            )
         return [row[:keep] + [self.settings.end_id] for row in rows]
 
     def decode_ids(self, source_ids: np.ndarray) -> list[list[int]]:

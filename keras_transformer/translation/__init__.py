@@ -19,6 +19,7 @@ Argument parsing lives in `keras_transformer.cli`.
 from __future__ import annotations
 
 from keras_transformer.conventions import DEFAULT_MAX_INPUT_LENGTH
+from keras_transformer.source_limits import SourceCutWarning
 from keras_transformer.translation.evaluation import evaluate
 from keras_transformer.translation.lines import read_lines, write_lines
 from keras_transformer.translation.loading import load_translator
@@ -29,11 +30,7 @@ from keras_transformer.translation.scores import (
     log_scores,
     score_translations,
 )
-from keras_transformer.translation.translator import (
-    SourceCutWarning,
-    Translator,
-    translate_lines,
-)
+from keras_transformer.translation.translator import Translator, translate_lines
 
 __all__ = [
     "DEFAULT_MAX_INPUT_LENGTH",

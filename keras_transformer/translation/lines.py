@@ -24,13 +24,8 @@ from keras_transformer.files import (
     write_atomically,
     write_error,
 )
+from keras_transformer.source_limits import describe_lines
 from keras_transformer.validation import check_sentence
-
-
-def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
-    """``"3, 17, 20"``, or the first `limit` numbers and ``", ..."``."""
-    shown = ", ".join(str(n) for n in numbers[:limit])
-    return shown + (", ..." if len(numbers) > limit else "")
 
 
 def check_lines(name: str, lines: Any) -> list[str]:
@@ -275,7 +270,6 @@ __all__ = [
     "check_line_pairs",
     "refuse_empty_pairs",
     "check_lines",
-    "describe_lines",
     "read_lines",
     "write_lines",
 ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,11 +24,11 @@ from keras_transformer.decoding import DecodeResult, DecodeSettings, get_decoder
 from keras_transformer.decoding.settings import settings_with
 from keras_transformer.models.transformer import TransformerStack
 from keras_transformer.progress import LineProgress
+from keras_transformer.source_limits import warn_cut_sources
 from keras_transformer.translation.lines import (
     SOURCES_MISMATCH,
     check_line_pairs,
     check_lines,
-    describe_lines,
     refuse_empty_pairs,
     write_lines,
 )
@@ -42,13 +41,6 @@ from keras_transformer.translation.scores import (
     TargetScore,
     log_scores,
 )
-
-
-class SourceCutWarning(UserWarning):
-    """Some sources were longer than `Translator.source_limit` and were cut.
-
-    `Translator.cut_lines` says which (their indices in the last call).
-    """
 
 
 def _setting(name: str) -> property:
@@ -261,14 +253,8 @@ class Translator:
             else:
                 cap = f"max_input_length={limit} subword ids"
                 remedy = "pass a larger max_input_length to keep more of them"
-            warnings.warn(
-                f"{len(cut)} of {len(lines)} sources were longer than {cap} "
-                f"(END included) and were cut to their first {limit - 1} tokens "
-                f"(indices {describe_lines(cut)}; all in Translator.cut_lines); "
-                f"{remedy}.",
-                SourceCutWarning,
-                stacklevel=2,
-            )
+            where = "Translator.cut_lines"
+            warn_cut_sources(cut, len(lines), cap, limit - 1, where, remedy)
         return [list(row) for row in rows]
 
     def decode_ids(
@@ -668,4 +654,4 @@ def translate_lines(
     return Translator(model, tokenizer, **settings).translate(lines, progress)
 
 
-__all__ = ["SourceCutWarning", "Translator", "translate_lines"]
+__all__ = ["Translator", "translate_lines"]

@@ -1,0 +1,65 @@
+"""Sources cut to a translator's input limit: one warning, one wording.
+
+Every translator keeps a source's first ``max_input_length - 1`` subword
+tokens and END (§6.1 decodes whole sentences; a limit keeps one long line
+from taking the memory of a batch): `keras_transformer.translation.Translator`
+(runs and SavedModel exports), `CTranslate2Translator` and
+`LiteRTTranslator`. Each records the cut sources of its last call in
+``cut_lines`` and warns with `SourceCutWarning`, whose text
+`cut_sources_message` writes; the command line reports them in its own
+words instead.
+
+Pure Python: the translators of the CTranslate2 and LiteRT exports import
+it without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+__all__ = [
+    "EXPORT_CUT_REMEDY",
+    "SourceCutWarning",
+    "describe_lines",
+    "warn_cut_sources",
+]
+
+#: What keeps more of a source that a CTranslate2 or LiteRT export cut: its
+#: limit is the one it was exported with.
+EXPORT_CUT_REMEDY = (
+    "export the run again with a larger --max-input-length to keep more of them"
+)
+
+
+class SourceCutWarning(UserWarning):
+    """Some sources were longer than a translator's input limit and were
+    cut; its ``cut_lines`` says which (their indices in the last call)."""
+
+
+def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
+    """``"3, 17, 20"``, or the first `limit` numbers and ``", ..."``."""
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (", ..." if len(numbers) > limit else "")
+
+
+def warn_cut_sources(
+    cut: Sequence[int],
+    total: int,
+    cap: str,
+    kept: int,
+    where: str,
+    remedy: str,
+    stacklevel: int = 3,
+) -> None:
+    """A `SourceCutWarning`: `cut` (indices) of `total` sources were longer
+    than `cap` (``"max_input_length=128 subword ids"``) and keep their first
+    `kept` tokens; `where` names the attribute that lists them
+    (``"Translator.cut_lines"``), `remedy` what keeps more of them."""
+    warnings.warn(
+        f"{len(cut)} of {total} sources were longer than {cap} (END included) "
+        f"and were cut to their first {kept} tokens (indices "
+        f"{describe_lines(cut)}; all in {where}); {remedy}.",
+        SourceCutWarning,
+        stacklevel=stacklevel,
+    )
