@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import TypeVar
+
+_Id = TypeVar("_Id")
 
 __all__ = [
     "EXPORT_CUT_REMEDY",
     "SourceCutWarning",
+    "cut_export_sources",
     "describe_lines",
     "warn_cut_sources",
 ]
@@ -63,3 +67,19 @@ def warn_cut_sources(
         SourceCutWarning,
         stacklevel=stacklevel,
     )
+
+
+def cut_export_sources(
+    rows: Sequence[Sequence[_Id]], max_input_length: int, end: _Id, where: str
+) -> tuple[list[list[_Id]], tuple[int, ...]]:
+    """An export's encoder inputs: each row's first ``max_input_length - 1``
+    ids, then `end`; and the indices of the rows that were longer and cut,
+    named in a `SourceCutWarning` (`where`: the attribute that lists them)."""
+    keep = max_input_length - 1
+    cut = tuple(i for i, row in enumerate(rows) if len(row) > keep)
+    if cut:
+        cap = f"the export's max_input_length={max_input_length} subword ids"
+        warn_cut_sources(
+            cut, len(rows), cap, keep, where, EXPORT_CUT_REMEDY, stacklevel=4
+        )
+    return [[*row[:keep], end] for row in rows], cut

@@ -75,7 +75,7 @@ from keras_transformer.export.target import (
     read_export_record,
     writing_export,
 )
-from keras_transformer.source_limits import EXPORT_CUT_REMEDY, warn_cut_sources
+from keras_transformer.source_limits import EXPORT_CUT_REMEDY, cut_export_sources
 
 #: The decoding settings and the provenance of the folder.
 INFO_FILE = "keras_transformer.json"
@@ -398,7 +398,6 @@ class CTranslate2Translator:
         #: `max_input_length` (`encode`).
         self.cut_lines: tuple[int, ...] = ()
         self._pad_piece = self.processor.id_to_piece(PAD_ID)
-        self._end_piece = self.processor.id_to_piece(END_ID)
 
     def encode(self, sentences: Sequence[str]) -> list[list[str]]:
         """The source pieces of each sentence: its first ``max_input_length
@@ -415,19 +414,11 @@ class CTranslate2Translator:
                 "`sentences` must be a list of strings; wrap one in a list."
             )
         ids = self.processor.encode(list(sentences), out_type=int)
-        keep = self.max_input_length - 1
-        self.cut_lines = tuple(i for i, row in enumerate(ids) if len(row) > keep)
-        if self.cut_lines:
-            warn_cut_sources(
-                self.cut_lines,
-                len(ids),
-                f"the export's max_input_length={self.max_input_length} subword ids",
-                keep,
-                "CTranslate2Translator.cut_lines",
-                EXPORT_CUT_REMEDY,
-            )
-        end = [self._end_piece]
-        return [self.processor.id_to_piece(row[:keep]) + end for row in ids]
+        where = "CTranslate2Translator.cut_lines"
+        rows, self.cut_lines = cut_export_sources(
+            ids, self.max_input_length, END_ID, where
+        )
+        return [self.processor.id_to_piece(row) for row in rows]
 
     def _limit(self, pieces: Sequence[str]) -> int:
         """The output cap of one source (§6.1): its tokens, END included,

@@ -64,7 +64,7 @@ from keras_transformer.export.target import (
     read_export_record,
     writing_export,
 )
-from keras_transformer.source_limits import EXPORT_CUT_REMEDY, warn_cut_sources
+from keras_transformer.source_limits import EXPORT_CUT_REMEDY, cut_export_sources
 
 __all__ = [
     "FORMAT",
@@ -326,19 +326,12 @@ class LiteRTTranslator:
         """
         if isinstance(lines, (str, bytes)):
             raise TypeError("`lines` must be a list of strings; wrap one in a list.")
-        keep = self.settings.max_input_length - 1
         rows = self.sentencepiece.encode(list(lines), out_type=int)
-        self.cut_lines = tuple(i for i, row in enumerate(rows) if len(row) > keep)
-        if self.cut_lines:
-            warn_cut_sources(
-                self.cut_lines,
-                len(rows),
-                f"the export's max_input_length={self.max_input_length} subword ids",
-                keep,
-                "LiteRTTranslator.cut_lines",
-                EXPORT_CUT_REMEDY,
-            )
-        return [row[:keep] + [self.settings.end_id] for row in rows]
+        where = "LiteRTTranslator.cut_lines"
+        kept, self.cut_lines = cut_export_sources(
+            rows, self.max_input_length, self.settings.end_id, where
+        )
+        return kept
 
     def decode_ids(self, source_ids: np.ndarray) -> list[list[int]]:
         """The greedy output ids of a padded batch ``int32 [batch, length]``,
