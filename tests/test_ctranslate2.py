@@ -55,8 +55,15 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_folder_holds_model_tokenizer_and_settings(folder: Path) -> None:
+    from keras_transformer.export.formats import test_set_record
+    from keras_transformer.runs import is_run_dir, run_kind
+
     _, tokenizer = tiny_translator()
     assert is_ctranslate2_dir(folder)
+    # Its own config.json (CTranslate2's) does not make it a training run:
+    # no run's data settings are read from it.
+    assert (folder / "config.json").is_file() and not is_run_dir(folder)
+    assert run_kind(folder) == "translation" and test_set_record(folder) is None
     assert (folder / TOKENIZER_FILE).read_bytes() == tokenizer.model_proto
     info = json.loads((folder / INFO_FILE).read_text())
     assert (info["beam_size"], info["alpha"], info["extra_length"]) == (4, 0.6, 50)

@@ -43,15 +43,6 @@ _NUMBERS = {
 }
 
 
-def _is_training_run(folder: str | os.PathLike[str]) -> bool:
-    """Whether `folder` is a training run: its ``config.json`` and no
-    export's files (a CTranslate2 export holds a ``config.json`` too)."""
-    from keras_transformer.export.formats import export_format_of
-    from keras_transformer.runs import is_run_dir
-
-    return is_run_dir(folder) and export_format_of(folder) is None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer evaluate``."""
     add_translator_arguments(parser)
@@ -119,11 +110,12 @@ def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
     `workdir` is an export of it), and their name."""
     from keras_transformer.data.tasks import get_task
     from keras_transformer.export.formats import read_test_set
+    from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig
     from keras_transformer.training.checkpoints import CONFIG_FILE
     from keras_transformer.training.config import TrainConfig
 
-    if _is_training_run(workdir):
+    if is_run_dir(workdir):
         config = TrainConfig.load(workdir / CONFIG_FILE)
     else:  # an export of a run: its record of the run's data settings
         record = read_test_set(workdir)
@@ -256,7 +248,7 @@ def _outputs(
     For a training run they go into the run folder by default; a run folder
     that cannot be written (read-only) only loses them, with a warning.
     """
-    from keras_transformer.runs import WEIGHTS, RunFolder
+    from keras_transformer.runs import WEIGHTS, RunFolder, is_run_dir
 
     hypotheses = _Output(
         "the translations",
@@ -271,7 +263,7 @@ def _outputs(
         args.log_dir is not None,
     )
     step = args.step
-    if _is_training_run(workdir):
+    if is_run_dir(workdir):
         run_folder = RunFolder(workdir)
         label = args.weights if args.weights in WEIGHTS else "custom"
         beam = _search_label(args)
@@ -500,9 +492,9 @@ def run(args: argparse.Namespace) -> int:
             "each source. Leave --n-best out (translate --n-best prints the "
             "hypotheses)."
         )
-    from keras_transformer.runs import EXPORT_INFO_FILE, RunFolder, run_kind
+    from keras_transformer.runs import EXPORT_INFO_FILE, RunFolder, is_run_dir, run_kind
 
-    if _is_training_run(args.workdir):
+    if is_run_dir(args.workdir):
         from keras_transformer.training.kinds import recipe_for
 
         kind = RunFolder(args.workdir).kind()

@@ -77,9 +77,16 @@ logger = logging.getLogger(__name__)
 _WARNED_SETTINGS: set[str] = set()
 
 
+#: The model file of a CTranslate2 export, which writes a ``config.json`` of
+#: its own beside it (`keras_transformer.export.ctranslate2`); no run holds one.
+_CTRANSLATE2_MODEL = "model.bin"
+
+
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a training run (it holds ``config.json``)."""
-    return (Path(path) / CONFIG_FILE).is_file()
+    """Whether `path` is a training run: it holds ``config.json`` (and no
+    ``model.bin``: a CTranslate2 export holds a ``config.json`` too)."""
+    path = Path(path)
+    return (path / CONFIG_FILE).is_file() and not (path / _CTRANSLATE2_MODEL).is_file()
 
 
 def enclosing_run(path: str | os.PathLike[str]) -> Path | None:
