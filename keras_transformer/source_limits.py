@@ -57,7 +57,7 @@ def warn_cut_sources(
     stacklevel: int = 3,
 ) -> None:
     """A `SourceCutWarning`: `cut` (indices) of `total` sources were longer
-    than `cap` (``"max_input_length=128 subword ids"``) and keep their first
+    than `cap` (``"max_input_length=N subword ids"``) and keep their first
     `kept` tokens; `where` names the attribute that lists them
     (``"Translator.cut_lines"``), `remedy` what keeps more of them."""
     warnings.warn(
