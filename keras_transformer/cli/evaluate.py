@@ -469,7 +469,9 @@ def _evaluate_stored_run(args: argparse.Namespace, kind: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Translates the test set with `Translator`, prints (and logs) the scores.
+    """Translates the test set with the folder's translator (`Translator`
+    for a run or a SavedModel export, a CTranslate2 or LiteRT export's own:
+    `_load_translator`), prints (and logs) the scores.
 
     The translations and the TensorBoard scores are outputs, not needs: a
     run folder that cannot be written (read-only) is scored all the same,
