@@ -5,9 +5,9 @@ tokens and END (§6.1 decodes whole sentences; a limit keeps one long line
 from taking the memory of a batch): `keras_transformer.translation.Translator`
 (runs and SavedModel exports), `CTranslate2Translator` and
 `LiteRTTranslator`. Each records the cut sources of its last call in
-``cut_lines`` and warns with `SourceCutWarning`, whose text
-`cut_sources_message` writes; the command line reports them in its own
-words instead.
+``cut_lines`` and warns with `SourceCutWarning` (`warn_cut_sources`
+writes its text; `cut_export_sources` is the cut of both exports); the
+command line reports them in its own words instead.
 
 Pure Python: the translators of the CTranslate2 and LiteRT exports import
 it without TensorFlow.

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.cli._common import (
     SEARCH_NUMBERS,
@@ -31,6 +31,9 @@ from keras_transformer.cli._record import (
 )
 from keras_transformer.conventions import TASK_NAMES
 from keras_transformer.validation import with_article
+
+if TYPE_CHECKING:  # imported where it is used: cli/ loads the standard library
+    from keras_transformer.export.target import ExportFormat
 
 NAME = "evaluate"
 HELP = "Translate a test set (beam search, §6.1); print and log sacreBLEU and chrF."
@@ -343,10 +346,15 @@ def _not_saved(output: _Output, error: OSError) -> bool:
 
 
 def _translate_test_set(
-    args: argparse.Namespace, translator: Any, sources: list[str], output: _Output
+    args: argparse.Namespace,
+    translator: Any,
+    sources: list[str],
+    output: _Output,
+    takes_progress: bool = True,
 ) -> tuple[list[str], bool]:
     """The translations of `sources`, and False if saving them failed with
-    an error (`_not_saved`).
+    an error (`_not_saved`). `takes_progress`: the translator draws the
+    progress bar (`Translator`; a CTranslate2 or LiteRT export's does not).
 
     Translated CHUNK_LINES sentences at a time, each part saved as soon as
     it is done (`output_in_parts`, under the run folder's lock while it
@@ -357,12 +365,9 @@ def _translate_test_set(
     translated in memory.
     """
     from keras_transformer.cli._parts import command_signature, output_in_parts
-    from keras_transformer.export.formats import serving_format
     from keras_transformer.files import FileWriteError, FolderLockedError
     from keras_transformer.progress import LineProgress
 
-    # A CTranslate2 or LiteRT export's translator draws no progress bar.
-    takes_progress = "progress" in serving_format(args.workdir).serves
     translations: list[str] = []
     cut: list[int] = []
     # The progress bar over the sentences left when the first is translated
@@ -378,7 +383,7 @@ def _translate_test_set(
             lines = translator.translate(
                 sources[first:last], **({"progress": part} if takes_progress else {})
             )
-        cut.extend(first + i for i in getattr(translator, "cut_lines", ()))
+        cut.extend(first + i for i in translator.cut_lines)
         translations.extend(lines)
         return lines
 
@@ -512,13 +517,19 @@ def run(args: argparse.Namespace) -> int:
                 "run's folder (train --workdir), and the translations of "
                 "translation runs and exports."
             )
+    from keras_transformer.export.formats import serving_format
     from keras_transformer.translation import EvaluationResult, log_scores
 
     workdir = Path(args.workdir)
     sources, references, split = _test_set(args, workdir)
-    translator, settings, engine = _load_translator(args)
+    export_format = serving_format(args.workdir)
+    translator, settings, engine = _load_translator(args, export_format)
     hypotheses, log, step = _outputs(args, workdir, split)
-    translations, saved = _translate_test_set(args, translator, sources, hypotheses)
+    # A CTranslate2 or LiteRT export's translator draws no progress bar.
+    takes_progress = "progress" in export_format.serves
+    translations, saved = _translate_test_set(
+        args, translator, sources, hypotheses, takes_progress
+    )
     result = EvaluationResult.scored(
         sources, references, translations, settings, split=split
     )
@@ -545,15 +556,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if saved else 1
 
 
-def _load_translator(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+def _load_translator(
+    args: argparse.Namespace, export_format: ExportFormat
+) -> tuple[Any, Any, str | None]:
     """The translator of ``--workdir``, the search it runs and, for an
     export served by its own engine (CTranslate2, LiteRT), that engine's
-    name: the translator ``keras-transformer translate`` would use
-    (`serving_format`), with the search flags given."""
+    name: the translator ``keras-transformer translate`` would use (that of
+    `export_format`, the folder's `serving_format`), with the search flags
+    given."""
     from keras_transformer.decoding.settings import DecodeSettings, default_setting
-    from keras_transformer.export.formats import DEFAULT_FORMAT, serving_format
+    from keras_transformer.export.formats import DEFAULT_FORMAT
 
-    export_format = serving_format(args.workdir)
     if export_format.option == DEFAULT_FORMAT:
         translator = load_search_translator(args)
         return translator, translator.settings, None
