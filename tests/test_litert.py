@@ -114,6 +114,11 @@ def test_evaluate_scores_a_litert_export_as_it_translates(
     assert cli.main([*argv, "--beam-size", "4"]) == 1
     err = capsys.readouterr().err
     assert "LiteRT export" in err and "Traceback" not in err, err
+    # Asking for the search it serves is taken (was refused as a beam).
+    hypotheses.unlink()
+    assert cli.main([*argv, "--method", "greedy", "--max-input-length", "128"]) == 0
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
+    capsys.readouterr()
 
 
 def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
@@ -132,6 +137,32 @@ def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
         litert.export_litert(None, None, tmp_path, overwrite=True)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_search_flags_that_ask_for_the_exports_search_are_taken() -> None:
+    """``translate``/``evaluate --method greedy`` (or ``--beam-size 1``, or
+    the exported lengths) on a LiteRT export were refused like a beam; they
+    ask for the search it serves. Another search is one line naming its
+    flags and the export's lengths."""
+    exported = litert.LiteRTSettings(
+        max_input_length=40,
+        extra_length=10,
+        max_output_length=50,
+        quantization="int8",
+        start_id=1,
+        end_id=2,
+        tokenizer_fingerprint="x",
+    )
+    served = {"method": "greedy", "beam_size": 1, "max_input_length": 40}
+    litert.refuse_other_search("out", exported, {**served, "extra_length": 10})
+    litert.refuse_other_search("out", exported, {})
+    other = {"method": "beam", "max_input_length": 60, "beam_size": 1, "alpha": 1.0}
+    with pytest.raises(ValueError) as refused:
+        litert.refuse_other_search("out", exported, other)
+    message = str(refused.value)
+    assert message.endswith("leave out --alpha, --max-input-length, --method.")
+    assert "max_input_length 40, extra_length 10" in message
+    assert len(message.splitlines()) == 1
 
 
 def test_litert_translator_names_a_wrong_folder(tmp_path: Path) -> None:

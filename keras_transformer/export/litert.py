@@ -380,14 +380,34 @@ def _load_translator(
     **settings: Any,
 ) -> LiteRTTranslator:
     """``keras-transformer translate --workdir FOLDER``: the folder's greedy
-    search, with the lengths it was exported with."""
-    if settings:
-        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(settings))
+    search, with the lengths it was exported with. A search flag that asks
+    for just that (``--method greedy``, ``--beam-size 1``, the exported
+    lengths) is taken; another is refused in one line."""
+    translator = LiteRTTranslator(folder, batch_size=batch_size)
+    refuse_other_search(folder, translator.settings, settings)
+    return translator
+
+
+def refuse_other_search(
+    folder: str | os.PathLike[str], exported: LiteRTSettings, given: dict[str, Any]
+) -> None:
+    """Refuse, in one line naming the flags, the `DecodeSettings` fields
+    `given` that ask for another search than the export's: greedy (beam
+    size 1) with the `exported` lengths."""
+    served = {
+        "method": "greedy",
+        "beam_size": 1,
+        "max_input_length": exported.max_input_length,
+        "extra_length": exported.extra_length,
+    }
+    other = sorted(name for name in given if given[name] != served.get(name))
+    if other:
+        flags = ", ".join("--" + name.replace("_", "-") for name in other)
         raise ValueError(
             f"{folder} is a LiteRT export: it decodes greedily with the lengths it "
-            f"was exported with; leave out {flags}."
+            f"was exported with (max_input_length {exported.max_input_length}, "
+            f"extra_length {exported.extra_length}); leave out {flags}."
         )
-    return LiteRTTranslator(folder, batch_size=batch_size)
 
 
 def _summary(path: Path, kind: str, quantization: str | None) -> str:
