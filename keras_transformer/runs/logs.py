@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
@@ -19,11 +20,17 @@ __all__ = ["logged_scalars", "logged_training_seconds"]
 def logged_scalars(
     log_dir: str | os.PathLike[str], tag: str
 ) -> tuple[list[int], list[float]]:
-    """`(steps, values)` of the scalar summary `tag` in a TensorBoard folder.
+    """`(steps, values)` of the scalar summary `tag` in a TensorBoard folder,
+    as TensorBoard shows them.
 
     Reads every event file of `log_dir` (e.g. ``<workdir>/logs/train``;
     a resumed run has one per process) and every point of the tag, steps in
-    order; `([], [])` when the folder holds no such summary.
+    order; `([], [])` when the folder holds no such summary. A run resumed
+    after a kill logs again the updates since its last checkpoint (and a
+    validation redone, its step): as TensorBoard does, a point whose step
+    is not past the last one read (in the order they were written) drops
+    the earlier points from that step on, so each step has one point, from
+    the weights the run went on with.
     """
     from tensorboard.backend.event_processing.event_accumulator import (
         EventAccumulator,
@@ -35,9 +42,13 @@ def logged_scalars(
     events.Reload()
     if tag not in events.Tags()["tensors"]:
         return [], []
-    points = sorted(events.Tensors(tag), key=lambda point: point.step)
-    return [p.step for p in points], [
-        float(tf.make_ndarray(p.tensor_proto)) for p in points
+    kept: list[Any] = []
+    for point in sorted(events.Tensors(tag), key=lambda point: point.wall_time):
+        while kept and kept[-1].step >= point.step:
+            kept.pop()
+        kept.append(point)
+    return [p.step for p in kept], [
+        float(tf.make_ndarray(p.tensor_proto)) for p in kept
     ]
 
 

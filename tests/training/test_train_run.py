@@ -99,6 +99,32 @@ def test_logged_scalars_reads_every_point_of_a_long_curve(tmp_path):
     np.testing.assert_allclose(values, [10_000.0 / step for step in steps], rtol=1e-6)
 
 
+def test_logged_scalars_of_a_resumed_run_are_the_points_tensorboard_shows(tmp_path):
+    """A run killed after update 10 and resumed from its checkpoint at
+    update 5 logs updates 6-10 again (a second event file); a validation
+    redone logs its step again. TensorBoard's data server shows the later
+    points (a step that goes back drops the earlier points from it on);
+    `logged_scalars` returned both, and the notebooks' curves zigzagged."""
+    from keras_transformer.runs import logged_scalars
+
+    def log(points: list[tuple[int, float]]) -> None:
+        writer = tf.summary.create_file_writer(str(tmp_path))
+        with writer.as_default():
+            for step, value in points:
+                tf.summary.scalar("loss", value, step=step)
+        writer.close()
+
+    log([(step, float(step)) for step in range(1, 11)])
+    log([(step, 100.0 + step) for step in range(6, 13)])
+    steps, values = logged_scalars(tmp_path, "loss")
+    assert steps == list(range(1, 13))
+    assert values == [1.0, 2.0, 3.0, 4.0, 5.0, *(100.0 + s for s in range(6, 13))]
+    log([(12, 7.0)])  # the validation of update 12, redone
+    assert logged_scalars(tmp_path, "loss") == (steps, [*values[:-1], 7.0])
+    log([(8, 50.0)])  # resumed from update 7: the points past it are orphans
+    assert logged_scalars(tmp_path, "loss") == (steps[:8], [*values[:7], 50.0])
+
+
 def _events(directory: Path) -> EventAccumulator:
     """Every event of one log folder, loaded (no sampling of tensors)."""
     accumulator = EventAccumulator(str(directory), size_guidance={"tensors": 0})
