@@ -175,7 +175,7 @@ def _write_record(args: argparse.Namespace, figures: dict[str, float]) -> None:
         "4, alpha 0.6; call time: the best of three untraced calls after a "
         "first one; op times: one traced call",
         timing="measured",
-        machine=f"{describe_machine()}; load average {os.getloadavg()[0]:.1f}",
+        machine=describe_machine(),
         what="where the exported search's time goes: the op times of one call "
         "of the frozen serving graph, summed by op",
         depends_on=["benchmarks/serve_profile.py", *SERVED_CODE],
