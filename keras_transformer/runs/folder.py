@@ -224,12 +224,35 @@ class RunFolder:
                 f"{self.path} cannot be read (permission denied): fix its "
                 "permissions or pass another run folder."
             )
-        if not self.config_file.is_file():
-            raise FileNotFoundError(
-                f"{self.path} is not a training work directory: {CONFIG_FILE} is "
-                "missing. Pass the --workdir of a `keras-transformer train` run."
-            )
+        if not is_run_dir(self.path):
+            raise FileNotFoundError(self._not_a_run())
         return self
+
+    def _not_a_run(self) -> str:
+        """Why the folder is not a run, naming what it holds (an export of
+        another format, someone's files), in one line."""
+        held = (
+            sorted(e.name for e in self.path.iterdir() if not e.name.startswith("."))
+            if self.path.is_dir()
+            else []
+        )
+        if self.config_file.is_file():
+            why = f"its {CONFIG_FILE} is a CTranslate2 export's"
+        else:
+            why = f"{CONFIG_FILE} is missing"
+        if not held:
+            return (
+                f"{self.path} is not a training work directory: {why}. Pass the "
+                "--workdir of a `keras-transformer train` run."
+            )
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        return (
+            f"{self.path} is not a training work directory: {why} (it holds "
+            f"{shown}). Pass the --workdir of a `keras-transformer train` run; "
+            "a CTranslate2 or LiteRT export is read by `keras-transformer "
+            "translate --workdir` (in Python: CTranslate2Translator, "
+            "LiteRTTranslator)."
+        )
 
     def check_trainable(self) -> RunFolder:
         """Returns self if `train` may write the folder: it is new, empty, a

@@ -719,6 +719,53 @@ def test_library_refuses_a_file_for_a_run_folder(tmp_path):
     assert file.read_text() == "x\n"
 
 
+def test_the_library_names_an_export_of_another_format_for_a_run(tmp_path):
+    """`Translator.load` of a CTranslate2 export said it "holds no trained
+    model yet ... Train it (keras-transformer train --workdir ...)", and of
+    a LiteRT export that "config.json is missing": advice that loses the
+    export. Now one line naming what the folder holds and what reads it; an
+    empty folder's line is as before."""
+    from keras_transformer.translation import Translator
+
+    ctranslate2 = tmp_path / "ct2"
+    ctranslate2.mkdir()
+    (ctranslate2 / "config.json").write_text('{"layer_norm_epsilon": 1e-06}')
+    (ctranslate2 / "model.bin").write_bytes(b"\0")
+    litert = tmp_path / "lite"
+    litert.mkdir()
+    for name in ("litert.json", "model.tflite", "tokenizer.model"):
+        (litert / name).write_text("{}")
+    for folder, why, held in (
+        (
+            ctranslate2,
+            "its config.json is a CTranslate2 export's",
+            "config.json, model.bin",
+        ),
+        (
+            litert,
+            "config.json is missing",
+            "litert.json, model.tflite, tokenizer.model",
+        ),
+    ):
+        for load in (Translator.load, lambda path: RunFolder(path).check()):
+            with pytest.raises(FileNotFoundError) as error:
+                load(folder)
+            message = str(error.value)
+            assert message.startswith(
+                f"{folder} is not a training work directory: {why} (it holds {held})."
+            )
+            assert "translate --workdir" in message and "\n" not in message
+            assert "Train it" not in message
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError) as error:
+        Translator.load(empty)
+    assert str(error.value) == (
+        f"{empty} is not a training work directory: config.json is missing. "
+        "Pass the --workdir of a `keras-transformer train` run."
+    )
+
+
 @pytest.fixture
 def locked_folder(tmp_path, monkeypatch):
     """A folder this process may not read, write or enter.
