@@ -33,6 +33,7 @@ __all__ = [
     "check_grid",
     "check_int",
     "check_known_names",
+    "check_lines",
     "check_number",
     "check_pair",
     "check_positive_int",
@@ -187,6 +188,20 @@ def check_sentence(name: str, value: Any) -> None:
             else "Pass one str per sentence"
         )
         raise TypeError(f"`{name}` is a {type(value).__name__}, not a str. {fix}.")
+
+
+def check_lines(name: str, lines: Any) -> list[str]:
+    """`lines` as a list of sentences: `TypeError` (one line) for one string
+    (each of its characters would be a sentence) or an item that is not a
+    str (`check_sentence`)."""
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(
+            f"`{name}` must be a list of strings; wrap one string in a list."
+        )
+    lines = list(lines)
+    for i, line in enumerate(lines):
+        check_sentence(f"{name}[{i}]", line)
+    return lines
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

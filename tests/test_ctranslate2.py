@@ -221,11 +221,16 @@ def test_one_string_is_refused_not_translated_character_by_character(
     folder: Path,
 ) -> None:
     """Reported (issue 35): a bare string was read as a list of sentences,
-    one per character."""
+    one per character. A sentence that is not a str is named, as by
+    `Translator` (was SentencePiece's "List elements must be str or bytes")."""
     translator = CTranslate2Translator(folder)
     for entry in (translator.translate, translator.translate_hypotheses):
-        with pytest.raises(TypeError, match="list of strings; wrap one in a list"):
+        with pytest.raises(TypeError, match="list of strings; wrap one string in"):
             entry("1. Mai 2020")
+        with pytest.raises(TypeError, match=r"`sentences\[1\]` is a int, not a str"):
+            entry(["1. Mai 2020", 5])
+        with pytest.raises(TypeError, match="Decode bytes to str first"):
+            entry([b"1. Mai 2020"])
 
 
 @pytest.mark.parametrize(

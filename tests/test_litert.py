@@ -248,6 +248,8 @@ def test_one_litert_writer_at_a_time_and_overwrite_of_a_litert_export(
     # The lock file (the other writer's too) is gone once the export ends.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["litert"]
     translator = litert.LiteRTTranslator(target)
-    with pytest.raises(TypeError, match="list of strings; wrap one in a list"):
+    with pytest.raises(TypeError, match="list of strings; wrap one string in"):
         translator.translate(VALIDATION.sources[0])
+    with pytest.raises(TypeError, match=r"`lines\[1\]` is a int, not a str"):
+        translator.translate([VALIDATION.sources[0], 5])
     assert len(translator.translate(VALIDATION.sources[:2])) == 2

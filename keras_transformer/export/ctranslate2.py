@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keras_transformer import validation
 from keras_transformer.conventions import (
     END_ID,
     PAD_ID,
@@ -407,13 +408,11 @@ class CTranslate2Translator:
 
         Raises:
             TypeError: for one string instead of a list of sentences (each
-                of its characters would be translated as a sentence).
+                of its characters would be translated as a sentence), or a
+                sentence that is not a str.
         """
-        if isinstance(sentences, (str, bytes)):
-            raise TypeError(
-                "`sentences` must be a list of strings; wrap one in a list."
-            )
-        ids = self.processor.encode(list(sentences), out_type=int)
+        sentences = validation.check_lines("sentences", sentences)
+        ids = self.processor.encode(sentences, out_type=int)
         where = "CTranslate2Translator.cut_lines"
         rows, self.cut_lines = cut_export_sources(
             ids, self.max_input_length, END_ID, where

@@ -322,11 +322,11 @@ class LiteRTTranslator:
 
         Raises:
             TypeError: for one string instead of a list of lines (each of
-                its characters would be translated as a line).
+                its characters would be translated as a line), or a line
+                that is not a str.
         """
-        if isinstance(lines, (str, bytes)):
-            raise TypeError("`lines` must be a list of strings; wrap one in a list.")
-        rows = self.sentencepiece.encode(list(lines), out_type=int)
+        lines = validation.check_lines("lines", lines)
+        rows = self.sentencepiece.encode(lines, out_type=int)
         where = "LiteRTTranslator.cut_lines"
         kept, self.cut_lines = cut_export_sources(
             rows, self.max_input_length, self.settings.end_id, where

@@ -25,19 +25,7 @@ from keras_transformer.files import (
     write_error,
 )
 from keras_transformer.source_limits import describe_lines
-from keras_transformer.validation import check_sentence
-
-
-def check_lines(name: str, lines: Any) -> list[str]:
-    if isinstance(lines, (str, bytes)):
-        raise TypeError(
-            f"`{name}` must be a list of strings; wrap one string in a list."
-        )
-    lines = list(lines)
-    for i, line in enumerate(lines):
-        check_sentence(f"{name}[{i}]", line)
-    return lines
-
+from keras_transformer.validation import check_lines
 
 #: The error of `evaluate` (and `Translator.evaluate`) when the counts differ.
 SOURCES_MISMATCH = (
