@@ -266,7 +266,9 @@ class RunFolder:
         if not self.path.is_dir():
             return self
         if self.config_file.is_file():
-            if set(self.raw_config()) & {"model", "data", "train"}:
+            # A CTranslate2 export's config.json is not read (`is_run_dir`).
+            sections = set(self.raw_config()) if is_run_dir(self.path) else set()
+            if sections & {"model", "data", "train"}:
                 return self
             raise ValueError(
                 f"{self.config_file} is not a run's config (it has no model, data "
