@@ -162,4 +162,14 @@ def _set_path(
         raise _unknown_key(path, text, known, kind)
     if path == ["model"] and isinstance(value, str):
         value = {"preset": value}
+    keys = known_keys(path, kind)
+    if keys and value is not None and not isinstance(value, Mapping):
+        # Refused here, not by a later override into it ("is a value").
+        name = ".".join(path)
+        shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+        raise ValueError(
+            f"Override {text!r}: {name!r} is a section of settings ({shown}), "
+            f"not a value: set one of its keys ({name}.{keys[0]}=...) or give "
+            "it as a JSON object."
+        )
     node[last] = value

@@ -612,6 +612,28 @@ def test_an_override_into_a_null_section_is_refused():
     assert apply_overrides({}, ["train.seed=3"]).train.seed == 3
 
 
+def test_an_override_that_makes_a_section_a_value_is_the_one_refused():
+    """``--set train=5 --set train.seed=3`` blamed the second override
+    ("'train' is a value, not a section"); the first is the mistake, and is
+    refused naming the section's keys."""
+    for overrides, name in (
+        (["train=5", "train.seed=3"], "train"),
+        (["model.optimizer=3", "model.optimizer.warmup_steps=4"], "model.optimizer"),
+        (["data=[1]"], "data"),
+    ):
+        with pytest.raises(ValueError) as error:
+            apply_overrides(SMALL_CONFIG, overrides)
+        message = str(error.value)
+        assert message.startswith(
+            f"Override {overrides[0]!r}: {name!r} is a section of settings ("
+        ), message
+        assert f"set one of its keys ({name}." in message
+    # A model section may be a preset's name, and a section a JSON object.
+    small = apply_overrides({}, ["model=small"]).model
+    assert small.num_encoder_layers == 3 and small.d_model == 256  # not tiny
+    assert apply_overrides({}, ['train={"seed": 3}']).train.seed == 3
+
+
 def test_bucket_boundaries_are_bounded_in_number():
     from keras_transformer.training.sections import MAX_BUCKET_BOUNDARIES
 
