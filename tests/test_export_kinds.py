@@ -205,6 +205,12 @@ def test_classify_answers_each_review_as_the_served_export_does(
     assert capsys.readouterr().out.split("\n")[:-1] == expected
     classifier = export.ReviewClassifier.load(classification_run, batch_size=4)
     np.testing.assert_allclose(classifier.classify(REVIEWS), positive, atol=1e-5)
+    # One string was classified character by character (a probability per
+    # character); a review that is not a str was TensorFlow's error.
+    with pytest.raises(TypeError, match="list of strings; wrap one string in"):
+        classifier.classify(REVIEWS[0])
+    with pytest.raises(TypeError, match=r"`reviews\[1\]` is a NoneType, not a str"):
+        classifier.classify([REVIEWS[0], None])
 
     # Typed at a terminal: each review answered as it is entered; a line
     # that is not UTF-8 is skipped with a warning and an empty line.

@@ -144,6 +144,11 @@ def test_one_result_class_for_training_and_test_sets() -> None:
     assert scores["bleu"] == greedy.bleu and scores["chrf"] == greedy.chrf
     with pytest.raises(ValueError, match="one of each"):
         translation.score_translations(["a"], ["a", "b"])
+    # No sentence at all was sacrebleu's IndexError, also from evaluate.
+    with pytest.raises(ValueError, match="There are no sentences to score"):
+        translation.score_translations([], [])
+    with pytest.raises(ValueError, match="There are no sentences to score"):
+        translation.Translator(model, tokenizer, beam_size=1).evaluate([], [])
 
 
 def test_evaluate_writes_hypotheses_and_scores_like_sacrebleu(tmp_path: Path) -> None:

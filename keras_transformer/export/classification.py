@@ -141,7 +141,14 @@ class ReviewClassifier:
 
     def classify(self, reviews: Sequence[str]) -> np.ndarray:
         """P(positive) of each review, float32 ``[len(reviews)]``, in order; a
-        review is positive where it is over 0.5."""
+        review is positive where it is over 0.5.
+
+        Raises:
+            TypeError: for one string instead of a list of reviews (each of
+                its characters would be classified as a review), or a
+                review that is not a str.
+        """
+        reviews = validation.check_lines("reviews", reviews)
         found = [
             self._classify(tf.constant(list(reviews[first : first + self.batch_size])))
             for first in range(0, len(reviews), self.batch_size)

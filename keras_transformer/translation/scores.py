@@ -160,6 +160,10 @@ def score_translations(
     Returns:
         ``{"bleu", "chrf", "bleu_signature", "chrf_signature",
         "exact_match"}``.
+
+    Raises:
+        ValueError: (one line) when the counts differ or there is no
+            sentence (sacrebleu's own error was an `IndexError`).
     """
     from sacrebleu.metrics import BLEU, CHRF
 
@@ -170,6 +174,11 @@ def score_translations(
         "There are {lines} hypotheses but {references} references; every "
         "sentence needs one of each.",
     )
+    if not references:
+        raise ValueError(
+            "There are no sentences to score: pass at least one hypothesis and "
+            "its reference."
+        )
     bleu, chrf = BLEU(), CHRF()
     matches = sum(
         h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True)

@@ -604,7 +604,8 @@ class Translator:
         Raises:
             ValueError: (one line) for a pair whose source or reference is
                 empty or blank (`refuse_empty_pairs`: BLEU would hide a
-                misaligned file), before anything is translated.
+                misaligned file), before anything is translated; for no
+                pairs at all (`score_translations`).
 
         Reference: Vaswani et al. (2017), §6.1; Post (2018).
         """
