@@ -122,17 +122,55 @@ def local_data_dir(data_dir: str | os.PathLike[str] | None, name: str) -> Path |
     return None
 
 
+def _holds(directory: Path, filename: str) -> bool:
+    """Whether `directory` holds ``filename`` or its ``.gz`` twin."""
+    return any((directory / n).is_file() for n in (f"{filename}.gz", filename))
+
+
 def find_local_file(directory: Path, filename: str, how_to_get: str) -> Path:
-    """Returns ``directory/filename`` or its ``.gz`` twin, whichever exists."""
+    """Returns ``directory/filename`` or its ``.gz`` twin, whichever exists.
+
+    Raises:
+        FileNotFoundError: (one line) how to get the file; where a folder
+            one level up or down holds it (their parent given as
+            ``data_dir``, a data set's own folder as ``KT_DATA_DIR``), the
+            setting that finds it.
+    """
     for candidate in (directory / f"{filename}.gz", directory / filename):
         if candidate.is_file():
             return candidate
+    where = f"Cannot load {directory / filename}(.gz): "
+    try:
+        below = sorted(
+            d for d in directory.iterdir() if d.is_dir() and _holds(d, filename)
+        )
+    except OSError:  # not a folder, or not one this process may read
+        below = []
+    if below:
+        raise FileNotFoundError(
+            f"{where}{directory} holds neither {filename}.gz nor {filename}, but "
+            f"its folder {below[0].name}/ does: set {DATA_DIR_SETTING} to "
+            f"{below[0]}."
+        )
+    parent = directory.parent
+    if not directory.is_dir() and _holds(parent, filename):
+        # KT_DATA_DIR set to the data set's own folder: it names their parent.
+        env = (
+            f" (or {DATA_DIR_ENV} to {parent.parent}: it names the folder that "
+            f"holds {directory.name}/)"
+            if parent.name == directory.name
+            else ""
+        )
+        raise FileNotFoundError(
+            f"{where}the data folder {directory} does not exist, but {parent} "
+            f"holds {filename}: set {DATA_DIR_SETTING} to {parent}{env}."
+        )
     if not directory.is_dir():
         problem = f"the data folder {directory} does not exist"
     else:
         problem = f"{directory} holds neither {filename}.gz nor {filename}"
     raise FileNotFoundError(
-        f"Cannot load {directory / filename}(.gz): {problem}. {how_to_get} Then "
+        f"{where}{problem}. {how_to_get} Then "
         f"set {DATA_DIR_SETTING} to that folder (or {DATA_DIR_ENV} to its "
         f"parent), or leave both unset to download it automatically."
     )

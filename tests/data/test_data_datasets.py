@@ -92,6 +92,36 @@ def test_multi30k_missing_directory(tmp_path: Path) -> None:
     assert "--set data.data_dir=FOLDER" in message and "KT_DATA_DIR" in message
 
 
+def test_a_data_folder_one_level_off_names_the_setting_that_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder of all data sets (multi30k/, imdb/, ...) given as
+    ``data_dir``, or a data set's own folder as ``KT_DATA_DIR`` (which names
+    their parent), said that the file was missing and how to download it;
+    the line now names the folder that holds it and the setting to use."""
+    root = tmp_path / "data"
+    (root / "multi30k").mkdir(parents=True)
+    (root / "multi30k" / "val.de").write_text("Ein Hund.\n", encoding="utf-8")
+    (root / "multi30k" / "val.en").write_text("A dog.\n", encoding="utf-8")
+    with pytest.raises(FileNotFoundError) as info:
+        load_multi30k("val", data_dir=root)
+    message = str(info.value)
+    assert (
+        "holds neither val.de.gz nor val.de, but its folder multi30k/ does" in message
+    )
+    assert message.endswith(f"to {root / 'multi30k'}.") and "Download" not in message
+    monkeypatch.setenv("KT_DATA_DIR", str(root / "multi30k"))
+    with pytest.raises(FileNotFoundError) as info:
+        load_multi30k("val")
+    message = str(info.value)
+    assert f"does not exist, but {root / 'multi30k'} holds val.de" in message
+    assert message.endswith(
+        f"(or KT_DATA_DIR to {root}: it names the folder that holds multi30k/)."
+    )
+    monkeypatch.setenv("KT_DATA_DIR", str(root))
+    assert load_multi30k("val").sources == ("Ein Hund.",)
+
+
 def test_multi30k_url_and_cache_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
