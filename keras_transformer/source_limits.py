@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Sequence
 from typing import TypeVar
 
+from keras_transformer.validation import first_few
+
 _Id = TypeVar("_Id")
 
 __all__ = [
@@ -43,8 +45,7 @@ class SourceCutWarning(UserWarning):
 
 def describe_lines(numbers: Sequence[int], limit: int = 10) -> str:
     """``"3, 17, 20"``, or the first `limit` numbers and ``", ..."``."""
-    shown = ", ".join(str(n) for n in numbers[:limit])
-    return shown + (", ..." if len(numbers) > limit else "")
+    return first_few(numbers, limit)
 
 
 def warn_cut_sources(

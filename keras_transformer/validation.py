@@ -40,6 +40,7 @@ __all__ = [
     "check_rate",
     "check_sentence",
     "check_string",
+    "first_few",
     "with_article",
 ]
 
@@ -202,6 +203,13 @@ def check_lines(name: str, lines: Any) -> list[str]:
     for i, line in enumerate(lines):
         check_sentence(f"{name}[{i}]", line)
     return lines
+
+
+def first_few(items: Sequence[Any], limit: int) -> str:
+    """``"a, b, c"``: the items of a one-line message, or the first `limit`
+    of them and ``", ..."``."""
+    shown = ", ".join(str(item) for item in items[:limit])
+    return shown + (", ..." if len(items) > limit else "")
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

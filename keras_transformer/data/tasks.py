@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keras_transformer.conventions import TASK_NAMES
+from keras_transformer.validation import first_few
 
 if TYPE_CHECKING:
     from keras_transformer.data.text import TextPairs
@@ -361,10 +362,9 @@ def _check_split_files(split: str, source: str | None, target: str | None) -> No
                 for name in os.listdir(path)
                 if os.path.isfile(os.path.join(path, name))
             )
-            holds = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
+            holds = f"it holds {first_few(inside, 3)}" if inside else "it is empty"
             raise ValueError(
-                f"{setting} {path} is a folder, not a file "
-                f"({'it holds ' + holds if inside else 'it is empty'}): name the "
+                f"{setting} {path} is a folder, not a file ({holds}): name the "
                 f"file itself ({setting}={os.path.join(path, 'FILE')})."
             )
     if (

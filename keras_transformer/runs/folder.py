@@ -68,6 +68,7 @@ from keras_transformer.runs.weights import (
     weights_file_problem,
     weights_layout_digest,
 )
+from keras_transformer.validation import first_few
 
 __all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "enclosing_run", "is_run_dir"]
 
@@ -245,13 +246,12 @@ class RunFolder:
                 f"{self.path} is not a training work directory: {why}. Pass the "
                 "--workdir of a `keras-transformer train` run."
             )
-        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
         return (
             f"{self.path} is not a training work directory: {why} (it holds "
-            f"{shown}). Pass the --workdir of a `keras-transformer train` run; "
-            "a CTranslate2 or LiteRT export is read by `keras-transformer "
-            "translate --workdir` (in Python: CTranslate2Translator, "
-            "LiteRTTranslator)."
+            f"{first_few(held, 4)}). Pass the --workdir of a `keras-transformer "
+            "train` run; a CTranslate2 or LiteRT export is read by "
+            "`keras-transformer translate --workdir` (in Python: "
+            "CTranslate2Translator, LiteRTTranslator)."
         )
 
     def check_trainable(self) -> RunFolder:
@@ -283,11 +283,10 @@ class RunFolder:
             if entry.name not in run_names and not entry.name.startswith(".")
         )
         if others:
-            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
             raise ValueError(
-                f"{self.path} holds {shown} but no run ({CONFIG_FILE}): train "
-                "writes a run folder of its own. Pass a new or empty folder, or "
-                "the --workdir of a run to resume."
+                f"{self.path} holds {first_few(others, 3)} but no run "
+                f"({CONFIG_FILE}): train writes a run folder of its own. Pass a "
+                "new or empty folder, or the --workdir of a run to resume."
             )
         return self
 

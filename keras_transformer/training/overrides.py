@@ -22,6 +22,7 @@ from keras_transformer.training.config import (
     unknown_key_hint,
 )
 from keras_transformer.training.kinds import DEFAULT_KIND, recipe_for
+from keras_transformer.validation import first_few
 
 __all__ = ["apply_overrides", "parse_override"]
 
@@ -166,10 +167,9 @@ def _set_path(
     if keys and value is not None and not isinstance(value, Mapping):
         # Refused here, not by a later override into it ("is a value").
         name = ".".join(path)
-        shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
         raise ValueError(
-            f"Override {text!r}: {name!r} is a section of settings ({shown}), "
-            f"not a value: set one of its keys ({name}.{keys[0]}=...) or give "
-            "it as a JSON object."
+            f"Override {text!r}: {name!r} is a section of settings "
+            f"({first_few(keys, 4)}), not a value: set one of its keys "
+            f"({name}.{keys[0]}=...) or give it as a JSON object."
         )
     node[last] = value
