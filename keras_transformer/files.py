@@ -274,10 +274,13 @@ def check_free_space(
     """
     path = Path(path)
     try:
-        free = shutil.disk_usage(path.parent).free
+        usage = shutil.disk_usage(path.parent)
     except OSError:
         return
-    if free < needed_bytes:
+    free = usage.free
+    # A file system of size 0 (proc, sysfs) is no disk: the write itself
+    # says what is wrong there, not "no space left".
+    if usage.total and free < needed_bytes:
         raise write_error(
             path,
             OSError(errno.ENOSPC, "No space left on device"),

@@ -38,7 +38,6 @@ from keras_transformer.runs import (
     BEST_WEIGHTS,
     CHECKPOINT_DIR,
     CONFIG_FILE,
-    RESULT_FILE,
     TOKENIZER_DIR,
     CheckpointDamagedError,
     CheckpointManager,
@@ -76,7 +75,7 @@ from keras_transformer.runs.fingerprints import changed_model_settings
 from keras_transformer.runs.fingerprints import (
     fingerprint_variable as runs_fingerprint_variable,
 )
-from keras_transformer.runs.layout import CHECKPOINT_METADATA
+from keras_transformer.runs.layout import CHECKPOINT_METADATA, RUN_ENTRIES
 from keras_transformer.runs.weights import weights_info_file
 from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
@@ -494,33 +493,40 @@ def mean_of_weights(snapshots: Iterable[list[np.ndarray]]) -> list[np.ndarray]:
     return [t / count for t in total]
 
 
-#: Files of a run that an average must never replace (nor its info file).
-_RUN_FILES = (CONFIG_FILE, RESULT_FILE, BEST_WEIGHTS, BEST_INFO)
-
-
-def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Path:
+def average_output_file(
+    workdir: str | os.PathLike[str], output: str | os.PathLike[str] | None
+) -> Path:
     """The file `average_checkpoints` writes, checked to replace no run's file.
 
-    In the run folder, only a ``<name>.weights.h5`` directly in it whose
-    ``<name>.json`` is none of the run's own files (``best.weights.h5``,
-    ``best.json``, ``config.json``, ``result.json``), never anything in
-    ``checkpoints/``, ``tokenizer/`` or ``logs/``; never a file in another
-    run's folder.
+    The default, ``<workdir>/averaged.weights.h5`` (what ``--weights
+    average`` reads), may also be given. Elsewhere in the run folder only a
+    ``<name>.weights.h5`` directly in it whose name and whose info file
+    ``<name>.json`` are none of the run's own entries (`RUN_ENTRIES`:
+    ``best.weights.h5``, ``config.json``, ``data.json``,
+    ``validation.json``...), never a file in one of its folders; outside
+    it, never a file in another run's folder or in an export folder.
 
     Raises:
-        ValueError: naming the file and what it would replace.
+        ValueError: naming the file, what it would replace, and what to pass.
     """
+    from keras_transformer.export.formats import check_output_placement
+
+    workdir = Path(workdir)
+    default = workdir / AVERAGED_WEIGHTS
     if output is None:
-        return workdir / AVERAGED_WEIGHTS
+        return default
     output = Path(output)
     if not output.name.endswith(".weights.h5"):
         raise ValueError(
-            f"The output file must end in .weights.h5. Received: {str(output)!r}"
+            f"--output {output} does not end in .weights.h5: an average is written "
+            "in Keras' weights format; pass a file whose name ends in .weights.h5."
         )
     target = output.resolve()
     home = workdir.resolve()
+    if target == default.resolve():
+        return output
     advice = (
-        f"Leave out --output (the average goes to {workdir / AVERAGED_WEIGHTS}), "
+        f"Leave out --output (the average goes to {default}), "
         "or pass another name or a file outside the run folder."
     )
     if not target.is_relative_to(home):
@@ -530,6 +536,7 @@ def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Pat
                 f"--output {output} lies in another run's folder ({owner}); an "
                 f"average of {workdir} must not replace that run's files. {advice}"
             )
+        check_output_placement(output, "--output", noun="file")
         return output
     if target.parent != home:
         raise ValueError(
@@ -537,7 +544,7 @@ def _average_output(workdir: Path, output: str | os.PathLike[str] | None) -> Pat
             f"run {workdir}, which holds the run's own files. {advice}"
         )
     info = weights_info_file(target).name
-    replaced = [name for name in (target.name, info) if name in _RUN_FILES]
+    replaced = [name for name in (target.name, info) if name in RUN_ENTRIES]
     if replaced:
         raise ValueError(
             f"--output {output} would replace {' and '.join(replaced)} of the run "
@@ -621,7 +628,7 @@ def average_checkpoints(
     # Every kind: the run's own model (a translation model, a classifier or
     # an Image Transformer), its tokenizer checked when the kind has one.
     tokenizer = run.stored_tokenizer()
-    output = _average_output(workdir, output)
+    output = average_output_file(workdir, output)
     checkpoint_dir = workdir / CHECKPOINT_DIR
     model = run.build_model(tokenizer)
     # Into the run folder: its writer lock from the start, so that a running

@@ -250,11 +250,23 @@ def test_weights_without_a_fingerprint_need_the_option(run, capsys):
 
 @pytest.mark.parametrize(
     "output",
-    ["best.weights.h5", "config.weights.h5", "checkpoints/avg.weights.h5", "OTHER"],
+    [
+        "best.weights.h5",
+        "config.weights.h5",
+        "data.weights.h5",
+        "validation.weights.h5",
+        "checkpoints/avg.weights.h5",
+        "translations/avg.weights.h5",
+        "OTHER",
+    ],
 )
 def test_average_checkpoints_never_replaces_a_runs_own_files(run, capsys, output):
     """``--output <run>/best.weights.h5`` replaced the best weights and
-    best.json: ``--weights best`` then silently meant the average."""
+    best.json: ``--weights best`` then silently meant the average;
+    ``data.weights.h5`` replaced the run's data record ``data.json`` (and
+    ``validation.weights.h5`` its ``validation.json``) with the average's
+    info. A file in ``checkpoints/`` was refused with advice to write into
+    ``translations/``, which the average refused in turn."""
     workdir, other = run
     target = other / "averaged.weights.h5" if output == "OTHER" else workdir / output
 
@@ -268,7 +280,8 @@ def test_average_checkpoints_never_replaces_a_runs_own_files(run, capsys, output
     before, before_other = contents(workdir), contents(other)
     command = ["average-checkpoints", "--workdir", str(workdir), "--last", "2"]
     assert cli.main([*command, "--output", str(target)]) == 2
-    _one_line_error(capsys, f"--output {target}")
+    line = _one_line_error(capsys, f"--output {target}")
+    assert "translations/ folder" not in line, line
     assert contents(workdir) == before
     assert contents(other) == before_other
     with pytest.raises(ValueError, match="would replace best.weights.h5 and best"):
@@ -334,6 +347,17 @@ def _datasets(file) -> list[str]:
         )
     )
     return names
+
+
+def test_average_checkpoints_takes_its_default_file_given_by_name(run, capsys):
+    """``--output <run>/averaged.weights.h5``, where the average goes without
+    --output, was refused as a file the run needs."""
+    workdir, _ = run
+    default = workdir / "averaged.weights.h5"
+    command = ["average-checkpoints", "--workdir", str(workdir), "--last", "2"]
+    assert cli.main([*command, "--output", str(default)]) == 0
+    assert f"Averaged weights written to {default}" in capsys.readouterr().out
+    RunFolder(workdir).restore(RunFolder(workdir).build_model(), "average")
 
 
 def test_the_runs_own_checkpoints_still_load(run):
