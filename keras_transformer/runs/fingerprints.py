@@ -107,8 +107,11 @@ class RunFingerprint:
         return self.run_id == other.run_id and self.tokenizer == other.tokenizer
 
     def describe(self) -> str:
+        """``run <id> in <folder> (tokenizer <hash>)``; an image run has no
+        tokenizer, and no folder is named where none was recorded."""
         where = f" in {self.workdir}" if self.workdir else ""
-        return f"run {self.run_id}{where} (tokenizer {self.tokenizer[:12]})"
+        tokenizer = f" (tokenizer {self.tokenizer[:12]})" if self.tokenizer else ""
+        return f"run {self.run_id}{where}{tokenizer}"
 
 
 def config_hash(model_config: Any) -> str:

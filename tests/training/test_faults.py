@@ -262,6 +262,22 @@ def test_an_output_file_never_replaces_a_file_the_command_reads(run, tmp_path, c
     assert reference.read_text() == "2023-07-03\n"
 
 
+def test_weights_of_an_image_run_are_refused_naming_no_empty_tokenizer(
+    trained, trained_image
+):
+    """The refusal said "written by run <id> in <folder> (tokenizer ), but
+    this folder is ...": an image run has no tokenizer to name."""
+    folder, image_folder = runs.RunFolder(trained), runs.RunFolder(trained_image)
+    image_weights = str(trained_image / "checkpoints" / "ckpt-9")
+    with pytest.raises(runs.ForeignCheckpointError) as error:
+        folder.restore(folder.build_model(), image_weights)
+    message = str(error.value)
+    image_run = image_folder.fingerprint()
+    assert f"written by run {image_run.run_id} in {trained_image}, but" in message
+    assert f"(tokenizer {folder.fingerprint().tokenizer[:12]})" in message
+    assert "(tokenizer )" not in message and "\n" not in message
+
+
 def test_weights_given_for_an_export_are_refused(exported, tmp_path, capsys):
     """``translate --workdir <export> --weights best`` translated with the
     export's own weights without a word; every command that reads a model
