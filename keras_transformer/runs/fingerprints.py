@@ -190,7 +190,10 @@ def read_checkpoint_metadata(checkpoint_dir: Path) -> dict[str, Any]:
     An unreadable (garbled, truncated) file is one warning naming it, once
     per process: every command goes on with the checkpoint files on disk
     (`checkpoint_paths`, and the fingerprint they carry), and the next
-    `train` of the run writes the file again.
+    `train` of the run writes the file again. So is another run's file
+    (copied from its folder: it records a run id that none of the
+    checkpoints beside it carries), whose tokenizer and model settings
+    would otherwise be blamed on the run's own tokenizer and config.
     """
     path = checkpoint_dir / CHECKPOINT_METADATA
     remedy = (
@@ -199,17 +202,61 @@ def read_checkpoint_metadata(checkpoint_dir: Path) -> dict[str, Any]:
         "run writes it again."
     )
     try:
-        return read_json_object(path, remedy)
+        metadata = read_json_object(path, remedy)
     except FileNotFoundError:
         return {}
     except ValueError as e:
         problem = str(e)
     except OSError as e:
         problem = f"{path} cannot be read ({e.strerror or short_error(e)}): {remedy}"
+    else:
+        owner = _another_runs_metadata(metadata, path.parent)
+        if owner is None:
+            return metadata
+        problem = f"{path} is {owner}, copied from its folder: {remedy}"
     if str(path) not in _UNREADABLE_METADATA:
         _UNREADABLE_METADATA.add(str(path))
         logger.warning("%s", problem)
     return {}
+
+
+#: The run id that a checkpoint carries ("" for none), by its prefix and
+#: the time its index was written: each checkpoint is read once.
+_CARRIED_RUN_IDS: dict[tuple[str, int], str] = {}
+
+
+def _carried_run_ids(directory: Path) -> set[str]:
+    """The run ids that the checkpoints in `directory` carry."""
+    found = set()
+    for prefix in checkpoint_prefixes_on_disk(directory):
+        try:
+            key = (str(prefix), os.stat(f"{prefix}.index").st_mtime_ns)
+        except OSError:
+            continue
+        if key not in _CARRIED_RUN_IDS:
+            fingerprint = checkpoint_fingerprint(prefix)
+            _CARRIED_RUN_IDS[key] = "" if fingerprint is None else fingerprint.run_id
+        found.add(_CARRIED_RUN_IDS[key])
+    return found - {""}
+
+
+def _another_runs_metadata(
+    metadata: Mapping[str, Any], checkpoint_dir: Path
+) -> str | None:
+    """Whose ``checkpoints.json`` `metadata` is, when it records a run id
+    that none of the checkpoints in `checkpoint_dir` carries (None: the
+    checkpoints' own, or nothing to tell)."""
+    recorded = metadata.get("run_id")
+    if not recorded:
+        return None
+    carried = _carried_run_ids(checkpoint_dir)
+    if not carried or recorded in carried:
+        return None
+    where = f" in {metadata['workdir']}" if metadata.get("workdir") else ""
+    return (
+        f"another run's (run {recorded}{where}; the checkpoints beside it carry "
+        f"run {', '.join(sorted(carried))})"
+    )
 
 
 def write_checkpoint_metadata(

@@ -580,10 +580,24 @@ def test_a_checkpoint_never_recorded_is_found_and_kept(run):
     assert _names(run) == ["ckpt-3", "ckpt-6", "ckpt-9", "ckpt-12"]
 
 
-def test_a_garbled_checkpoints_json_is_one_warning_not_a_block(run, tmp_path, caplog):
+@pytest.mark.parametrize("damage", ["garbled", "another run's"])
+def test_a_garbled_checkpoints_json_is_one_warning_not_a_block(
+    run, tmp_path, caplog, damage, request
+):
+    """Also one copied from another run folder (a file from another run),
+    which blamed the run's own files: its tokenizer ("restore the tokenizer/
+    folder of this run") or its config.json ("it was changed after
+    training"), and `train --force` was refused even so."""
     metadata_file = run / "checkpoints" / "checkpoints.json"
     run_id = json.loads(metadata_file.read_text())["run_id"]
-    metadata_file.write_text('{"vocabulary_size": 2')
+    if damage == "garbled":
+        metadata_file.write_text('{"vocabulary_size": 2')
+        expected = "not valid JSON"
+    else:
+        other = request.getfixturevalue("trained_classification")
+        shutil.copy(other / "checkpoints" / "checkpoints.json", metadata_file)
+        other_id = json.loads(metadata_file.read_text())["run_id"]
+        expected = f"another run's (run {other_id} in {other}; the checkpoints"
     newest = _weights_of(run, "ckpt-9")
     source = tmp_path / "source.txt"
     source.write_text("Montag, 3. Juli 2023\n")
@@ -597,7 +611,7 @@ def test_a_garbled_checkpoints_json_is_one_warning_not_a_block(run, tmp_path, ca
         r.getMessage() for r in caplog.records if "checkpoints.json" in r.getMessage()
     ]
     assert len(warnings) == 1, warnings
-    assert str(metadata_file) in warnings[0] and "not valid JSON" in warnings[0]
+    assert str(metadata_file) in warnings[0] and expected in warnings[0]
     assert "tokenizer" not in warnings[0]
     # train goes on from ckpt-9 and writes the file again, same run id.
     result = train(small_config(*RUN_OVERRIDES, "train.train_steps=12"), run)
