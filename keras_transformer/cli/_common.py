@@ -92,7 +92,9 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
-def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
+def check_path(
+    value: str | os.PathLike[str], kind: str, argument: str, *, placement: bool = True
+) -> Path:
     """`value` as a `Path`, if it is the `kind` of thing the argument needs.
 
     One check for every path argument of every command, so that a file
@@ -103,6 +105,9 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
         value: the path given.
         kind: one of `PATH_KINDS`.
         argument: how the user wrote it (``--workdir``, ``config file``).
+        placement: whether an output (`_OUTPUT_KINDS`) is also checked to
+            spare runs and exports; False where the command checks its
+            output's place by rules of its own (``average-checkpoints``).
 
     Raises:
         CommandError: naming the argument, the path, what is wrong, and what
@@ -130,7 +135,7 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
                 f"{argument} {path} cannot be {what} (permission denied): fix its "
                 f"permissions or pass another {noun}."
             )
-        if kind in _OUTPUT_KINDS:
+        if placement and kind in _OUTPUT_KINDS:
             _check_output_spares_runs_and_exports(path, argument, kind)
         return path
     if not kind.startswith("new"):
@@ -148,7 +153,7 @@ def check_path(value: str | os.PathLike[str], kind: str, argument: str) -> Path:
             f"{argument} {path} cannot be created: {parent} is not writable "
             f"(permission denied). Pass a {noun} in a folder you can write to."
         )
-    if kind in _OUTPUT_KINDS:
+    if placement and kind in _OUTPUT_KINDS:
         _check_output_spares_runs_and_exports(path, argument, kind)
     return path
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from keras_transformer.cli._common import (
     CommandError,
@@ -40,21 +39,14 @@ def run(args: argparse.Namespace) -> int:
     """Writes the averaged weights and says where."""
     check_numbers(args, {"--last": (lambda v: v >= 1, "1 or more checkpoints")})
     check_paths(args, workdir="folder")
+    if args.output is not None:
+        # A file that can be written; where it may go is the average's own
+        # rule (`average_output_file`: its default file in the run folder is
+        # taken, other files of a run refused), not other commands' outputs'.
+        check_path(args.output, "new file", "--output", placement=False)
     refuse_export(args.workdir, "--workdir", "checkpoints to average")
-    from keras_transformer.runs.layout import AVERAGED_WEIGHTS
     from keras_transformer.training import average_checkpoints
-    from keras_transformer.training.checkpoints import average_output_file
 
-    # The average's own rules first (its default file in the run folder is
-    # taken, any other run file refused with advice that holds for an
-    # average), then whether the file can be written.
-    try:
-        output = average_output_file(args.workdir, args.output)
-    except ValueError as e:
-        raise CommandError(str(e)) from None
-    default = Path(args.workdir, AVERAGED_WEIGHTS).resolve()
-    if output.resolve() != default:
-        check_path(output, "new file", "--output")
     try:
         path = average_checkpoints(args.workdir, last=args.last, output=args.output)
     except (ValueError, FileNotFoundError) as e:

@@ -385,13 +385,15 @@ def _fingerprint_of_checkpoints(directory: Path) -> RunFingerprint | None:
 
 
 def checkpoint_fingerprint(prefix: str | os.PathLike[str]) -> RunFingerprint | None:
-    """The fingerprint saved in a checkpoint (None for one written before them)."""
+    """The fingerprint saved in a checkpoint (None for one written before
+    them, or one too damaged to read it from: an empty data file reads short,
+    an `IndexError`)."""
     try:
         reader = tf.train.load_checkpoint(str(prefix))
         if not reader.has_tensor(FINGERPRINT_KEY):
             return None
         value = reader.get_tensor(FINGERPRINT_KEY)
-    except (tf.errors.OpError, ValueError):
+    except (tf.errors.OpError, ValueError, IndexError):
         return None
     text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
     try:
