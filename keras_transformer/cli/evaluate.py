@@ -205,6 +205,8 @@ def _unwritable(path: Path) -> str | None:
         # An existing file is replaced by a new one written beside it
         # (`write_atomically`): what counts is its folder, not the file.
         parent = path.parent
+    if not parent.is_dir():  # a file where a folder goes (``translations``)
+        return f"{parent} is a file, not a folder"
     if os.access(parent, os.W_OK | os.X_OK):
         return None
     try:

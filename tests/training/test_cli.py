@@ -759,6 +759,29 @@ def test_evaluate_progress_into_a_pipe_is_plain_lines(
     assert re.search(r"^4/4 sentences  .*  elapsed \d:\d\d:\d\d$", lines[1])
 
 
+def test_evaluate_names_a_file_where_the_translations_folder_goes(
+    trained_run: Path, tmp_path: Path, capsys
+) -> None:
+    """A file named ``translations`` in the run folder was called "not
+    writable"; it is a file where the folder goes."""
+    import shutil
+
+    workdir = shutil.copytree(trained_run, tmp_path / "run")
+    shutil.rmtree(workdir / "translations", ignore_errors=True)
+    (workdir / "translations").write_text("notes\n")
+    assert cli.main(["evaluate", "--workdir", str(workdir), *EVALUATE]) == 0
+    captured = capsys.readouterr()
+    assert "BLEU" in captured.out
+    (translations,) = _warnings(captured.err)
+    assert translations == (
+        "keras-transformer evaluate: warning: the translations will not be saved "
+        f"to {workdir / 'translations' / 'test.beam1.last.txt'}: "
+        f"{workdir / 'translations'} is a file, not a folder. Scoring goes on; "
+        "pass --hypotheses FILE to save them elsewhere."
+    )
+    assert (workdir / "translations").read_text() == "notes\n"
+
+
 def test_evaluate_with_only_hypotheses_on_a_read_only_run_folder(
     trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
