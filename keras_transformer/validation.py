@@ -40,6 +40,7 @@ __all__ = [
     "check_rate",
     "check_sentence",
     "check_string",
+    "count_of",
     "first_few",
     "with_article",
 ]
@@ -203,6 +204,16 @@ def check_lines(name: str, lines: Any) -> list[str]:
     for i, line in enumerate(lines):
         check_sentence(f"{name}[{i}]", line)
     return lines
+
+
+def count_of(count: int, noun: str, plural: str | None = None) -> str:
+    """``"1 line"``, ``"2 lines"``, ``"1,014 lines"``: a count in a message
+    (`plural` where adding an ``s`` does not make it: ``prefixes``).
+
+    >>> count_of(1, "line"), count_of(1014, "line"), count_of(2, "prefix", "prefixes")
+    ('1 line', '1,014 lines', '2 prefixes')
+    """
+    return f"{count:,} " + (noun if count == 1 else plural or noun + "s")
 
 
 def first_few(items: Sequence[Any], limit: int) -> str:

@@ -340,7 +340,7 @@ def test_translate_command_n_best_and_prefixes(
     prefix_file.write_text("1999\n", encoding="utf-8")
     argv = ["--workdir", str(model_dir), "--input", str(source)]
     argv += ["--prefix-file", str(prefix_file)]
-    with pytest.raises(Exception, match="has 1 lines but the input has 3"):
+    with pytest.raises(Exception, match="has 1 line but the input has 3"):
         translate_command.run(_parse(translate_command.add_arguments, argv))
 
 

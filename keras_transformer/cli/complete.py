@@ -19,6 +19,7 @@ from keras_transformer.cli._common import (
     in_flag_words,
     refuse_export,
 )
+from keras_transformer.validation import count_of
 
 NAME = "complete"
 HELP = "Complete the test images of an image run from their top rows (PNG grid)."
@@ -80,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as e:
         message = in_flag_words(str(e), *names, num_images="--images")
         raise CommandError(message) from e
-    images = f"{args.images} test image" + ("s" if args.images != 1 else "")
-    samples = f"{args.samples} completion" + ("s" if args.samples != 1 else "")
+    images = count_of(args.images, "test image")
+    samples = count_of(args.samples, "completion")
     print(
         f"Completions of {images} written to {path} (rows: given, {samples}, original)."
     )

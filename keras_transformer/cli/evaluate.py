@@ -30,7 +30,7 @@ from keras_transformer.cli._record import (
     write_result_record,
 )
 from keras_transformer.conventions import TASK_NAMES
-from keras_transformer.validation import with_article
+from keras_transformer.validation import count_of, with_article
 
 if TYPE_CHECKING:  # imported where it is used: cli/ loads the standard library
     from keras_transformer.export.target import ExportFormat
@@ -169,7 +169,8 @@ def _test_set(args: argparse.Namespace, workdir: Path) -> tuple[list, list, str]
         sources, references = read_lines(args.source), read_lines(args.reference)
         if len(sources) != len(references):
             raise ValueError(
-                f"{args.source} has {len(sources)} lines but {args.reference} has "
+                f"{args.source} has {count_of(len(sources), 'line')} but "
+                f"{args.reference} has "
                 f"{len(references)}: the files must be line-aligned."
             )
         # Before the model loads (as `translation.evaluate` refuses them).

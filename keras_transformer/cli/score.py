@@ -22,6 +22,7 @@ from keras_transformer.cli._common import (
 )
 from keras_transformer.cli._parts import command_signature, output_in_parts
 from keras_transformer.cli._typed import answer_typed_lines
+from keras_transformer.validation import count_of
 
 NAME = "score"
 HELP = (
@@ -85,7 +86,7 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         sources, targets = read_lines(args.source), read_lines(args.target)
         if len(sources) != len(targets):
             raise CommandError(
-                f"--source has {len(sources)} lines but --target has "
+                f"--source has {count_of(len(sources), 'line')} but --target has "
                 f"{len(targets)}; pass one target per source."
             )
         return sources, targets

@@ -21,6 +21,7 @@ from keras_transformer.cli._common import (
 )
 from keras_transformer.cli._parts import command_signature, output_in_parts
 from keras_transformer.cli._typed import answer_typed_lines
+from keras_transformer.validation import count_of
 
 NAME = "translate"
 HELP = (
@@ -103,8 +104,9 @@ def read_prefixes(
     prefixes = read_lines(args.prefix_file)
     if len(prefixes) != len(lines):
         raise CommandError(
-            f"--prefix-file {args.prefix_file} has {len(prefixes)} lines but the "
-            f"input has {len(lines)}; pass one prefix per input line (empty: none)."
+            f"--prefix-file {args.prefix_file} has {count_of(len(prefixes), 'line')} "
+            f"but the input has {len(lines)}; pass one prefix per input line "
+            "(empty: none)."
         )
     return lines, prefixes
 
@@ -368,7 +370,8 @@ def _read_constraints(path: str | None, count: int) -> list[list[str]] | None:
         rows = file.read().splitlines()
     if len(rows) != count:
         raise CommandError(
-            f"--constraints-file {path} has {len(rows)} lines for {count} input "
-            "lines; give one line per input line (empty for none)."
+            f"--constraints-file {path} has {count_of(len(rows), 'line')} for "
+            f"{count_of(count, 'input line')}; give one line per input line (empty "
+            "for none)."
         )
     return [[phrase for phrase in row.split("\t") if phrase.strip()] for row in rows]

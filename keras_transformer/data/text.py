@@ -35,7 +35,7 @@ from typing import Literal
 import tensorflow as tf
 
 from keras_transformer.files import check_utf8_start
-from keras_transformer.validation import check_sentence
+from keras_transformer.validation import check_sentence, count_of
 
 __all__ = [
     "BAD_LINE_POLICIES",
@@ -335,7 +335,8 @@ def read_parallel_files(
     if len(source_lines) != len(target_lines):
         raise ValueError(
             "Parallel files must have the same number of lines, but "
-            f"{source_path} has {len(source_lines)} lines and {target_path} has "
+            f"{source_path} has {count_of(len(source_lines), 'line')} and "
+            f"{target_path} has "
             f"{len(target_lines)}. Check that the two files belong to the same "
             "corpus and split, and that neither is truncated."
         )

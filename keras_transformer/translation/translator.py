@@ -358,7 +358,8 @@ class Translator:
         prefixes = check_lines("prefixes", prefixes)
         if len(prefixes) != count:
             raise ValueError(
-                f"translate got {count} lines but {len(prefixes)} prefixes; pass "
+                f"translate got {validation.count_of(count, 'line')} but "
+                f"{validation.count_of(len(prefixes), 'prefix', 'prefixes')}; pass "
                 'one prefix per line ("" for none).'
             )
         return self.tokenizer.encode(prefixes)
