@@ -460,6 +460,14 @@ def _train(
             config, checkpoint_dir, tokenizer, model, optimizer, say, force
         )
     say(recipe.plan(config, strategy, data, tokenizer, schedule))
+    if initial_step >= schedule[0]:
+        say(
+            f"The run has made {initial_step} updates, "
+            f"{'all' if initial_step == schedule[0] else 'more than'} the "
+            f"{schedule[0]} planned: nothing is left to train, so its weights are "
+            "evaluated as they are (raise train.train_steps or train.epochs to "
+            "train on)."
+        )
     run = RunContext(
         config, root, log_dir, model, tokenizer, data, fingerprint, initial_step, say
     )

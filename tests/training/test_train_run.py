@@ -267,6 +267,26 @@ def test_changed_config_is_refused(run):
         train(small_config("model.d_ff=128"), workdir, printer=None)
 
 
+@pytest.mark.parametrize("train_steps", [6, 3])
+def test_a_run_with_nothing_left_to_train_says_so(run, tmp_path, train_steps):
+    """A finished run trained again (or given fewer updates than it made)
+    said "Training 6 updates ..." and then evaluated, training none."""
+    config, workdir, _ = run
+    copy = shutil.copytree(workdir, tmp_path / "run")
+    printed: list[str] = []
+    fewer = apply_overrides(config, [f"train.train_steps={train_steps}"])
+    result = train(fewer, copy, printer=printed.append)
+    assert result.initial_step == 6
+    said = "all the 6" if train_steps == 6 else "more than the 3"
+    assert (
+        f"The run has made 6 updates, {said} planned: nothing is left to train"
+        in "\n".join(printed)
+    ), printed
+    assert sorted(p.name for p in (copy / "checkpoints").glob("*.index")) == [
+        p.name for p in sorted((workdir / "checkpoints").glob("*.index"))
+    ]
+
+
 def test_tokenizer_that_does_not_match_the_checkpoint_is_refused(run, tmp_path):
     config, workdir, _ = run
     copy = tmp_path / "run"
