@@ -390,6 +390,8 @@ def train(
             with `force` it starts from step 0).
         CheckpointWriteError: when a checkpoint cannot be written (full
             disk); the previous one stays intact and the latest.
+        TypeError: when `workdir` is not a path, `printer` not a function or
+            `callbacks` not Keras callbacks (before anything is written).
         NotADirectoryError: when `workdir` is a file.
         ValueError: when `workdir` holds files but no run (an export folder,
             a run's checkpoints folder, someone's files), or lies in an
@@ -406,6 +408,7 @@ def train(
             f"`config` must be a TrainConfig. Received: {type(config).__name__}; "
             "read a file with TrainConfig.load(path), or use TrainConfig.from_dict."
         )
+    callbacks = _checked_train_arguments(workdir, callbacks, printer)
     # What the config alone tells (a warm-up longer than the run, a model
     # that cannot fit in memory) is refused before the run folder is made.
     check_before_training(config)
@@ -428,6 +431,39 @@ def train(
             printer,
             data,
         )
+
+
+def _checked_train_arguments(
+    workdir: Any, callbacks: Any, printer: Any
+) -> list[keras.callbacks.Callback]:
+    """`train`'s other arguments, checked before the run folder is made (a
+    wrong `printer` failed after it had written ``config.json``); returns
+    the callbacks as a list."""
+    if not isinstance(workdir, (str, os.PathLike)):
+        raise TypeError(
+            "`workdir` must be the run folder's path (a str or pathlib.Path). "
+            f"Received: {workdir!r}"
+        )
+    if printer is not None and not callable(printer):
+        raise TypeError(
+            "`printer` must be a function of one line (such as print), or None "
+            f"for silence. Received: {printer!r}"
+        )
+    is_callback = keras.callbacks.Callback
+    single = isinstance(callbacks, (str, bytes, is_callback))
+    if single or not hasattr(callbacks, "__iter__"):
+        wrong = [callbacks]
+    else:
+        callbacks = list(callbacks)
+        wrong = [c for c in callbacks if not isinstance(c, is_callback)]
+    if wrong:
+        wrap = isinstance(callbacks, is_callback)
+        raise TypeError(
+            "`callbacks` must be a list of keras.callbacks.Callback instances"
+            + ("; wrap one callback in a list" if wrap else "")
+            + f". Received: {wrong[0]!r}"
+        )
+    return callbacks
 
 
 def _train(

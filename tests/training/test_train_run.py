@@ -460,6 +460,29 @@ def test_train_without_a_config_resumes_the_run_in_its_workdir(run, tmp_path, ca
     assert "is not a run's config" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argument, value, received",
+    [
+        ("workdir", None, "None"),
+        ("printer", 5, "5"),
+        ("callbacks", [5], "5"),
+        ("callbacks", "stop", "'stop'"),
+        ("callbacks", keras.callbacks.History(), "wrap one callback in a list"),
+    ],
+)
+def test_train_refuses_a_wrong_argument_before_writing(
+    tmp_path, argument, value, received
+):
+    """``printer=5`` failed with "'int' object is not callable" after the
+    run folder held config.json and a lock; ``workdir=None`` with
+    os.fspath's message; one callback not in a list was not iterable."""
+    arguments = {"workdir": tmp_path / "run", argument: value}
+    with pytest.raises(TypeError, match=f"`{argument}` must be") as error:
+        train(small_config(), **arguments)
+    assert received in str(error.value) and "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_train_refuses_a_folder_that_holds_files_but_no_run(run, tmp_path, capsys):
     """``train --workdir <an export folder, a run's checkpoints/, a project>``
     wrote a run among the files there (a folder both an export and a run)."""
