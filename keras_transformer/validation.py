@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "check_lines",
     "check_number",
     "check_pair",
+    "check_path",
     "check_positive_int",
     "check_rate",
     "check_sentence",
@@ -297,6 +299,22 @@ def close_name_hint(unknown: Sequence[str], known: Iterable[str]) -> str:
 def with_article(noun: str) -> str:
     """``a classification``, ``an image``: a kind's name in a message."""
     return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
+def check_path(name: str, value: Any) -> None:
+    """Refuses a path argument that is no path (None, a number, a list) in
+    one line that names it; Python's own message ("expected str, bytes or
+    os.PathLike object") names no argument.
+
+    >>> check_path("`workdir`", None)
+    Traceback (most recent call last):
+    ...
+    TypeError: `workdir` must be a path (a str or pathlib.Path). Received: None
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"{name} must be a path (a str or pathlib.Path). Received: {value!r}"
+        )
 
 
 def check_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:

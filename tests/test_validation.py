@@ -121,3 +121,61 @@ def test_check_fields_names_each_field_by_its_config_key():
             section="model",
             allow_none=True,
         )
+
+
+def _entry_points():
+    from keras_transformer.export import (
+        CTranslate2Translator,
+        LiteRTTranslator,
+        ReviewClassifier,
+        load_export,
+    )
+    from keras_transformer.runs import RunFolder
+    from keras_transformer.training import average_checkpoints, load_trained_model
+    from keras_transformer.translation import Translator
+
+    return {
+        "Translator.load": (lambda v: Translator.load(v), "`path`"),
+        "Translator.from_runs": (lambda v: Translator.from_runs([v]), "Each of"),
+        "CTranslate2Translator": (lambda v: CTranslate2Translator(v), "`folder`"),
+        "LiteRTTranslator": (lambda v: LiteRTTranslator(v), "`path`"),
+        "ReviewClassifier.load": (lambda v: ReviewClassifier.load(v), "`folder`"),
+        "load_export": (lambda v: load_export(v), "`export_dir`"),
+        "average_checkpoints": (lambda v: average_checkpoints(v), "`workdir`"),
+        "load_trained_model": (lambda v: load_trained_model(v), "A run folder"),
+        "RunFolder": (lambda v: RunFolder(v), "A run folder"),
+    }
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "Translator.load",
+        "Translator.from_runs",
+        "CTranslate2Translator",
+        "LiteRTTranslator",
+        "ReviewClassifier.load",
+        "load_export",
+        "average_checkpoints",
+        "load_trained_model",
+        "RunFolder",
+    ],
+)
+@pytest.mark.parametrize("value", [None, 5])
+def test_a_folder_argument_that_is_no_path_is_named(entry, value):
+    """Each said only os.fspath's "expected str, bytes or os.PathLike
+    object, not NoneType", naming no argument."""
+    call, name = _entry_points()[entry]
+    with pytest.raises(TypeError) as caught:
+        call(value)
+    message = str(caught.value)
+    assert message.startswith(name) and message.endswith(f"Received: {value!r}")
+    assert "a str or pathlib.Path" in message
+
+
+def test_an_ensemble_of_one_string_is_refused_not_read_letter_by_letter():
+    """``Translator.from_runs("run")`` looked for the runs "r", "u" and "n"."""
+    from keras_transformer.translation import Translator
+
+    with pytest.raises(TypeError, match="wrap one folder in a list"):
+        Translator.from_runs("runs/dates")

@@ -136,6 +136,7 @@ class ReviewClassifier:
     ) -> ReviewClassifier:
         """The classifier of a classification run folder (with its `weights`)
         or export folder (`load_classifier`)."""
+        validation.check_path("`folder`", folder)
         model, tokenizer, settings = load_classifier(Path(folder), weights)
         return cls(model, tokenizer, settings, batch_size)
 

@@ -352,6 +352,7 @@ class CTranslate2Translator:
     ) -> None:
         import sentencepiece
 
+        validation.check_path("`folder`", folder)
         ctranslate2 = import_ctranslate2()
         folder = Path(folder)
         if not is_ctranslate2_dir(folder):

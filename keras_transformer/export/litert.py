@@ -276,6 +276,7 @@ class LiteRTTranslator:
         import sentencepiece as spm
         from ai_edge_litert.interpreter import Interpreter
 
+        validation.check_path("`path`", path)
         path = Path(path)
         missing = [
             n

@@ -25,6 +25,7 @@ from keras_transformer.runs.layout import (
     EXPORT_MODEL_FILE,
     TOKENIZER_DIR,
 )
+from keras_transformer.validation import check_path
 
 __all__ = [
     "QUANTIZATIONS",
@@ -98,6 +99,7 @@ def load_export(
         ``export.json`` (empty when the folder has none). The model is the
         float32 one; an int8 export serves ``quantized(model, "int8")``.
     """
+    check_path("`export_dir`", export_dir)
     export_dir = Path(export_dir)
     if not is_export_dir(export_dir):
         raise FileNotFoundError(

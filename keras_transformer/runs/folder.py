@@ -68,7 +68,7 @@ from keras_transformer.runs.weights import (
     weights_file_problem,
     weights_layout_digest,
 )
-from keras_transformer.validation import first_few
+from keras_transformer.validation import check_path, first_few
 
 __all__ = ["STORED_KINDS", "RunFolder", "StoredKind", "enclosing_run", "is_run_dir"]
 
@@ -168,6 +168,7 @@ class RunFolder:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        check_path("A run folder", path)
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise NotADirectoryError(

@@ -84,7 +84,7 @@ from keras_transformer.training.config import (
 )
 from keras_transformer.training.data_record import check_data_files
 from keras_transformer.training.kinds import recipe_for
-from keras_transformer.validation import check_positive_int
+from keras_transformer.validation import check_path, check_positive_int
 
 # The run-folder names (`CHECKPOINT_DIR`, `CONFIG_FILE`, ...) are defined and
 # listed in `keras_transformer.runs`; they stay importable from here.
@@ -622,6 +622,7 @@ def average_checkpoints(
             carries no fingerprint, see `keras_transformer.runs.check_fingerprint`).
         FolderLockedError: when another command writes the run folder.
     """
+    check_path("`workdir`", workdir)
     workdir = Path(workdir)
     check_positive_int("last", last)
     run = RunFolder(workdir).check()

@@ -57,6 +57,7 @@ from keras_transformer.training.kinds import recipe_for
 from keras_transformer.training.preemption import PreemptionCheckpoint
 from keras_transformer.training.progress_logger import PlainProgressLogger
 from keras_transformer.training.recipes import RunContext
+from keras_transformer.validation import check_path
 
 __all__ = [
     "ConfigMismatchError",
@@ -439,11 +440,7 @@ def _checked_train_arguments(
     """`train`'s other arguments, checked before the run folder is made (a
     wrong `printer` failed after it had written ``config.json``); returns
     the callbacks as a list."""
-    if not isinstance(workdir, (str, os.PathLike)):
-        raise TypeError(
-            "`workdir` must be the run folder's path (a str or pathlib.Path). "
-            f"Received: {workdir!r}"
-        )
+    check_path("`workdir`", workdir)
     if printer is not None and not callable(printer):
         raise TypeError(
             "`printer` must be a function of one line (such as print), or None "

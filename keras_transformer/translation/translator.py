@@ -183,6 +183,7 @@ class Translator:
         (`with_export_settings`), as its SavedModel does; the `settings`
         given here (`DecodeSettings` fields, or a whole ``settings=``
         object) replace them."""
+        validation.check_path("`path`", path)
         settings = with_export_settings(path, settings)  # before the slow load
         model, tokenizer = load_translator(path, weights)
         return cls(model, tokenizer, **settings)
@@ -202,8 +203,15 @@ class Translator:
                 model averaged with itself translates as the model alone), or
                 naming two runs whose SentencePiece models differ.
         """
+        if isinstance(paths, (str, os.PathLike)):
+            raise TypeError(
+                "`paths` must be a list of run or export folders; wrap one folder "
+                f"in a list, or use Translator.load. Received: {paths!r}"
+            )
         if not paths:
             raise ValueError("from_runs needs at least one run folder; got none.")
+        for path in paths:
+            validation.check_path("Each of `paths`", path)
         folders = [os.path.realpath(path) for path in paths]
         for index, folder in enumerate(folders):
             if folder in folders[:index]:
