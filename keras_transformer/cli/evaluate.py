@@ -136,6 +136,12 @@ def _task_pairs(args: argparse.Namespace, workdir: Path) -> tuple[Any, str]:
         )
     task = get_task(name)
     if data_config is None or data_config.task != name:
+        if name == "files":  # its files are settings of a run's config
+            raise ValueError(
+                "--task files reads the files that a run's config names "
+                f"(data.train_source, ...), and {args.workdir} holds no run of "
+                "task 'files': pass --source FILE --reference FILE to score files."
+            )
         data_config = DataConfig(task=name)
     changes = {
         field: value

@@ -782,6 +782,19 @@ def test_evaluate_names_a_file_where_the_translations_folder_goes(
     assert (workdir / "translations").read_text() == "notes\n"
 
 
+def test_evaluate_task_files_of_a_run_of_another_task_is_one_line(
+    trained_run: Path, capsys
+) -> None:
+    """``evaluate --task files`` of a dates run said that task='files' needs
+    `data.train_source`, a config setting, where the command takes
+    --source and --reference."""
+    argv = ["evaluate", "--workdir", str(trained_run), "--task", "files"]
+    assert cli.main(argv) == 2
+    (line,) = _warnings(capsys.readouterr().err)
+    assert f"{trained_run} holds no run of task 'files'" in line
+    assert line.endswith("pass --source FILE --reference FILE to score files.")
+
+
 def test_evaluate_with_only_hypotheses_on_a_read_only_run_folder(
     trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
