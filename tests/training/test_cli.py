@@ -789,7 +789,7 @@ def test_evaluate_task_files_of_a_run_of_another_task_is_one_line(
     `data.train_source`, a config setting, where the command takes
     --source and --reference."""
     argv = ["evaluate", "--workdir", str(trained_run), "--task", "files"]
-    assert cli.main(argv) == 2
+    assert cli.main(argv) == 1
     (line,) = _warnings(capsys.readouterr().err)
     assert f"{trained_run} holds no run of task 'files'" in line
     assert line.endswith("pass --source FILE --reference FILE to score files.")
