@@ -262,6 +262,16 @@ def test_an_output_file_never_replaces_a_file_the_command_reads(run, tmp_path, c
     assert reference.read_text() == "2023-07-03\n"
 
 
+def test_an_average_is_never_written_into_an_export(run, exported):
+    """`average_checkpoints(output=<export>/x.weights.h5)` wrote the average
+    and its info file into the export folder, which `export --overwrite`
+    replaces whole (the command line refused it; the library did not)."""
+    before = sorted(p.relative_to(exported) for p in exported.rglob("*"))
+    with pytest.raises(ValueError, match="lies in the SavedModel export"):
+        average_checkpoints(run, last=2, output=exported / "x.weights.h5")
+    assert sorted(p.relative_to(exported) for p in exported.rglob("*")) == before
+
+
 def test_weights_of_an_image_run_are_refused_naming_no_empty_tokenizer(
     trained, trained_image
 ):
