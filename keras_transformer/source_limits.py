@@ -25,9 +25,11 @@ _Id = TypeVar("_Id")
 
 __all__ = [
     "EXPORT_CUT_REMEDY",
+    "LEARNED_POSITIONS_LIMIT",
     "SourceCutWarning",
     "cut_export_sources",
     "describe_lines",
+    "export_cut_remedy",
     "warn_cut_sources",
 ]
 
@@ -36,6 +38,16 @@ __all__ = [
 EXPORT_CUT_REMEDY = (
     "export the run again with a larger --max-input-length to keep more of them"
 )
+#: Why nothing keeps more of it when the limit is the model's own.
+LEARNED_POSITIONS_LIMIT = "it is the model's number of learned source positions"
+
+
+def export_cut_remedy(max_input_length: int, learned_positions: int | None) -> str:
+    """What keeps more of a source that an export cut to `max_input_length`:
+    nothing where that is the model's number of `learned_positions`."""
+    if learned_positions is not None and max_input_length >= learned_positions:
+        return LEARNED_POSITIONS_LIMIT
+    return EXPORT_CUT_REMEDY
 
 
 class SourceCutWarning(UserWarning):
@@ -71,16 +83,19 @@ def warn_cut_sources(
 
 
 def cut_export_sources(
-    rows: Sequence[Sequence[_Id]], max_input_length: int, end: _Id, where: str
+    rows: Sequence[Sequence[_Id]],
+    max_input_length: int,
+    end: _Id,
+    where: str,
+    remedy: str = EXPORT_CUT_REMEDY,
 ) -> tuple[list[list[_Id]], tuple[int, ...]]:
     """An export's encoder inputs: each row's first ``max_input_length - 1``
     ids, then `end`; and the indices of the rows that were longer and cut,
-    named in a `SourceCutWarning` (`where`: the attribute that lists them)."""
+    named in a `SourceCutWarning` (`where`: the attribute that lists them;
+    `remedy`: what keeps more of them, `export_cut_remedy`)."""
     keep = max_input_length - 1
     cut = tuple(i for i, row in enumerate(rows) if len(row) > keep)
     if cut:
         cap = f"the export's max_input_length={max_input_length} subword ids"
-        warn_cut_sources(
-            cut, len(rows), cap, keep, where, EXPORT_CUT_REMEDY, stacklevel=4
-        )
+        warn_cut_sources(cut, len(rows), cap, keep, where, remedy, stacklevel=4)
     return [[*row[:keep], end] for row in rows], cut

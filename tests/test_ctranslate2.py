@@ -195,6 +195,34 @@ def test_sources_cut_to_the_exports_limit_are_named(
     assert "1 sentence was longer than the input limit" in err and "(sentence 2)" in err
 
 
+def test_a_source_cut_to_the_models_learned_positions_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The export of a model with 16 learned source positions (its limit by
+    default) advised "export the run again with a larger
+    --max-input-length" for a cut source, which that export refuses."""
+    from keras_transformer.source_limits import SourceCutWarning
+
+    _, tokenizer = tiny_translator()
+    model = _tiny_model(tokenizer, position_encoding="learned", max_length=16)
+    folder = export_ctranslate2(model, tokenizer, tmp_path / "ct2", beam_size=1)
+    info = json.loads((folder / INFO_FILE).read_text())
+    assert info["max_input_length"] == info["learned_source_positions"] == 16
+    translator = CTranslate2Translator(folder)
+    long = " ".join(["1. Mai 2020"] * 10)
+    with pytest.warns(SourceCutWarning, match="number of learned source positions"):
+        translator.translate([long])
+    source = tmp_path / "source.txt"
+    source.write_text(f"{long}\n", encoding="utf-8")
+    argv = ["translate", "--workdir", str(folder), "--input", str(source)]
+    assert cli.main([*argv, "--output", str(tmp_path / "out.txt")]) == 0
+    err = capsys.readouterr().err
+    assert "input limit of 16 subword tokens" in err, err
+    assert err.rstrip().endswith(
+        "it is the model's number of learned source positions."
+    )
+
+
 def test_own_ranking_without_reranking(folder: Path) -> None:
     """``rerank=False``: CTranslate2's best by ``log P / |Y| ** alpha``."""
     translator = CTranslate2Translator(folder)

@@ -139,6 +139,35 @@ def test_export_litert_refuses_other_settings(tmp_path: Path) -> None:
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_the_advice_for_a_cut_source_follows_the_models_positions(exports, tmp_path):
+    """A LiteRT export cut at the model's learned source positions advised
+    exporting again with a larger --max-input-length, which is refused; an
+    export written before ``learned_source_positions`` still loads."""
+    import shutil
+
+    from keras_transformer.source_limits import (
+        EXPORT_CUT_REMEDY,
+        LEARNED_POSITIONS_LIMIT,
+    )
+
+    info = json.loads((exports["float32"] / litert.INFO_FILE).read_text())
+    assert info["learned_source_positions"] is None  # sinusoidal positions
+    assert (
+        litert.LiteRTTranslator(exports["float32"]).input_limit_remedy
+        == EXPORT_CUT_REMEDY
+    )
+    folder = Path(shutil.copytree(exports["float32"], tmp_path / "learned"))
+    for positions, remedy in (
+        (128, LEARNED_POSITIONS_LIMIT),
+        (None, EXPORT_CUT_REMEDY),
+    ):
+        record = dict(info, learned_source_positions=positions)
+        if positions is None:
+            record.pop("learned_source_positions")  # an earlier export
+        (folder / litert.INFO_FILE).write_text(json.dumps(record))
+        assert litert.LiteRTTranslator(folder).input_limit_remedy == remedy
+
+
 def test_search_flags_that_ask_for_the_exports_search_are_taken() -> None:
     """``translate``/``evaluate --method greedy`` (or ``--beam-size 1``, or
     the exported lengths) on a LiteRT export were refused like a beam; they

@@ -645,7 +645,7 @@ def report_cut_sources(
     a file, ``sentences``), and `first_number` the number the first of them
     has (a line typed at a terminal is translated alone).
     """
-    from keras_transformer.source_limits import describe_lines
+    from keras_transformer.source_limits import LEARNED_POSITIONS_LIMIT, describe_lines
 
     cut = list(getattr(translator, "cut_lines", ()) if cut is None else cut)
     if not cut:
@@ -658,7 +658,7 @@ def report_cut_sources(
     remedy = getattr(translator, "input_limit_remedy", None) or (
         "pass --max-input-length to change it"
         if limit == translator.max_input_length
-        else "it is the model's number of learned source positions"
+        else LEARNED_POSITIONS_LIMIT
     )
     warn(
         command,

@@ -76,7 +76,7 @@ from keras_transformer.export.target import (
     read_export_record,
     writing_export,
 )
-from keras_transformer.source_limits import EXPORT_CUT_REMEDY, cut_export_sources
+from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
 
 #: The decoding settings and the provenance of the folder.
 INFO_FILE = "keras_transformer.json"
@@ -189,6 +189,7 @@ def _folder_info(model: Any, tokenizer: Any, settings: Any, changes: dict) -> di
         "max_output_length": resolved.max_output_length,
         "vocabulary_size": resolved.vocabulary_size,
         "tokenizer_fingerprint": resolved.tokenizer_fingerprint,
+        "learned_source_positions": resolved.learned_source_positions,
         "pad_id": PAD_ID,
         "unk_id": UNK_ID,
         "start_id": START_ID,
@@ -334,10 +335,6 @@ class CTranslate2Translator:
     Reference: Vaswani et al. (2017), §6.1; Wu et al. (2016), Eq. 14.
     """
 
-    #: What changes the input limit, for the command line's report of the
-    #: sources it cut (`keras_transformer.cli` `report_cut_sources`).
-    input_limit_remedy = EXPORT_CUT_REMEDY
-
     def __init__(
         self,
         folder: str | os.PathLike[str],
@@ -396,6 +393,11 @@ class CTranslate2Translator:
         self.extra_length = int(self.info["extra_length"])
         self.max_input_length = int(self.info["max_input_length"])
         self.max_output_length = int(self.info["max_output_length"])
+        #: What keeps more of a source it cuts, for the command line's report
+        #: of them (`keras_transformer.cli` `report_cut_sources`).
+        self.input_limit_remedy = export_cut_remedy(
+            self.max_input_length, self.info.get("learned_source_positions")
+        )
         #: The indices of the sentences of the last call that were cut to
         #: `max_input_length` (`encode`).
         self.cut_lines: tuple[int, ...] = ()
@@ -416,7 +418,7 @@ class CTranslate2Translator:
         ids = self.processor.encode(sentences, out_type=int)
         where = "CTranslate2Translator.cut_lines"
         rows, self.cut_lines = cut_export_sources(
-            ids, self.max_input_length, END_ID, where
+            ids, self.max_input_length, END_ID, where, self.input_limit_remedy
         )
         return [self.processor.id_to_piece(row) for row in rows]
 

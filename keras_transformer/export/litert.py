@@ -64,7 +64,7 @@ from keras_transformer.export.target import (
     read_export_record,
     writing_export,
 )
-from keras_transformer.source_limits import EXPORT_CUT_REMEDY, cut_export_sources
+from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
 
 __all__ = [
     "FORMAT",
@@ -97,6 +97,8 @@ class LiteRTSettings:
         quantization: ``"int8"`` (dynamic range) or ``"float32"``.
         start_id, end_id: the special ids.
         tokenizer_fingerprint: `SubwordTokenizer.fingerprint`.
+        learned_source_positions: the model's learned source positions
+            (None: sinusoidal ones, or an export written before them).
     """
 
     max_input_length: int
@@ -106,6 +108,7 @@ class LiteRTSettings:
     start_id: int
     end_id: int
     tokenizer_fingerprint: str
+    learned_source_positions: int | None = None
 
     @classmethod
     def of(cls, export: ExportSettings, quantization: str) -> LiteRTSettings:
@@ -117,6 +120,7 @@ class LiteRTSettings:
             start_id=export.start_id,
             end_id=export.end_id,
             tokenizer_fingerprint=export.tokenizer_fingerprint,
+            learned_source_positions=export.learned_source_positions,
         )
 
 
@@ -263,10 +267,6 @@ class LiteRTTranslator:
     ['A dog runs.', '']
     """
 
-    #: What changes the input limit, for the command line's report of the
-    #: sources it cut (`keras_transformer.cli` `report_cut_sources`).
-    input_limit_remedy = EXPORT_CUT_REMEDY
-
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -288,9 +288,17 @@ class LiteRTTranslator:
                 f"{path} is not a LiteRT export (it lacks {', '.join(missing)}); "
                 "write one with keras-transformer export --format litert."
             )
-        names = [field.name for field in dataclasses.fields(LiteRTSettings)]
-        values = read_export_record(path / INFO_FILE, names, "litert")
-        self.settings = LiteRTSettings(**{name: values[name] for name in names})
+        fields = dataclasses.fields(LiteRTSettings)
+        required = [f.name for f in fields if f.default is dataclasses.MISSING]
+        values = read_export_record(path / INFO_FILE, required, "litert")
+        self.settings = LiteRTSettings(
+            **{f.name: values[f.name] for f in fields if f.name in values}
+        )
+        #: What keeps more of a source it cuts, for the command line's report
+        #: of them (`keras_transformer.cli` `report_cut_sources`).
+        self.input_limit_remedy = export_cut_remedy(
+            self.settings.max_input_length, self.settings.learned_source_positions
+        )
         self.sentencepiece = spm.SentencePieceProcessor(
             model_proto=(path / TOKENIZER_FILE).read_bytes()
         )
@@ -330,7 +338,11 @@ class LiteRTTranslator:
         rows = self.sentencepiece.encode(lines, out_type=int)
         where = "LiteRTTranslator.cut_lines"
         kept, self.cut_lines = cut_export_sources(
-            rows, self.max_input_length, self.settings.end_id, where
+            rows,
+            self.max_input_length,
+            self.settings.end_id,
+            where,
+            self.input_limit_remedy,
         )
         return kept
 

@@ -51,6 +51,9 @@ class ExportSettings:
         start_id, end_id: the special ids of the tokenizer.
         jit_compile: whether a call of 1 to 4 sentences runs the search
             compiled with XLA (`COMPILED_BATCH_SIZES`).
+        learned_source_positions: the model's learned source positions,
+            which no `max_input_length` may exceed (None: sinusoidal ones);
+            what a translator advises for a source it cut.
     """
 
     decode: DecodeSettings
@@ -60,6 +63,7 @@ class ExportSettings:
     start_id: int = START_ID
     end_id: int = END_ID
     jit_compile: bool = False
+    learned_source_positions: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -140,4 +144,5 @@ def resolve_settings(
         vocabulary_size=tokenizer.vocabulary_size,
         tokenizer_fingerprint=tokenizer.fingerprint,
         jit_compile=jit_compile,
+        learned_source_positions=source_positions,
     )
