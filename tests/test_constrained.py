@@ -213,6 +213,8 @@ def test_translator_meets_terminology_constraints_of_a_trained_model():
         assert year in output
     with pytest.raises(ValueError, match="one list of phrases per line"):
         translator.translate(sources, constraints=years[:2])
+    with pytest.raises(ValueError, match="got 0 for 1 line[.]"):
+        translator.translate(sources[:1], constraints=[])
 
 
 def test_translate_command_reads_constraints_and_warns_of_unmet_ones(tmp_path, capsys):

@@ -84,7 +84,7 @@ from keras_transformer.training.config import (
 )
 from keras_transformer.training.data_record import check_data_files
 from keras_transformer.training.kinds import recipe_for
-from keras_transformer.validation import check_path, check_positive_int
+from keras_transformer.validation import check_path, check_positive_int, count_of
 
 # The run-folder names (`CHECKPOINT_DIR`, `CONFIG_FILE`, ...) are defined and
 # listed in `keras_transformer.runs`; they stay importable from here.
@@ -573,7 +573,8 @@ def _average_newest(
         paths = _newest_intact(checkpoint_dir, last)
         if len(paths) < last:
             raise ValueError(
-                f"Cannot average the last {last} checkpoints: {checkpoint_dir} has "
+                f"Cannot average the last {count_of(last, 'checkpoint')}: "
+                f"{checkpoint_dir} has "
                 f"{len(paths)} intact ({[Path(p).name for p in paths]}). Average "
                 "fewer (--last), or keep more with train.keep_checkpoints."
             )

@@ -389,7 +389,7 @@ class Translator:
         if isinstance(constraints, str) or len(constraints) != count:
             raise ValueError(
                 "constraints must hold one list of phrases per line: got "
-                f"{len(constraints)} for {count} lines."
+                f"{len(constraints)} for {validation.count_of(count, 'line')}."
             )
         self.unmet_constraints = [list(phrases) for phrases in constraints]
         unknown_id = self.tokenizer.UNK_ID
