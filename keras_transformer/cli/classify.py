@@ -15,6 +15,7 @@ from typing import Any
 
 from keras_transformer.cli._common import (
     CommandError,
+    add_line_by_line_arguments,
     add_model_arguments,
     check_run_kind,
     check_translator_arguments,
@@ -35,28 +36,15 @@ _NUMBERS = {"--batch-size": (lambda v: v >= 1, "a positive number of reviews")}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer classify``."""
     add_model_arguments(parser)
-    parser.add_argument(
-        "--input",
-        default="-",
-        help="File of reviews, one per line (default: standard input; typed at "
-        "a terminal, each review is classified when Enter is pressed).",
-    )
-    parser.add_argument(
-        "--output",
-        default="-",
-        help="Where to write one line per review: positive or negative, a tab, "
-        "then P(positive) (default: standard output). Saved to OUTPUT.partial "
-        "as they are made: a stopped command run again goes on after the "
-        "reviews it had classified.",
+    add_line_by_line_arguments(
+        parser,
+        input_file="reviews, one per line",
+        item="review",
+        done="classified",
+        output="one line per review: positive or negative, a tab, then P(positive)",
     )
     parser.add_argument(
         "--batch-size", type=int, default=32, help="Reviews classified together."
-    )
-    parser.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="No progress bar (shown on standard error when the reviews come "
-        "from a file).",
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from keras_transformer.cli._common import (
     CommandError,
+    add_line_by_line_arguments,
     add_model_arguments,
     check_run_kind,
     check_translator_arguments,
@@ -43,20 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     pairs.add_argument("--source", help="File of source sentences, one per line.")
     pairs.add_argument("--target", help="File of their translations, line by line.")
-    pairs.add_argument(
-        "--input",
-        default="-",
-        help="File of 'source<TAB>target' lines (default: standard input; "
-        "typed at a terminal, each pair is scored when Enter is pressed).",
-    )
-    parser.add_argument(
-        "--output",
-        default="-",
-        help="Where to write one line per pair: log P(target | source), a tab, "
-        "then the log-probability of each subword token, END last, separated by "
-        "spaces (default: standard output). Saved to OUTPUT.partial as they "
-        "are made: a stopped command run again goes on after the pairs it had "
-        "scored.",
+    add_line_by_line_arguments(
+        parser,
+        input_file="'source<TAB>target' lines",
+        item="pair",
+        done="scored",
+        output="one line per pair: log P(target | source), a tab, then the "
+        "log-probability of each subword token, END last, separated by spaces",
+        input_group=pairs,
     )
     parser.add_argument(
         "--max-input-length",
@@ -67,12 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batch-size", type=int, default=32, help="Pairs scored together."
-    )
-    parser.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="No progress bar (shown on standard error when the pairs come "
-        "from files).",
     )
 
 

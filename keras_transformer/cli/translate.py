@@ -9,6 +9,7 @@ from typing import Any
 
 from keras_transformer.cli._common import (
     CommandError,
+    add_line_by_line_arguments,
     add_translator_arguments,
     check_path,
     check_run_kind,
@@ -33,18 +34,12 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``keras-transformer translate``."""
     add_translator_arguments(parser)
-    parser.add_argument(
-        "--input",
-        default="-",
-        help="File of sentences, one per line (default: standard input; typed "
-        "at a terminal, each line is translated when Enter is pressed).",
-    )
-    parser.add_argument(
-        "--output",
-        default="-",
-        help="Where to write the translations, one per line (default: standard "
-        "output). Saved to OUTPUT.partial as they are made: a stopped command "
-        "run again goes on after the lines it had translated.",
+    add_line_by_line_arguments(
+        parser,
+        input_file="sentences, one per line",
+        item="line",
+        done="translated",
+        output="the translations, one per line",
     )
     # Terminology constraints and ensembles (Post and Vilar 2018; averaged
     # log-probabilities).
@@ -74,11 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Each input line is 'source<TAB>prefix': the translation starts "
         "with the prefix (instead of --prefix-file).",
-    )
-    parser.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="No progress bar (shown on standard error when --input is a file).",
     )
 
 
