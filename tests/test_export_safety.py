@@ -305,7 +305,8 @@ def test_overwrite_deletes_no_folder_without_an_export_of_its_format(
     same way. Every format now refuses, with one line, a folder that holds
     no export of its own format (a run folder, someone's files, another
     format's export), before the model is loaded, and deletes nothing.
-    Without ``--overwrite`` the refusal no longer suggests it."""
+    Without ``--overwrite`` the refusal no longer suggests it. The run
+    folder is named as one: it said "is not empty and holds no export"."""
     if export_format == "ctranslate2" and not importlib.util.find_spec("ctranslate2"):
         pytest.skip("the CTranslate2 export needs the ctranslate2 extra")
     notes = tmp_path / "notes"
@@ -316,19 +317,20 @@ def test_overwrite_deletes_no_folder_without_an_export_of_its_format(
         notes,
         _other_format_export(export_format, exported, tmp_path / "other"),
     ]
-    for target in targets:
+    found_in = ["is a training run's folder, not a"] + ["is not empty and holds no"] * 2
+    for target, found in zip(targets, found_in, strict=True):
         tree = _tree(target)
         argv = ["export", "--workdir", str(exported), "--output", str(target)]
         status = cli.main([*argv, "--format", export_format, "--overwrite"])
         err = capsys.readouterr().err
         assert status == 1, err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-        assert f"{target} is not empty and holds no" in err, err
+        assert f"{target} {found}" in err, err
         assert "refusing to delete it" in err, err
         # Without --overwrite, the refusal does not offer it either.
         assert cli.main([*argv, "--format", export_format]) == 1
         err = capsys.readouterr().err
-        assert f"{target} is not empty and holds no" in err, err
+        assert f"{target} {found}" in err, err
         refusal = err.split(str(target), 1)[-1]
         assert "overwrite" not in refusal and len(err.strip().splitlines()) == 1, err
         assert _tree(target) == tree  # byte for byte

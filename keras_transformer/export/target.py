@@ -221,11 +221,17 @@ def _check_target(
     # A folder of other files (a run, someone's notes) is never offered
     # --overwrite: only an earlier export of this format is replaced.
     if not export_format.holds_export(export_dir):
+        from keras_transformer.runs import is_run_dir
+
         refusal = "refusing to delete it" if overwrite else "it stays as it is"
+        found = (
+            f"is a training run's folder, not a {name} export to replace"
+            if is_run_dir(export_dir)
+            else f"is not empty and holds no {name} export to replace "
+            f"({' and '.join(export_format.marks)})"
+        )
         raise FileExistsError(
-            f"{export_dir} is not empty and holds no {name} export to replace "
-            f"({' and '.join(export_format.marks)}): {refusal}. "
-            f"Choose {export_format.new_folder}."
+            f"{export_dir} {found}: {refusal}. Choose {export_format.new_folder}."
         )
     if not overwrite:
         raise FileExistsError(
