@@ -99,7 +99,8 @@ def read_json_object(path: str | os.PathLike[str], remedy: str) -> dict:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         reason = " ".join(str(e).split())[:200] or type(e).__name__
-        problem = f"is not valid JSON ({reason})"
+        empty = isinstance(e, json.JSONDecodeError) and not e.doc.strip()
+        problem = "is empty" if empty else f"is not valid JSON ({reason})"
     else:
         if isinstance(value, dict):
             return value

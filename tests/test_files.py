@@ -333,3 +333,24 @@ def test_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(files.os, "open", read_only)
     with pytest.raises(FileWriteError, match="read-only file system; nothing in"):
         FolderLock(tmp_path, "train").acquire()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "is empty"),
+        (b"\n  \n", "is empty"),
+        (b'{"step": ', "is not valid JSON (Expecting value: line 1 column 10"),
+        (b"\xff\xfe{}", "is not valid JSON ('utf-8' codec can't decode"),
+        (b"[1, 2]", "holds a JSON array, not an object"),
+    ],
+)
+def test_a_damaged_record_is_named_with_what_is_wrong(tmp_path, content, problem):
+    """A record emptied by a crash during its write said "is not valid JSON
+    (Expecting value: line 1 column 1 (char 0))"; it is now named empty."""
+    record = tmp_path / "best.json"
+    record.write_bytes(content)
+    with pytest.raises(ValueError) as error:
+        files.read_json_object(record, "Restore it.")
+    assert str(error.value).startswith(f"{record} {problem}"), error.value
+    assert str(error.value).endswith(": Restore it.")

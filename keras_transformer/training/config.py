@@ -439,6 +439,11 @@ def resolve_train_section(config: TrainConfig) -> TrainingConfig:
 
 
 def _parse_json(text: str) -> Any:
+    if not text.strip():
+        raise ValueError(
+            "The training config is empty: write a JSON object of settings, "
+            "such as configs/dates_tiny.json."
+        )
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

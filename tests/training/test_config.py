@@ -213,6 +213,10 @@ def test_invalid_json_and_sections_are_refused(tmp_path):
     # A trailing comma (or a YAML file) is named as what JSON lacks.
     with pytest.raises(ValueError, match=r"line 1 column 24 .*no comments, trailing"):
         TrainConfig.from_json('{"train": {"epochs": 1,}}')
+    # An empty file is named as empty, not "Expecting value: line 1 column 1".
+    for empty in ("", " \n"):
+        with pytest.raises(ValueError, match="^The training config is empty: write"):
+            TrainConfig.from_json(empty)
     with pytest.raises(ValueError, match="Unknown config sections"):
         TrainConfig.from_dict({"optimizer": {}})
     with pytest.raises(ValueError, match="two vocabulary sizes"):
