@@ -199,6 +199,8 @@ class Translator:
         trained with one tokenizer; `weights` applies to each run.
 
         Raises:
+            TypeError: `paths` is one folder, not a list of them, or holds
+                something that is not a path.
             ValueError: (one line) without paths, naming a folder twice (a
                 model averaged with itself translates as the model alone), or
                 naming two runs whose SentencePiece models differ.
