@@ -173,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         input="file",
         output="new file",
         prefix_file="file",
+        constraints_file="file",
     )
     # A run of another kind (an image run) is refused before anything loads.
     check_run_kind(args.workdir, "translation", "--workdir", NAME)
@@ -353,11 +354,12 @@ def _load_ensemble(args: argparse.Namespace) -> Any:
 
 def _read_constraints(path: str | None, count: int) -> list[list[str]] | None:
     """--constraints-file: one line per input line, phrases separated by tabs."""
+    from keras_transformer.translation import read_lines
+
     if path is None:
         return None
-    check_path(path, "file", "--constraints-file")
-    with open(path, encoding="utf-8") as file:
-        rows = file.read().splitlines()
+    check_path(path, "file", "--constraints-file")  # "-" is no file here
+    rows = read_lines(path)  # split and decoded as the input is
     if len(rows) != count:
         raise CommandError(
             f"--constraints-file {path} has {count_of(len(rows), 'line')} for "

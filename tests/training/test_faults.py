@@ -240,7 +240,8 @@ def test_average_checkpoints_skips_a_damaged_one(run, caplog):
 
 def test_an_output_file_never_replaces_a_file_the_command_reads(run, tmp_path, capsys):
     """``translate --input a.txt --output a.txt`` replaced the source file
-    with its translations (and ``evaluate --hypotheses`` the references)."""
+    with its translations (and ``evaluate --hypotheses`` the references,
+    and ``translate --output`` its ``--constraints-file``)."""
     source, reference = tmp_path / "source.txt", tmp_path / "reference.txt"
     source.write_text("Montag, 3. Juli 2023\n")
     reference.write_text("2023-07-03\n")
@@ -254,12 +255,38 @@ def test_an_output_file_never_replaces_a_file_the_command_reads(run, tmp_path, c
         ([*translate, "--output"], source, "--input"),
         (evaluate, tmp_path / "hard-link.txt", "--reference"),
         (score, tmp_path / "." / "source.txt", "--source"),
+        ([*translate, "--prefix-file", str(reference), "--output"], reference, ""),
+        ([*translate, "--constraints-file", str(reference), "--output"], reference, ""),
     ]
+    cases[-2:] = [(argv, output, argv[-3]) for argv, output, _ in cases[-2:]]
     for argv, output, read in cases:
         assert cli.main([*argv, str(output)]) == 2, argv
         _one_line_error(capsys, f"{output} is also {read}", "Pass another")
     assert source.read_text() == "Montag, 3. Juli 2023\n"
     assert reference.read_text() == "2023-07-03\n"
+
+
+def test_a_constraints_file_is_read_as_the_input_is(run, tmp_path, capsys):
+    """A ``--constraints-file`` that is not UTF-8 was a bare "'utf-8' codec
+    can't decode byte" naming no file; it is read as ``--input`` is: the
+    same refusals naming the file, and lines split on newlines only."""
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    constraints = tmp_path / "constraints.txt"
+    translate = ["translate", "--workdir", str(run), "--input", str(source)]
+    translate += ["--constraints-file", str(constraints), "--no-progress"]
+    for content, problem in [
+        ("2023".encode("utf-16"), "is UTF-16 text, not UTF-8"),
+        (b"2023-07-03 \xe9\n", "is not valid UTF-8 (line 1, byte 11)"),
+    ]:
+        constraints.write_bytes(content)
+        assert cli.main(translate) in (1, 2)
+        _one_line_error(capsys, f"{constraints} {problem}")
+    # A line separator inside a phrase is no line break: one line for one
+    # input line (it was read as two, and refused).
+    constraints.write_text("2023\u2028-07\n", encoding="utf-8")
+    assert cli.main([*translate, "--output", str(tmp_path / "out.txt")]) == 0
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 1
 
 
 def test_an_average_is_never_written_into_an_export(run, exported):
