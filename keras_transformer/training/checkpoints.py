@@ -75,7 +75,7 @@ from keras_transformer.runs.fingerprints import changed_model_settings
 from keras_transformer.runs.fingerprints import (
     fingerprint_variable as runs_fingerprint_variable,
 )
-from keras_transformer.runs.layout import CHECKPOINT_METADATA, RUN_ENTRIES
+from keras_transformer.runs.layout import CHECKPOINT_METADATA, DATA_RECORD, RUN_ENTRIES
 from keras_transformer.runs.weights import weights_info_file
 from keras_transformer.training.config import (
     RESUMABLE_CHANGES,
@@ -137,20 +137,28 @@ class ConfigMismatchError(ValueError):
 # ------------------------------------------------------------ resume policy
 @contextlib.contextmanager
 def unchanged_when_refused(directory: Path) -> Iterator[None]:
-    """Puts the run's ``config.json`` and ``checkpoints.json`` back as they
-    were when the block is refused at the run's checkpoints (another run's,
-    none carrying a fingerprint, all damaged, of other sizes): a refused
-    `train` leaves the run as it found it."""
+    """Puts the run's ``config.json``, ``checkpoints.json`` and ``data.json``
+    back as they were when the block is refused at the run's checkpoints
+    (another run's, none carrying a fingerprint, all damaged, of other
+    sizes) or, once the run has checkpoints, fails at anything else (its
+    data, its tokenizer, the model of new settings): a refused `train`
+    leaves the run as it found it, and a resume with settings that fail
+    does not become the run's settings."""
     records = [directory / CONFIG_FILE, directory / CHECKPOINT_DIR / _METADATA]
+    records.append(directory / DATA_RECORD)
     kept = {path: path.read_bytes() if path.is_file() else None for path in records}
-    try:
-        yield
-    except (
+    resumed = bool(checkpoint_paths(directory / CHECKPOINT_DIR))
+    refusals = (
         CheckpointDamagedError,
         CheckpointMismatchError,
         CheckpointRemovedError,
         ForeignCheckpointError,
-    ):
+    )
+    try:
+        yield
+    except Exception as error:
+        if not (resumed or isinstance(error, refusals)):
+            raise
         for path, content in kept.items():
             with contextlib.suppress(OSError):  # the refusal is what to report
                 if content is None:
@@ -218,6 +226,12 @@ def prepare_run_config(config: TrainConfig, directory: Path, force: bool) -> boo
         changes = config_differences(stored, config) if stored else {}
         resumable = RESUMABLE_CHANGES | recipe_for(config).resumable_changes
         blocking = {k: v for k, v in changes.items() if k not in resumable}
+        if resumed and stored is not None and stored.kind != config.kind:
+            raise ConfigMismatchError(
+                f"{directory} holds a {stored.kind} run, and the config is a "
+                f"{config.kind} run's (its `kind`): a run keeps its kind, even "
+                "with --force. Train the new one in another --workdir."
+            )
         precision = changes.get("train.precision")
         if resumed and precision and "mixed_float16" in precision:
             raise ConfigMismatchError(

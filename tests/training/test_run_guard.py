@@ -548,6 +548,35 @@ def test_force_with_other_model_sizes_says_force_cannot_reshape_the_weights(run)
     assert (workdir / "config.json").read_bytes() == stored
 
 
+@pytest.mark.parametrize("change", ["kind", "vocabulary"])
+def test_a_failed_resume_with_new_settings_leaves_the_runs_records(run, change):
+    """``train configs/imdb.json --workdir <a translation run> --force``
+    wrote the classification config over the run's ``config.json`` and then
+    failed on the IMDB download: the run's settings were gone, and
+    ``translate`` called it a classification run. A run keeps its kind, even
+    with ``--force``; and a resume whose new settings fail after they were
+    written (a vocabulary size the run's tokenizer lacks) puts ``config.json``
+    (which held the failing size, so the same command without --set failed
+    again), ``checkpoints.json`` and ``data.json`` back as they were."""
+    from keras_transformer.training import TrainConfig
+
+    workdir, _ = run
+    records = [workdir / name for name in ("config.json", "data.json")]
+    records.append(workdir / "checkpoints" / "checkpoints.json")
+    before = [path.read_bytes() for path in records]
+    if change == "kind":
+        config = TrainConfig.from_dict({"kind": "classification"})
+        message = f"{workdir} holds a translation run, and the config is a "
+        message += "classification run's (its `kind`): a run keeps its kind"
+    else:
+        config = small_config(*RUN_OVERRIDES, "data.vocabulary_size=121")
+        message = "The run's tokenizer has 120 pieces but the config asks for"
+    with pytest.raises(ValueError) as error:
+        train(config, workdir, printer=None, force=True)
+    assert str(error.value).startswith(message), error.value
+    assert [path.read_bytes() for path in records] == before
+
+
 # ----------------------------------------------------------- one writer
 def test_writers_are_refused_while_another_holds_the_run(run, tmp_path, capsys):
     workdir, _ = run
