@@ -289,6 +289,22 @@ def test_a_constraints_file_is_read_as_the_input_is(run, tmp_path, capsys):
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 1
 
 
+def test_an_average_of_no_intact_checkpoint_says_why(run, capsys):
+    """``average-checkpoints`` of a run whose checkpoints are all damaged, or
+    that has none yet, said "has 0 intact ([]). Average fewer (--last)",
+    advice that cannot help."""
+    average = ["average-checkpoints", "--workdir", str(run), "--last", "2"]
+    for index in (run / "checkpoints").glob("ckpt-*.index"):
+        index.write_bytes(b"")
+    assert cli.main(average) == 2
+    line = _one_line_error(capsys, "none of the 3 checkpoints in", "Restore them")
+    assert "--last" not in line
+    shutil.rmtree(run / "checkpoints")
+    assert cli.main(average) == 2
+    line = _one_line_error(capsys, "holds no checkpoint yet. Train the run first.")
+    assert "--last" not in line
+
+
 def test_an_average_is_never_written_into_an_export(run, exported):
     """`average_checkpoints(output=<export>/x.weights.h5)` wrote the average
     and its info file into the export folder, which `export --overwrite`
