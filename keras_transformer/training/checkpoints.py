@@ -156,7 +156,7 @@ def unchanged_when_refused(directory: Path) -> Iterator[None]:
     )
     try:
         yield
-    except Exception as error:
+    except BaseException as error:  # a Ctrl-C too: the settings never ran
         if not (resumed or isinstance(error, refusals)):
             raise
         for path, content in kept.items():

@@ -548,8 +548,10 @@ def test_force_with_other_model_sizes_says_force_cannot_reshape_the_weights(run)
     assert (workdir / "config.json").read_bytes() == stored
 
 
-@pytest.mark.parametrize("change", ["kind", "vocabulary"])
-def test_a_failed_resume_with_new_settings_leaves_the_runs_records(run, change):
+@pytest.mark.parametrize("change", ["kind", "vocabulary", "ctrl-c"])
+def test_a_failed_resume_with_new_settings_leaves_the_runs_records(
+    run, change, monkeypatch
+):
     """``train configs/imdb.json --workdir <a translation run> --force``
     wrote the classification config over the run's ``config.json`` and then
     failed on the IMDB download: the run's settings were gone, and
@@ -557,7 +559,8 @@ def test_a_failed_resume_with_new_settings_leaves_the_runs_records(run, change):
     with ``--force``; and a resume whose new settings fail after they were
     written (a vocabulary size the run's tokenizer lacks) puts ``config.json``
     (which held the failing size, so the same command without --set failed
-    again), ``checkpoints.json`` and ``data.json`` back as they were."""
+    again), ``checkpoints.json`` and ``data.json`` back as they were; so does
+    a Ctrl-C before the new settings trained."""
     from keras_transformer.training import TrainConfig
 
     workdir, _ = run
@@ -568,10 +571,20 @@ def test_a_failed_resume_with_new_settings_leaves_the_runs_records(run, change):
         config = TrainConfig.from_dict({"kind": "classification"})
         message = f"{workdir} holds a translation run, and the config is a "
         message += "classification run's (its `kind`): a run keeps its kind"
-    else:
+    elif change == "vocabulary":
         config = small_config(*RUN_OVERRIDES, "data.vocabulary_size=121")
         message = "The run's tokenizer has 120 pieces but the config asks for"
-    with pytest.raises(ValueError) as error:
+    else:  # a setting that may change freely, then Ctrl-C while data load
+        from keras_transformer.training import loop
+
+        def interrupted(*args, **kwargs):
+            assert b'"train_steps": 12' in records[0].read_bytes()  # written
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(loop, "_data_and_tokenizer", interrupted)
+        config = small_config(*RUN_OVERRIDES, "train.train_steps=12")
+        message = ""
+    with pytest.raises((ValueError, KeyboardInterrupt)) as error:
         train(config, workdir, printer=None, force=True)
     assert str(error.value).startswith(message), error.value
     assert [path.read_bytes() for path in records] == before
