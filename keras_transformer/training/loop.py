@@ -475,7 +475,7 @@ def _train(
     """`train` in a locked run folder (`folders`: the run folder, this
     process's folder, the TensorBoard folder)."""
     root, directory, log_dir = folders
-    say = printer or (lambda _: None)
+    say = printer or _silent
     chief = is_chief(strategy)
     recipe = recipe_for(config)
     checkpoint_dir = directory / ckpt.CHECKPOINT_DIR
@@ -592,7 +592,11 @@ def _data_and_tokenizer(
         data = recipe.load_data(config)
     else:
         data = recipe.given_data(config, given_data)
-    _report_skipped(data, say)  # bad lines are never dropped silently
+    for line in data.skip_messages():  # bad lines: said once, never dropped silently
+        if say is _silent:
+            logger.warning("%s", line)
+        else:
+            say(line)
     content = data_content(data)
     data_dir = getattr(config.data, "data_dir", None)
     source = "its data" + (f" (data.data_dir {data_dir})" if data_dir else "")
@@ -614,11 +618,8 @@ def _named(strategy: tf.distribute.Strategy | str | None) -> bool:
     return strategy is None or isinstance(strategy, str)
 
 
-def _report_skipped(data: Any, say: Callable[[str], None]) -> None:
-    """Prints (and logs) one line per data file that lost pairs, by reason."""
-    for line in data.skip_messages():
-        logger.warning("%s", line)
-        say(line)
+def _silent(_: str) -> None:
+    """The printer of a run given none (``printer=None``)."""
 
 
 def _chief_callbacks(

@@ -12,6 +12,7 @@ image per layer and kind.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -71,15 +72,29 @@ def _files_config(corpus: dict[str, str], *overrides: str):
 
 
 @pytest.fixture(scope="module")
-def run(corpus, tmp_path_factory):
+def logged() -> list[str]:
+    """The messages the package logged while `run` trained."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def run(corpus, tmp_path_factory, logged):
     workdir = tmp_path_factory.mktemp("monitored")
     printed: list[str] = []
     config = _files_config(corpus, "train.attention_images=true")
-    result = train(config, workdir, printer=printed.append)
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logging.getLogger("keras_transformer").addHandler(handler)
+    try:
+        result = train(config, workdir, printer=printed.append)
+    finally:
+        logging.getLogger("keras_transformer").removeHandler(handler)
     return workdir, result, printed
 
 
-def test_skipped_pairs_are_printed(run, corpus):
+def test_skipped_pairs_are_printed(run, corpus, logged):
+    """Printed once: they were logged as a warning too, so that the command
+    line showed each line twice (on standard output and standard error)."""
     _, _, printed = run
     expected = (
         f"train split ({corpus['train_source']}, {corpus['train_target']}): "
@@ -91,6 +106,7 @@ def test_skipped_pairs_are_printed(run, corpus):
     assert sum("skipped" in line for line in printed) == 1
     plan = next(i for i, line in enumerate(printed) if line.startswith("Training "))
     assert printed.index(expected) < plan
+    assert [line for line in logged if "skipped" in line] == []
 
 
 def test_skipped_pairs_in_the_result_file(run, corpus):
