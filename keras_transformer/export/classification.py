@@ -33,6 +33,7 @@ from keras_transformer.data.imdb import REVIEW_READING, cut_review_ids
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.runs import RunFolder, is_run_dir, load_export, run_kind
 from keras_transformer.runs.exports import check_export_weights
+from keras_transformer.runs.layout import EXPORT_MODEL_FILE
 
 __all__ = ["ReviewClassifier", "classify_function", "load_classifier"]
 
@@ -76,9 +77,12 @@ def load_classifier(
     export; `settings` holds `READING_SETTINGS`.
 
     Raises:
+        FileNotFoundError: for a folder that is neither a run nor an export.
         ValueError: for a run or an export of another kind, or `weights`
             given for an export (it holds its own).
     """
+    if not (is_run_dir(folder) or (Path(folder) / EXPORT_MODEL_FILE).is_file()):
+        RunFolder(folder).check()  # neither a run nor an export: what it holds
     kind = run_kind(folder)
     if kind != "classification":
         what = "run" if is_run_dir(folder) else "export"

@@ -238,6 +238,18 @@ class RunFolder:
             if self.path.is_dir()
             else []
         )
+        runs = [name for name in held if is_run_dir(self.path / name)]
+        if runs and not self.config_file.is_file():
+            found = (
+                f"its folder {runs[0]}/ is one: pass --workdir"
+                if len(runs) == 1
+                else f"its folders {first_few(runs, 3)} are: pass one as "
+                "--workdir, e.g."
+            )
+            return (
+                f"{self.path} is not a training work directory, but {found} "
+                f"{self.path / runs[0]}."
+            )
         if self.config_file.is_file():
             why = f"its {CONFIG_FILE} is a CTranslate2 export's"
         else:

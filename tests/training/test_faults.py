@@ -849,6 +849,40 @@ def test_the_library_names_an_export_of_another_format_for_a_run(tmp_path):
     )
 
 
+def test_a_folder_that_is_no_run_names_the_runs_it_holds(tmp_path):
+    """``classify --workdir`` of an empty folder, or of the folder above a
+    run, said it "is a translation export, not a classification one"; every
+    loader now says that the folder is no run, and names the run folders
+    inside it, the likely slip (the parent of the run given)."""
+    from keras_transformer.export import ReviewClassifier
+    from keras_transformer.translation import Translator
+
+    empty, one, two = tmp_path / "empty", tmp_path / "one", tmp_path / "two"
+    empty.mkdir()
+    for run in (one / "run", two / "b", two / "a"):
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{}")  # what makes a folder a run
+    (two / "notes.txt").write_text("mine")
+    cases = [
+        (empty, f"{empty} is not a training work directory: config.json is missing."),
+        (
+            one,
+            f"{one} is not a training work directory, but its folder run/ is "
+            f"one: pass --workdir {one / 'run'}.",
+        ),
+        (
+            two,
+            f"{two} is not a training work directory, but its folders a, b are: "
+            f"pass one as --workdir, e.g. {two / 'a'}.",
+        ),
+    ]
+    for folder, message in cases:
+        for load in (Translator.load, ReviewClassifier.load):
+            with pytest.raises(FileNotFoundError) as error:
+                load(folder)
+            assert str(error.value).startswith(message), error.value
+
+
 @pytest.fixture
 def locked_folder(tmp_path, monkeypatch):
     """A folder this process may not read, write or enter.
