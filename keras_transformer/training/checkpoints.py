@@ -585,14 +585,14 @@ def _average_newest(
 
     for _ in range(attempts):
         paths = _newest_intact(checkpoint_dir, last)
-        listed = checkpoint_paths(checkpoint_dir)
         if not paths:
+            listed = len(checkpoint_paths(checkpoint_dir))
             raise ValueError(
                 f"Cannot average checkpoints: {checkpoint_dir} holds no "
                 "checkpoint yet. Train the run first."
                 if not listed
                 else f"Cannot average checkpoints: none of the "
-                f"{count_of(len(listed), 'checkpoint')} in {checkpoint_dir} is "
+                f"{count_of(listed, 'checkpoint')} in {checkpoint_dir} is "
                 "intact (the warnings say what is wrong). Restore them from a "
                 "copy of the run."
             )
