@@ -259,3 +259,16 @@ def test_no_module_imports_another_modules_private_names() -> None:
         if alias.name.startswith("_") and not alias.name.startswith("__")
     )
     assert not found, "\n".join(found)
+
+
+#: The longest a module may be (issue 32: one job a module, held in one's head).
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    lengths = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in ROOT.rglob("*.py")
+    }
+    assert len(lengths) > 50  # the package was read
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}

@@ -337,48 +337,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     add_weights_without_fingerprint_argument(group)
 
 
-def add_line_by_line_arguments(
-    parser: argparse.ArgumentParser,
-    *,
-    input_file: str,
-    item: str,
-    done: str,
-    output: str,
-    input_group: Any | None = None,
-) -> None:
-    """``--input``, ``--output`` and ``--no-progress`` of a command that
-    answers its input line by line (translate, classify, score) and goes on
-    from ``OUTPUT.partial`` when run again.
-
-    Args:
-        parser: the command's parser.
-        input_file: what ``--input`` holds (``"sentences, one per line"``).
-        item: one input line's noun, whose plural adds an s (``"review"``).
-        done: what the command does to one (``"classified"``).
-        output: what ``--output`` receives (``"one line per review: ..."``).
-        input_group: the argument group of ``--input`` (default: `parser`).
-    """
-    (input_group or parser).add_argument(
-        "--input",
-        default="-",
-        help=f"File of {input_file} (default: standard input; typed at a "
-        f"terminal, each {item} is {done} when Enter is pressed).",
-    )
-    parser.add_argument(
-        "--output",
-        default="-",
-        help=f"Where to write {output} (default: standard output). Saved to "
-        "OUTPUT.partial as they are made: a stopped command run again goes on "
-        f"after the {item}s it had {done}.",
-    )
-    parser.add_argument(
-        "--no-progress",
-        action="store_true",
-        help=f"No progress bar (shown on standard error when the {item}s come "
-        "from files).",
-    )
-
-
 def add_weights_without_fingerprint_argument(parser: Any) -> None:
     """``--weights-without-fingerprint``: accept weights that carry no run
     fingerprint (`weights_policy` applies it while the command runs)."""

@@ -13,7 +13,6 @@ from typing import Any
 
 from keras_transformer.cli._common import (
     CommandError,
-    add_line_by_line_arguments,
     add_model_arguments,
     check_run_kind,
     check_translator_arguments,
@@ -21,7 +20,11 @@ from keras_transformer.cli._common import (
     translating,
     warn,
 )
-from keras_transformer.cli._parts import command_signature, output_in_parts
+from keras_transformer.cli._parts import (
+    add_line_by_line_arguments,
+    command_signature,
+    output_in_parts,
+)
 from keras_transformer.cli._typed import answer_typed_lines
 from keras_transformer.validation import count_of
 
