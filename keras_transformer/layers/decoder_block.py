@@ -140,7 +140,7 @@ class DecoderBlock(TransformerBlockBase):
         elif encoder_sequence is None:
             raise ValueError(
                 "DecoderBlock needs the encoder output: pass encoder_sequence, "
-                "or a cache from init_cache(encoder_sequence, max_length)."
+                "or a cache from init_cache(encoder_sequence, rows)."
             )
         # Masked self-attention block.
         outputs, (self_scores, self_cache) = self._attention_sublayer(

@@ -1,5 +1,7 @@
 """EncoderBlock and DecoderBlock: wiring, masks, causality, caching."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
@@ -167,8 +169,11 @@ def test_cached_decoding_equals_full_pass(norm_first):
 
 def test_decoder_block_without_encoder_output_or_cache_is_refused():
     block = DecoderBlock(**BLOCK_ARGS)
-    with pytest.raises(ValueError, match="needs the encoder output"):
+    with pytest.raises(ValueError, match="needs the encoder output") as error:
         block.call(np.zeros((1, 2, 8), "float32"))
+    # The remedy names init_cache's own arguments (it said `max_length`).
+    names = list(inspect.signature(block.init_cache).parameters)
+    assert f"init_cache({', '.join(names)})" in str(error.value)
 
 
 def test_blocks_return_attention_maps():
