@@ -203,6 +203,11 @@ class TransformerBlockBase(keras.layers.Layer):
         training: bool | None,
     ) -> Any:
         """One residual sub-layer of §3.1 with the residual dropout of §5.4."""
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if not keras.backend.is_float_dtype(dtype):
+            # Integer or boolean features count as their values, as Dense and
+            # the attention take them (the residual sum cannot mix dtypes).
+            inputs = keras.ops.cast(inputs, self.compute_dtype)
         if self.norm_first:
             return residual_add(
                 inputs, dropout(sublayer(norm(inputs)), training=training)

@@ -167,6 +167,28 @@ def test_cached_decoding_equals_full_pass(norm_first):
     np.testing.assert_allclose(ops.convert_to_numpy(two), full[:, 2:4], atol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_integer_and_boolean_features_are_taken_as_their_values(norm_first):
+    """Features of shape (batch, length, d_model) in an integer or boolean
+    dtype pass as Dense and MultiHeadAttention take them, as their float
+    values (the residual sum failed inside TensorFlow: "cannot compute AddN
+    as input #1 was expected to be a int32 tensor but is a float tensor")."""
+    values = np.random.default_rng(0).integers(0, 2, (2, 5, 8))
+    memory = np.random.rand(2, 6, 8).astype("float32")
+    blocks = (
+        (EncoderBlock(**BLOCK_ARGS, norm_first=norm_first), ()),
+        (DecoderBlock(**BLOCK_ARGS, norm_first=norm_first), (memory,)),
+    )
+    for block, encoder_output in blocks:
+        expected = block(values.astype("float32"), *encoder_output)
+        for dtype in ("int32", "int64", "bool"):
+            outputs = block(values.astype(dtype), *encoder_output)
+            assert keras.backend.standardize_dtype(outputs.dtype) == "float32"
+            np.testing.assert_allclose(
+                ops.convert_to_numpy(outputs), ops.convert_to_numpy(expected), rtol=1e-6
+            )
+
+
 def test_decoder_block_without_encoder_output_or_cache_is_refused():
     block = DecoderBlock(**BLOCK_ARGS)
     with pytest.raises(ValueError, match="needs the encoder output") as error:
