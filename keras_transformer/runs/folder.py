@@ -65,6 +65,7 @@ from keras_transformer.runs.weights import (
     weights_digest,
     weights_file_attribute,
     weights_file_fingerprint,
+    weights_file_info,
     weights_file_problem,
     weights_layout_digest,
 )
@@ -550,11 +551,17 @@ class RunFolder:
                     if checkpoint_problem(path) is None:
                         return checkpoint_step(path)
                 return 0
+            # The weights file's own record first (`weights_file_info`), the
+            # .json beside it for a file written without one.
             if weights == "best":
-                info = json.loads((self.path / BEST_INFO).read_text())
+                info = weights_file_info(self.best_weights) or json.loads(
+                    (self.path / BEST_INFO).read_text()
+                )
                 return int(info["step"])
             if weights == "average":
-                info = json.loads((self.path / AVERAGED_INFO).read_text())
+                info = weights_file_info(self.averaged_weights) or json.loads(
+                    (self.path / AVERAGED_INFO).read_text()
+                )
                 return int(info["steps"][-1])
         except (OSError, ValueError, KeyError, IndexError):
             return 0

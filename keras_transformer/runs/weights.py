@@ -27,9 +27,12 @@ __all__ = [
     "FILE_CHECKSUM_ATTRIBUTE",
     "WEIGHTS_CHECKSUM_ATTRIBUTE",
     "WEIGHTS_FINGERPRINT_ATTRIBUTE",
+    "WEIGHTS_INFO_ATTRIBUTE",
     "WEIGHTS_LAYOUT_ATTRIBUTE",
     "save_weights",
     "weights_file_fingerprint",
+    "weights_file_info",
+    "weights_info_of_file",
     "weights_file_problem",
     "weights_info_file",
     "weights_nbytes",
@@ -45,12 +48,15 @@ def weights_info_file(weights_file: str | os.PathLike[str]) -> Path:
 #: The HDF5 attributes (of the root group) of a ``.weights.h5`` file that
 #: `save_weights` writes: the run's fingerprint (`RunFingerprint.to_json`),
 #: the SHA-256 of the file's datasets (`_file_digest`), that of the model's
-#: weights (`weights_digest`) and that of their dtypes and shapes alone
-#: (`weights_layout_digest`, the model the file fits).
+#: weights (`weights_digest`), that of their dtypes and shapes alone
+#: (`weights_layout_digest`, the model the file fits) and the info of its
+#: ``.json`` (the best value and its step, the averaged steps), so that a kill
+#: between the two writes never pairs the file with the info of the one before.
 WEIGHTS_FINGERPRINT_ATTRIBUTE = "keras_transformer.fingerprint"
 FILE_CHECKSUM_ATTRIBUTE = "keras_transformer.file_sha256"
 WEIGHTS_CHECKSUM_ATTRIBUTE = "keras_transformer.weights_sha256"
 WEIGHTS_LAYOUT_ATTRIBUTE = "keras_transformer.weights_layout_sha256"
+WEIGHTS_INFO_ATTRIBUTE = "keras_transformer.info"
 
 
 def _digest_of(arrays: Any) -> str:
@@ -159,6 +165,45 @@ def weights_file_fingerprint(path: str | os.PathLike[str]) -> RunFingerprint | N
         return None
 
 
+def weights_file_info(path: str | os.PathLike[str]) -> dict | None:
+    """The info a ``.weights.h5`` file carries itself (`WEIGHTS_INFO_ATTRIBUTE`:
+    what `save_weights` also wrote into the ``.json`` beside it).
+
+    None for a file without it (written before the attribute existed) or
+    one HDF5 cannot read; the readers then fall back to the ``.json``.
+    """
+    try:
+        text = weights_file_attribute(Path(path), WEIGHTS_INFO_ATTRIBUTE)
+        value = None if text is None else json.loads(text)
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def weights_info_of_file(path: str | os.PathLike[str]) -> dict | None:
+    """The info `path` carries itself (`weights_file_info`), with the
+    ``.json`` beside it written anew when that says otherwise (a kill between
+    `save_weights`' two writes left the one of the file before); None for a
+    file without the attribute. Only for a command that holds the run's
+    writer lock (`train`)."""
+    path = Path(path)
+    info = weights_file_info(path)
+    if info is None:
+        return None
+    values = dict(info)
+    fingerprint = weights_file_fingerprint(path)
+    if fingerprint is not None:
+        values["fingerprint"] = dataclasses.asdict(fingerprint)
+    beside, text = weights_info_file(path), json.dumps(values, indent=2) + "\n"
+    try:
+        stale = json.loads(beside.read_text(encoding="utf-8")) != json.loads(text)
+    except (OSError, ValueError):
+        stale = True
+    if stale:
+        write_atomically(beside, text)
+    return info
+
+
 def weights_nbytes(model: keras.Model) -> int:
     """The bytes of a model's weights (what a weights file mostly holds)."""
     return sum(
@@ -179,11 +224,14 @@ def save_weights(
     disk), then the weights go to a temporary file renamed over `path`, then
     the info file (with the run's fingerprint) is written the same way. A
     failure leaves the previous pair intact and raises one line. The weights
-    file itself carries the run's fingerprint and checksums of its contents
-    and of the weights (HDF5 attributes of its root:
-    `WEIGHTS_FINGERPRINT_ATTRIBUTE`, `FILE_CHECKSUM_ATTRIBUTE`,
-    `WEIGHTS_CHECKSUM_ATTRIBUTE`), written before it is renamed into place;
-    the readers (`RunFolder.restore`) check them, whatever lies beside it.
+    file itself carries `info`, the run's fingerprint and checksums of its
+    contents and of the weights (HDF5 attributes of its root:
+    `WEIGHTS_INFO_ATTRIBUTE`, `WEIGHTS_FINGERPRINT_ATTRIBUTE`,
+    `FILE_CHECKSUM_ATTRIBUTE`, `WEIGHTS_CHECKSUM_ATTRIBUTE`), written before
+    it is renamed into place; the readers (`RunFolder.restore`,
+    `weights_file_info`) check them, whatever lies beside it: a kill after
+    the rename and before the ``.json`` is written leaves that file's
+    ``.json`` behind, and the attribute still says what the file holds.
 
     Raises:
         FileWriteError: naming the file, on a full disk or a failed write.
@@ -198,6 +246,7 @@ def save_weights(
             with h5py.File(temporary, "r+") as file:
                 file.attrs[WEIGHTS_CHECKSUM_ATTRIBUTE] = weights_digest(model)
                 file.attrs[WEIGHTS_LAYOUT_ATTRIBUTE] = weights_layout_digest(model)
+                file.attrs[WEIGHTS_INFO_ATTRIBUTE] = json.dumps(dict(info))
                 if fingerprint is not None:
                     file.attrs[WEIGHTS_FINGERPRINT_ATTRIBUTE] = fingerprint.to_json()
                 # Last: it covers the other attributes too.

@@ -25,7 +25,7 @@ from keras_transformer.runs import (
     RunFingerprint,
     save_weights,
 )
-from keras_transformer.runs.weights import weights_info_file
+from keras_transformer.runs.weights import weights_info_file, weights_info_of_file
 from keras_transformer.training.config import TrainConfig
 from keras_transformer.training.progress_logger import (
     current_learning_rate,
@@ -200,7 +200,13 @@ def _best_so_far(weights: Path, name: str) -> tuple[float | None, int | None]:
         f"restore it from a copy, or delete it and {weights.name} to keep the "
         "best weights from the next validation on."
     )
-    saved = read_json_object(info, remedy)
+    # The weights file's own record first: the .json beside it may be the
+    # one of the file before (a kill between the two writes).
+    saved = weights_info_of_file(weights)
+    if saved is None:
+        if not info.is_file():
+            return None, None
+        saved = read_json_object(info, remedy)
     if name not in saved:
         return None, None
     value, step = saved[name], saved.get("step")
@@ -250,8 +256,7 @@ class BestWeights:
         self.fingerprint = fingerprint
         self.value: float | None = None
         self.step: int | None = None
-        info = None if path is None else weights_info_file(path)
-        if info is not None and info.is_file() and path.is_file():
+        if path is not None and path.is_file():
             self.value, self.step = _best_so_far(path, name)
 
     @classmethod

@@ -504,14 +504,16 @@ def test_average_checkpoints_averages_every_kind(kind_run, capsys, caplog):
     info = json.loads((run / "averaged.json").read_text())
     assert info["steps"] == [6, 9], kind
     # An average written before the run trained on was loaded without a word.
-    record = run / "averaged.json"
-    older = {**info, "checkpoints": ["ckpt-3", "ckpt-6"], "steps": [3, 6]}
-    record.write_text(json.dumps(older))
+    weights, record = run / "averaged.weights.h5", run / "averaged.json"
+    kept = weights.read_bytes(), record.read_bytes()
+    older = {"checkpoints": ["ckpt-3", "ckpt-6"], "steps": [3, 6]}
+    runs.save_weights(model, weights, older, runs.weights_file_fingerprint(weights))
     try:
         with caplog.at_level(logging.WARNING, logger="keras_transformer"):
             RunFolder(run).load(weights="average")
     finally:
-        record.write_text(json.dumps(info))
+        weights.write_bytes(kept[0])
+        record.write_bytes(kept[1])
     assert (
         "averages checkpoints up to step 6, but the run has trained to step 9 "
         "since: run `keras-transformer average-checkpoints --workdir"

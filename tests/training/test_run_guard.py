@@ -743,6 +743,65 @@ def test_a_really_full_disk_at_the_best_weights(run, tmp_path):
         subprocess.run(["umount", str(disk)], check=False)
 
 
+@pytest.mark.parametrize("name", ["best", "averaged"])
+def test_a_kill_between_a_weights_file_and_its_json_loses_nothing(
+    run, monkeypatch, name
+):
+    """`save_weights` renames the new weights file into place, then writes the
+    .json beside it: a kill between the two left the .json of the file before,
+    so a resumed run believed the old best value (and could replace better
+    weights with worse) and the warning of an older average read old steps.
+    The weights file carries its own record; the readers believe it, and a
+    resumed run writes the .json anew."""
+    from keras_transformer.runs import weights as weights_module
+    from keras_transformer.training.callbacks import BestWeights
+
+    workdir, _ = run
+    folder = RunFolder(workdir)
+    model = folder.build_model()
+    folder.restore(model, "last")
+    weights, info = workdir / f"{name}.weights.h5", workdir / f"{name}.json"
+    record = (
+        {"bleu": 99.5, "step": 6}
+        if name == "best"
+        else {"checkpoints": ["ckpt-6"], "steps": [6]}
+    )
+    fingerprint = checkpoint_fingerprint(checkpoint_paths(workdir / "checkpoints")[-1])
+    older = (
+        {"bleu": 0.5, "step": 3}
+        if name == "best"
+        else {"checkpoints": ["ckpt-3"], "steps": [3]}
+    )
+    runs.save_weights(model, weights, older, fingerprint)
+    before = info.read_text()
+    write = weights_module.write_atomically
+
+    def killed(path, *args, **kwargs):
+        if Path(path) == info:
+            raise KeyboardInterrupt
+        return write(path, *args, **kwargs)
+
+    monkeypatch.setattr(weights_module, "write_atomically", killed)
+    with pytest.raises(KeyboardInterrupt):
+        runs.save_weights(model, weights, record, fingerprint)
+    monkeypatch.setattr(weights_module, "write_atomically", write)
+    assert info.read_text() == before  # the .json of the file before
+    step = folder.weights_step("best" if name == "best" else "average")
+    assert step == 6
+    if name == "best":
+        best = BestWeights(model, weights, "bleu")
+        assert (best.value, best.step) == (99.5, 6)
+        assert not best.is_better(99.0)
+    else:
+        # A reader writes nothing: the .json stays until the next average.
+        assert info.read_text() == before
+        return
+    written = json.loads(info.read_text())
+    assert {k: written[k] for k in record} == record
+    assert written["fingerprint"]["run_id"] == fingerprint.run_id
+    folder.restore(folder.build_model(), "best")
+
+
 # --------------------------------------------- the checkpoint folder deleted
 class _DeleteCheckpoints(keras.callbacks.Callback):
     def __init__(self, folder: Path) -> None:

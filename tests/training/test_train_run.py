@@ -227,14 +227,30 @@ def test_resume_a_finished_run_for_more_steps(run, tmp_path):
 
 def test_a_damaged_best_json_stops_a_resume_in_one_line(run, tmp_path, capsys):
     """best.json holds the value a resumed run must beat to replace the best
-    weights: a garbled one is refused naming it and the fix (was a bare
+    weights. The weights file carries that record too: a garbled best.json
+    beside it is written anew from it. Beside a weights file without one, a
+    garbled best.json is refused naming it and the fix (was a bare
     JSONDecodeError), before an update; doing what it says resumes."""
+    import h5py
+
     from keras_transformer.cli import main
+    from keras_transformer.runs import weights as weights_module
+    from keras_transformer.training.callbacks import BestWeights
 
     config, workdir, _ = run
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy)
     best, weights = copy / "best.json", copy / "best.weights.h5"
+    whole = json.loads(best.read_text())
+    best.write_text('{"bleu": 12.5, "step"')
+    kept = BestWeights(None, weights, "bleu")
+    assert (kept.value, kept.step) == (whole["bleu"], whole["step"])
+    assert json.loads(best.read_text()) == whole
+    with h5py.File(weights, "r+") as file:  # as written before it had a record
+        del file.attrs[weights_module.WEIGHTS_INFO_ATTRIBUTE]
+        file.attrs[weights_module.FILE_CHECKSUM_ATTRIBUTE] = (
+            weights_module._file_digest(file)
+        )
     kept = weights.read_bytes()
     longer = apply_overrides(config, ["train.train_steps=9"])
     best.write_text('{"bleu": 12.5, "step"')
