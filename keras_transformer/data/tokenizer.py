@@ -329,6 +329,17 @@ class SubwordTokenizer(tf.Module):
                 "its run has no checkpoint: training relearns the same one), or "
                 "restore the folder from a copy of the run."
             )
+        relearn = (
+            f"Restore {directory} from a copy; a training run's tokenizer can "
+            "also be deleted and learned again (`keras-transformer train "
+            "--workdir <the run>` learns the same one from the run's data and "
+            "checks it against the run's checkpoints), an export's exported again."
+        )
+        if config_path.is_file() and not model_path.is_file():
+            raise FileNotFoundError(
+                f"{directory} holds {_CONFIG_FILE} but no {_MODEL_FILE} (the "
+                f"vocabulary itself), so the tokenizer is incomplete. {relearn}"
+            )
         for path in (model_path, config_path):
             if not path.is_file():
                 raise FileNotFoundError(
@@ -337,7 +348,14 @@ class SubwordTokenizer(tf.Module):
                     f"{_MODEL_FILE} and {_CONFIG_FILE})."
                 )
         config = _read_tokenizer_config(config_path)
-        tokenizer = cls(model_path.read_bytes())
+        try:
+            tokenizer = cls(model_path.read_bytes())
+        except (TypeError, ValueError) as e:
+            size = model_path.stat().st_size
+            raise ValueError(
+                f"{model_path} is damaged: its {size} bytes are not a "
+                f"SentencePiece model. {relearn}"
+            ) from e
         if config.get("fingerprint") != tokenizer.fingerprint:
             raise ValueError(
                 f"{model_path} does not match the fingerprint recorded in "

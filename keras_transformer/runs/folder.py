@@ -343,6 +343,13 @@ class RunFolder:
                 f"{self.path} holds no trained model yet (no tokenizer, no "
                 f"checkpoint): {state}, or pass a trained run."
             )
+        if not self.tokenizer_dir.is_dir():
+            raise FileNotFoundError(
+                f"{self.path} has checkpoints but no tokenizer ({self.tokenizer_dir} "
+                "is missing): restore it from a copy of the run, or run "
+                f"`keras-transformer train --workdir {self.path}`, which learns it "
+                "again from the run's data and checks it against the checkpoints."
+            )
         tokenizer = SubwordTokenizer.load(self.tokenizer_dir)
         check_tokenizer(self.checkpoint_dir, tokenizer)
         return tokenizer

@@ -164,6 +164,16 @@ def test_load_errors(tokenizer: SubwordTokenizer, tmp_path: Path) -> None:
         SubwordTokenizer.load(directory)
     with pytest.raises(ValueError, match="not a valid SentencePiece model"):
         SubwordTokenizer.from_proto(b"not a model")
+    # A damaged or missing model file is named (the parser's error named none).
+    model = directory / "tokenizer.model"
+    model.write_bytes(tokenizer.model_proto[:50])
+    with pytest.raises(ValueError, match=f"{model} is damaged: its 50 bytes are not"):
+        SubwordTokenizer.load(directory)
+    model.unlink()
+    with pytest.raises(
+        FileNotFoundError, match="holds tokenizer.json but no tokenizer"
+    ):
+        SubwordTokenizer.load(directory)
 
 
 def test_fingerprint_and_check_compatible(tokenizer: SubwordTokenizer) -> None:

@@ -397,6 +397,47 @@ def test_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, run, capsys)
     _one_line_error(capsys, "holds no checkpoint yet: train first")
 
 
+@pytest.mark.parametrize(
+    "damage", ["folder deleted", "model deleted", "model cut", "model empty"]
+)
+def test_a_run_without_its_tokenizer_says_how_to_get_it_back(
+    run, tmp_path, capsys, damage
+):
+    """The tokenizer of a run with checkpoints deleted or damaged: `translate`
+    said "tokenizer/tokenizer.model not found. Pass the folder that
+    SubwordTokenizer.save(directory) wrote", or "The bytes are not a valid
+    SentencePiece model" naming no file. Each now names what is missing and
+    the way back, which works: `train --workdir` learns the same tokenizer
+    again (checked against the checkpoints). It trains no update: the run is
+    finished, only its tokenizer is learned again and the test set scored."""
+    folder, model = run / "tokenizer", run / "tokenizer" / "tokenizer.model"
+    if damage == "folder deleted":
+        shutil.rmtree(folder)
+        expected = (
+            f"{run} has checkpoints but no tokenizer ({folder} is missing)",
+            f"keras-transformer train --workdir {run}`",
+        )
+    elif damage == "model deleted":
+        model.unlink()
+        expected = (f"{folder} holds tokenizer.json but no tokenizer.model",)
+    else:
+        model.write_bytes(model.read_bytes()[:100] if damage == "model cut" else b"")
+        size = 100 if damage == "model cut" else 0
+        expected = (f"{model} is damaged: its {size} bytes are not a SentencePiece",)
+    source = tmp_path / "source.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    translate = ["translate", "--workdir", str(run), "--input", str(source)]
+    assert cli.main(translate) == 1
+    line = _one_line_error(capsys, *expected)
+    if damage != "folder deleted":
+        assert f"Restore {folder} from a copy" in line
+        assert "learned again (`keras-transformer train --workdir <the run>`" in line
+        shutil.rmtree(folder)  # what the line says
+    assert cli.main(["train", "--workdir", str(run)]) == 0
+    assert cli.main(translate) == 0
+    assert capsys.readouterr().out.strip()
+
+
 def test_weights_naming_no_checkpoint_list_the_runs_checkpoints(run, capsys):
     """``--weights <run>/checkpoints/ckpt-5`` (no such step) said "ckpt-5.index
     is missing ... restore the file from a backup", as if a file were lost."""
