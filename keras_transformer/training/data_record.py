@@ -76,15 +76,24 @@ def _file_fingerprint(path: Path, known: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
+#: The damaged records warned of in this process, by path, size and time:
+#: a resume reads the record twice (its files, then its content).
+_WARNED_DAMAGED: set[tuple[str, int, int]] = set()
+
+
 def _read_record(path: Path) -> dict[str, Any]:
     """The stored record, or an empty one where it is missing or unreadable
-    (written anew: the files are then taken as they are)."""
+    (written anew: the data are then taken as they are, with one warning)."""
     if not path.is_file():
         return {}
     try:
-        return read_json_object(path, "train records the files as they are now.")
+        return read_json_object(path, "train records the data as read now.")
     except (OSError, ValueError) as e:
-        logger.warning("%s", e)
+        status = path.stat()
+        seen = (str(path), status.st_size, status.st_mtime_ns)
+        if seen not in _WARNED_DAMAGED:
+            _WARNED_DAMAGED.add(seen)
+            logger.warning("%s", e)
         return {}
 
 

@@ -864,6 +864,25 @@ def test_a_resume_on_changed_data_files_is_refused(tmp_path, caplog):
     assert not (run / "data.json").exists()
 
 
+def test_a_garbled_data_record_is_one_warning_at_a_resume(tmp_path, caplog):
+    """A resume reads ``data.json`` twice (its files when the config is
+    prepared, the data as read once they are): a garbled one was warned of
+    twice, saying the *files* would be recorded of a task that has none."""
+    from keras_transformer.training.data_record import check_data_content
+
+    run, config = tmp_path / "run", small_config()  # the built-in dates
+    assert prepare_run_config(config, run, force=False) is False
+    _fake_checkpoint(run)
+    content = {"train": {"examples": 10, "sha256": "0"}}
+    (run / "data.json").write_text("{", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert prepare_run_config(config, run, force=False) is True
+        check_data_content(content, run, force=False, source="its data")
+    assert caplog.text.count("data.json is not valid JSON") == 1, caplog.text
+    assert "train records the data as read now." in caplog.text
+    assert json.loads((run / "data.json").read_text())["content"] == content
+
+
 def test_the_data_as_read_are_recorded_and_checked(tmp_path, caplog):
     """Data that changed between two starts without a file setting changing
     (another copy under a moved ``data.data_dir``, another version
