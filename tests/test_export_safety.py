@@ -482,6 +482,42 @@ def test_sigkill_during_export_overwrite_keeps_the_earlier_export(
 
 
 @pytest.mark.usefixtures("traced_once")
+@pytest.mark.parametrize("damage", ["model cut", "model empty", "tokenizer deleted"])
+def test_a_damaged_export_is_named_with_the_way_back(
+    earlier: tuple[Path, dict[str, str]], tmp_path: Path, capsys, damage: str
+) -> None:
+    """An export whose ``model.keras`` was cut short: Keras said "File not
+    found: filepath=.../model.keras" of a file that is there; one without its
+    ``tokenizer/`` was "not a training work directory: config.json is
+    missing". Each command that reads it now names the damage and the way
+    back, in one line."""
+    target, _ = earlier
+    model = target / "model.keras"
+    if damage == "tokenizer deleted":
+        shutil.rmtree(target / "tokenizer")
+        expected = f"{target} holds a SavedModel export's model.keras but no tokenizer/"
+    else:
+        model.write_bytes(model.read_bytes()[:1000] if damage == "model cut" else b"")
+        expected = f"{model} is " + (
+            "not a .keras zip file (cut short or damaged)"
+            if damage == "model cut"
+            else "empty (0 bytes)"
+        )
+    source = tmp_path / "in.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    for argv in (
+        ["translate", "--workdir", str(target), "--input", str(source)],
+        ["export", "--workdir", str(target), "--output", str(tmp_path / "again")],
+    ):
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if ": error: " in line]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert expected in lines[0], err
+        assert "export its run again" in lines[0], err
+    assert not (tmp_path / "again").exists()
+
+
 def test_an_empty_folder_is_filled_and_keeps_its_permissions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -68,6 +68,7 @@ from keras_transformer.runs import (
 from keras_transformer.runs.exports import (
     QUANTIZATIONS,
     check_export_weights,
+    load_export_model,
     quantized,
     read_export_info,
 )
@@ -521,7 +522,7 @@ def _export_image(
                 f"{workdir} holds an image export's export.json but no "
                 f"{MODEL_FILE}: export its training run again."
             )
-        model = keras.saving.load_model(workdir / MODEL_FILE, compile=False)
+        model = load_export_model(workdir / MODEL_FILE)
         info = read_export_info(workdir)
         settings = {k: info[k] for k in ("given_rows", "temperature") if k in info} | (
             settings

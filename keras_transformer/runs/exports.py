@@ -24,6 +24,8 @@ from keras_transformer.runs.layout import (
     EXPORT_INFO_FILE,
     EXPORT_MODEL_FILE,
     TOKENIZER_DIR,
+    file_problem,
+    short_error,
 )
 from keras_transformer.validation import check_path
 
@@ -32,6 +34,7 @@ __all__ = [
     "check_export_weights",
     "is_export_dir",
     "load_export",
+    "load_export_model",
     "quantized",
     "run_kind",
 ]
@@ -106,9 +109,35 @@ def load_export(
             f"{export_dir} holds no {EXPORT_MODEL_FILE} and {TOKENIZER_DIR}/: it is "
             "not a folder written by export_translator (keras-transformer export)."
         )
-    model = keras.saving.load_model(export_dir / EXPORT_MODEL_FILE, compile=False)
+    model = load_export_model(export_dir / EXPORT_MODEL_FILE)
     tokenizer = SubwordTokenizer.load(export_dir / TOKENIZER_DIR)
     return model, tokenizer, read_export_info(export_dir)
+
+
+def load_export_model(path: str | os.PathLike[str]) -> keras.Model:
+    """The Keras model of an export (its ``model.keras``, uncompiled).
+
+    Raises:
+        ValueError: one line naming the file when it is missing, empty, cut
+            short or otherwise unreadable (Keras said "File not found" of a
+            damaged file), with the way back.
+    """
+    import zipfile
+
+    path = Path(path)
+    try:
+        return keras.saving.load_model(path, compile=False)
+    except Exception as e:  # noqa: BLE001 - Keras raises ValueError, zip errors...
+        problem = file_problem(path)
+        if problem is None:
+            problem = (
+                f"{path} is not a .keras zip file (cut short or damaged)"
+                if not zipfile.is_zipfile(path)
+                else f"{path} cannot be read as a Keras model ({short_error(e)})"
+            )
+        raise ValueError(
+            f"{problem}: restore the export from a copy, or export its run again."
+        ) from e
 
 
 def read_export_info(export_dir: str | os.PathLike[str]) -> dict[str, Any]:

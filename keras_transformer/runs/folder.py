@@ -50,6 +50,8 @@ from keras_transformer.runs.layout import (
     BEST_WEIGHTS,
     CHECKPOINT_DIR,
     CONFIG_FILE,
+    EXPORT_INFO_FILE,
+    EXPORT_MODEL_FILE,
     LOG_DIR,
     RESULT_FILE,
     RUN_ENTRIES,
@@ -251,6 +253,12 @@ class RunFolder:
                 f"{self.path} is not a training work directory, but {found} "
                 f"{self.path / runs[0]}."
             )
+        if self._is_export_without_tokenizer(held):
+            return (
+                f"{self.path} holds a SavedModel export's {EXPORT_MODEL_FILE} but "
+                f"no {TOKENIZER_DIR}/, so the export is incomplete: restore it "
+                "from a copy, or export its run again."
+            )
         if self.config_file.is_file():
             why = f"its {CONFIG_FILE} is a CTranslate2 export's"
         else:
@@ -267,6 +275,17 @@ class RunFolder:
             "`keras-transformer translate --workdir` (in Python: "
             "CTranslate2Translator, LiteRTTranslator)."
         )
+
+    def _is_export_without_tokenizer(self, held: list[str]) -> bool:
+        """Whether the folder is a text kind's export whose ``tokenizer/`` is
+        gone (an image export has none)."""
+        if EXPORT_MODEL_FILE not in held or TOKENIZER_DIR in held:
+            return False
+        try:
+            info = json.loads((self.path / EXPORT_INFO_FILE).read_text())
+        except (OSError, ValueError):
+            info = {}
+        return not isinstance(info, dict) or info.get("kind") != "image"
 
     def check_trainable(self) -> RunFolder:
         """Returns self if `train` may write the folder: it is new, empty, a
