@@ -96,6 +96,51 @@ def test_a_damaged_settings_file_is_one_line_naming_it(
     assert f"{info} lacks {missing}" in err
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "model.bin cut",
+        "sentencepiece.model cut",
+        "sentencepiece.model deleted",
+        "shared_vocabulary.json cut",
+        "model.bin deleted",
+        "keras_transformer.json deleted",
+    ],
+)
+def test_damaged_export_files_are_one_line_naming_them(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """CTranslate2 and SentencePiece raised a bare RuntimeError (a traceback
+    from `translate`) for a cut or deleted file of the export, naming a
+    tensor or nothing; an export without ``model.bin`` was a run that "holds
+    no trained model yet ... Train it"."""
+    import shutil
+
+    copy = Path(shutil.copytree(folder, tmp_path / "ct2"))
+    name, how = damage.rsplit(" ", 1)
+    if how == "cut":
+        (copy / name).write_bytes((copy / name).read_bytes()[:40])
+    else:
+        (copy / name).unlink()
+    expected = {
+        "model.bin cut": f"{copy}'s model.bin, config.json or shared_vocabulary",
+        "sentencepiece.model cut": f"{copy / TOKENIZER_FILE} is damaged",
+        "sentencepiece.model deleted": f"{copy / TOKENIZER_FILE} is missing",
+        "shared_vocabulary.json cut": f"{copy}'s model.bin, config.json or shared",
+        "model.bin deleted": "a CTranslate2 export's keras_transformer.json but no "
+        "model.bin, so the export is incomplete",
+        "keras_transformer.json deleted": "a CTranslate2 export's model.bin but no "
+        "keras_transformer.json, so the export is incomplete",
+    }[damage]
+    source = tmp_path / "in.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    argv = ["translate", "--workdir", str(copy), "--input", str(source)]
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert expected in err and "restore" in err, err
+
+
 @pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
 def test_translations_identical_to_translator(folder: Path, beam_size: int) -> None:
     """Greedy outputs, and beam-4 outputs re-ranked by the GNMT penalty."""

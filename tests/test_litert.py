@@ -216,6 +216,59 @@ def test_a_damaged_litert_json_is_one_line_naming_it(tmp_path: Path) -> None:
         litert.LiteRTTranslator(tmp_path)
 
 
+def test_damaged_litert_files_are_one_line_naming_them(
+    tmp_path: Path, shared_translation_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cut or empty ``model.tflite`` or ``tokenizer.model``: the engines
+    said "The model is not a valid Flatbuffer buffer" or raised a bare
+    RuntimeError (a traceback from `translate`), naming no file."""
+    from keras_transformer import cli
+
+    proto = (shared_translation_run / "tokenizer" / "tokenizer.model").read_bytes()
+    settings = {
+        "max_input_length": 12,
+        "extra_length": 5,
+        "max_output_length": 17,
+        "quantization": "float32",
+        "start_id": 1,
+        "end_id": 2,
+        "tokenizer_fingerprint": "",
+    }
+    (tmp_path / litert.INFO_FILE).write_text(json.dumps(settings))
+    model, tokenizer = tmp_path / litert.MODEL_FILE, tmp_path / litert.TOKENIZER_FILE
+    source = tmp_path / "in.txt"
+    source.write_text("Montag, 3. Juli 2023\n")
+    cases = (
+        (proto[:100], b"TFL3", f"{tokenizer} is damaged"),
+        (b"", b"TFL3", f"{tokenizer} is empty"),
+        (proto, b"TFL3" * 10, f"{model} is damaged (The model is not a valid"),
+        (proto, b"", f"{model} is empty"),
+    )
+    for tokenizer_bytes, model_bytes, expected in cases:
+        tokenizer.write_bytes(tokenizer_bytes)
+        model.write_bytes(model_bytes)
+        with pytest.raises(ValueError, match="--format litert") as error:
+            litert.LiteRTTranslator(tmp_path)
+        assert expected in str(error.value)
+        assert cli.main(
+            ["translate", "--workdir", str(tmp_path), "--input", str(source)]
+        )
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert expected in err
+    # A folder with one of the two files that make it a LiteRT export.
+    for name in (litert.INFO_FILE, litert.MODEL_FILE):
+        held = (tmp_path / name).read_bytes()
+        (tmp_path / name).unlink()
+        assert cli.main(
+            ["translate", "--workdir", str(tmp_path), "--input", str(source)]
+        )
+        err = capsys.readouterr().err
+        assert "so the export is incomplete: restore it from a copy" in err, err
+        assert "LiteRT export's" in err and "Traceback" not in err
+        (tmp_path / name).write_bytes(held)
+
+
 @pytest.mark.slow  # a SavedModel export of the tiny model, then its conversion
 def test_cli_export_format_litert(
     tmp_path: Path, capsys: pytest.CaptureFixture

@@ -74,6 +74,7 @@ from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
     read_export_record,
+    reading_export_files,
     writing_export,
 )
 from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
@@ -370,9 +371,10 @@ class CTranslate2Translator:
             ),
             "ctranslate2",
         )
-        self.processor = sentencepiece.SentencePieceProcessor(
-            model_file=str(folder / TOKENIZER_FILE)
-        )
+        with reading_export_files([folder / TOKENIZER_FILE], "ctranslate2"):
+            self.processor = sentencepiece.SentencePieceProcessor(
+                model_file=str(folder / TOKENIZER_FILE)
+            )
         quantization = str(self.info.get("quantization", "float32"))
         int8_weights = quantization.startswith("int8")
         if device == "cpu" and compute_type == "default" and int8_weights:
@@ -380,13 +382,15 @@ class CTranslate2Translator:
             if compute_type == "float32":
                 warnings.warn(f"{folder}: {INT8_IN_FLOAT32}.", stacklevel=2)
         self.compute_type = compute_type
-        self.engine = ctranslate2.Translator(
-            str(folder),
-            device=device,
-            compute_type=compute_type,
-            inter_threads=inter_threads,
-            intra_threads=intra_threads,
-        )
+        engine_files = [folder / name for name in _EXPORT_ENTRIES[:3]]
+        with reading_export_files(engine_files, "ctranslate2"):
+            self.engine = ctranslate2.Translator(
+                str(folder),
+                device=device,
+                compute_type=compute_type,
+                inter_threads=inter_threads,
+                intra_threads=intra_threads,
+            )
         self.beam_size = int(self.info["beam_size"] if beam_size is None else beam_size)
         self.alpha = float(self.info["alpha"] if alpha is None else alpha)
         self.batch_size = batch_size

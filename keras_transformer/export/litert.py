@@ -62,6 +62,7 @@ from keras_transformer.export.target import (
     ExportFormat,
     check_export_target,
     read_export_record,
+    reading_export_files,
     writing_export,
 )
 from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
@@ -299,12 +300,14 @@ class LiteRTTranslator:
         self.input_limit_remedy = export_cut_remedy(
             self.settings.max_input_length, self.settings.learned_source_positions
         )
-        self.sentencepiece = spm.SentencePieceProcessor(
-            model_proto=(path / TOKENIZER_FILE).read_bytes()
-        )
-        self.interpreter = Interpreter(
-            model_path=str(path / MODEL_FILE), num_threads=num_threads
-        )
+        with reading_export_files([path / TOKENIZER_FILE], "litert"):
+            self.sentencepiece = spm.SentencePieceProcessor(
+                model_proto=(path / TOKENIZER_FILE).read_bytes()
+            )
+        with reading_export_files([path / MODEL_FILE], "litert"):
+            self.interpreter = Interpreter(
+                model_path=str(path / MODEL_FILE), num_threads=num_threads
+            )
         self._input = self.interpreter.get_input_details()[0]["index"]
         # The outputs by rank: token_ids (batch, length), lengths (batch,).
         outputs = {

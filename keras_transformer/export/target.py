@@ -41,6 +41,7 @@ __all__ = [
     "check_export_target",
     "lock_path",
     "read_export_record",
+    "reading_export_files",
     "with_records",
     "writing_export",
 ]
@@ -179,6 +180,35 @@ def read_export_record(
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}: {remedy}")
     return record
+
+
+@contextlib.contextmanager
+def reading_export_files(paths: Iterable[Path], format_name: str) -> Iterator[None]:
+    """Checks that an export's `paths` are there and not empty, and turns an
+    engine's error while it reads them (a file cut short, or of another
+    export) into one line naming them and the command that writes them
+    again (the engines' own errors name no file, or a tensor)."""
+    paths = list(paths)
+    remedy = (
+        "restore the export from a copy, or write it again with "
+        f"keras-transformer export --format {format_name}."
+    )
+    for path in paths:
+        if not path.is_file() or not path.stat().st_size:
+            problem = "is missing" if not path.is_file() else "is empty"
+            raise ValueError(f"{path} {problem}: {remedy}")
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - RuntimeError, ValueError, OSError...
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        reason = " ".join(lines[0].split())[:200]
+        names = (
+            f"{paths[0].parent}'s {', '.join(p.name for p in paths[:-1])} or "
+            f"{paths[-1].name}"
+            if len(paths) > 1
+            else str(paths[0])
+        )
+        raise ValueError(f"{names} is damaged ({reason}): {remedy}") from e
 
 
 def lock_path(export_dir: str | os.PathLike[str]) -> Path:

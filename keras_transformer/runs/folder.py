@@ -84,13 +84,24 @@ _WARNED_SETTINGS: set[str] = set()
 #: The model file of a CTranslate2 export, which writes a ``config.json`` of
 #: its own beside it (`keras_transformer.export.ctranslate2`); no run holds one.
 _CTRANSLATE2_MODEL = "model.bin"
+#: The files that make a folder an export of another format, each with the
+#: file its export holds beside it (a folder with one and not the other is an
+#: export cut short, not a run): CTranslate2's, LiteRT's.
+_OTHER_EXPORTS = {
+    "ctranslate2": ("CTranslate2", _CTRANSLATE2_MODEL, "keras_transformer.json"),
+    "litert": ("LiteRT", "model.tflite", "litert.json"),
+}
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a training run: it holds ``config.json`` (and no
-    ``model.bin``: a CTranslate2 export holds a ``config.json`` too)."""
+    ``model.bin`` or ``keras_transformer.json``: a CTranslate2 export holds a
+    ``config.json`` too)."""
     path = Path(path)
-    return (path / CONFIG_FILE).is_file() and not (path / _CTRANSLATE2_MODEL).is_file()
+    _, *ctranslate2_files = _OTHER_EXPORTS["ctranslate2"]
+    return (path / CONFIG_FILE).is_file() and not any(
+        (path / name).is_file() for name in ctranslate2_files
+    )
 
 
 def enclosing_run(path: str | os.PathLike[str]) -> Path | None:
@@ -253,11 +264,11 @@ class RunFolder:
                 f"{self.path} is not a training work directory, but {found} "
                 f"{self.path / runs[0]}."
             )
-        if self._is_export_without_tokenizer(held):
+        incomplete = self._incomplete_export(held)
+        if incomplete:
             return (
-                f"{self.path} holds a SavedModel export's {EXPORT_MODEL_FILE} but "
-                f"no {TOKENIZER_DIR}/, so the export is incomplete: restore it "
-                "from a copy, or export its run again."
+                f"{self.path} holds {incomplete}, so the export is incomplete: "
+                "restore it from a copy, or export its run again."
             )
         if self.config_file.is_file():
             why = f"its {CONFIG_FILE} is a CTranslate2 export's"
@@ -276,16 +287,25 @@ class RunFolder:
             "CTranslate2Translator, LiteRTTranslator)."
         )
 
-    def _is_export_without_tokenizer(self, held: list[str]) -> bool:
-        """Whether the folder is a text kind's export whose ``tokenizer/`` is
-        gone (an image export has none)."""
+    def _incomplete_export(self, held: list[str]) -> str | None:
+        """What the folder holds of an export that lacks a file its format
+        reads (``"a LiteRT export's model.tflite but no litert.json"``), or
+        None: a text kind's SavedModel export without ``tokenizer/`` (an image
+        export has none), a CTranslate2 or LiteRT export without its model or
+        its record."""
+        for export_format, first, second in _OTHER_EXPORTS.values():
+            if (first in held) != (second in held):
+                present, absent = (first, second) if first in held else (second, first)
+                return f"a {export_format} export's {present} but no {absent}"
         if EXPORT_MODEL_FILE not in held or TOKENIZER_DIR in held:
-            return False
+            return None
         try:
             info = json.loads((self.path / EXPORT_INFO_FILE).read_text())
         except (OSError, ValueError):
             info = {}
-        return not isinstance(info, dict) or info.get("kind") != "image"
+        if isinstance(info, dict) and info.get("kind") == "image":
+            return None
+        return f"a SavedModel export's {EXPORT_MODEL_FILE} but no {TOKENIZER_DIR}/"
 
     def check_trainable(self) -> RunFolder:
         """Returns self if `train` may write the folder: it is new, empty, a

@@ -857,6 +857,7 @@ def test_the_library_names_an_export_of_another_format_for_a_run(tmp_path):
     ctranslate2.mkdir()
     (ctranslate2 / "config.json").write_text('{"layer_norm_epsilon": 1e-06}')
     (ctranslate2 / "model.bin").write_bytes(b"\0")
+    (ctranslate2 / "keras_transformer.json").write_text("{}")
     litert = tmp_path / "lite"
     litert.mkdir()
     for name in ("litert.json", "model.tflite", "tokenizer.model"):
@@ -865,7 +866,7 @@ def test_the_library_names_an_export_of_another_format_for_a_run(tmp_path):
         (
             ctranslate2,
             "its config.json is a CTranslate2 export's",
-            "config.json, model.bin",
+            "config.json, keras_transformer.json, model.bin",
         ),
         (
             litert,
