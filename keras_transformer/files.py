@@ -34,8 +34,9 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "LOCK_FILE",
@@ -45,6 +46,7 @@ __all__ = [
     "as_os_error",
     "atomic_directory",
     "atomic_file",
+    "check_export_tokenizer",
     "check_free_space",
     "check_utf8_start",
     "fsync_directory",
@@ -596,3 +598,24 @@ class FolderLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+def check_export_tokenizer(
+    fingerprint: str, record: Mapping[str, Any], record_file: Path, format_name: str
+) -> None:
+    """Refuses an export's tokenizer whose `fingerprint` (the SHA-256 of its
+    SentencePiece model, `SubwordTokenizer.fingerprint`) is not the one the
+    export's `record` (read from `record_file`) says it was written with: a
+    tokenizer copied in from another export, whose ids would mean other
+    pieces, so that every translation came out wrong without a word. A record
+    without one (written by hand) is not checked."""
+    expected = record.get("tokenizer_fingerprint")
+    if not isinstance(expected, str) or not expected or expected == fingerprint:
+        return
+    raise ValueError(
+        f"The tokenizer of {record_file.parent} is not the one the export was "
+        f"written with (its fingerprint {fingerprint[:12]}... differs from "
+        f"{expected[:12]}... in {record_file.name}): its ids would mean other "
+        "pieces. Restore the export from a copy, or write it again with "
+        f"keras-transformer export --format {format_name}."
+    )

@@ -70,6 +70,13 @@ def tiny_translator() -> tuple[keras.Model, SubwordTokenizer]:
     return model, SubwordTokenizer.load(folder)
 
 
+def another_tokenizer() -> SubwordTokenizer:
+    """A tokenizer of `tiny_translator`'s size learned from other dates: what
+    a tokenizer copied in from another export is (same size, other pieces)."""
+    pairs = synthetic_dates(400, seed=1)
+    return SubwordTokenizer.train([*pairs.sources, *pairs.targets], vocabulary_size=120)
+
+
 def _train_tiny_translator(folder: Path) -> None:
     """`tiny_translator`'s training: ``model.keras`` and the tokenizer."""
     keras.utils.set_random_seed(0)

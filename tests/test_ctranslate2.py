@@ -35,7 +35,11 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 )
 from keras_transformer.models import build_transformer, presets  # noqa: E402
 from keras_transformer.translation import Translator  # noqa: E402
-from tests.export_helpers import INPUTS, tiny_translator  # noqa: E402
+from tests.export_helpers import (  # noqa: E402
+    INPUTS,
+    another_tokenizer,
+    tiny_translator,
+)
 
 #: Imported after `prefer_mkl_for_int8`, as the package imports it.
 ctranslate2 = import_ctranslate2()
@@ -105,6 +109,7 @@ def test_a_damaged_settings_file_is_one_line_naming_it(
         "shared_vocabulary.json cut",
         "model.bin deleted",
         "keras_transformer.json deleted",
+        "sentencepiece.model of another",
     ],
 )
 def test_damaged_export_files_are_one_line_naming_them(
@@ -117,11 +122,13 @@ def test_damaged_export_files_are_one_line_naming_them(
     import shutil
 
     copy = Path(shutil.copytree(folder, tmp_path / "ct2"))
-    name, how = damage.rsplit(" ", 1)
+    name, how = damage.split(" ", 1)
     if how == "cut":
         (copy / name).write_bytes((copy / name).read_bytes()[:40])
-    else:
+    elif how == "deleted":
         (copy / name).unlink()
+    else:  # same size, other pieces: every translation was wrong, silently
+        (copy / name).write_bytes(another_tokenizer().model_proto)
     expected = {
         "model.bin cut": f"{copy}'s model.bin, config.json or shared_vocabulary",
         "sentencepiece.model cut": f"{copy / TOKENIZER_FILE} is damaged",
@@ -131,6 +138,8 @@ def test_damaged_export_files_are_one_line_naming_them(
         "model.bin, so the export is incomplete",
         "keras_transformer.json deleted": "a CTranslate2 export's model.bin but no "
         "keras_transformer.json, so the export is incomplete",
+        "sentencepiece.model of another": f"The tokenizer of {copy} is not the one "
+        "the export was written with",
     }[damage]
     source = tmp_path / "in.txt"
     source.write_text("Montag, 3. Juli 2023\n")
@@ -138,7 +147,7 @@ def test_damaged_export_files_are_one_line_naming_them(
     assert cli.main(argv) != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert expected in err and "restore" in err, err
+    assert expected in err and "restore" in err.lower(), err
 
 
 @pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])

@@ -28,6 +28,7 @@ from keras_transformer.export import saved_model
 from keras_transformer.translation import translate_lines
 from tests.export_helpers import (
     INPUTS,
+    another_tokenizer,
     run_like_folder,
     served_translations,
     tiny_translator,
@@ -482,20 +483,29 @@ def test_sigkill_during_export_overwrite_keeps_the_earlier_export(
 
 
 @pytest.mark.usefixtures("traced_once")
-@pytest.mark.parametrize("damage", ["model cut", "model empty", "tokenizer deleted"])
+@pytest.mark.parametrize(
+    "damage", ["model cut", "model empty", "tokenizer deleted", "tokenizer of another"]
+)
 def test_a_damaged_export_is_named_with_the_way_back(
     earlier: tuple[Path, dict[str, str]], tmp_path: Path, capsys, damage: str
 ) -> None:
     """An export whose ``model.keras`` was cut short: Keras said "File not
     found: filepath=.../model.keras" of a file that is there; one without its
     ``tokenizer/`` was "not a training work directory: config.json is
-    missing". Each command that reads it now names the damage and the way
-    back, in one line."""
+    missing". A tokenizer of another export of the same size was served
+    with the model: every translation wrong, without a word. Each command
+    that reads it now names the damage and the way back, in one line."""
     target, _ = earlier
     model = target / "model.keras"
     if damage == "tokenizer deleted":
         shutil.rmtree(target / "tokenizer")
         expected = f"{target} holds a SavedModel export's model.keras but no tokenizer/"
+    elif damage == "tokenizer of another":
+        shutil.rmtree(target / "tokenizer")
+        another = another_tokenizer()
+        assert another.vocabulary_size == tiny_translator()[1].vocabulary_size
+        another.save(target / "tokenizer")
+        expected = f"The tokenizer of {target} is not the one the export was written"
     else:
         model.write_bytes(model.read_bytes()[:1000] if damage == "model cut" else b"")
         expected = f"{model} is " + (
@@ -514,7 +524,8 @@ def test_a_damaged_export_is_named_with_the_way_back(
         lines = [line for line in err.splitlines() if ": error: " in line]
         assert len(lines) == 1 and "Traceback" not in err, err
         assert expected in lines[0], err
-        assert "export its run again" in lines[0], err
+        assert "from a copy, or " in lines[0].lower(), err
+        assert "export its run again" in lines[0] or "--format savedmodel" in lines[0]
     assert not (tmp_path / "again").exists()
 
 

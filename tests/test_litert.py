@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ pytest.importorskip(
 from keras_transformer.data import synthetic_dates  # noqa: E402
 from keras_transformer.export import litert  # noqa: E402
 from keras_transformer.translation import Translator, score_translations  # noqa: E402
-from tests.export_helpers import tiny_translator  # noqa: E402
+from tests.export_helpers import another_tokenizer, tiny_translator  # noqa: E402
 
 #: Validation sources of the tiny dates model (not its training pairs).
 VALIDATION = synthetic_dates(24, seed=7)
@@ -256,6 +257,14 @@ def test_damaged_litert_files_are_one_line_naming_them(
         err = capsys.readouterr().err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert expected in err
+    # The tokenizer of another export (same size, other pieces): every
+    # translation came out wrong without a word.
+    settings["tokenizer_fingerprint"] = hashlib.sha256(proto).hexdigest()
+    (tmp_path / litert.INFO_FILE).write_text(json.dumps(settings))
+    tokenizer.write_bytes(another_tokenizer().model_proto)
+    with pytest.raises(ValueError, match="is not the one the export was written"):
+        litert.LiteRTTranslator(tmp_path)
+    tokenizer.write_bytes(proto)
     # A folder with one of the two files that make it a LiteRT export.
     for name in (litert.INFO_FILE, litert.MODEL_FILE):
         held = (tmp_path / name).read_bytes()

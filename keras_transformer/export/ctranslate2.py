@@ -48,6 +48,7 @@ with OpenNMT" (CTranslate2).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -77,6 +78,7 @@ from keras_transformer.export.target import (
     reading_export_files,
     writing_export,
 )
+from keras_transformer.files import check_export_tokenizer
 from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
 
 #: The decoding settings and the provenance of the folder.
@@ -372,9 +374,10 @@ class CTranslate2Translator:
             "ctranslate2",
         )
         with reading_export_files([folder / TOKENIZER_FILE], "ctranslate2"):
-            self.processor = sentencepiece.SentencePieceProcessor(
-                model_file=str(folder / TOKENIZER_FILE)
-            )
+            proto = (folder / TOKENIZER_FILE).read_bytes()
+            self.processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
+        fingerprint, info_file = hashlib.sha256(proto).hexdigest(), folder / INFO_FILE
+        check_export_tokenizer(fingerprint, self.info, info_file, "ctranslate2")
         quantization = str(self.info.get("quantization", "float32"))
         int8_weights = quantization.startswith("int8")
         if device == "cpu" and compute_type == "default" and int8_weights:

@@ -39,6 +39,7 @@ interpreter -> sentencepiece.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -65,6 +66,7 @@ from keras_transformer.export.target import (
     reading_export_files,
     writing_export,
 )
+from keras_transformer.files import check_export_tokenizer
 from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
 
 __all__ = [
@@ -301,9 +303,10 @@ class LiteRTTranslator:
             self.settings.max_input_length, self.settings.learned_source_positions
         )
         with reading_export_files([path / TOKENIZER_FILE], "litert"):
-            self.sentencepiece = spm.SentencePieceProcessor(
-                model_proto=(path / TOKENIZER_FILE).read_bytes()
-            )
+            proto = (path / TOKENIZER_FILE).read_bytes()
+            self.sentencepiece = spm.SentencePieceProcessor(model_proto=proto)
+        fingerprint = hashlib.sha256(proto).hexdigest()
+        check_export_tokenizer(fingerprint, values, path / INFO_FILE, "litert")
         with reading_export_files([path / MODEL_FILE], "litert"):
             self.interpreter = Interpreter(
                 model_path=str(path / MODEL_FILE), num_threads=num_threads

@@ -18,7 +18,11 @@ from typing import Any
 import keras
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.files import TEMPORARY_PREFIX, read_json_object
+from keras_transformer.files import (
+    TEMPORARY_PREFIX,
+    check_export_tokenizer,
+    read_json_object,
+)
 from keras_transformer.runs.folder import RunFolder, is_run_dir
 from keras_transformer.runs.layout import (
     EXPORT_INFO_FILE,
@@ -111,7 +115,10 @@ def load_export(
         )
     model = load_export_model(export_dir / EXPORT_MODEL_FILE)
     tokenizer = SubwordTokenizer.load(export_dir / TOKENIZER_DIR)
-    return model, tokenizer, read_export_info(export_dir)
+    info = read_export_info(export_dir)
+    info_file = export_dir / EXPORT_INFO_FILE
+    check_export_tokenizer(tokenizer.fingerprint, info, info_file, "savedmodel")
+    return model, tokenizer, info
 
 
 def load_export_model(path: str | os.PathLike[str]) -> keras.Model:
