@@ -661,6 +661,7 @@ print(json.dumps([
 """
 
 
+@pytest.mark.slow  # ~32 s: an export in the older tokenizer's form, then a process
 def test_an_export_holding_the_sentencepiece_resource_op_translates_the_same(
     exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
