@@ -91,13 +91,20 @@ def test_a_damaged_settings_file_is_one_line_naming_it(
     missing = "alpha, extra_length, max_input_length, max_output_length"
     with pytest.raises(ValueError, match=f"lacks {missing}"):
         CTranslate2Translator(copy)
+    assert f"{info} lacks {missing}" in _translate_error(copy, tmp_path, capsys)
+
+
+def _translate_error(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> str:
+    """The one line `keras-transformer translate --workdir folder` fails with."""
     source = tmp_path / "in.txt"
     source.write_text("Montag, 3. Juli 2023\n")
-    argv = ["translate", "--workdir", str(copy), "--input", str(source)]
+    argv = ["translate", "--workdir", str(folder), "--input", str(source)]
     assert cli.main(argv) != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert f"{info} lacks {missing}" in err
+    return err
 
 
 @pytest.mark.parametrize(
@@ -141,12 +148,7 @@ def test_damaged_export_files_are_one_line_naming_them(
         "sentencepiece.model of another": f"The tokenizer of {copy} is not the one "
         "the export was written with",
     }[damage]
-    source = tmp_path / "in.txt"
-    source.write_text("Montag, 3. Juli 2023\n")
-    argv = ["translate", "--workdir", str(copy), "--input", str(source)]
-    assert cli.main(argv) != 0
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    err = _translate_error(copy, tmp_path, capsys)
     assert expected in err and "restore" in err.lower(), err
 
 
