@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from keras_transformer import cli, export, files
 from keras_transformer.data import (
+    SubwordTokenizer,
     synthetic_dates,
 )
 from keras_transformer.export import saved_model
@@ -31,6 +32,7 @@ from tests.export_helpers import (
     another_tokenizer,
     run_like_folder,
     served_translations,
+    tiny_model,
     tiny_translator,
 )
 from tests.training.helpers import REPO_ROOT, holding_lock, subprocess_env
@@ -484,7 +486,14 @@ def test_sigkill_during_export_overwrite_keeps_the_earlier_export(
 
 @pytest.mark.usefixtures("traced_once")
 @pytest.mark.parametrize(
-    "damage", ["model cut", "model empty", "tokenizer deleted", "tokenizer of another"]
+    "damage",
+    [
+        "model cut",
+        "model empty",
+        "tokenizer deleted",
+        "tokenizer of another",
+        "model of another",
+    ],
 )
 def test_a_damaged_export_is_named_with_the_way_back(
     earlier: tuple[Path, dict[str, str]], tmp_path: Path, capsys, damage: str
@@ -506,6 +515,11 @@ def test_a_damaged_export_is_named_with_the_way_back(
         assert another.vocabulary_size == tiny_translator()[1].vocabulary_size
         another.save(target / "tokenizer")
         expected = f"The tokenizer of {target} is not the one the export was written"
+    elif damage == "model of another":  # of another vocabulary size
+        dates = synthetic_dates(200, seed=3)
+        other = SubwordTokenizer.train([*dates.sources, *dates.targets], 100)
+        tiny_model(other).save(model)
+        expected = f"{model} embeds 100 token ids but the export's tokenizer has 120"
     else:
         model.write_bytes(model.read_bytes()[:1000] if damage == "model cut" else b"")
         expected = f"{model} is " + (

@@ -364,9 +364,14 @@ class SubwordTokenizer(tf.Module):
                 "tokenizers. Save the tokenizer again, or restore both files "
                 "from the same run."
             )
-        tokenizer.check_compatible(
-            expected_vocabulary_size=config.get("vocabulary_size", -1)
-        )
+        recorded = config.get("vocabulary_size")
+        if recorded != tokenizer.vocabulary_size:
+            raise ValueError(
+                f"{config_path} records vocabulary_size={recorded!r} but "
+                f"{model_path} holds {tokenizer.vocabulary_size} pieces: the files "
+                "come from different tokenizers. Save the tokenizer again, or "
+                "restore both files from the same run."
+            )
         return tokenizer
 
     # -- properties ---------------------------------------------------------
@@ -424,42 +429,50 @@ class SubwordTokenizer(tf.Module):
         self,
         expected_vocabulary_size: int,
         expected_fingerprint: str | None = None,
+        *,
+        expected_by: str = "the model",
     ) -> None:
         """Checks that this tokenizer is the one a model was trained with.
 
         Args:
             expected_vocabulary_size: Vocabulary size of the model's
-                embedding (from its checkpoint or config).
+                embedding (from the model, its checkpoint or config).
             expected_fingerprint: The fingerprint recorded with the
                 checkpoint, if any.
+            expected_by: what expects them, for the message (``"the
+                model"``, ``"the checkpoint"``, a file).
 
         Raises:
             ValueError: If the size or the fingerprint differs.
         """
         problems = self.compatibility_problems(
-            expected_vocabulary_size, expected_fingerprint
+            expected_vocabulary_size, expected_fingerprint, expected_by=expected_by
         )
         if problems:
             raise ValueError(
-                "The tokenizer vocabulary does not match the checkpoint: "
+                f"The tokenizer vocabulary does not match {expected_by}: "
                 + "; ".join(problems)
                 + ". Token ids would mean different pieces. Load the tokenizer "
-                "saved with the checkpoint (SubwordTokenizer.load(<its "
-                "directory>)), or train a new model with this tokenizer."
+                f"{expected_by} was made with (SubwordTokenizer.load(<the "
+                "tokenizer/ folder of its run or export>)), or train a new model "
+                "with this tokenizer."
             )
 
     def compatibility_problems(
         self,
         expected_vocabulary_size: int,
         expected_fingerprint: str | None = None,
+        *,
+        expected_by: str = "the checkpoint",
     ) -> list[str]:
         """What differs from the tokenizer a model was trained with (its
-        vocabulary size, its fingerprint), in words; empty when nothing does.
-        `check_compatible` raises them."""
+        vocabulary size, its fingerprint), in words, each saying what
+        `expected_by` expects; empty when nothing differs. `check_compatible`
+        raises them."""
         problems = []
         if expected_vocabulary_size != self.vocabulary_size:
             problems.append(
-                f"the checkpoint expects vocabulary_size={expected_vocabulary_size} "
+                f"{expected_by} expects vocabulary_size={expected_vocabulary_size} "
                 f"but this tokenizer has {self.vocabulary_size}"
             )
         if (
@@ -467,7 +480,7 @@ class SubwordTokenizer(tf.Module):
             and expected_fingerprint != self.fingerprint
         ):
             problems.append(
-                f"the checkpoint expects tokenizer fingerprint "
+                f"{expected_by} expects tokenizer fingerprint "
                 f"{expected_fingerprint[:12]}… but this tokenizer's is "
                 f"{self.fingerprint[:12]}…"
             )

@@ -68,6 +68,7 @@ from keras_transformer.runs import (
 from keras_transformer.runs.exports import (
     QUANTIZATIONS,
     check_export_weights,
+    embedding_vocabulary,
     load_export_model,
     quantized,
     read_export_info,
@@ -273,14 +274,6 @@ def export_translator(
 
 
 # ------------------------------------------------------------ classification
-def _embedding_vocabulary(model: keras.Model) -> int | None:
-    """The number of ids of a classifier's token embedding (None: not found)."""
-    for layer in model.layers:
-        if isinstance(getattr(layer, "vocabulary_size", None), int):
-            return layer.vocabulary_size
-    return None
-
-
 def _classify_archive(
     model: keras.Model, tokenizer: SubwordTokenizer, info: dict[str, Any]
 ) -> keras.export.ExportArchive:
@@ -346,7 +339,7 @@ def export_classifier(
             "export_classifier needs the SubwordTokenizer the model was trained "
             f"with. Received: {type(tokenizer).__name__}."
         )
-    tokenizer.check_compatible(expected_vocabulary_size=_embedding_vocabulary(model))
+    tokenizer.check_compatible(expected_vocabulary_size=embedding_vocabulary(model))
     validation.check_int("max_length", max_length, 1)
     validation.check_int("tail_tokens", tail_tokens, 0)
     validation.check_bool("lowercase", lowercase)

@@ -36,6 +36,7 @@ from keras_transformer.validation import check_path
 __all__ = [
     "QUANTIZATIONS",
     "check_export_weights",
+    "embedding_vocabulary",
     "is_export_dir",
     "load_export",
     "load_export_model",
@@ -118,7 +119,24 @@ def load_export(
     info = read_export_info(export_dir)
     info_file = export_dir / EXPORT_INFO_FILE
     check_export_tokenizer(tokenizer.fingerprint, info, info_file, "savedmodel")
+    ids = embedding_vocabulary(model)
+    if ids is not None and ids != tokenizer.vocabulary_size:
+        raise ValueError(
+            f"{export_dir / EXPORT_MODEL_FILE} embeds {ids} token ids but the "
+            f"export's tokenizer has {tokenizer.vocabulary_size} pieces: the "
+            "files come from different exports. Restore the export from a "
+            "copy, or export its run again."
+        )
     return model, tokenizer, info
+
+
+def embedding_vocabulary(model: keras.Model) -> int | None:
+    """The number of ids of a model's token embedding (its first layer with
+    an integer ``vocabulary_size``; None: it has none)."""
+    for layer in model.layers:
+        if isinstance(getattr(layer, "vocabulary_size", None), int):
+            return layer.vocabulary_size
+    return None
 
 
 def load_export_model(path: str | os.PathLike[str]) -> keras.Model:

@@ -174,6 +174,13 @@ def test_load_errors(tokenizer: SubwordTokenizer, tmp_path: Path) -> None:
         FileNotFoundError, match="holds tokenizer.json but no tokenizer"
     ):
         SubwordTokenizer.load(directory)
+    # A size in tokenizer.json that the model file does not have (it said
+    # "does not match the checkpoint" where there was none).
+    model.write_bytes(tokenizer.model_proto)
+    config.update(fingerprint=tokenizer.fingerprint, vocabulary_size=999)
+    (directory / "tokenizer.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="records vocabulary_size=999 but .* holds"):
+        SubwordTokenizer.load(directory)
 
 
 def test_fingerprint_and_check_compatible(tokenizer: SubwordTokenizer) -> None:
@@ -189,7 +196,7 @@ def test_fingerprint_and_check_compatible(tokenizer: SubwordTokenizer) -> None:
     with pytest.raises(ValueError) as info:
         tokenizer.check_compatible(expected_vocabulary_size=8000)
     message = str(info.value)
-    assert "does not match the checkpoint" in message
+    assert "does not match the model: the model expects" in message
     assert "vocabulary_size=8000" in message and "1000" in message
     assert "SubwordTokenizer.load" in message
     with pytest.raises(ValueError, match="fingerprint"):
