@@ -94,6 +94,17 @@ def test_a_damaged_settings_file_is_one_line_naming_it(
     assert f"{info} lacks {missing}" in _translate_error(copy, tmp_path, capsys)
 
 
+def test_an_engine_that_cannot_load_the_export_gives_its_reason(folder: Path) -> None:
+    """A device CTranslate2 lacks is the engine's reason, not "damaged"."""
+    if ctranslate2.get_cuda_device_count():
+        pytest.skip("this machine has a CUDA device: the export loads there")
+    with pytest.raises(ValueError) as error:
+        CTranslate2Translator(folder, device="cuda")
+    message = str(error.value)
+    assert "could not be loaded (CUDA" in message and "damaged" not in message
+    assert "if a file was cut short or replaced, restore" in message
+
+
 def _translate_error(
     folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> str:
@@ -137,10 +148,12 @@ def test_damaged_export_files_are_one_line_naming_them(
     else:  # same size, other pieces: every translation was wrong, silently
         (copy / name).write_bytes(another_tokenizer().model_proto)
     expected = {
-        "model.bin cut": f"{copy}'s model.bin, config.json or shared_vocabulary",
+        "model.bin cut": f"{copy}'s model.bin, config.json or shared_vocabulary.json "
+        "could not be loaded",
         "sentencepiece.model cut": f"{copy / TOKENIZER_FILE} is damaged",
         "sentencepiece.model deleted": f"{copy / TOKENIZER_FILE} is missing",
-        "shared_vocabulary.json cut": f"{copy}'s model.bin, config.json or shared",
+        "shared_vocabulary.json cut": f"{copy}'s model.bin, config.json or shared_"
+        "vocabulary.json could not be loaded",
         "model.bin deleted": "a CTranslate2 export's keras_transformer.json but no "
         "model.bin, so the export is incomplete",
         "keras_transformer.json deleted": "a CTranslate2 export's model.bin but no "

@@ -242,7 +242,7 @@ def test_damaged_litert_files_are_one_line_naming_them(
     cases = (
         (proto[:100], b"TFL3", f"{tokenizer} is damaged"),
         (b"", b"TFL3", f"{tokenizer} is empty"),
-        (proto, b"TFL3" * 10, f"{model} is damaged (The model is not a valid"),
+        (proto, b"TFL3" * 10, f"{model} could not be loaded (The model is not a valid"),
         (proto, b"", f"{model} is empty"),
     )
     for tokenizer_bytes, model_bytes, expected in cases:

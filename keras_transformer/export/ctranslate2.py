@@ -386,7 +386,7 @@ class CTranslate2Translator:
                 warnings.warn(f"{folder}: {INT8_IN_FLOAT32}.", stacklevel=2)
         self.compute_type = compute_type
         engine_files = [folder / name for name in _EXPORT_ENTRIES[:3]]
-        with reading_export_files(engine_files, "ctranslate2"):
+        with reading_export_files(engine_files, "ctranslate2", engine=True):
             self.engine = ctranslate2.Translator(
                 str(folder),
                 device=device,

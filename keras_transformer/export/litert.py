@@ -307,7 +307,7 @@ class LiteRTTranslator:
             self.sentencepiece = spm.SentencePieceProcessor(model_proto=proto)
         fingerprint = hashlib.sha256(proto).hexdigest()
         check_export_tokenizer(fingerprint, values, path / INFO_FILE, "litert")
-        with reading_export_files([path / MODEL_FILE], "litert"):
+        with reading_export_files([path / MODEL_FILE], "litert", engine=True):
             self.interpreter = Interpreter(
                 model_path=str(path / MODEL_FILE), num_threads=num_threads
             )

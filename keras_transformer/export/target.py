@@ -183,11 +183,16 @@ def read_export_record(
 
 
 @contextlib.contextmanager
-def reading_export_files(paths: Iterable[Path], format_name: str) -> Iterator[None]:
+def reading_export_files(
+    paths: Iterable[Path], format_name: str, *, engine: bool = False
+) -> Iterator[None]:
     """Checks that an export's `paths` are there and not empty, and turns an
-    engine's error while it reads them (a file cut short, or of another
-    export) into one line naming them and the command that writes them
-    again (the engines' own errors name no file, or a tensor)."""
+    error while they are read (a file cut short, or of another export) into
+    one line naming them and the command that writes them again (the
+    engines' own errors name no file, or a tensor). With `engine`, the
+    inference engine itself loads them, which also fails for reasons of its
+    own (a device or compute type it lacks): the line then says it could not
+    load them, with the engine's reason, rather than that they are damaged."""
     paths = list(paths)
     remedy = (
         "restore the export from a copy, or write it again with "
@@ -208,6 +213,11 @@ def reading_export_files(paths: Iterable[Path], format_name: str) -> Iterator[No
             if len(paths) > 1
             else str(paths[0])
         )
+        if engine:
+            raise ValueError(
+                f"{names} could not be loaded ({reason}); if a file was cut short "
+                f"or replaced, {remedy}"
+            ) from e
         raise ValueError(f"{names} is damaged ({reason}): {remedy}") from e
 
 
