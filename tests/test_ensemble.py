@@ -118,7 +118,7 @@ def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
     from keras_transformer import export
     from keras_transformer.data import SubwordTokenizer, synthetic_dates
     from keras_transformer.translation import Translator
-    from tests.export_helpers import tiny_translator
+    from tests.export_helpers import tiny_model, tiny_translator
 
     model, tokenizer = tiny_translator()
     first = export.save_model_and_tokenizer(model, tokenizer, tmp_path / "a")
@@ -135,9 +135,14 @@ def test_translator_from_runs_averages_and_refuses_other_tokenizers(tmp_path):
             Translator.from_runs([first, again])
     pairs = synthetic_dates(200, seed=3)
     other = SubwordTokenizer.train(list(pairs.sources), vocabulary_size=90)
-    second = export.save_model_and_tokenizer(model, other, tmp_path / "b")
+    # A model of the other tokenizer's size: each folder is whole by itself.
+    second = export.save_model_and_tokenizer(tiny_model(other), other, tmp_path / "b")
     with pytest.raises(ValueError, match=r"a and .*b have different SentencePiece"):
         Translator.from_runs([first, second])
+    # A folder whose model does not fit its own tokenizer is named as such.
+    mixed = export.save_model_and_tokenizer(model, other, tmp_path / "mixed")
+    with pytest.raises(ValueError, match=r"mixed/model.keras embeds 120 token ids"):
+        Translator.from_runs([first, mixed])
 
 
 @pytest.mark.slow  # trains the tiny translator, traces two translators
