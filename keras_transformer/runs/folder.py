@@ -23,6 +23,7 @@ from keras_transformer.models import TransformerConfig, build_transformer, get_p
 from keras_transformer.models.classifier import build_classifier
 from keras_transformer.models.image_config import ImageTransformerConfig
 from keras_transformer.models.image_transformer import build_image_transformer
+from keras_transformer.runs import layout
 from keras_transformer.runs.checkpoint_io import (
     restore_checkpoint,
     restore_model_weights,
@@ -50,8 +51,6 @@ from keras_transformer.runs.layout import (
     BEST_WEIGHTS,
     CHECKPOINT_DIR,
     CONFIG_FILE,
-    EXPORT_INFO_FILE,
-    EXPORT_MODEL_FILE,
     LOG_DIR,
     RESULT_FILE,
     RUN_ENTRIES,
@@ -297,15 +296,16 @@ class RunFolder:
             if (first in held) != (second in held):
                 present, absent = (first, second) if first in held else (second, first)
                 return f"a {export_format} export's {present} but no {absent}"
-        if EXPORT_MODEL_FILE not in held or TOKENIZER_DIR in held:
+        if layout.EXPORT_MODEL_FILE not in held or TOKENIZER_DIR in held:
             return None
         try:
-            info = json.loads((self.path / EXPORT_INFO_FILE).read_text())
+            info = json.loads((self.path / layout.EXPORT_INFO_FILE).read_text())
         except (OSError, ValueError):
             info = {}
         if isinstance(info, dict) and info.get("kind") == "image":
             return None
-        return f"a SavedModel export's {EXPORT_MODEL_FILE} but no {TOKENIZER_DIR}/"
+        model = layout.EXPORT_MODEL_FILE
+        return f"a SavedModel export's {model} but no {TOKENIZER_DIR}/"
 
     def check_trainable(self) -> RunFolder:
         """Returns self if `train` may write the folder: it is new, empty, a
