@@ -190,11 +190,8 @@ def weights_info_of_file(path: str | os.PathLike[str]) -> dict | None:
     info = weights_file_info(path)
     if info is None:
         return None
-    values = dict(info)
-    fingerprint = weights_file_fingerprint(path)
-    if fingerprint is not None:
-        values["fingerprint"] = dataclasses.asdict(fingerprint)
-    beside, text = weights_info_file(path), json.dumps(values, indent=2) + "\n"
+    text = _info_text(info, weights_file_fingerprint(path))
+    beside = weights_info_file(path)
     try:
         stale = json.loads(beside.read_text(encoding="utf-8")) != json.loads(text)
     except (OSError, ValueError):
@@ -255,8 +252,14 @@ def save_weights(
             raise
         except Exception as e:  # noqa: BLE001 - h5py wraps the OSError
             raise OSError(getattr(e, "errno", None), short_error(e)) from e
+    write_atomically(weights_info_file(path), _info_text(info, fingerprint))
+    return path
+
+
+def _info_text(info: Mapping[str, Any], fingerprint: RunFingerprint | None) -> str:
+    """The ``.json`` beside a weights file: its `info` and the run's
+    `fingerprint` (for people; the file carries both itself)."""
     values = dict(info)
     if fingerprint is not None:
         values["fingerprint"] = dataclasses.asdict(fingerprint)
-    write_atomically(weights_info_file(path), json.dumps(values, indent=2) + "\n")
-    return path
+    return json.dumps(values, indent=2) + "\n"
