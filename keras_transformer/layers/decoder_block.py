@@ -8,6 +8,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_transformer.layers import masking
 from keras_transformer.layers._block import TransformerBlockBase
 
 
@@ -127,6 +128,11 @@ class DecoderBlock(TransformerBlockBase):
             decoder_padding_mask = decoder_sequence_mask
         if encoder_padding_mask is None:
             encoder_padding_mask = encoder_sequence_mask
+        masking.check_mask_dtypes(
+            decoder_padding_mask=decoder_padding_mask,
+            encoder_padding_mask=encoder_padding_mask,
+            self_attention_mask=self_attention_mask,
+        )
         cache_arguments = cross_cache = None
         if cache is not None:
             training = False  # inference only

@@ -7,6 +7,7 @@ from typing import Any
 
 import keras
 
+from keras_transformer.layers import masking
 from keras_transformer.layers._block import TransformerBlockBase
 
 
@@ -92,6 +93,9 @@ class EncoderBlock(TransformerBlockBase):
     ) -> Any:
         if padding_mask is None:
             padding_mask = mask
+        masking.check_mask_dtypes(
+            padding_mask=padding_mask, attention_mask=attention_mask
+        )
         # Self-attention block.
         outputs, (scores, _) = self._attention_sublayer(
             inputs,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import keras
 from keras import ops
 
 from keras_transformer import backend
@@ -66,6 +67,28 @@ def check_padding_mask(name: str, mask: Any) -> None:
         )
 
 
+def check_mask_dtypes(**masks: Any) -> None:
+    """Raises `ValueError` naming a mask of a floating dtype: masks are
+    boolean, or integers 0 and 1, with `True` (1) where attention is allowed.
+    A float mask cannot be read safely: an additive mask (0 where allowed, a
+    large negative number where not, as in many tutorials) would be cast to
+    the inverse of itself, and a mask of 1.0 on padding to its inverse too;
+    both computed without a word."""
+    for name, mask in masks.items():
+        if mask is None or not hasattr(mask, "dtype"):
+            continue
+        dtype = keras.backend.standardize_dtype(mask.dtype)
+        if "float" in dtype:
+            raise ValueError(
+                f"`{name}` must be boolean (or integers 0 and 1), True where "
+                f"attention is allowed. Received: {name}.dtype={dtype}. A float "
+                "mask is not read, since its meaning is ambiguous: pass "
+                "`mask == 0` for an additive mask (0 where allowed, a large "
+                "negative number where not), or `mask > 0.5` for one of 1.0 "
+                "where allowed."
+            )
+
+
 def _known(length: Any) -> int | None:
     """A length as a Python int, or None where only the graph knows it."""
     try:
@@ -84,10 +107,14 @@ def check_mask_shapes(
     """Raises `ValueError` naming a mask whose rank, or a length known before
     the call, disagrees with the attention's: a padding mask passed as
     `attention_mask`, or the mask of another sequence, which would fail
-    inside the softmax with a broadcasting error. `attention_mask` must be
+    inside the softmax with a broadcasting error, or of a float dtype
+    (`check_mask_dtypes`). `attention_mask` must be
     `(batch, query_length, key_length)`: a two-dimensional one is refused,
     since a `(batch, length)` padding mask whose batch equals the query
     length has the shape of a `(query_length, key_length)` mask."""
+    check_mask_dtypes(
+        query_mask=query_mask, key_mask=key_mask, attention_mask=attention_mask
+    )
     lengths = {"query": _known(query_length), "key": _known(key_length)}
     for name, mask, side in (
         ("query_mask", query_mask, "query"),

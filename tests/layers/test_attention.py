@@ -223,6 +223,35 @@ def test_masks_of_other_lengths_are_refused_by_name():
     attention(x, memory, attention_mask=np.ones((1, 5, 7), bool))
 
 
+def test_float_masks_are_refused_with_the_way_to_say_what_they_mean():
+    """A float mask was cast to bool: an additive one (0 where allowed, -1e9
+    where not, as in the TensorFlow tutorial) attended exactly where it was
+    told not to, without a word. Boolean and 0/1 integer masks compute."""
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    allowed = np.tril(np.ones((3, 3), bool))[None].repeat(2, 0)
+    additive = np.where(allowed, 0.0, -1e9).astype("float32")
+    for name, mask in (
+        ("attention_mask", additive),
+        ("key_mask", allowed[:, -1].astype("float32")),
+        ("query_mask", allowed[:, -1].astype("float16")),
+    ):
+        with pytest.raises(ValueError) as error:
+            attention(x, x, **{name: mask})
+        message = str(error.value)
+        assert f"`{name}` must be boolean (or integers 0 and 1)" in message
+        # Keras casts float call arguments to the layer's compute dtype.
+        assert f"{name}.dtype=float32" in message
+        assert "`mask == 0` for an additive mask" in message
+    by_bool = attention(x, x, attention_mask=allowed).output
+    by_int = attention(x, x, attention_mask=allowed.astype("int32")).output
+    by_additive_read = attention(x, x, attention_mask=additive == 0).output
+    np.testing.assert_allclose(by_bool, by_int)
+    np.testing.assert_allclose(by_bool, by_additive_read)
+    causal = attention(x, x, use_causal_mask=True).output
+    np.testing.assert_allclose(by_bool, causal, atol=1e-6)
+
+
 def test_a_padding_mask_given_as_attention_mask_is_refused_whatever_its_batch():
     """A `(batch, length)` padding mask passed as `attention_mask`, where the
     batch equals the query length, was taken for a `(query_length,

@@ -90,6 +90,17 @@ def test_encoder_implicit_mask_equals_explicit_mask():
     assert not np.allclose(implicit[0, :3], unmasked[0, :3])
 
 
+def test_blocks_refuse_float_padding_masks():
+    """A padding mask of 1.0 on padding (the other polarity) was cast to bool
+    and computed, attending to the padding only."""
+    hidden = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    on_padding = np.array([[0, 0, 0, 1, 1], [0, 0, 1, 1, 1]], "float32")
+    with pytest.raises(ValueError, match=r"`padding_mask` must be boolean .*=float32"):
+        EncoderBlock(**BLOCK_ARGS)(hidden, padding_mask=on_padding)
+    with pytest.raises(ValueError, match=r"`encoder_padding_mask` must be boolean"):
+        DecoderBlock(**BLOCK_ARGS)(hidden, hidden, encoder_padding_mask=on_padding)
+
+
 def test_decoder_implicit_masks_equal_explicit_masks():
     embedding = ScaledEmbedding(20, 8, mask_zero=True)
     source = np.array([[4, 5, 6, 0], [7, 8, 0, 0]])

@@ -215,6 +215,21 @@ def test_masks_of_other_lengths_are_refused_by_name() -> None:
         layer(x, query_mask=np.ones((BATCH, 9), bool))
 
 
+def test_float_masks_are_refused() -> None:
+    """The blocked layout read a float padding mask as `> 0.5`: a mask of
+    1.0 on padding (the other polarity) hid the real tokens."""
+    x = _inputs(10)
+    layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
+    padding = np.ones((BATCH, 10), "float32")
+    with pytest.raises(ValueError, match=r"`key_mask` must be boolean .*=float32"):
+        layer(x, key_mask=padding)
+    with pytest.raises(ValueError, match=r"`attention_mask` must be boolean"):
+        layer(x, attention_mask=np.zeros((BATCH, 10, 10), "float32"))
+    np.testing.assert_allclose(
+        layer(x, key_mask=padding.astype(bool)).output, layer(x).output, atol=1e-6
+    )
+
+
 def test_variable_length_functional_model() -> None:
     inputs = keras.Input((None, D_MODEL))
     layer = RestrictedMultiHeadAttention(HEADS, KEY_DIM, window=3)
