@@ -28,13 +28,14 @@ import codecs
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -619,3 +620,47 @@ def check_export_tokenizer(
         "pieces. Restore the export from a copy, or write it again with "
         f"keras-transformer export --format {format_name}."
     )
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes, as hex."""
+    with open(path, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def file_checksums(
+    folder: str | os.PathLike[str], names: Iterable[str]
+) -> dict[str, str]:
+    """``{name: SHA-256}`` of the files `names` of `folder`: what an export
+    records of the files its engine loads, for `check_export_files`."""
+    return {name: file_sha256(Path(folder) / name) for name in names}
+
+
+def check_export_files(
+    folder: str | os.PathLike[str],
+    record: Mapping[str, Any],
+    record_file: Path,
+    format_name: str,
+) -> None:
+    """Refuses a file of an export whose SHA-256 is not the one the export's
+    `record` (read from `record_file`, its ``file_sha256`` written by
+    `file_checksums`) holds: a model copied in from another export of the
+    same vocabulary size loads and serves, every translation another
+    model's, without a word. A record without checksums (written by hand)
+    is not checked; a missing file is the reader's to name."""
+    expected = record.get("file_sha256")
+    if not isinstance(expected, Mapping):
+        return
+    for name, digest in expected.items():
+        path = Path(folder) / str(name)
+        if not isinstance(digest, str) or not path.is_file():
+            continue
+        found = file_sha256(path)
+        if found != digest:
+            raise ValueError(
+                f"{path} is not the file the export was written with (its "
+                f"SHA-256 {found[:12]}... differs from {digest[:12]}... in "
+                f"{record_file.name}): it was replaced, by a file of another "
+                "export or a damaged copy. Restore the export from a copy, or "
+                f"write it again with keras-transformer export --format {format_name}."
+            )

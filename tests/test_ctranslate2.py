@@ -26,6 +26,7 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
     INFO_FILE,
     INT8_IN_FLOAT32,
     INT8_IN_INT16,
+    MODEL_BIN,
     TOKENIZER_FILE,
     CTranslate2Translator,
     export_ctranslate2,
@@ -38,6 +39,7 @@ from keras_transformer.translation import Translator  # noqa: E402
 from tests.export_helpers import (  # noqa: E402
     INPUTS,
     another_tokenizer,
+    tiny_model,
     tiny_translator,
 )
 
@@ -128,6 +130,8 @@ def _translate_error(
         "model.bin deleted",
         "keras_transformer.json deleted",
         "sentencepiece.model of another",
+        "model.bin of another",
+        "shared_vocabulary.json of another",
     ],
 )
 def test_damaged_export_files_are_one_line_naming_them(
@@ -145,8 +149,17 @@ def test_damaged_export_files_are_one_line_naming_them(
         (copy / name).write_bytes((copy / name).read_bytes()[:40])
     elif how == "deleted":
         (copy / name).unlink()
-    else:  # same size, other pieces: every translation was wrong, silently
-        (copy / name).write_bytes(another_tokenizer().model_proto)
+    elif name == TOKENIZER_FILE:  # same size, other pieces: every translation
+        (copy / name).write_bytes(another_tokenizer().model_proto)  # was wrong
+    else:  # of another export of the same size: served without a word
+        tokenizer = another_tokenizer() if name.startswith("shared") else None
+        model, own = tiny_translator()
+        other = export_ctranslate2(
+            tiny_model(own) if tokenizer is None else model,
+            tokenizer or own,
+            tmp_path / "other",
+        )
+        (copy / name).write_bytes((other / name).read_bytes())
     expected = {
         "model.bin cut": f"{copy}'s model.bin, config.json or shared_vocabulary.json "
         "could not be loaded",
@@ -160,6 +173,10 @@ def test_damaged_export_files_are_one_line_naming_them(
         "keras_transformer.json, so the export is incomplete",
         "sentencepiece.model of another": f"The tokenizer of {copy} is not the one "
         "the export was written with",
+        "model.bin of another": f"{copy / MODEL_BIN} is not the file the export "
+        "was written with",
+        "shared_vocabulary.json of another": f"{copy / 'shared_vocabulary.json'} is "
+        "not the file the export was written with",
     }[damage]
     err = _translate_error(copy, tmp_path, capsys)
     assert expected in err and "restore" in err.lower(), err

@@ -493,6 +493,7 @@ def test_sigkill_during_export_overwrite_keeps_the_earlier_export(
         "tokenizer deleted",
         "tokenizer of another",
         "model of another",
+        "model of another of the same size",
     ],
 )
 def test_a_damaged_export_is_named_with_the_way_back(
@@ -501,8 +502,8 @@ def test_a_damaged_export_is_named_with_the_way_back(
     """An export whose ``model.keras`` was cut short: Keras said "File not
     found: filepath=.../model.keras" of a file that is there; one without its
     ``tokenizer/`` was "not a training work directory: config.json is
-    missing". A tokenizer of another export of the same size was served
-    with the model: every translation wrong, without a word. Each command
+    missing". A tokenizer, or a model, of another export of the same size
+    was served: every translation wrong, without a word. Each command
     that reads it now names the damage and the way back, in one line."""
     target, _ = earlier
     model = target / "model.keras"
@@ -520,6 +521,9 @@ def test_a_damaged_export_is_named_with_the_way_back(
         other = SubwordTokenizer.train([*dates.sources, *dates.targets], 100)
         tiny_model(other).save(model)
         expected = f"{model} embeds 100 token ids but the export's tokenizer has 120"
+    elif damage == "model of another of the same size":  # served without a word
+        tiny_model(tiny_translator()[1]).save(model)
+        expected = f"{model} is not the file the export was written with"
     else:
         model.write_bytes(model.read_bytes()[:1000] if damage == "model cut" else b"")
         expected = f"{model} is " + (

@@ -278,6 +278,30 @@ def test_damaged_litert_files_are_one_line_naming_them(
         (tmp_path / name).write_bytes(held)
 
 
+def test_a_model_of_another_export_is_refused(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    """A ``model.tflite`` of another export with the same tokenizer (here the
+    float32 one copied over the int8 one) was served under the int8 record,
+    without a word. ``litert.json`` holds the SHA-256 of the model."""
+    import shutil
+
+    copy = Path(shutil.copytree(exports["int8"], tmp_path / "int8"))
+    model = copy / litert.MODEL_FILE
+    record = json.loads((copy / litert.INFO_FILE).read_text())
+    assert record["file_sha256"] == {
+        litert.MODEL_FILE: hashlib.sha256(model.read_bytes()).hexdigest()
+    }
+    litert.LiteRTTranslator(copy)
+    shutil.copyfile(exports["float32"] / litert.MODEL_FILE, model)
+    with pytest.raises(ValueError) as error:
+        litert.LiteRTTranslator(copy)
+    assert (
+        f"{model} is not the file the export was written with (its SHA-256 "
+    ) in str(error.value)
+    assert "--format litert" in str(error.value)
+
+
 @pytest.mark.slow  # a SavedModel export of the tiny model, then its conversion
 def test_cli_export_format_litert(
     tmp_path: Path, capsys: pytest.CaptureFixture

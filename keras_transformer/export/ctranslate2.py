@@ -78,7 +78,11 @@ from keras_transformer.export.target import (
     reading_export_files,
     writing_export,
 )
-from keras_transformer.files import check_export_tokenizer
+from keras_transformer.files import (
+    check_export_files,
+    check_export_tokenizer,
+    file_checksums,
+)
 from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
 
 #: The decoding settings and the provenance of the folder.
@@ -275,6 +279,7 @@ def export_ctranslate2(
     spec.optimize(quantization=quantization)
     with writing_export(output_dir, overwrite, FORMAT) as temporary:
         spec.save(str(temporary))
+        info["file_sha256"] = file_checksums(temporary, _EXPORT_ENTRIES[:3])
         (temporary / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
         (temporary / INFO_FILE).write_text(
             json.dumps(info, indent=2) + "\n", encoding="utf-8"
@@ -394,6 +399,7 @@ class CTranslate2Translator:
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
             )
+        check_export_files(folder, self.info, info_file, "ctranslate2")
         self.beam_size = int(self.info["beam_size"] if beam_size is None else beam_size)
         self.alpha = float(self.info["alpha"] if alpha is None else alpha)
         self.batch_size = batch_size

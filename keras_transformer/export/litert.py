@@ -66,7 +66,7 @@ from keras_transformer.export.target import (
     reading_export_files,
     writing_export,
 )
-from keras_transformer.files import check_export_tokenizer
+from keras_transformer.files import check_export_files, check_export_tokenizer
 from keras_transformer.source_limits import cut_export_sources, export_cut_remedy
 
 __all__ = [
@@ -237,7 +237,11 @@ def export_litert(
     with writing_export(output_dir, overwrite, FORMAT) as folder:
         (folder / MODEL_FILE).write_bytes(flatbuffer)
         (folder / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
-        values = {"format_version": FORMAT_VERSION, **dataclasses.asdict(info)}
+        values = {
+            "format_version": FORMAT_VERSION,
+            **dataclasses.asdict(info),
+            "file_sha256": {MODEL_FILE: hashlib.sha256(flatbuffer).hexdigest()},
+        }
         (folder / INFO_FILE).write_text(json.dumps(values, indent=2) + "\n")
     return output_dir
 
@@ -311,6 +315,7 @@ class LiteRTTranslator:
             self.interpreter = Interpreter(
                 model_path=str(path / MODEL_FILE), num_threads=num_threads
             )
+        check_export_files(path, values, path / INFO_FILE, "litert")
         self._input = self.interpreter.get_input_details()[0]["index"]
         # The outputs by rank: token_ids (batch, length), lengths (batch,).
         outputs = {

@@ -53,7 +53,12 @@ from keras_transformer.export.target import (
     check_export_target,
     writing_export,
 )
-from keras_transformer.files import as_os_error, check_free_space
+from keras_transformer.files import (
+    as_os_error,
+    check_export_files,
+    check_free_space,
+    file_checksums,
+)
 from keras_transformer.image_sampling import ImageSampler
 from keras_transformer.layers.pixel_outputs import check_temperature
 from keras_transformer.runs import (
@@ -195,6 +200,7 @@ def _write_export(
         with forward_only():
             _write_saved_model(archive, temporary, options)
         save_model_and_tokenizer(model, tokenizer, temporary)
+        info = {**info, "file_sha256": file_checksums(temporary, [MODEL_FILE])}
         (temporary / INFO_FILE).write_text(
             json.dumps(info, indent=2) + "\n", encoding="utf-8"
         )
@@ -517,6 +523,7 @@ def _export_image(
             )
         model = load_export_model(workdir / MODEL_FILE)
         info = read_export_info(workdir)
+        check_export_files(workdir, info, workdir / INFO_FILE, FORMAT.option)
         settings = {k: info[k] for k in ("given_rows", "temperature") if k in info} | (
             settings
         )

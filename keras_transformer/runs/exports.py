@@ -20,6 +20,7 @@ import keras
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.files import (
     TEMPORARY_PREFIX,
+    check_export_files,
     check_export_tokenizer,
     read_json_object,
 )
@@ -127,6 +128,7 @@ def load_export(
             "files come from different exports. Restore the export from a "
             "copy, or export its run again."
         )
+    check_export_files(export_dir, info, info_file, "savedmodel")
     return model, tokenizer, info
 
 
