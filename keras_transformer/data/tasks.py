@@ -162,14 +162,6 @@ class Task:
     loader: Callable[[str, Any, int], TextPairs] = dataclasses.field(repr=False)
 
     @property
-    def train_split(self) -> str:
-        return self.splits[0]
-
-    @property
-    def validation_split(self) -> str:
-        return self.splits[1]
-
-    @property
     def test_split(self) -> str:
         """The split evaluated at the end of training (and by ``evaluate``)."""
         return self.splits[2]

@@ -245,6 +245,7 @@ class _BlockedSelfAttention(MultiHeadAttention):
             key_mask = value_mask if value_mask is not None else mask
         if padding_mask is not None:
             masking.check_padding_mask("padding_mask", padding_mask)
+            masking.check_mask_dtypes(padding_mask=padding_mask)
             query_mask = _and_masks(query_mask, padding_mask)
             if cache is None:  # a cache's rows are not the query's positions
                 key_mask = _and_masks(key_mask, padding_mask)

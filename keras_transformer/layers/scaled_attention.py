@@ -86,6 +86,7 @@ def scaled_dot_product_attention(
     Reference: Vaswani et al. (2017), §3.2.1, Eq. 1; Shaw et al. (2018),
     Eqs. 3-4; Ainslie et al. (2023), "GQA".
     """
+    masking.check_mask_dtypes(mask=mask)
     if key_value_groups > 1:
         key = ops.repeat(key, key_value_groups, axis=1)
         value = ops.repeat(value, key_value_groups, axis=1)

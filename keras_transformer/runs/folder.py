@@ -52,7 +52,6 @@ from keras_transformer.runs.layout import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
     LOG_DIR,
-    RESULT_FILE,
     RUN_ENTRIES,
     TOKENIZER_DIR,
     TRANSLATIONS_DIR,
@@ -221,10 +220,6 @@ class RunFolder:
     @property
     def averaged_weights(self) -> Path:
         return self.path / AVERAGED_WEIGHTS
-
-    @property
-    def result_file(self) -> Path:
-        return self.path / RESULT_FILE
 
     # -- reading --------------------------------------------------------------
     def check(self) -> RunFolder:

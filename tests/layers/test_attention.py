@@ -250,6 +250,9 @@ def test_float_masks_are_refused_with_the_way_to_say_what_they_mean():
     np.testing.assert_allclose(by_bool, by_additive_read)
     causal = attention(x, x, use_causal_mask=True).output
     np.testing.assert_allclose(by_bool, causal, atol=1e-6)
+    # Eq. 1 by itself, as the function the layers call.
+    with pytest.raises(ValueError, match=r"`mask` must be boolean .*=float32"):
+        scaled_dot_product_attention(x, x, x, mask=additive)
 
 
 def test_a_padding_mask_given_as_attention_mask_is_refused_whatever_its_batch():

@@ -225,6 +225,8 @@ def test_float_masks_are_refused() -> None:
         layer(x, key_mask=padding)
     with pytest.raises(ValueError, match=r"`attention_mask` must be boolean"):
         layer(x, attention_mask=np.zeros((BATCH, 10, 10), "float32"))
+    with pytest.raises(ValueError, match=r"`padding_mask` must be boolean"):
+        layer(x, padding_mask=padding)
     np.testing.assert_allclose(
         layer(x, key_mask=padding.astype(bool)).output, layer(x).output, atol=1e-6
     )
