@@ -47,11 +47,16 @@ __all__ = [
     "as_os_error",
     "atomic_directory",
     "atomic_file",
+    "check_export_files",
     "check_export_tokenizer",
     "check_free_space",
     "check_utf8_start",
+    "file_checksums",
+    "file_problem",
+    "file_sha256",
     "fsync_directory",
     "read_json_object",
+    "short_error",
     "write_atomically",
 ]
 
@@ -620,6 +625,29 @@ def check_export_tokenizer(
         "pieces. Restore the export from a copy, or write it again with "
         f"keras-transformer export --format {format_name}."
     )
+
+
+def short_error(error: BaseException) -> str:
+    """The first line of an error message (TensorFlow's are long), squeezed
+    to 200 characters."""
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    return " ".join(text.strip().splitlines()[0].split())[:200]
+
+
+def file_problem(path: Path) -> str | None:
+    """What keeps the file `path` from being read (missing, unreadable,
+    empty), in words; None when nothing does."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except OSError as e:
+        return f"{path} cannot be read ({e.strerror or short_error(e)})"
+    if not os.access(path, os.R_OK):
+        return f"{path} cannot be read (permission denied)"
+    if size == 0:
+        return f"{path} is empty (0 bytes)"
+    return None
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

@@ -32,7 +32,9 @@ from keras_transformer.files import (
     TEMPORARY_PREFIX,
     FolderLock,
     atomic_directory,
+    file_problem,
     read_json_object,
+    short_error,
 )
 
 __all__ = [
@@ -199,14 +201,13 @@ def reading_export_files(
         f"keras-transformer export --format {format_name}."
     )
     for path in paths:
-        if not path.is_file() or not path.stat().st_size:
-            problem = "is missing" if not path.is_file() else "is empty"
-            raise ValueError(f"{path} {problem}: {remedy}")
+        problem = file_problem(path)
+        if problem is not None:
+            raise ValueError(f"{problem}: {remedy}")
     try:
         yield
     except Exception as e:  # noqa: BLE001 - RuntimeError, ValueError, OSError...
-        lines = str(e).strip().splitlines() or [type(e).__name__]
-        reason = " ".join(lines[0].split())[:200]
+        reason = short_error(e)
         names = (
             f"{paths[0].parent}'s {', '.join(p.name for p in paths[:-1])} or "
             f"{paths[-1].name}"

@@ -22,7 +22,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_transformer.files import fsync_directory
+from keras_transformer.files import fsync_directory, short_error
 from keras_transformer.runs.checkpoints import (
     CheckpointDamagedError,
     CheckpointRemovedError,
@@ -49,7 +49,6 @@ from keras_transformer.runs.layout import (
     RECORDED_CHECKPOINTS,
     checkpoint_files,
     checkpoint_prefix,
-    short_error,
 )
 
 __all__ = [

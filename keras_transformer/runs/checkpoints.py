@@ -20,7 +20,12 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.files import fsync_directory, write_atomically
+from keras_transformer.files import (
+    file_problem,
+    fsync_directory,
+    short_error,
+    write_atomically,
+)
 from keras_transformer.runs.fingerprints import read_checkpoint_metadata
 from keras_transformer.runs.layout import (
     CHECKPOINT_METADATA,
@@ -30,8 +35,6 @@ from keras_transformer.runs.layout import (
     checkpoint_files,
     checkpoint_prefixes_on_disk,
     checkpoint_step,
-    file_problem,
-    short_error,
 )
 
 __all__ = [

@@ -22,15 +22,15 @@ from keras_transformer.files import (
     TEMPORARY_PREFIX,
     check_export_files,
     check_export_tokenizer,
+    file_problem,
     read_json_object,
+    short_error,
 )
 from keras_transformer.runs.folder import RunFolder, is_run_dir
 from keras_transformer.runs.layout import (
     EXPORT_INFO_FILE,
     EXPORT_MODEL_FILE,
     TOKENIZER_DIR,
-    file_problem,
-    short_error,
 )
 from keras_transformer.validation import check_path
 

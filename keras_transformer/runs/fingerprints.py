@@ -24,12 +24,11 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.files import read_json_object, write_atomically
+from keras_transformer.files import read_json_object, short_error, write_atomically
 from keras_transformer.runs.layout import (
     CHECKPOINT_METADATA,
     RECORDED_CHECKPOINTS,
     checkpoint_prefixes_on_disk,
-    short_error,
 )
 
 __all__ = [

@@ -3,9 +3,8 @@
 The file and folder names of a training run (``config.json``,
 ``checkpoints/``, ``best.weights.h5``, ...) and of an export folder; how a
 checkpoint's files are named (``ckpt-<step>`` and its ``.index`` and
-``.data-*`` files); and the one-line reports of a file that cannot be read,
-shared by the readers of checkpoints and of weights files. The layout
-itself is drawn in the docstring of `keras_transformer.runs`.
+``.data-*`` files). The layout itself is drawn in the docstring of
+`keras_transformer.runs`.
 """
 
 from __future__ import annotations
@@ -137,26 +136,3 @@ def checkpoint_prefixes_on_disk(directory: Path) -> list[str]:
         if step.isdigit():
             found.append((int(step), str(index)[: -len(".index")]))
     return [prefix for _, prefix in sorted(found)]
-
-
-# ------------------------------------------- a file that cannot be read
-def short_error(error: BaseException) -> str:
-    """The first line of an error message (TensorFlow's are long)."""
-    text = getattr(error, "message", None) or str(error) or type(error).__name__
-    return " ".join(text.strip().splitlines()[0].split())[:200]
-
-
-def file_problem(path: Path) -> str | None:
-    """What keeps the file `path` from being read (missing, unreadable,
-    empty), in words; None when nothing does."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return f"{path} is missing"
-    except OSError as e:
-        return f"{path} cannot be read ({e.strerror or short_error(e)})"
-    if not os.access(path, os.R_OK):
-        return f"{path} cannot be read (permission denied)"
-    if size == 0:
-        return f"{path} is empty (0 bytes)"
-    return None

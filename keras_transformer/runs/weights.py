@@ -19,9 +19,14 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_transformer.files import atomic_file, check_free_space, write_atomically
+from keras_transformer.files import (
+    atomic_file,
+    check_free_space,
+    file_problem,
+    short_error,
+    write_atomically,
+)
 from keras_transformer.runs.fingerprints import RunFingerprint
-from keras_transformer.runs.layout import file_problem, short_error
 
 __all__ = [
     "FILE_CHECKSUM_ATTRIBUTE",
