@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.files import read_json_object, write_atomically
+from keras_transformer.files import file_sha256, read_json_object, write_atomically
 from keras_transformer.runs.layout import DATA_RECORD
 from keras_transformer.training.sections import FILE_SETTINGS
 
@@ -68,11 +68,7 @@ def _file_fingerprint(path: Path, known: Mapping[str, Any]) -> dict[str, Any]:
     if same and isinstance(known.get("sha256"), str):
         entry["sha256"] = known["sha256"]
         return entry
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while block := file.read(1 << 20):
-            digest.update(block)
-    entry["sha256"] = digest.hexdigest()
+    entry["sha256"] = file_sha256(path)
     return entry
 
 
