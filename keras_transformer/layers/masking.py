@@ -73,10 +73,17 @@ def check_mask_dtypes(**masks: Any) -> None:
     A float mask cannot be read safely: an additive mask (0 where allowed, a
     large negative number where not, as in many tutorials) would be cast to
     the inverse of itself, and a mask of 1.0 on padding to its inverse too;
-    both computed without a word."""
+    both computed without a word. A Python list (which has neither shape
+    nor dtype) is refused with `TypeError` naming the conversion."""
     for name, mask in masks.items():
-        if mask is None or not hasattr(mask, "dtype"):
+        if mask is None:
             continue
+        if not (hasattr(mask, "dtype") and hasattr(mask, "shape")):
+            raise TypeError(
+                f"`{name}` must be a tensor or NumPy array of booleans, True "
+                f"where attention is allowed. Received: {name} of type "
+                f"{type(mask).__name__}. Pass np.asarray({name}, dtype=bool)."
+            )
         dtype = keras.backend.standardize_dtype(mask.dtype)
         if "float" in dtype:
             raise ValueError(

@@ -255,6 +255,31 @@ def test_float_masks_are_refused_with_the_way_to_say_what_they_mean():
         scaled_dot_product_attention(x, x, x, mask=additive)
 
 
+def test_masks_given_as_python_lists_are_refused_with_the_conversion():
+    """A list mask failed inside the layer with "'list' object has no
+    attribute 'shape'"; it is named, with the conversion that computes."""
+    attention = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.random.default_rng(0).normal(size=(1, 3, 8)).astype("float32")
+    causal = [[[True, False, False], [True, True, False], [True, True, True]]]
+    for name, mask in (
+        ("attention_mask", causal),
+        ("key_mask", [[1, 1, 0]]),
+        ("query_mask", [[True, True, False]]),
+    ):
+        with pytest.raises(TypeError) as error:
+            attention(x, x, **{name: mask})
+        message = str(error.value)
+        assert f"`{name}` must be a tensor or NumPy array of booleans" in message
+        assert f"{name} of type list. Pass np.asarray({name}, dtype=bool)" in message
+    np.testing.assert_allclose(
+        attention(x, x, attention_mask=np.asarray(causal, dtype=bool)).output,
+        attention(x, x, use_causal_mask=True).output,
+        atol=1e-6,
+    )
+    with pytest.raises(TypeError, match="`mask` must be a tensor or NumPy array"):
+        scaled_dot_product_attention(x, x, x, mask=causal)
+
+
 def test_a_padding_mask_given_as_attention_mask_is_refused_whatever_its_batch():
     """A `(batch, length)` padding mask passed as `attention_mask`, where the
     batch equals the query length, was taken for a `(query_length,
