@@ -376,6 +376,7 @@ for seed in seeds:
 """
 
 
+@pytest.mark.slow  # two processes learning tokenizers: about 18 s
 def test_sampled_vocabulary_is_the_same_in_two_processes(
     multi30k_dir: Path, tmp_path: Path
 ) -> None:

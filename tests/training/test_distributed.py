@@ -196,6 +196,7 @@ def test_a_bad_tf_config_is_refused_in_its_own_words(tf_config, message, monkeyp
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
+@pytest.mark.slow  # two training processes: 30-40 s on a 2-core machine
 def test_multi_worker_run_of_two_processes(tmp_path):
     """Two workers on localhost train 4 updates and end with the same weights.
 
