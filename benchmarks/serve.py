@@ -284,7 +284,8 @@ def _tutorial_export(
 
 
 def _test_sources(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
-    """The source and reference sentences of the test split (of the run's task)."""
+    """The source and reference sentences of the test split (of the run's
+    task); `SystemExit` with one line where they cannot be read."""
     from keras_transformer.data.tasks import get_task
     from keras_transformer.runs import is_run_dir
     from keras_transformer.training import DataConfig
@@ -298,7 +299,10 @@ def _test_sources(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
             data = data.replace(data_dir=args.data_dir)
     task = get_task(data.task)
     split = args.split or task.test_split
-    pairs = task.load_split(split, data)
+    try:
+        pairs = task.load_split(split, data)
+    except OSError as error:  # no local copy and no download: one line
+        raise SystemExit(f"serve.py: {error} Here: --data-dir FOLDER.") from None
     name = f"{data.task} {split} ({data.source_language})"
     return list(pairs.sources), list(pairs.targets), name
 

@@ -279,6 +279,23 @@ def test_serve_prints_and_records_its_conditions(
     )
 
 
+def test_serve_without_its_test_set_is_one_line_naming_the_flag(
+    tmp_path: Path,
+) -> None:
+    """Without a local copy of the data (and no download) serve.py ended in
+    a traceback; it says what is missing and which flag gives it."""
+    import argparse
+
+    import serve
+
+    args = argparse.Namespace(workdir=None, data_dir=str(tmp_path), split=None)
+    with pytest.raises(SystemExit) as stopped:
+        serve._test_sources(args)
+    message = str(stopped.value)
+    assert message.startswith("serve.py: ") and "\n" not in message
+    assert str(tmp_path) in message and message.endswith("Here: --data-dir FOLDER.")
+
+
 def test_the_serving_process_module_imports_nothing_of_the_package() -> None:
     """serve.py's child runs this module's top level: it must load the
     SavedModels with TensorFlow alone (the benchmark refuses otherwise)."""
