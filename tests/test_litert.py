@@ -200,6 +200,16 @@ def test_litert_translator_names_a_wrong_folder(tmp_path: Path) -> None:
         litert.LiteRTTranslator(tmp_path)
 
 
+def test_a_bad_batch_size_is_refused_before_the_export_is_read(
+    tmp_path: Path,
+) -> None:
+    """It was checked after the interpreter had loaded the model (a folder
+    that is no export was named first)."""
+    with pytest.raises(ValueError, match="`batch_size` must be") as error:
+        litert.LiteRTTranslator(tmp_path, batch_size=0)
+    assert "Received: batch_size=0" in str(error.value)
+
+
 def test_a_damaged_litert_json_is_one_line_naming_it(tmp_path: Path) -> None:
     """A truncated ``litert.json``, or one that lacks a setting, is refused
     before the model is read (was a bare JSONDecodeError or TypeError)."""

@@ -284,6 +284,7 @@ class LiteRTTranslator:
         from ai_edge_litert.interpreter import Interpreter
 
         validation.check_path("`path`", path)
+        validation.check_int("batch_size", batch_size, 1)
         path = Path(path)
         missing = [
             n
@@ -324,7 +325,6 @@ class LiteRTTranslator:
         }
         self._token_ids, self._lengths = outputs[2], outputs[1]
         self._shape: tuple[int, int] | None = None
-        validation.check_int("batch_size", batch_size, 1)
         self.batch_size = batch_size
         #: The indices of the lines of the last call that were cut to
         #: `max_input_length` (`encode`).
