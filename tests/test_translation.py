@@ -282,6 +282,30 @@ def test_read_lines_keeps_alignment(tmp_path: Path) -> None:
         translation.read_lines(path)
 
 
+def test_read_lines_reads_gzip_files_and_names_a_damaged_one(tmp_path: Path) -> None:
+    """A ``.gz`` file (as the data sets come) was refused as "NUL bytes in
+    its first line: it is UTF-16 text"; it is read, and a cut one is named."""
+    import gzip
+
+    text = "\ufeffa\r\n\nä ñ 中\n".encode()
+    path = tmp_path / "in.txt.gz"
+    path.write_bytes(gzip.compress(text))
+    assert translation.read_lines(path) == ["a", "", "ä ñ 中"]
+    # Told by the first bytes, not the name.
+    (tmp_path / "in.txt").write_bytes(gzip.compress(text))
+    assert translation.read_lines(tmp_path / "in.txt") == ["a", "", "ä ñ 中"]
+    path.write_bytes(gzip.compress(text)[:-6])
+    with pytest.raises(ValueError) as error:
+        translation.read_lines(path)
+    message = str(error.value)
+    assert message.startswith(f"{path} is gzip-compressed but cannot be decompressed")
+    assert "damaged or cut short" in message and "\n" not in message
+    # The checks of the text hold inside the archive too.
+    path.write_bytes(gzip.compress("a\nb\n".encode("utf-16")))
+    with pytest.raises(ValueError, match="is UTF-16 text, not UTF-8"):
+        translation.read_lines(path)
+
+
 def test_translate_command_preserves_line_alignment(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:

@@ -8,9 +8,11 @@ in one line, what is not a list of strings or not one reference per line;
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from keras_transformer.files import (
     FolderLockedError,
     check_utf8_start,
     fsync_directory,
+    short_error,
     write_atomically,
     write_error,
 )
@@ -70,7 +73,9 @@ def check_line_pairs(
 
 
 def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
-    """The lines of a UTF-8 text file (or of standard input for None / "-").
+    """The lines of a UTF-8 text file (or of standard input for None / "-"),
+    gzip-compressed or not (the data sets' ``.gz`` files; told by their
+    first bytes, not by the name).
 
     Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is removed), so the
     count matches ``wc -l``; a final line without newline counts too.
@@ -84,6 +89,7 @@ def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
             raise FileNotFoundError(f"{path} does not exist (or is not a file).")
         data = path.read_bytes()
         name = str(path)
+    data = _gunzipped(name, data)
     check_utf8_start(name, data)
     try:
         text = data.decode("utf-8")
@@ -101,6 +107,25 @@ def read_lines(path: str | os.PathLike[str] | None) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+#: The first two bytes of every gzip file (RFC 1952).
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzipped(name: str, data: bytes) -> bytes:
+    """`data` decompressed where it is gzip, else as it is; a damaged or
+    cut gzip file is one `ValueError` naming it."""
+    if not data.startswith(_GZIP_MAGIC):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ValueError(
+            f"{name} is gzip-compressed but cannot be decompressed "
+            f"({short_error(e)}): it is damaged or cut short. Copy it again, "
+            "or pass the uncompressed text."
+        ) from None
 
 
 def write_lines(path: str | os.PathLike[str] | None, lines: Sequence[str]) -> None:
